@@ -1,0 +1,374 @@
+//! The [`Backend`] trait: the few atomic operations a coordination service must offer, plus the
+//! types they exchange. Everything else (local lock, waiting, renewal, loss detection) lives in the
+//! registry and is shared by every backend.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+
+/// Longest key accepted, in bytes of UTF-8.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// A 128-bit random owner token, new for every remote acquisition.
+///
+/// Release and extension are checked against it on the server, so nobody can release a lock
+/// they do not hold. Its text form is 32 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(u128);
+
+impl Token {
+    /// A fresh random token from the operating system's generator.
+    pub fn random() -> Self {
+        Token(rand::random::<u128>())
+    }
+
+    /// The token's 128 bits.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Parses the 32-hex-digit text form.
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 {
+            return None;
+        }
+        u128::from_str_radix(s, 16).ok().map(Token)
+    }
+}
+
+impl From<u128> for Token {
+    fn from(v: u128) -> Self {
+        Token(v)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({self})")
+    }
+}
+
+/// Where a lock lives in a backend: the registry's prefix (namespace) and the caller's key.
+///
+/// Each backend maps the pair into its own key space (`<prefix>:<key>` on Redis, a row keyed by
+/// region and key in SQL, ...). Cloning is cheap.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockName {
+    prefix: Arc<str>,
+    key: Arc<str>,
+}
+
+impl LockName {
+    /// Builds a name after checking the key (non-empty, at most [`MAX_KEY_LEN`] bytes, no NUL).
+    pub fn new(prefix: impl Into<Arc<str>>, key: &str) -> Result<Self> {
+        validate_key(key)?;
+        Ok(LockName { prefix: prefix.into(), key: Arc::from(key) })
+    }
+
+    /// The registry's prefix, such as `lock`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The caller's key, such as `voucher:42`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl fmt::Debug for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.prefix, self.key)
+    }
+}
+
+/// Checks a key against the rules every backend relies on.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidKey("the key is empty".into()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey(format!(
+            "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(Error::InvalidKey("the key contains a NUL character".into()));
+    }
+    Ok(())
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// The lock is ours; `fence` is larger than that of every earlier holder of the key.
+    Acquired {
+        /// The backend's fencing token for this acquisition.
+        fence: u64,
+    },
+    /// Somebody else holds the lock.
+    Busy {
+        /// The holder's remaining lease, where the backend knows it; waiters use it to time
+        /// their fallback poll.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The outcome of a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Released {
+    /// The lock was still held with the given token and is now free.
+    pub was_held: bool,
+    /// Other clients appeared to be waiting (for instance, the release message reached other
+    /// subscribers). The registry then lets them go first instead of taking the lock straight back.
+    pub contended: bool,
+}
+
+/// What [`Backend::inspect`] sees of a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The fence of the current holder, where the backend records it.
+    pub fence: Option<u64>,
+    /// The remaining lease, where the backend knows it.
+    pub remaining: Option<Duration>,
+}
+
+/// How far a backend's fencing tokens can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// Fences strictly increase per key for as long as the backend keeps its data.
+    Monotonic,
+    /// Fences strictly increase per key even across a restart of the backend that lost its data
+    /// (for instance because they are derived from the server's clock).
+    MonotonicAcrossDataLoss,
+    /// The backend cannot issue trustworthy fences; [`LockGuard::fence`](crate::LockGuard::fence)
+    /// is still returned but must not be used to fence writes.
+    None,
+}
+
+/// What a backend can promise. The registry and the conformance suite consult it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Fencing guarantee.
+    pub fencing: Fencing,
+    /// Waiters are woken by a release notification (otherwise they only poll).
+    pub notifies_release: bool,
+    /// Remote waiters are served in arrival order.
+    pub fifo: bool,
+    /// Locks exclude other processes (false only for `memory`).
+    pub cross_process: bool,
+}
+
+impl Capabilities {
+    /// The capabilities of a plain compare-and-set store without notifications.
+    pub const fn basic() -> Self {
+        Capabilities {
+            fencing: Fencing::Monotonic,
+            notifies_release: false,
+            fifo: false,
+            cross_process: true,
+        }
+    }
+}
+
+/// One lease to renew in a batch.
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    /// The lock.
+    pub name: LockName,
+    /// The owner token it was acquired with.
+    pub token: Token,
+    /// The new lease, counted from when the server applies it.
+    pub lease: Duration,
+}
+
+/// The atomic operations a coordination service offers to the registry.
+///
+/// Implementations hold no per-lock state of their own beyond what the server needs: the
+/// registry owns the local lock, tokens, deadlines, renewal and loss detection. Every method is
+/// one (or a few pipelined) round trips and must be atomic on the server.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// A short name for errors and logs: `memory`, `redis`, `sqlite`, ...
+    fn kind(&self) -> &'static str;
+
+    /// What this backend can promise.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt to take the lock for `token` with the given lease. Never waits for the lock.
+    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt>;
+
+    /// Frees the lock if and only if it is held with `token`, and wakes waiters.
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released>;
+
+    /// Resets the lease if and only if the lock is still held with `token`; `Ok(false)` when it
+    /// is not (expired, deleted, taken by someone else).
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool>;
+
+    /// Extends many leases at once. The default runs [`Backend::extend`] for each concurrently;
+    /// backends that can batch (a Redis pipeline, one SQL statement) override it.
+    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        futures_util::future::join_all(
+            batch.iter().map(|r| self.extend(&r.name, r.token, r.lease)),
+        )
+        .await
+    }
+
+    /// Starts listening for releases of `name`. The subscription must be active when this
+    /// returns, so that a release after it is never missed. The default never fires: waiters
+    /// fall back to polling.
+    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+        let _ = name;
+        Ok(ReleaseSubscription::never())
+    }
+
+    /// Reads the current state of a lock without changing it: `None` when free.
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
+}
+
+/// A wake-up source shared by all subscribers of one lock name.
+#[derive(Debug, Default)]
+pub struct ReleaseSignal {
+    generation: AtomicU64,
+    notify: Notify,
+}
+
+impl ReleaseSignal {
+    /// Wakes every subscription of this signal.
+    pub fn fire(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+}
+
+/// A subscription to the releases of one lock. [`released`](Self::released) completes once for
+/// every release that happened after the subscription was made (several releases between two
+/// calls count once).
+pub struct ReleaseSubscription {
+    signal: Option<Arc<ReleaseSignal>>,
+    seen: u64,
+    _keep: Option<Box<dyn Send + Sync>>,
+}
+
+impl fmt::Debug for ReleaseSubscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseSubscription").field("active", &self.signal.is_some()).finish()
+    }
+}
+
+impl ReleaseSubscription {
+    /// A subscription that never fires (backends without notifications).
+    pub fn never() -> Self {
+        ReleaseSubscription { signal: None, seen: 0, _keep: None }
+    }
+
+    /// A subscription to `signal`; `keep` is dropped with the subscription (a reference count
+    /// that lets the backend unsubscribe when nobody listens any more).
+    pub fn new(signal: Arc<ReleaseSignal>, keep: Option<Box<dyn Send + Sync>>) -> Self {
+        let seen = signal.generation.load(Ordering::Acquire);
+        ReleaseSubscription { signal: Some(signal), seen, _keep: keep }
+    }
+
+    /// Completes when the lock may have been released since the last call (or since the
+    /// subscription was made). Pending forever for [`never`](Self::never).
+    pub async fn released(&mut self) {
+        let Some(signal) = self.signal.clone() else {
+            return std::future::pending().await;
+        };
+        loop {
+            let notified = signal.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = signal.generation.load(Ordering::Acquire);
+            if now != self.seen {
+                self.seen = now;
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Release signals by channel name with subscriber counts: the bookkeeping every notifying
+/// backend needs (which channels to listen on, whom to wake when a message arrives).
+#[derive(Debug, Default)]
+pub struct ReleaseSignals {
+    map: Mutex<HashMap<String, (Arc<ReleaseSignal>, Arc<()>)>>,
+}
+
+impl ReleaseSignals {
+    /// Subscribes to `channel`. The boolean is true when the channel had no live subscription
+    /// entry yet, so the backend must start listening on the server before returning.
+    pub fn subscribe(&self, channel: &str) -> (ReleaseSubscription, bool) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let (entry, fresh) = match map.get(channel) {
+            Some(e) => (e.clone(), false),
+            None => {
+                let e = (Arc::new(ReleaseSignal::default()), Arc::new(()));
+                map.insert(channel.to_owned(), e.clone());
+                (e, true)
+            }
+        };
+        (ReleaseSubscription::new(entry.0, Some(Box::new(entry.1))), fresh)
+    }
+
+    /// Wakes the subscribers of `channel`, if any.
+    pub fn fire(&self, channel: &str) {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((signal, _)) = map.get(channel) {
+            signal.fire();
+        }
+    }
+
+    /// Whether `channel` currently has a live subscription entry.
+    pub fn is_subscribed(&self, channel: &str) -> bool {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.contains_key(channel)
+    }
+
+    /// Forgets channels that nobody has listened to since the last call, once more than
+    /// `keep_idle` idle channels have accumulated, and returns them so the backend can stop
+    /// listening on the server.
+    pub fn take_idle(&self, keep_idle: usize) -> Vec<String> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = map.values().filter(|(_, rc)| Arc::strong_count(rc) == 1).count();
+        if idle <= keep_idle {
+            return Vec::new();
+        }
+        let names: Vec<String> = map
+            .iter()
+            .filter(|(_, (_, rc))| Arc::strong_count(rc) == 1)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for n in &names {
+            map.remove(n);
+        }
+        names
+    }
+
+    /// Wakes every subscriber and returns the channels that still have listeners: after a
+    /// reconnect the server forgot them, so the backend subscribes again and waiters re-check.
+    pub fn fire_all(&self) -> Vec<String> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for (signal, _) in map.values() {
+            signal.fire();
+        }
+        map.keys().cloned().collect()
+    }
+}

@@ -1,0 +1,132 @@
+//! In-process backend: locks exclude tasks of one process only. The default for tests and for
+//! programs that run as a single instance.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::backend::{
+    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals, ReleaseSubscription,
+    Released, Token,
+};
+use crate::error::Result;
+
+#[derive(Debug)]
+struct Entry {
+    token: Option<Token>,
+    expires: Instant,
+    fence: u64,
+}
+
+/// Locks in this process's memory, with the same lease and fencing behaviour as the remote
+/// backends. Build it with [`MemoryBackend::new`] or the URL `memory://`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// use distlock::{LockRegistry, backends::memory::MemoryBackend};
+/// let registry = LockRegistry::new(MemoryBackend::new());
+/// let guard = registry.obtain("job:nightly")?.lock().await?;
+/// assert!(guard.is_held());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryBackend {
+    locks: Mutex<HashMap<LockName, Entry>>,
+    signals: ReleaseSignals,
+}
+
+impl MemoryBackend {
+    /// An empty in-memory lock table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn channel(name: &LockName) -> String {
+        format!("{}:{}", name.prefix(), name.key())
+    }
+
+    /// Deletes a lock whoever holds it, as an operator (or a fault) would. Returns whether it existed.
+    pub fn force_delete(&self, name: &LockName) -> bool {
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let existed = map.get_mut(name).and_then(|e| e.token.take()).is_some();
+        drop(map);
+        self.signals.fire(&Self::channel(name));
+        existed
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::Monotonic,
+            notifies_release: true,
+            fifo: false,
+            cross_process: false,
+        }
+    }
+
+    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+        let now = Instant::now();
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map.entry(name.clone()).or_insert(Entry { token: None, expires: now, fence: 0 });
+        if entry.token.is_some() && entry.expires > now {
+            return Ok(Attempt::Busy { retry_after: Some(entry.expires - now) });
+        }
+        entry.token = Some(token);
+        entry.expires = now + lease;
+        entry.fence += 1;
+        Ok(Attempt::Acquired { fence: entry.fence })
+    }
+
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        let now = Instant::now();
+        let was_held = {
+            let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            match map.get_mut(name) {
+                Some(e) if e.token == Some(token) && e.expires > now => {
+                    e.token = None;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if was_held {
+            self.signals.fire(&Self::channel(name));
+        }
+        Ok(Released { was_held, contended: false })
+    }
+
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let now = Instant::now();
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get_mut(name) {
+            Some(e) if e.token == Some(token) && e.expires > now => {
+                e.expires = now + lease;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+        Ok(self.signals.subscribe(&Self::channel(name)).0)
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let now = Instant::now();
+        let map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(map.get(name).and_then(|e| {
+            (e.token.is_some() && e.expires > now)
+                .then(|| LockInfo { fence: Some(e.fence), remaining: Some(e.expires - now) })
+        }))
+    }
+}

@@ -1,0 +1,475 @@
+//! Redis backend, single node: the layout of Spring Integration's `RedisLockRegistry`, so that
+//! Java services and distlock exclude each other on the same keys.
+//!
+//! | what | layout |
+//! |---|---|
+//! | lock | STRING `<prefix>:<key>` holding the owner token, with a `PX` lease; taken by `SET NX PX` |
+//! | release | compare-and-delete script that publishes `<prefix>:<key>` on channel `<prefix>-channel` |
+//! | fence | counter in the lock key's hash slot: `max(last + 1, server time in µs)` |
+//!
+//! Any client of the common `SET key token NX PX` protocol (Spring, redis-py's `Lock`,
+//! redsync) is excluded by and excludes distlock. Because the fence also follows the server's
+//! clock, it keeps increasing after a restart that lost all data (as long as the server's
+//! clock does not step back).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::aio::{MultiplexedConnection, PubSubSink};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
+
+use crate::backend::{
+    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals, ReleaseSubscription,
+    Released, Renewal, Token,
+};
+use crate::error::{Error, Result};
+
+const KIND: &str = "redis";
+
+/// KEYS: lock, fence, contention marker. ARGV: token, lease ms.
+/// Returns {1, fence} when acquired, {0, pttl} when busy (and marks the lock contended).
+const ACQUIRE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local f = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+  if now > f then f = now end
+  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+  return {1, f}
+end
+redis.call('SET', KEYS[3], '1', 'PX', 1000)
+return {0, redis.call('PTTL', KEYS[1])}
+";
+
+/// KEYS: lock, contention marker. ARGV: token, channel.
+/// Returns 0 when not held by token, 1 when released, 2 when released and contended.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  return 1 + redis.call('DEL', KEYS[2])
+end
+return 0
+";
+
+/// KEYS: lock. ARGV: token, lease ms.
+const EXTEND: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+";
+
+/// KEYS: lock, fence. Returns {pttl, fence}.
+const INSPECT: &str = r"
+return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '-1')}
+";
+
+/// Connection settings of [`RedisBackend`].
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// Time allowed to establish a connection (default 5 s).
+    pub connect_timeout: Duration,
+    /// Time allowed for one reply (default 5 s).
+    pub response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Locks on one Redis server (`redis://[user:pass@]host:port[/db]`, or `rediss://` for TLS).
+pub struct RedisBackend {
+    client: redis::Client,
+    target: String,
+    config: AsyncConnectionConfig,
+    conn: Mutex<Option<MultiplexedConnection>>,
+    scripts: Scripts,
+    signals: Arc<ReleaseSignals>,
+    pubsub: tokio::sync::Mutex<PubSub>,
+}
+
+struct Scripts {
+    acquire: Script,
+    release: Script,
+    extend: Script,
+    inspect: Script,
+}
+
+#[derive(Default)]
+struct PubSub {
+    sink: Option<PubSubSink>,
+    channels: HashSet<String>,
+    alive: Option<Weak<()>>,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend").field("server", &self.target).finish()
+    }
+}
+
+fn map_err(e: RedisError) -> Error {
+    let text = e.to_string();
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || text.contains("WRONGPASS")
+        || text.contains("NOAUTH")
+        || text.contains("NOPERM")
+    {
+        return Error::backend(KIND, format!("authentication or permission failed: {text}"));
+    }
+    if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || text.contains("LOADING")
+        || text.contains("BUSY")
+        || text.contains("TRYAGAIN")
+        || text.contains("MASTERDOWN")
+    {
+        return Error::unavailable(KIND, text);
+    }
+    Error::backend(KIND, text)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl RedisBackend {
+    /// Connects to the server named by `url` with default options. Fails with
+    /// [`Error::InvalidConfig`] on a malformed URL, [`Error::Backend`] on a wrong password and
+    /// [`Error::Unavailable`] when the server cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects with explicit options.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
+        match parsed.scheme() {
+            "redis" | "rediss" => {}
+            s => return Err(Error::config(format!("redis URL scheme {s:?}: expected redis or rediss"))),
+        }
+        let host = parsed.host_str().unwrap_or("");
+        if host.is_empty() {
+            return Err(Error::config(format!("redis URL {:?}: the host is missing", crate::redact(url))));
+        }
+        let path = parsed.path().trim_start_matches('/');
+        if !path.is_empty() && path.parse::<u16>().is_err() {
+            return Err(Error::config(format!(
+                "redis URL {:?}: the database {path:?} is not a number",
+                crate::redact(url)
+            )));
+        }
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
+        let target = format!("{}://{}:{}/{}", parsed.scheme(), host, parsed.port().unwrap_or(6379), path);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout));
+        let backend = RedisBackend {
+            client,
+            target,
+            config,
+            conn: Mutex::new(None),
+            scripts: Scripts {
+                acquire: Script::new(ACQUIRE),
+                release: Script::new(RELEASE),
+                extend: Script::new(EXTEND),
+                inspect: Script::new(INSPECT),
+            },
+            signals: Arc::new(ReleaseSignals::default()),
+            pubsub: tokio::sync::Mutex::new(PubSub::default()),
+        };
+        // Connect now, so that a wrong address or password is reported by `connect`.
+        let mut con = backend.connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut con).await.map_err(map_err)?;
+        Ok(backend)
+    }
+
+    async fn connection(&self) -> Result<MultiplexedConnection> {
+        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await
+            .map_err(map_err)?;
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs one call; a broken connection is dropped so that the next call reconnects.
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let con = self.connection().await?;
+        match f(con).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout() {
+                    *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                Err(map_err(e))
+            }
+        }
+    }
+
+    fn lock_key(name: &LockName) -> String {
+        format!("{}:{}", name.prefix(), name.key())
+    }
+
+    fn channel(name: &LockName) -> String {
+        format!("{}-channel", name.prefix())
+    }
+
+    async fn ensure_listening(&self, channel: &str) -> Result<()> {
+        let mut ps = self.pubsub.lock().await;
+        let dead = ps.alive.as_ref().is_none_or(|w| w.strong_count() == 0);
+        if dead {
+            let pubsub = self.client.get_async_pubsub().await.map_err(map_err)?;
+            let (sink, mut stream) = pubsub.split();
+            let alive = Arc::new(());
+            ps.alive = Some(Arc::downgrade(&alive));
+            ps.sink = Some(sink);
+            ps.channels.clear();
+            let signals = Arc::downgrade(&self.signals);
+            tokio::spawn(async move {
+                let _alive = alive;
+                while let Some(msg) = stream.next().await {
+                    let Some(signals) = signals.upgrade() else { return };
+                    if let Ok(key) = msg.get_payload::<String>() {
+                        signals.fire(&key);
+                    }
+                }
+                // The connection is gone: wake every waiter so it re-checks (and resubscribes).
+                if let Some(signals) = signals.upgrade() {
+                    signals.fire_all();
+                }
+            });
+        }
+        if !ps.channels.contains(channel) {
+            let sink = ps.sink.as_mut().ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
+            if let Err(e) = sink.subscribe(channel).await {
+                ps.alive = None;
+                return Err(map_err(e));
+            }
+            ps.channels.insert(channel.to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Redis Cluster's hash slot of a key (CRC16/XMODEM of the hash tag, or of the whole key).
+fn hash_slot(key: &[u8]) -> u16 {
+    crc16(hash_tag(key).unwrap_or(key)) % 16384
+}
+
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &key[open + 1..open + 1 + close])
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
+}
+
+/// A key for `kind` bookkeeping that lives in the same hash slot as `lock_key` (so scripts
+/// touching both work on Redis Cluster) and cannot collide with a `<prefix>:<key>` lock key.
+fn sibling_key(lock_key: &str, kind: &str) -> String {
+    let bytes = lock_key.as_bytes();
+    if let Some(tag) = hash_tag(bytes) {
+        let tag = String::from_utf8_lossy(tag);
+        return format!("{{{tag}}}:{kind}:{lock_key}");
+    }
+    if !lock_key.contains('}') {
+        return format!("{{{lock_key}}}:{kind}");
+    }
+    // A key with a stray '}' and no hash tag: find a short tag that hashes to the same slot.
+    let slot = hash_slot(bytes);
+    let alphabet = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    for a in alphabet {
+        for b in alphabet {
+            for c in alphabet {
+                let tag = [*a, *b, *c];
+                if crc16(&tag) % 16384 == slot {
+                    let tag = String::from_utf8_lossy(&tag);
+                    return format!("{{{tag}}}:{kind}:{lock_key}");
+                }
+            }
+        }
+    }
+    format!("{{{}}}:{kind}:{lock_key}", slot) // unreachable in practice: 46 656 tags cover all slots
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::MonotonicAcrossDataLoss,
+            notifies_release: true,
+            fifo: false,
+            cross_process: true,
+        }
+    }
+
+    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+        let key = Self::lock_key(name);
+        let fence_key = sibling_key(&key, "fence");
+        let marker = sibling_key(&key, "waiting");
+        let token = token.to_string();
+        let (ok, value): (i64, i64) = self
+            .run(|mut con| async move {
+                self.scripts
+                    .acquire
+                    .key(&key)
+                    .key(&fence_key)
+                    .key(&marker)
+                    .arg(&token)
+                    .arg(ms(lease))
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        if ok == 1 {
+            let fence = u64::try_from(value)
+                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
+            Ok(Attempt::Acquired { fence })
+        } else {
+            // PTTL -1 means a foreign client set the key without expiry; -2 that it just vanished.
+            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
+            Ok(Attempt::Busy { retry_after })
+        }
+    }
+
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        let key = Self::lock_key(name);
+        let marker = sibling_key(&key, "waiting");
+        let channel = Self::channel(name);
+        let token = token.to_string();
+        let r: i64 = self
+            .run(|mut con| async move {
+                self.scripts
+                    .release
+                    .key(&key)
+                    .key(&marker)
+                    .arg(&token)
+                    .arg(&channel)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(Released { was_held: r >= 1, contended: r >= 2 })
+    }
+
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let key = Self::lock_key(name);
+        let token = token.to_string();
+        let r: i64 = self
+            .run(|mut con| async move {
+                self.scripts.extend.key(&key).arg(&token).arg(ms(lease)).invoke_async(&mut con).await
+            })
+            .await?;
+        Ok(r == 1)
+    }
+
+    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        if batch.len() == 1 {
+            return vec![self.extend(&batch[0].name, batch[0].token, batch[0].lease).await];
+        }
+        // One pipeline for the whole batch; EVAL keeps it independent of the script cache.
+        let mut pipe = redis::pipe();
+        for r in batch {
+            pipe.cmd("EVAL")
+                .arg(EXTEND)
+                .arg(1)
+                .arg(Self::lock_key(&r.name))
+                .arg(r.token.to_string())
+                .arg(ms(r.lease));
+        }
+        let res: Result<Vec<i64>> = self
+            .run(|mut con| async move { pipe.query_async(&mut con).await })
+            .await;
+        match res {
+            Ok(v) if v.len() == batch.len() => v.into_iter().map(|n| Ok(n == 1)).collect(),
+            Ok(_) => batch.iter().map(|_| Err(Error::backend(KIND, "short pipeline reply"))).collect(),
+            Err(e) => {
+                let msg = e.to_string();
+                let retry = e.is_retryable();
+                batch
+                    .iter()
+                    .map(|_| Err(if retry { Error::unavailable(KIND, msg.clone()) } else { Error::backend(KIND, msg.clone()) }))
+                    .collect()
+            }
+        }
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+        let (sub, _) = self.signals.subscribe(&Self::lock_key(name));
+        self.ensure_listening(&Self::channel(name)).await?;
+        Ok(sub)
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let key = Self::lock_key(name);
+        let fence_key = sibling_key(&key, "fence");
+        let (pttl, fence): (i64, i64) = self
+            .run(|mut con| async move {
+                self.scripts.inspect.key(&key).key(&fence_key).invoke_async(&mut con).await
+            })
+            .await?;
+        if pttl == -2 {
+            return Ok(None);
+        }
+        Ok(Some(LockInfo {
+            fence: u64::try_from(fence).ok(),
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_matches_redis_reference_value() {
+        // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn sibling_keys_share_the_lock_keys_slot() {
+        for key in ["lock:voucher:42", "lock:{user}:1", "lock:a}b", "lock:{}x}", "lock:ünï cødé/1"] {
+            let sib = sibling_key(key, "fence");
+            assert_eq!(hash_slot(key.as_bytes()), hash_slot(sib.as_bytes()), "{key} vs {sib}");
+            assert!(!sib.starts_with("lock:"), "{sib} could collide with a lock key");
+        }
+    }
+}

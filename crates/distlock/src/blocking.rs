@@ -1,0 +1,218 @@
+//! A synchronous facade for code without an async runtime, with Java-style reentrant
+//! `lock()` / `unlock()` per thread.
+//!
+//! ```
+//! use distlock::blocking::LockRegistry;
+//! use distlock::backends::memory::MemoryBackend;
+//!
+//! let registry = LockRegistry::new(MemoryBackend::new())?;
+//! let lock = registry.obtain("nightly-job")?;
+//! lock.lock()?;
+//! lock.lock()?; // reentrant: the same thread may lock again...
+//! assert_eq!(lock.hold_count(), 2);
+//! lock.unlock()?;
+//! lock.unlock()?; // ...and unlocks as often
+//! assert!(!lock.is_held_by_current_thread());
+//! # Ok::<(), distlock::Error>(())
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::registry::RegistryOptions;
+
+/// The reentrant hold of one key: which thread owns it and how often it locked.
+pub(crate) struct Reentrant {
+    thread: ThreadId,
+    count: u32,
+    guard: LockGuard,
+}
+
+/// A [`crate::LockRegistry`] driven by its own small runtime (one worker thread that also runs
+/// lease renewal), for synchronous code. Must not be used from inside an async task.
+#[derive(Clone)]
+pub struct LockRegistry {
+    inner: crate::LockRegistry,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl fmt::Debug for LockRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("blocking::LockRegistry").field(&self.inner).finish()
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("distlock-blocking")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::config(format!("cannot start the runtime: {e}")))
+}
+
+fn not_in_async() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::Unsupported {
+            backend: "blocking",
+            what: "the blocking API inside an async runtime (use the async API there)".into(),
+        });
+    }
+    Ok(())
+}
+
+impl LockRegistry {
+    /// A registry over `backend` with default options.
+    pub fn new(backend: impl Backend) -> Result<Self> {
+        Self::with_options(backend, RegistryOptions::default())
+    }
+
+    /// A registry over `backend` with `options`.
+    pub fn with_options(backend: impl Backend, options: RegistryOptions) -> Result<Self> {
+        not_in_async()?;
+        let rt = runtime()?;
+        let inner = {
+            let _enter = rt.enter();
+            crate::LockRegistry::with_options(backend, options)?
+        };
+        Ok(LockRegistry { inner, rt: Arc::new(rt) })
+    }
+
+    /// Connects to the backend named by `url` (see [`crate::connect`]).
+    pub fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
+        not_in_async()?;
+        let rt = runtime()?;
+        let inner = rt.block_on(crate::LockRegistry::connect(url, options))?;
+        Ok(LockRegistry { inner, rt: Arc::new(rt) })
+    }
+
+    /// The lock for `key`.
+    pub fn obtain(&self, key: &str) -> Result<Lock> {
+        Ok(Lock { lock: self.inner.obtain(key)?, rt: self.rt.clone() })
+    }
+
+    /// See [`crate::LockRegistry::expire_unused_older_than`].
+    pub fn expire_unused_older_than(&self, age: Duration) -> usize {
+        self.inner.expire_unused_older_than(age)
+    }
+
+    /// The async registry underneath.
+    pub fn as_async(&self) -> &crate::LockRegistry {
+        &self.inner
+    }
+}
+
+/// A reentrant lock for synchronous code: the thread that holds it may lock it again and must
+/// unlock it as often. Other threads wait (locally first, then remotely).
+#[derive(Clone)]
+pub struct Lock {
+    lock: crate::Lock,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("blocking::Lock").field(&self.lock).finish()
+    }
+}
+
+impl Lock {
+    /// Blocks until this thread holds the lock (at once if it already does).
+    pub fn lock(&self) -> Result<()> {
+        self.acquire(|l| Box::pin(l.lock())).map(|_| ())
+    }
+
+    /// Takes the lock if it is free now; `Ok(false)` when busy.
+    pub fn try_lock(&self) -> Result<bool> {
+        self.acquire(|l| Box::pin(l.try_lock()))
+    }
+
+    /// Waits at most `timeout`; `Ok(false)` when the lock stayed busy.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<bool> {
+        self.acquire(move |l| Box::pin(l.try_lock_for(timeout)))
+    }
+
+    fn acquire<F>(&self, f: F) -> Result<bool>
+    where
+        F: for<'a> FnOnce(
+            &'a crate::Lock,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<LockGuard>> + Send + 'a>>,
+    {
+        not_in_async()?;
+        let me = std::thread::current().id();
+        {
+            let mut re = self.lock.slot_reentrant();
+            if let Some(r) = re.as_mut().filter(|r| r.thread == me) {
+                r.guard.ensure_held()?;
+                r.count = r
+                    .count
+                    .checked_add(1)
+                    .ok_or_else(|| Error::config("reentrant hold count overflow"))?;
+                return Ok(true);
+            }
+        }
+        let guard = match self.rt.block_on(f(&self.lock)) {
+            Ok(g) => g,
+            Err(Error::NotAcquired { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        *self.lock.slot_reentrant() = Some(Reentrant { thread: me, count: 1, guard });
+        Ok(true)
+    }
+
+    /// Undoes one `lock()` of this thread; the last one releases the lock. Fails with
+    /// [`Error::NotHeld`] when this thread does not hold it and with [`Error::LockLost`] when it
+    /// was lost meanwhile.
+    pub fn unlock(&self) -> Result<()> {
+        not_in_async()?;
+        let me = std::thread::current().id();
+        let guard = {
+            let mut re = self.lock.slot_reentrant();
+            match re.as_mut() {
+                Some(r) if r.thread == me => {
+                    r.count -= 1;
+                    if r.count > 0 {
+                        return Ok(());
+                    }
+                    re.take().map(|r| r.guard)
+                }
+                _ => None,
+            }
+        };
+        match guard {
+            Some(g) => self.rt.block_on(g.release()),
+            None => Err(Error::NotHeld { key: self.lock.key().to_owned() }),
+        }
+    }
+
+    /// Whether the calling thread holds the lock (and it is not lost).
+    pub fn is_held_by_current_thread(&self) -> bool {
+        let me = std::thread::current().id();
+        self.lock
+            .slot_reentrant()
+            .as_ref()
+            .is_some_and(|r| r.thread == me && r.guard.is_held())
+    }
+
+    /// How often the calling thread has locked without unlocking (0 when it does not hold it).
+    pub fn hold_count(&self) -> u32 {
+        let me = std::thread::current().id();
+        self.lock.slot_reentrant().as_ref().filter(|r| r.thread == me).map_or(0, |r| r.count)
+    }
+
+    /// The fence of the current hold, when the calling thread holds the lock.
+    pub fn fence(&self) -> Option<u64> {
+        let me = std::thread::current().id();
+        self.lock.slot_reentrant().as_ref().filter(|r| r.thread == me).map(|r| r.guard.fence())
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        self.lock.key()
+    }
+}

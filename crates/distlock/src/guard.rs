@@ -1,0 +1,236 @@
+//! [`LockGuard`]: proof of holding a lock, with its fence, the lost-lock signal, extension and
+//! release.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::Token;
+use crate::error::{Error, Result};
+use crate::registry::{check_lease, Inner, Slot, SlotState};
+use crate::renewal::Hold;
+
+/// A held lock. Obtained from [`Lock::lock`](crate::Lock::lock) and friends.
+///
+/// While the guard lives, the registry's renewal task extends its lease at about a third of
+/// the lease. If the lock is nevertheless lost (the lease ran out unconfirmed, or somebody
+/// deleted it on the server), [`is_held`](Self::is_held) turns false, [`lost`](Self::lost)
+/// completes, and every operation returns [`Error::LockLost`].
+///
+/// Give the lock back with [`release`](Self::release), which reports whether it was still held.
+///
+/// # Drop
+/// Dropping the guard never blocks. It stops renewal at once. If a local task is waiting for
+/// the same key, the remote hold passes straight to it; otherwise, when a Tokio runtime is
+/// running, the lock is released on the server by a background task (the next local waiter
+/// starts after that release completes). Without a runtime nothing can be sent: the lock stays
+/// taken on the server until its lease expires.
+#[must_use = "dropping the guard releases the lock (in the background) at once"]
+pub struct LockGuard {
+    slot: Arc<Slot>,
+    registry: Arc<Inner>,
+    local: Option<OwnedMutexGuard<SlotState>>,
+    hold: Arc<Hold>,
+    fence: u64,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.slot.name)
+            .field("fence", &self.fence)
+            .field("held", &self.hold.is_held())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        slot: Arc<Slot>,
+        registry: Arc<Inner>,
+        local: OwnedMutexGuard<SlotState>,
+        hold: Arc<Hold>,
+        fence: u64,
+    ) -> Self {
+        LockGuard { slot, registry, local: Some(local), hold, fence }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        self.slot.name.key()
+    }
+
+    /// The fencing token of this acquisition: larger than that of every earlier holder of the
+    /// key (see [`Capabilities::fencing`](crate::Capabilities) for how far a backend promises
+    /// this). Pass it with every write the lock protects and let the storage reject writes
+    /// with a smaller fence than it has seen: that is what stops a holder that was paused past
+    /// its lease. The backend's own fence is `fence() >> 10`; the low 10 bits count local
+    /// handoffs of one remote hold.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The owner token of the remote hold.
+    pub fn token(&self) -> Token {
+        self.hold.token
+    }
+
+    /// True while the lock is held: not reported lost and its lease not run out.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// `Ok(())` while held, else [`Error::LockLost`]: a cheap check before a protected write.
+    pub fn ensure_held(&self) -> Result<()> {
+        if self.hold.is_held() {
+            Ok(())
+        } else {
+            Err(self.lost_error())
+        }
+    }
+
+    /// The lease left as far as this client can tell (zero once lost).
+    pub fn remaining(&self) -> Duration {
+        self.hold.remaining()
+    }
+
+    /// Completes when the lock is lost; pending for as long as it is held. Use it in
+    /// `tokio::select!` to stop work that must not outlive the lock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// # use distlock::{LockRegistry, backends::memory::MemoryBackend};
+    /// # let registry = LockRegistry::new(MemoryBackend::new());
+    /// let guard = registry.obtain("report")?.lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => eprintln!("lock lost: stop writing"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let hold = self.hold.clone();
+        async move { hold.lost().await }
+    }
+
+    /// Sets the lease to `lease` from now, owner-checked on the server, and renews at that
+    /// lease from then on.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        check_lease(lease)?;
+        self.ensure_held()?;
+        let sent = Instant::now();
+        let ok = self
+            .registry
+            .backend
+            .extend(&self.hold.name, self.hold.token, lease)
+            .instrument(tracing::debug_span!("distlock.extend", key = %self.key()))
+            .await?;
+        if ok {
+            self.hold.confirm(sent, lease);
+            Ok(())
+        } else {
+            self.hold.mark_lost("extension found it gone");
+            Err(self.lost_error())
+        }
+    }
+
+    /// Gives the lock back. `Ok(())` when it was still held; [`Error::LockLost`] when it had
+    /// been lost meanwhile (nothing is then released: somebody else may hold it).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before completion, the lock is still released (in the
+    /// background when the remote release had not started).
+    pub async fn release(mut self) -> Result<()> {
+        let span = tracing::debug_span!("distlock.release", key = %self.key(), fence = self.fence);
+        let Some((local, hold)) = self.give_up() else {
+            return Ok(()); // handed to a local waiter
+        };
+        async move {
+            if !hold.is_held() {
+                // Our token may still be on the server if only the client-side clock ran out.
+                self.registry.release_in_background(hold.name.clone(), hold.token);
+                drop(local);
+                return Err(self.lost_error());
+            }
+            let res = release_remote(&self.registry, local, &hold).await;
+            match res {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(self.lost_error()),
+                Err(e) => Err(e),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn lost_error(&self) -> Error {
+        Error::LockLost { key: self.key().to_owned() }
+    }
+
+    /// Ends this guard's ownership. Returns the local lock and the remote hold when the hold
+    /// must be released remotely, `None` when it passed to a local waiter.
+    fn give_up(&mut self) -> Option<(OwnedMutexGuard<SlotState>, Arc<Hold>)> {
+        let mut local = self.local.take()?;
+        let hold = self.hold.clone();
+        let max = self.registry.opts_max_local_handoffs();
+        let pass_on = self.slot.waiters.load(Ordering::SeqCst) > 0
+            && hold.local_seq.load(Ordering::Acquire) < max
+            && hold.is_held()
+            && hold.remaining() > hold.lease() / 3;
+        if pass_on {
+            drop(local);
+            // The waiter we counted may have left meanwhile; then the hold is nobody's.
+            self.slot.release_orphaned_hold(&self.registry);
+            return None;
+        }
+        local.hold = None;
+        self.registry.renewer.deregister(&hold);
+        Some((local, hold))
+    }
+}
+
+/// Releases `hold` on the server, then lets the next local waiter in. Returns whether it was
+/// still held.
+async fn release_remote(
+    registry: &Inner,
+    mut local: OwnedMutexGuard<SlotState>,
+    hold: &Hold,
+) -> Result<bool> {
+    let released = registry.backend.release(&hold.name, hold.token).await?;
+    if released.contended {
+        let grace = registry.opts_contended_release_grace();
+        if !grace.is_zero() {
+            local.yield_until = Some(Instant::now() + grace);
+        }
+    }
+    drop(local);
+    Ok(released.was_held)
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some((local, hold)) = self.give_up() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let registry = self.registry.clone();
+                rt.spawn(async move {
+                    if let Err(e) = release_remote(&registry, local, &hold).await {
+                        tracing::debug!(lock = ?hold.name, error = %e, "release on drop failed; the lease will expire");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::debug!(lock = ?hold.name, "guard dropped outside a runtime; the lease will expire");
+            }
+        }
+    }
+}

@@ -1,0 +1,651 @@
+//! [`LockRegistry`] and [`Lock`]: handles cached by key, the local lock taken before the remote
+//! one, and acquisition with deadlines, notifications and cancel safety.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{Attempt, Backend, LockInfo, LockName, ReleaseSubscription, Token};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::renewal::{compose_fence, Hold, Renewer, LOCAL_SEQ_BITS};
+
+/// Shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// Longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+/// How a [`LockRegistry`] behaves. Build with [`RegistryOptions::default`] and the setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::RegistryOptions;
+/// let opts = RegistryOptions::default().prefix("billing").lease(Duration::from_secs(10));
+/// assert_eq!(opts.get_prefix(), "billing");
+/// ```
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    prefix: String,
+    lease: Duration,
+    renew: bool,
+    max_local_handoffs: u32,
+    max_cached_locks: usize,
+    max_poll_interval: Option<Duration>,
+    contended_release_grace: Duration,
+    client_id: String,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        RegistryOptions {
+            prefix: "lock".into(),
+            lease: Duration::from_secs(30),
+            renew: true,
+            max_local_handoffs: 32,
+            max_cached_locks: 10_000,
+            max_poll_interval: None,
+            contended_release_grace: Duration::from_millis(5),
+            client_id: Token::random().to_string(),
+        }
+    }
+}
+
+impl RegistryOptions {
+    /// Namespace of every key (default `lock`; Redis keys are `<prefix>:<key>`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// Default lease of a remote hold (default 30 s); a [`Lock`] may override it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+    /// Renew leases while guards live (default true). Without renewal a hold ends with its lease.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+    /// How many times in a row a remote hold may pass straight to a local waiter before it is
+    /// released remotely so that other processes get their turn (default 32, at most 1023).
+    pub fn max_local_handoffs(mut self, n: u32) -> Self {
+        self.max_local_handoffs = n;
+        self
+    }
+    /// Bound of the handle cache (default 10 000). Held locks are never evicted; idle handles
+    /// are, oldest first, when the bound is reached.
+    pub fn max_cached_locks(mut self, n: usize) -> Self {
+        self.max_cached_locks = n;
+        self
+    }
+    /// Longest pause between two attempts of a waiter that has not been notified. Default:
+    /// 500 ms on backends that notify releases (polling only catches expiry there), 50 ms on
+    /// the others.
+    pub fn max_poll_interval(mut self, d: Duration) -> Self {
+        self.max_poll_interval = Some(d);
+        self
+    }
+    /// After releasing a lock that others were waiting for, how long this registry lets them
+    /// go first before contending for it again (default 5 ms). Zero allows barging.
+    pub fn contended_release_grace(mut self, d: Duration) -> Self {
+        self.contended_release_grace = d;
+        self
+    }
+    /// Identifies this registry in logs and in backends that record the owner (default random).
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+    /// The prefix.
+    pub fn get_prefix(&self) -> &str {
+        &self.prefix
+    }
+    /// The default lease.
+    pub fn get_lease(&self) -> Duration {
+        self.lease
+    }
+    /// The client id.
+    pub fn get_client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    fn validate(&self) -> Result<()> {
+        check_lease(self.lease)?;
+        if self.prefix.is_empty() || self.prefix.len() > 256 || self.prefix.contains('\0') {
+            return Err(Error::config("the prefix must be 1 to 256 bytes without NUL"));
+        }
+        if self.max_local_handoffs >= 1 << LOCAL_SEQ_BITS {
+            return Err(Error::config(format!(
+                "max_local_handoffs must be below {}",
+                1 << LOCAL_SEQ_BITS
+            )));
+        }
+        if self.max_cached_locks == 0 {
+            return Err(Error::config("max_cached_locks must be at least 1"));
+        }
+        if let Some(p) = self.max_poll_interval {
+            if p.is_zero() {
+                return Err(Error::config("max_poll_interval must be positive"));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease < MIN_LEASE || lease > MAX_LEASE {
+        return Err(Error::config(format!(
+            "lease {lease:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Hands out [`Lock`] handles by key over one backend.
+///
+/// A registry is cheap to clone (all clones share the handle cache, the local locks and the
+/// renewal task). Within one registry only one task at a time contends remotely for a key: the
+/// others wait in a local FIFO queue, and a remote hold may pass directly to the next local
+/// waiter (at most `max_local_handoffs` times in a row).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// use distlock::{LockRegistry, backends::memory::MemoryBackend};
+/// let registry = LockRegistry::new(MemoryBackend::new());
+/// let lock = registry.obtain("voucher:42")?;
+/// let guard = lock.lock().await?;
+/// println!("fence {}", guard.fence());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockRegistry {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) opts: RegistryOptions,
+    prefix: Arc<str>,
+    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    pub(crate) renewer: Arc<Renewer>,
+    epoch: Instant,
+}
+
+impl fmt::Debug for LockRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRegistry")
+            .field("backend", &self.inner.backend)
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+/// Per-key state shared by all handles and guards of one key in one registry.
+pub(crate) struct Slot {
+    pub(crate) name: LockName,
+    pub(crate) state: Arc<tokio::sync::Mutex<SlotState>>,
+    pub(crate) waiters: AtomicUsize,
+    last_used_ms: AtomicU64,
+    /// Owner thread and count of the blocking facade's reentrant hold.
+    pub(crate) reentrant: Mutex<Option<crate::blocking::Reentrant>>,
+}
+
+/// What the local lock protects: the remote hold that may pass between local guards.
+#[derive(Default)]
+pub(crate) struct SlotState {
+    pub(crate) hold: Option<Arc<Hold>>,
+    /// Until then this registry lets remote waiters go first (see `contended_release_grace`).
+    pub(crate) yield_until: Option<Instant>,
+}
+
+impl LockRegistry {
+    /// A registry over `backend` with default options.
+    pub fn new(backend: impl Backend) -> Self {
+        Self::from_backend(Arc::new(backend), RegistryOptions::default())
+            .expect("default options are valid")
+    }
+
+    /// A registry over `backend` with `options`; fails on invalid options.
+    pub fn with_options(backend: impl Backend, options: RegistryOptions) -> Result<Self> {
+        Self::from_backend(Arc::new(backend), options)
+    }
+
+    /// A registry over a shared backend.
+    pub fn from_backend(backend: Arc<dyn Backend>, options: RegistryOptions) -> Result<Self> {
+        options.validate()?;
+        let renewer = Arc::new(Renewer::new(backend.clone(), options.renew));
+        Ok(LockRegistry {
+            inner: Arc::new(Inner {
+                prefix: Arc::from(options.prefix.as_str()),
+                backend,
+                opts: options,
+                slots: Mutex::new(HashMap::new()),
+                renewer,
+                epoch: Instant::now(),
+            }),
+        })
+    }
+
+    /// Connects to the backend named by `url` (see [`crate::connect`]) and builds a registry.
+    pub async fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
+        Self::from_backend(crate::url::connect(url).await?, options)
+    }
+
+    /// The lock handle for `key`. Cheap: handles are cached, and all handles of one key in one
+    /// registry share one local lock. Fails only on an invalid key.
+    pub fn obtain(&self, key: &str) -> Result<Lock> {
+        let inner = &self.inner;
+        let mut slots = inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match slots.get(key) {
+            Some(s) => s.clone(),
+            None => {
+                let name = LockName::new(inner.prefix.clone(), key)?;
+                if slots.len() >= inner.opts.max_cached_locks {
+                    evict_idle(&mut slots, inner.opts.max_cached_locks - inner.opts.max_cached_locks / 10);
+                }
+                let slot = Arc::new(Slot {
+                    name,
+                    state: Arc::new(tokio::sync::Mutex::new(SlotState::default())),
+                    waiters: AtomicUsize::new(0),
+                    last_used_ms: AtomicU64::new(0),
+                    reentrant: Mutex::new(None),
+                });
+                slots.insert(Arc::from(key), slot.clone());
+                slot
+            }
+        };
+        drop(slots);
+        slot.last_used_ms.store(inner.now_ms(), Ordering::Relaxed);
+        Ok(Lock { slot, registry: inner.clone(), lease: inner.opts.lease })
+    }
+
+    /// Drops cached handles that are idle (not held, not waited for, not referenced outside the
+    /// registry) and were last obtained or locked longer than `age` ago. Returns how many.
+    pub fn expire_unused_older_than(&self, age: Duration) -> usize {
+        let now = self.inner.now_ms();
+        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let before = slots.len();
+        slots.retain(|_, s| {
+            !(s.is_idle() && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= age_ms)
+        });
+        before - slots.len()
+    }
+
+    /// How many lock handles are cached.
+    pub fn cached_locks(&self) -> usize {
+        self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RegistryOptions {
+        &self.inner.opts
+    }
+}
+
+fn evict_idle(slots: &mut HashMap<Arc<str>, Arc<Slot>>, target: usize) {
+    let mut idle: Vec<(u64, Arc<str>)> = slots
+        .iter()
+        .filter(|(_, s)| s.is_idle())
+        .map(|(k, s)| (s.last_used_ms.load(Ordering::Relaxed), k.clone()))
+        .collect();
+    idle.sort_unstable();
+    let excess = slots.len().saturating_sub(target);
+    for (_, k) in idle.into_iter().take(excess) {
+        slots.remove(&k);
+    }
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn max_poll(&self) -> Duration {
+        self.opts.max_poll_interval.unwrap_or_else(|| {
+            if self.backend.capabilities().notifies_release {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_millis(50)
+            }
+        })
+    }
+
+    /// Gives a remote hold back in the background (cancelled acquisitions, stale holds).
+    pub(crate) fn release_in_background(&self, name: LockName, token: Token) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let backend = self.backend.clone();
+            rt.spawn(async move {
+                if let Err(e) = backend.release(&name, token).await {
+                    tracing::debug!(lock = ?name, error = %e, "background release failed; the lease will expire");
+                }
+            });
+        }
+    }
+}
+
+impl Slot {
+    /// Only the cache refers to it and nobody holds or waits for it.
+    fn is_idle(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) == 1
+            && self.waiters.load(Ordering::SeqCst) == 0
+            && self.state.try_lock().map(|s| s.hold.is_none()).unwrap_or(false)
+    }
+
+    /// Releases a remote hold left for a local waiter who then gave up. Called by whoever saw
+    /// the last waiter leave; the double check (waiter count, then the local lock) means that
+    /// of the leaving waiter and the handing-off guard at least one finds it.
+    pub(crate) fn release_orphaned_hold(self: &Arc<Self>, registry: &Inner) {
+        if self.waiters.load(Ordering::SeqCst) != 0 {
+            return;
+        }
+        if let Ok(mut state) = self.state.clone().try_lock_owned() {
+            if let Some(hold) = state.hold.take() {
+                registry.renewer.deregister(&hold);
+                registry.release_in_background(hold.name.clone(), hold.token);
+            }
+        }
+    }
+}
+
+/// A handle on one key of a [`LockRegistry`]. Cheap to clone; all handles of a key share one
+/// local lock.
+#[derive(Clone)]
+pub struct Lock {
+    slot: Arc<Slot>,
+    registry: Arc<Inner>,
+    lease: Duration,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock").field("name", &self.slot.name).field("lease", &self.lease).finish()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Wait {
+    No,
+    Until(Instant),
+    Forever,
+}
+
+impl Wait {
+    fn deadline(self) -> Option<Instant> {
+        match self {
+            Wait::No => Some(Instant::now()),
+            Wait::Until(d) => Some(d),
+            Wait::Forever => None,
+        }
+    }
+}
+
+impl Lock {
+    /// The key.
+    pub fn key(&self) -> &str {
+        self.slot.name.key()
+    }
+
+    /// The lease that acquisitions through this handle ask for.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The same lock with another lease for the acquisitions made through the returned handle.
+    /// Fails when the lease is shorter than 10 ms or longer than a day.
+    pub fn with_lease(&self, lease: Duration) -> Result<Lock> {
+        check_lease(lease)?;
+        Ok(Lock { lease, ..self.clone() })
+    }
+
+    /// Waits until the lock is acquired, however long that takes.
+    ///
+    /// The async API is not reentrant: a task that calls `lock` while it holds a guard of the
+    /// same key waits for itself (use [`try_lock_for`](Self::try_lock_for) to bound that, or
+    /// pass the guard along). The [`blocking`](crate::blocking) facade is reentrant per thread.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves no waiter entry behind and no lock held (a remote
+    /// acquisition that was in flight is given back in the background).
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(Wait::Forever).await
+    }
+
+    /// Takes the lock if it is free right now, else fails with [`Error::NotAcquired`]. Makes one
+    /// remote attempt at most.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<LockGuard> {
+        self.acquire(Wait::No).await
+    }
+
+    /// Waits at most `timeout` for the lock, else fails with [`Error::NotAcquired`]. Transient
+    /// backend errors are retried within the timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock_for(&self, timeout: Duration) -> Result<LockGuard> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.acquire(Wait::Until(deadline)).await,
+            None => self.acquire(Wait::Forever).await,
+        }
+    }
+
+    pub(crate) fn slot_reentrant(&self) -> std::sync::MutexGuard<'_, Option<crate::blocking::Reentrant>> {
+        self.slot.reentrant.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the lock's state on the backend: `None` when nobody holds it.
+    pub async fn inspect(&self) -> Result<Option<LockInfo>> {
+        self.registry.backend.inspect(&self.slot.name).await
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
+        let span = tracing::debug_span!("distlock.acquire", key = %self.slot.name.key());
+        async move {
+            let started = Instant::now();
+            self.slot.last_used_ms.store(self.registry.now_ms(), Ordering::Relaxed);
+            let local = self.lock_local(wait, started).await?;
+            self.acquire_remote(local, wait, started).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn not_acquired(&self, started: Instant) -> Error {
+        Error::NotAcquired { key: self.key().to_owned(), waited: started.elapsed() }
+    }
+
+    async fn lock_local(&self, wait: Wait, started: Instant) -> Result<OwnedMutexGuard<SlotState>> {
+        let state = self.slot.state.clone();
+        if let Ok(g) = state.clone().try_lock_owned() {
+            return Ok(g);
+        }
+        if let Wait::No = wait {
+            return Err(self.not_acquired(started));
+        }
+        let _waiting = WaiterEntry::new(&self.slot, &self.registry);
+        match wait.deadline() {
+            None => Ok(state.lock_owned().await),
+            Some(d) => tokio::time::timeout_at(d, state.lock_owned())
+                .await
+                .map_err(|_| self.not_acquired(started)),
+        }
+    }
+
+    async fn acquire_remote(
+        &self,
+        mut local: OwnedMutexGuard<SlotState>,
+        wait: Wait,
+        started: Instant,
+    ) -> Result<LockGuard> {
+        let reg = &self.registry;
+        if let Some(hold) = local.hold.clone() {
+            // Lock cohorting: take over the remote hold the previous local holder left us,
+            // provided enough of its lease is left to be worth it.
+            if hold.is_held() && hold.remaining() > hold.lease() / 3 {
+                let seq = hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1;
+                let fence = compose_fence(hold.backend_fence, seq);
+                return Ok(LockGuard::new(self.slot.clone(), reg.clone(), local, hold, fence));
+            }
+            local.hold = None;
+            reg.renewer.deregister(&hold);
+            reg.release_in_background(hold.name.clone(), hold.token);
+        }
+
+        let backend = &reg.backend;
+        let name = &self.slot.name;
+        let deadline = wait.deadline();
+        let token = Token::random();
+        let max_poll = reg.max_poll();
+        let notifies = backend.capabilities().notifies_release;
+        let mut sub: Option<ReleaseSubscription> = None;
+        let mut poll = Duration::from_millis(2).min(max_poll);
+        let mut error_backoff = Duration::from_millis(20);
+
+        // Having just released a lock others were waiting for, let one of them have it first.
+        if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
+            let until = deadline.map_or(until, |d| d.min(until));
+            if notifies {
+                if let Ok(mut s) = backend.subscribe(name).await {
+                    let _ = tokio::time::timeout_at(until, s.released()).await;
+                    sub = Some(s);
+                }
+            } else {
+                tokio::time::sleep_until(until).await;
+            }
+        }
+
+        loop {
+            let sent = Instant::now();
+            let in_flight = InFlight { registry: reg, name, token, armed: true };
+            let attempt = backend.try_acquire(name, token, self.lease).await;
+            in_flight.disarm();
+            let retry_after = match attempt {
+                Ok(Attempt::Acquired { fence: backend_fence }) => {
+                    let hold = Arc::new(Hold::new(name.clone(), token, backend_fence, self.lease, sent));
+                    reg.renewer.register(hold.clone());
+                    local.hold = Some(hold.clone());
+                    let fence = compose_fence(backend_fence, 0);
+                    tracing::debug!(fence, waited = ?started.elapsed(), "acquired");
+                    return Ok(LockGuard::new(self.slot.clone(), reg.clone(), local, hold, fence));
+                }
+                Ok(Attempt::Busy { retry_after }) => retry_after,
+                Err(e) => {
+                    let now = Instant::now();
+                    match deadline {
+                        Some(d) if e.is_retryable() && now + error_backoff < d => {
+                            tracing::debug!(error = %e, "acquire attempt failed; retrying");
+                            tokio::time::sleep(error_backoff).await;
+                            error_backoff = (error_backoff * 2).min(Duration::from_secs(1));
+                            continue;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.not_acquired(started));
+            }
+            if notifies && sub.is_none() {
+                // Subscribe, then try again at once: a release between the failed attempt and
+                // the subscription would otherwise go unnoticed until the next poll.
+                sub = Some(backend.subscribe(name).await?);
+                continue;
+            }
+            // Without a notification, poll: soon at first, then backing off, never later than
+            // the holder's lease says the lock could be free.
+            let mut delay = poll;
+            if let Some(r) = retry_after {
+                delay = delay.max(Duration::from_millis(1)).min(r + Duration::from_millis(1));
+            }
+            let delay = jitter(delay.min(max_poll));
+            poll = (poll * 2).min(max_poll);
+            let wake_at = deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
+            let span = tracing::trace_span!("distlock.wait", delay = ?delay);
+            async {
+                match sub.as_mut() {
+                    Some(s) => {
+                        let _ = tokio::time::timeout_at(wake_at, s.released()).await;
+                    }
+                    None => tokio::time::sleep_until(wake_at).await,
+                }
+            }
+            .instrument(span)
+            .await;
+        }
+    }
+}
+
+fn jitter(d: Duration) -> Duration {
+    let f: f64 = rand::random_range(0.8..1.2);
+    d.mul_f64(f)
+}
+
+/// Counts a local waiter for as long as it waits; the last one to leave cleans up an orphaned
+/// remote hold.
+struct WaiterEntry<'a> {
+    slot: &'a Arc<Slot>,
+    registry: &'a Inner,
+}
+
+impl<'a> WaiterEntry<'a> {
+    fn new(slot: &'a Arc<Slot>, registry: &'a Inner) -> Self {
+        slot.waiters.fetch_add(1, Ordering::SeqCst);
+        WaiterEntry { slot, registry }
+    }
+}
+
+impl Drop for WaiterEntry<'_> {
+    fn drop(&mut self) {
+        if self.slot.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.slot.release_orphaned_hold(self.registry);
+        }
+    }
+}
+
+/// Armed while a remote attempt is in flight: if the future is dropped there, the attempt may
+/// have succeeded on the server, so the token is released (owner-checked, harmless otherwise).
+struct InFlight<'a> {
+    registry: &'a Inner,
+    name: &'a LockName,
+    token: Token,
+    armed: bool,
+}
+
+impl InFlight<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.registry.release_in_background(self.name.clone(), self.token);
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn opts_max_local_handoffs(&self) -> u32 {
+        self.opts.max_local_handoffs
+    }
+
+    pub(crate) fn opts_contended_release_grace(&self) -> Duration {
+        self.opts.contended_release_grace
+    }
+}

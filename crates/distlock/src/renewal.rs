@@ -1,0 +1,263 @@
+//! One renewal task per registry: keeps every remote hold's lease alive at about a third of the
+//! lease, in batches, and marks holds lost when the backend denies them or their lease runs out.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{Backend, LockName, Renewal, Token};
+
+/// Bits of a fence reserved for local handoffs within one remote hold (lock cohorting).
+pub(crate) const LOCAL_SEQ_BITS: u32 = 10;
+
+/// The composite fence: the backend's fence in the high bits, the local handoff number below.
+pub(crate) fn compose_fence(backend_fence: u64, local_seq: u32) -> u64 {
+    backend_fence.saturating_mul(1 << LOCAL_SEQ_BITS) | u64::from(local_seq)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    lease: Duration,
+    /// Until when the server keeps the lease for sure: measured from before the request that
+    /// set it was sent, so the client errs on the early side.
+    valid_until: Instant,
+    next_renewal: Instant,
+}
+
+/// One remote acquisition (one owner token), possibly passed between several local guards.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub(crate) id: u64,
+    pub(crate) name: LockName,
+    pub(crate) token: Token,
+    pub(crate) backend_fence: u64,
+    pub(crate) local_seq: AtomicU32,
+    times: Mutex<Times>,
+    lost: AtomicBool,
+    released: AtomicBool,
+    lost_notify: Notify,
+}
+
+static NEXT_HOLD_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Hold {
+    pub(crate) fn new(
+        name: LockName,
+        token: Token,
+        backend_fence: u64,
+        lease: Duration,
+        sent: Instant,
+    ) -> Self {
+        Hold {
+            id: NEXT_HOLD_ID.fetch_add(1, Ordering::Relaxed),
+            name,
+            token,
+            backend_fence,
+            local_seq: AtomicU32::new(0),
+            times: Mutex::new(Times {
+                lease,
+                valid_until: sent + lease,
+                next_renewal: sent + lease / 3,
+            }),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+        }
+    }
+
+    fn times(&self) -> Times {
+        *self.times.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        self.times().lease
+    }
+
+    /// The lease left as far as the client can tell (zero once lost).
+    pub(crate) fn remaining(&self) -> Duration {
+        if self.lost.load(Ordering::Acquire) {
+            return Duration::ZERO;
+        }
+        self.times().valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// True while the hold is neither lost nor past its lease.
+    pub(crate) fn is_held(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return false;
+        }
+        if Instant::now() >= self.times().valid_until {
+            self.mark_lost("lease ran out before a renewal confirmed it");
+            return false;
+        }
+        true
+    }
+
+    /// Records a confirmed extension sent at `sent` with `lease`.
+    pub(crate) fn confirm(&self, sent: Instant, lease: Duration) {
+        let mut t = self.times.lock().unwrap_or_else(|e| e.into_inner());
+        t.lease = lease;
+        t.valid_until = sent + lease;
+        t.next_renewal = sent + lease / 3;
+    }
+
+    fn retry_renewal_at(&self, at: Instant) {
+        let mut t = self.times.lock().unwrap_or_else(|e| e.into_inner());
+        t.next_renewal = at.min(t.valid_until);
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(lock = ?self.name, fence = self.backend_fence, "lock lost: {why}");
+            self.lost_notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Completes once the hold is lost (denied by the backend, or its lease ran out).
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.is_held() {
+                return;
+            }
+            let until = self.times().valid_until;
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+}
+
+/// The per-registry renewal task's shared state.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    backend: Arc<dyn Backend>,
+    renew: bool,
+    holds: Mutex<HashMap<u64, Arc<Hold>>>,
+    wake: Arc<Notify>,
+    started: AtomicBool,
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Renewer {
+    pub(crate) fn new(backend: Arc<dyn Backend>, renew: bool) -> Self {
+        Renewer {
+            backend,
+            renew,
+            holds: Mutex::new(HashMap::new()),
+            wake: Arc::new(Notify::new()),
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts watching `hold`: renewing it (when renewal is on) and marking it lost when its
+    /// lease runs out unconfirmed. Needs a Tokio runtime (the caller runs in one).
+    pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner()).insert(hold.id, hold);
+        if !self.started.swap(true, Ordering::AcqRel) {
+            let weak = Arc::downgrade(self);
+            let wake = self.wake.clone();
+            tokio::spawn(run(weak, wake).instrument(tracing::debug_span!("distlock.renewal")));
+        }
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn deregister(&self, hold: &Hold) {
+        hold.mark_released();
+        self.holds.lock().unwrap_or_else(|e| e.into_inner()).remove(&hold.id);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// One pass: renews what is due, marks what expired; returns when to look again.
+    async fn pass(&self) -> Instant {
+        let now = Instant::now();
+        let mut next = now + Duration::from_secs(60);
+        let mut due = Vec::new();
+        {
+            let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+            holds.retain(|_, h| {
+                if !h.is_held() {
+                    return false;
+                }
+                let t = h.times();
+                // Renew a little early so that holds due close together share one batch.
+                let slack = (t.lease / 10).min(Duration::from_secs(1));
+                if self.renew && now + slack >= t.next_renewal {
+                    due.push(h.clone());
+                } else if self.renew {
+                    next = next.min(t.next_renewal);
+                }
+                next = next.min(t.valid_until);
+                true
+            });
+        }
+        if due.is_empty() {
+            return next;
+        }
+        let batch: Vec<Renewal> = due
+            .iter()
+            .map(|h| Renewal { name: h.name.clone(), token: h.token, lease: h.lease() })
+            .collect();
+        // A renewal that cannot finish before the earliest lease in the batch ends is useless:
+        // stop waiting for it then, so the loss is reported on time.
+        let deadline = due.iter().map(|h| h.times().valid_until).min().unwrap_or(now);
+        let sent = Instant::now();
+        let span = tracing::debug_span!("distlock.renew", locks = batch.len());
+        let results = tokio::time::timeout_at(deadline, self.backend.extend_many(&batch))
+            .instrument(span)
+            .await;
+        let after = Instant::now();
+        for (i, hold) in due.iter().enumerate() {
+            match results.as_ref().map(|v| v.get(i)) {
+                Ok(Some(Ok(true))) => hold.confirm(sent, batch[i].lease),
+                Ok(Some(Ok(false))) => hold.mark_lost("the backend no longer has it for this owner"),
+                Ok(Some(Err(e))) => {
+                    tracing::debug!(lock = ?hold.name, error = %e, "renewal failed; retrying");
+                    hold.retry_renewal_at(after + retry_delay(hold));
+                }
+                Ok(None) | Err(_) => hold.retry_renewal_at(after + retry_delay(hold)),
+            }
+        }
+        Instant::now()
+    }
+}
+
+fn retry_delay(hold: &Hold) -> Duration {
+    (hold.remaining() / 4).clamp(Duration::from_millis(5), Duration::from_secs(1))
+}
+
+async fn run(weak: Weak<Renewer>, wake: Arc<Notify>) {
+    loop {
+        let Some(renewer) = weak.upgrade() else { return };
+        let next = renewer.pass().await;
+        drop(renewer);
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep_until(next) => {}
+        }
+    }
+}

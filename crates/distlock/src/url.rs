@@ -1,0 +1,75 @@
+//! A backend from a URL: the one place that knows every scheme.
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+/// The URL schemes this build understands, for error messages and `--help`.
+pub const SCHEMES: &[&str] = &[
+    "memory://",
+    "sqlite:///abs/path.db",
+    "redis://[user:pass@]host:port[/db]",
+    "rediss://[user:pass@]host:port[/db]",
+];
+
+/// Connects to the backend named by `url`:
+///
+/// | URL | backend | feature |
+/// |---|---|---|
+/// | `memory://` | in this process | `memory` |
+/// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
+/// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
+///
+/// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong; a scheme this
+/// build does not support is an [`Error::Unsupported`]. Passwords never appear in errors.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let backend = distlock::connect("memory://").await?;
+/// assert_eq!(backend.kind(), "memory");
+/// assert!(distlock::connect("nosuch://x").await.is_err());
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    let scheme = match url.split_once("://") {
+        Some((s, _)) if !s.is_empty() => s.to_ascii_lowercase(),
+        _ => {
+            return Err(Error::config(format!(
+                "backend URL {:?} has no scheme; expected one of {}",
+                redact(url),
+                SCHEMES.join(", ")
+            )))
+        }
+    };
+    match scheme.as_str() {
+        #[cfg(feature = "memory")]
+        "memory" => Ok(Arc::new(crate::backends::memory::MemoryBackend::new())),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(crate::backends::sqlite::SqliteBackend::from_url(url)?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Arc::new(crate::backends::redis::RedisBackend::connect(url).await?)),
+        other => Err(Error::Unsupported {
+            backend: "url",
+            what: format!(
+                "scheme {other:?} (this build supports {})",
+                SCHEMES.join(", ")
+            ),
+        }),
+    }
+}
+
+/// The URL with any password replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        Err(_) => match (url.find("://"), url.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+            _ => url.to_owned(),
+        },
+    }
+}
