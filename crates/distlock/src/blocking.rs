@@ -34,7 +34,8 @@ pub(crate) struct Reentrant {
 }
 
 /// A [`crate::LockRegistry`] driven by its own small runtime (one worker thread that also runs
-/// lease renewal), for synchronous code. Must not be used from inside an async task.
+/// lease renewal), for synchronous code (threads of your own, or `spawn_blocking`); async code uses the
+/// async API.
 #[derive(Clone)]
 pub struct LockRegistry {
     inner: crate::LockRegistry,
@@ -56,14 +57,20 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::config(format!("cannot start the runtime: {e}")))
 }
 
-fn not_in_async() -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(Error::Unsupported {
-            backend: "blocking",
-            what: "the blocking API inside an async runtime (use the async API there)".into(),
-        });
-    }
-    Ok(())
+/// Runs `fut` on the facade's runtime and blocks the calling thread until it completes.
+/// Works from any thread (also from `spawn_blocking`); on an async worker thread it would
+/// stall that worker, so async code uses the async API instead.
+fn wait<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().unwrap_or_else(|_| {
+        Err(Error::Unsupported { backend: "blocking", what: "the runtime shut down".into() })
+    })
 }
 
 impl LockRegistry {
@@ -74,7 +81,6 @@ impl LockRegistry {
 
     /// A registry over `backend` with `options`.
     pub fn with_options(backend: impl Backend, options: RegistryOptions) -> Result<Self> {
-        not_in_async()?;
         let rt = runtime()?;
         let inner = {
             let _enter = rt.enter();
@@ -83,11 +89,21 @@ impl LockRegistry {
         Ok(LockRegistry { inner, rt: Arc::new(rt) })
     }
 
+    /// A registry over a shared backend.
+    pub fn from_backend(backend: Arc<dyn Backend>, options: RegistryOptions) -> Result<Self> {
+        let rt = runtime()?;
+        let inner = {
+            let _enter = rt.enter();
+            crate::LockRegistry::from_backend(backend, options)?
+        };
+        Ok(LockRegistry { inner, rt: Arc::new(rt) })
+    }
+
     /// Connects to the backend named by `url` (see [`crate::connect`]).
     pub fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
-        not_in_async()?;
         let rt = runtime()?;
-        let inner = rt.block_on(crate::LockRegistry::connect(url, options))?;
+        let url = url.to_owned();
+        let inner = wait(&rt, async move { crate::LockRegistry::connect(&url, options).await })?;
         Ok(LockRegistry { inner, rt: Arc::new(rt) })
     }
 
@@ -124,26 +140,20 @@ impl fmt::Debug for Lock {
 impl Lock {
     /// Blocks until this thread holds the lock (at once if it already does).
     pub fn lock(&self) -> Result<()> {
-        self.acquire(|l| Box::pin(l.lock())).map(|_| ())
+        self.acquire(None).map(|_| ())
     }
 
     /// Takes the lock if it is free now; `Ok(false)` when busy.
     pub fn try_lock(&self) -> Result<bool> {
-        self.acquire(|l| Box::pin(l.try_lock()))
+        self.acquire(Some(Duration::ZERO))
     }
 
     /// Waits at most `timeout`; `Ok(false)` when the lock stayed busy.
     pub fn try_lock_for(&self, timeout: Duration) -> Result<bool> {
-        self.acquire(move |l| Box::pin(l.try_lock_for(timeout)))
+        self.acquire(Some(timeout))
     }
 
-    fn acquire<F>(&self, f: F) -> Result<bool>
-    where
-        F: for<'a> FnOnce(
-            &'a crate::Lock,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<LockGuard>> + Send + 'a>>,
-    {
-        not_in_async()?;
+    fn acquire(&self, timeout: Option<Duration>) -> Result<bool> {
         let me = std::thread::current().id();
         {
             let mut re = self.lock.slot_reentrant();
@@ -156,7 +166,15 @@ impl Lock {
                 return Ok(true);
             }
         }
-        let guard = match self.rt.block_on(f(&self.lock)) {
+        let lock = self.lock.clone();
+        let acquired = wait(&self.rt, async move {
+            match timeout {
+                None => lock.lock().await,
+                Some(t) if t.is_zero() => lock.try_lock().await,
+                Some(t) => lock.try_lock_for(t).await,
+            }
+        });
+        let guard = match acquired {
             Ok(g) => g,
             Err(Error::NotAcquired { .. }) => return Ok(false),
             Err(e) => return Err(e),
@@ -169,7 +187,6 @@ impl Lock {
     /// [`Error::NotHeld`] when this thread does not hold it and with [`Error::LockLost`] when it
     /// was lost meanwhile.
     pub fn unlock(&self) -> Result<()> {
-        not_in_async()?;
         let me = std::thread::current().id();
         let guard = {
             let mut re = self.lock.slot_reentrant();
@@ -185,7 +202,7 @@ impl Lock {
             }
         };
         match guard {
-            Some(g) => self.rt.block_on(g.release()),
+            Some(g) => wait(&self.rt, g.release()),
             None => Err(Error::NotHeld { key: self.lock.key().to_owned() }),
         }
     }

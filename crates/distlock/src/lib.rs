@@ -11,6 +11,8 @@ mod url;
 
 pub use backend::*;
 pub use error::{Error, Result};
+#[cfg(feature = "conformance")]
+pub mod conformance;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub use guard::LockGuard;
