@@ -75,7 +75,10 @@ impl LockName {
     /// Builds a name after checking the key (non-empty, at most [`MAX_KEY_LEN`] bytes, no NUL).
     pub fn new(prefix: impl Into<Arc<str>>, key: &str) -> Result<Self> {
         validate_key(key)?;
-        Ok(LockName { prefix: prefix.into(), key: Arc::from(key) })
+        Ok(LockName {
+            prefix: prefix.into(),
+            key: Arc::from(key),
+        })
     }
 
     /// The registry's prefix, such as `lock`.
@@ -224,10 +227,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Extends many leases at once. The default runs [`Backend::extend`] for each concurrently;
     /// backends that can batch (a Redis pipeline, one SQL statement) override it.
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        futures_util::future::join_all(
-            batch.iter().map(|r| self.extend(&r.name, r.token, r.lease)),
-        )
-        .await
+        futures_util::future::join_all(batch.iter().map(|r| self.extend(&r.name, r.token, r.lease)))
+            .await
     }
 
     /// Starts listening for releases of `name`. The subscription must be active when this
@@ -268,21 +269,31 @@ pub struct ReleaseSubscription {
 
 impl fmt::Debug for ReleaseSubscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReleaseSubscription").field("active", &self.signal.is_some()).finish()
+        f.debug_struct("ReleaseSubscription")
+            .field("active", &self.signal.is_some())
+            .finish()
     }
 }
 
 impl ReleaseSubscription {
     /// A subscription that never fires (backends without notifications).
     pub fn never() -> Self {
-        ReleaseSubscription { signal: None, seen: 0, _keep: None }
+        ReleaseSubscription {
+            signal: None,
+            seen: 0,
+            _keep: None,
+        }
     }
 
     /// A subscription to `signal`; `keep` is dropped with the subscription (a reference count
     /// that lets the backend unsubscribe when nobody listens any more).
     pub fn new(signal: Arc<ReleaseSignal>, keep: Option<Box<dyn Send + Sync>>) -> Self {
         let seen = signal.generation.load(Ordering::Acquire);
-        ReleaseSubscription { signal: Some(signal), seen, _keep: keep }
+        ReleaseSubscription {
+            signal: Some(signal),
+            seen,
+            _keep: keep,
+        }
     }
 
     /// Completes when the lock may have been released since the last call (or since the
@@ -309,8 +320,11 @@ impl ReleaseSubscription {
 /// backend needs (which channels to listen on, whom to wake when a message arrives).
 #[derive(Debug, Default)]
 pub struct ReleaseSignals {
-    map: Mutex<HashMap<String, (Arc<ReleaseSignal>, Arc<()>)>>,
+    map: Mutex<HashMap<String, SignalEntry>>,
 }
+
+/// A channel's signal and its subscriber count (the `Arc`'s strong count minus one).
+type SignalEntry = (Arc<ReleaseSignal>, Arc<()>);
 
 impl ReleaseSignals {
     /// Subscribes to `channel`. The boolean is true when the channel had no live subscription
@@ -325,7 +339,10 @@ impl ReleaseSignals {
                 (e, true)
             }
         };
-        (ReleaseSubscription::new(entry.0, Some(Box::new(entry.1))), fresh)
+        (
+            ReleaseSubscription::new(entry.0, Some(Box::new(entry.1))),
+            fresh,
+        )
     }
 
     /// Wakes the subscribers of `channel`, if any.
@@ -347,7 +364,10 @@ impl ReleaseSignals {
     /// listening on the server.
     pub fn take_idle(&self, keep_idle: usize) -> Vec<String> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let idle = map.values().filter(|(_, rc)| Arc::strong_count(rc) == 1).count();
+        let idle = map
+            .values()
+            .filter(|(_, rc)| Arc::strong_count(rc) == 1)
+            .count();
         if idle <= keep_idle {
             return Vec::new();
         }

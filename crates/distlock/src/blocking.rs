@@ -44,7 +44,9 @@ pub struct LockRegistry {
 
 impl fmt::Debug for LockRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("blocking::LockRegistry").field(&self.inner).finish()
+        f.debug_tuple("blocking::LockRegistry")
+            .field(&self.inner)
+            .finish()
     }
 }
 
@@ -69,7 +71,10 @@ fn wait<T: Send + 'static>(
         let _ = tx.send(fut.await);
     });
     rx.recv().unwrap_or_else(|_| {
-        Err(Error::Unsupported { backend: "blocking", what: "the runtime shut down".into() })
+        Err(Error::Unsupported {
+            backend: "blocking",
+            what: "the runtime shut down".into(),
+        })
     })
 }
 
@@ -86,7 +91,10 @@ impl LockRegistry {
             let _enter = rt.enter();
             crate::LockRegistry::with_options(backend, options)?
         };
-        Ok(LockRegistry { inner, rt: Arc::new(rt) })
+        Ok(LockRegistry {
+            inner,
+            rt: Arc::new(rt),
+        })
     }
 
     /// A registry over a shared backend.
@@ -96,20 +104,31 @@ impl LockRegistry {
             let _enter = rt.enter();
             crate::LockRegistry::from_backend(backend, options)?
         };
-        Ok(LockRegistry { inner, rt: Arc::new(rt) })
+        Ok(LockRegistry {
+            inner,
+            rt: Arc::new(rt),
+        })
     }
 
     /// Connects to the backend named by `url` (see [`crate::connect`]).
     pub fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
         let rt = runtime()?;
         let url = url.to_owned();
-        let inner = wait(&rt, async move { crate::LockRegistry::connect(&url, options).await })?;
-        Ok(LockRegistry { inner, rt: Arc::new(rt) })
+        let inner = wait(&rt, async move {
+            crate::LockRegistry::connect(&url, options).await
+        })?;
+        Ok(LockRegistry {
+            inner,
+            rt: Arc::new(rt),
+        })
     }
 
     /// The lock for `key`.
     pub fn obtain(&self, key: &str) -> Result<Lock> {
-        Ok(Lock { lock: self.inner.obtain(key)?, rt: self.rt.clone() })
+        Ok(Lock {
+            lock: self.inner.obtain(key)?,
+            rt: self.rt.clone(),
+        })
     }
 
     /// See [`crate::LockRegistry::expire_unused_older_than`].
@@ -179,7 +198,11 @@ impl Lock {
             Err(Error::NotAcquired { .. }) => return Ok(false),
             Err(e) => return Err(e),
         };
-        *self.lock.slot_reentrant() = Some(Reentrant { thread: me, count: 1, guard });
+        *self.lock.slot_reentrant() = Some(Reentrant {
+            thread: me,
+            count: 1,
+            guard,
+        });
         Ok(true)
     }
 
@@ -203,7 +226,9 @@ impl Lock {
         };
         match guard {
             Some(g) => wait(&self.rt, g.release()),
-            None => Err(Error::NotHeld { key: self.lock.key().to_owned() }),
+            None => Err(Error::NotHeld {
+                key: self.lock.key().to_owned(),
+            }),
         }
     }
 
@@ -219,13 +244,21 @@ impl Lock {
     /// How often the calling thread has locked without unlocking (0 when it does not hold it).
     pub fn hold_count(&self) -> u32 {
         let me = std::thread::current().id();
-        self.lock.slot_reentrant().as_ref().filter(|r| r.thread == me).map_or(0, |r| r.count)
+        self.lock
+            .slot_reentrant()
+            .as_ref()
+            .filter(|r| r.thread == me)
+            .map_or(0, |r| r.count)
     }
 
     /// The fence of the current hold, when the calling thread holds the lock.
     pub fn fence(&self) -> Option<u64> {
         let me = std::thread::current().id();
-        self.lock.slot_reentrant().as_ref().filter(|r| r.thread == me).map(|r| r.guard.fence())
+        self.lock
+            .slot_reentrant()
+            .as_ref()
+            .filter(|r| r.thread == me)
+            .map(|r| r.guard.fence())
     }
 
     /// The key.

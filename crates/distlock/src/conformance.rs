@@ -46,7 +46,12 @@ impl Harness {
         Fut: Future<Output = crate::Result<Arc<dyn Backend>>> + Send + 'static,
     {
         let factory: Factory = Arc::new(move || Box::pin(factory()));
-        Harness { factory, deleter: None, prefix: random_prefix(), keep: None }
+        Harness {
+            factory,
+            deleter: None,
+            prefix: random_prefix(),
+            keep: None,
+        }
     }
 
     /// Adds a hook that deletes a lock on the server whoever holds it (enables the
@@ -111,7 +116,9 @@ fn short_lease() -> RegistryOptions {
 }
 
 async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| panic!("{what}: took longer than {limit:?}"))
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: took longer than {limit:?}"))
 }
 
 /// Many tasks over four registries increment a non-atomic counter under the lock: no two are
@@ -157,9 +164,18 @@ pub async fn try_lock_fails_fast_when_held(h: &Harness) {
     assert!(matches!(err, Error::NotAcquired { .. }), "got {err:?}");
     let err = a.obtain("k").unwrap().try_lock().await.unwrap_err();
     assert!(matches!(err, Error::NotAcquired { .. }), "got {err:?}");
-    assert!(started.elapsed() < Duration::from_secs(1), "try_lock waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "try_lock waited {:?}",
+        started.elapsed()
+    );
     g.release().await.unwrap();
-    let g = b.obtain("k").unwrap().try_lock().await.expect("free after release");
+    let g = b
+        .obtain("k")
+        .unwrap()
+        .try_lock()
+        .await
+        .expect("free after release");
     g.release().await.unwrap();
 }
 
@@ -169,11 +185,22 @@ pub async fn try_lock_for_honours_deadline(h: &Harness) {
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
-    let err = b.obtain("k").unwrap().try_lock_for(Duration::from_millis(300)).await.unwrap_err();
+    let err = b
+        .obtain("k")
+        .unwrap()
+        .try_lock_for(Duration::from_millis(300))
+        .await
+        .unwrap_err();
     let waited = started.elapsed();
     assert!(matches!(err, Error::NotAcquired { .. }), "got {err:?}");
-    assert!(waited >= Duration::from_millis(290), "gave up early after {waited:?}");
-    assert!(waited < Duration::from_millis(1500), "overran the deadline: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(290),
+        "gave up early after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1500),
+        "overran the deadline: {waited:?}"
+    );
     g.release().await.unwrap();
 }
 
@@ -192,10 +219,19 @@ pub async fn blocking_lock_waits_for_release(h: &Harness) {
     assert!(!waiter.is_finished(), "waiter got a held lock");
     let released = Instant::now();
     g.release().await.unwrap();
-    let acquired = within(Duration::from_secs(5), "waiter after release", waiter).await.unwrap();
+    let acquired = within(Duration::from_secs(5), "waiter after release", waiter)
+        .await
+        .unwrap();
     let reaction = acquired - released;
-    let limit = if h.capabilities().await.notifies_release { 300 } else { 500 };
-    assert!(reaction < Duration::from_millis(limit), "waiter reacted after {reaction:?}");
+    let limit = if h.capabilities().await.notifies_release {
+        300
+    } else {
+        500
+    };
+    assert!(
+        reaction < Duration::from_millis(limit),
+        "waiter reacted after {reaction:?}"
+    );
 }
 
 /// Release and extend with another owner's token change nothing.
@@ -204,26 +240,61 @@ pub async fn release_is_owner_checked(h: &Harness) {
     let name = LockName::new(h.prefix(), "owned").unwrap();
     let (mine, other) = (Token::random(), Token::random());
     let lease = Duration::from_secs(10);
-    assert!(matches!(backend.try_acquire(&name, mine, lease).await.unwrap(), Attempt::Acquired { .. }));
-    assert!(matches!(backend.try_acquire(&name, other, lease).await.unwrap(), Attempt::Busy { .. }));
-    assert!(!backend.release(&name, other).await.unwrap().was_held, "foreign release succeeded");
-    assert!(!backend.extend(&name, other, lease).await.unwrap(), "foreign extend succeeded");
-    assert!(backend.inspect(&name).await.unwrap().is_some(), "lock vanished after foreign release");
+    assert!(matches!(
+        backend.try_acquire(&name, mine, lease).await.unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    assert!(matches!(
+        backend.try_acquire(&name, other, lease).await.unwrap(),
+        Attempt::Busy { .. }
+    ));
+    assert!(
+        !backend.release(&name, other).await.unwrap().was_held,
+        "foreign release succeeded"
+    );
+    assert!(
+        !backend.extend(&name, other, lease).await.unwrap(),
+        "foreign extend succeeded"
+    );
+    assert!(
+        backend.inspect(&name).await.unwrap().is_some(),
+        "lock vanished after foreign release"
+    );
     assert!(backend.extend(&name, mine, lease).await.unwrap());
     assert!(backend.release(&name, mine).await.unwrap().was_held);
-    assert!(backend.inspect(&name).await.unwrap().is_none(), "lock still there after release");
-    assert!(!backend.release(&name, mine).await.unwrap().was_held, "double release succeeded");
+    assert!(
+        backend.inspect(&name).await.unwrap().is_none(),
+        "lock still there after release"
+    );
+    assert!(
+        !backend.release(&name, mine).await.unwrap().was_held,
+        "double release succeeded"
+    );
 }
 
 /// Without renewal a lease ends by itself: another registry gets the lock, and the old guard
 /// knows it is lost.
 pub async fn lease_expiry_frees_lock(h: &Harness) {
-    let a = h.registry_with(RegistryOptions::default().renew(false).lease(Duration::from_millis(300))).await;
+    let a = h
+        .registry_with(
+            RegistryOptions::default()
+                .renew(false)
+                .lease(Duration::from_millis(300)),
+        )
+        .await;
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
-    let g2 = b.obtain("k").unwrap().try_lock_for(Duration::from_secs(3)).await.expect("free after lease");
-    assert!(started.elapsed() >= Duration::from_millis(200), "taken before the lease ended");
+    let g2 = b
+        .obtain("k")
+        .unwrap()
+        .try_lock_for(Duration::from_secs(3))
+        .await
+        .expect("free after lease");
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "taken before the lease ended"
+    );
     assert!(!g.is_held());
     assert!(g2.fence() > g.fence());
     assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
@@ -232,12 +303,17 @@ pub async fn lease_expiry_frees_lock(h: &Harness) {
 
 /// With renewal, a guard keeps the lock well past its lease.
 pub async fn renewal_keeps_lock_past_lease(h: &Harness) {
-    let a = h.registry_with(RegistryOptions::default().lease(Duration::from_millis(300))).await;
+    let a = h
+        .registry_with(RegistryOptions::default().lease(Duration::from_millis(300)))
+        .await;
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(g.is_held(), "lost despite renewal");
-    assert!(matches!(b.obtain("k").unwrap().try_lock().await, Err(Error::NotAcquired { .. })));
+    assert!(matches!(
+        b.obtain("k").unwrap().try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
     g.extend(Duration::from_millis(500)).await.unwrap();
     g.release().await.unwrap();
 }
@@ -254,13 +330,22 @@ pub async fn lost_signal_fires_when_key_deleted(h: &Harness) {
     within(Duration::from_millis(1500), "lost signal", g.lost()).await;
     assert!(!g.is_held());
     assert!(matches!(g.ensure_held(), Err(Error::LockLost { .. })));
-    assert!(matches!(g.extend(Duration::from_secs(1)).await, Err(Error::LockLost { .. })));
+    assert!(matches!(
+        g.extend(Duration::from_secs(1)).await,
+        Err(Error::LockLost { .. })
+    ));
     assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
 }
 
 /// Without renewal, the lost signal fires when the lease runs out.
 pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
-    let a = h.registry_with(RegistryOptions::default().renew(false).lease(Duration::from_millis(200))).await;
+    let a = h
+        .registry_with(
+            RegistryOptions::default()
+                .renew(false)
+                .lease(Duration::from_millis(200)),
+        )
+        .await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
     within(Duration::from_secs(2), "lost signal", g.lost()).await;
@@ -294,11 +379,16 @@ pub async fn fencing_is_monotonic(h: &Harness) {
         }));
     }
     for t in tasks {
-        within(Duration::from_secs(30), "local handoffs", t).await.unwrap();
+        within(Duration::from_secs(30), "local handoffs", t)
+            .await
+            .unwrap();
     }
     let seen = seen.lock().unwrap().clone();
     assert!(seen[0] > last);
-    assert!(seen.windows(2).all(|w| w[1] > w[0]), "fences not increasing: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[1] > w[0]),
+        "fences not increasing: {seen:?}"
+    );
 }
 
 /// The blocking facade is reentrant per thread and excludes other threads.
@@ -306,15 +396,21 @@ pub async fn blocking_facade_is_reentrant(h: &Harness) {
     let backend = h.backend().await;
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = crate::blocking::LockRegistry::from_backend(backend, RegistryOptions::default().prefix(prefix))
-            .unwrap();
+        let reg = crate::blocking::LockRegistry::from_backend(
+            backend,
+            RegistryOptions::default().prefix(prefix),
+        )
+        .unwrap();
         let lock = reg.obtain("re").unwrap();
         lock.lock().unwrap();
         lock.lock().unwrap();
         assert_eq!(lock.hold_count(), 2);
         let other = lock.clone();
         let t = std::thread::spawn(move || other.try_lock_for(Duration::from_millis(100)).unwrap());
-        assert!(!t.join().unwrap(), "another thread entered a held reentrant lock");
+        assert!(
+            !t.join().unwrap(),
+            "another thread entered a held reentrant lock"
+        );
         lock.unlock().unwrap();
         assert!(lock.is_held_by_current_thread());
         lock.unlock().unwrap();
@@ -338,20 +434,41 @@ pub async fn cancelled_acquisitions_leave_nothing_behind(h: &Harness) {
     let b = h.registry().await;
     let g = a.obtain("c").unwrap().lock().await.unwrap();
     // Waiting remotely (b) and locally (a) when cancelled.
-    assert!(tokio::time::timeout(Duration::from_millis(100), b.obtain("c").unwrap().lock()).await.is_err());
-    assert!(tokio::time::timeout(Duration::from_millis(100), a.obtain("c").unwrap().lock()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), b.obtain("c").unwrap().lock())
+            .await
+            .is_err()
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), a.obtain("c").unwrap().lock())
+            .await
+            .is_err()
+    );
     g.release().await.unwrap();
     let c = h.registry().await;
-    let g = within(Duration::from_secs(2), "lock after cancelled waiters", c.obtain("c").unwrap().lock()).await.unwrap();
+    let g = within(
+        Duration::from_secs(2),
+        "lock after cancelled waiters",
+        c.obtain("c").unwrap().lock(),
+    )
+    .await
+    .unwrap();
     g.release().await.unwrap();
     // Cancelled at random points, including while the remote request is in flight.
     for i in 0..40u64 {
         let lock = b.obtain("c").unwrap();
         let _ = tokio::time::timeout(Duration::from_micros(50 * i), lock.lock()).await;
     }
-    let g = within(Duration::from_secs(3), "lock after random cancellations", async {
-        c.obtain("c").unwrap().try_lock_for(Duration::from_secs(2)).await
-    })
+    let g = within(
+        Duration::from_secs(3),
+        "lock after random cancellations",
+        async {
+            c.obtain("c")
+                .unwrap()
+                .try_lock_for(Duration::from_secs(2))
+                .await
+        },
+    )
     .await
     .expect("a cancelled acquisition kept the lock");
     g.release().await.unwrap();
@@ -374,7 +491,9 @@ pub async fn local_waiters_are_fifo(h: &Harness) {
     }
     g.release().await.unwrap();
     for t in tasks {
-        within(Duration::from_secs(10), "queued waiters", t).await.unwrap();
+        within(Duration::from_secs(10), "queued waiters", t)
+            .await
+            .unwrap();
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
 }
@@ -383,14 +502,36 @@ pub async fn local_waiters_are_fifo(h: &Harness) {
 pub async fn odd_keys_are_distinct_locks(h: &Harness) {
     let reg = h.registry().await;
     let long = "x".repeat(crate::MAX_KEY_LEN);
-    let keys = ["a/b", "a:b", "a b", "ünï cødé ✓", "{tag}k", "k}", "'; DROP TABLE x; --", "%", long.as_str()];
+    let keys = [
+        "a/b",
+        "a:b",
+        "a b",
+        "ünï cødé ✓",
+        "{tag}k",
+        "k}",
+        "'; DROP TABLE x; --",
+        "%",
+        long.as_str(),
+    ];
     let mut guards = Vec::new();
     for k in keys {
-        guards.push(reg.obtain(k).unwrap().try_lock().await.unwrap_or_else(|e| panic!("{k:?}: {e}")));
+        guards.push(
+            reg.obtain(k)
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap_or_else(|e| panic!("{k:?}: {e}")),
+        );
     }
     let other = h.registry().await;
     for k in keys {
-        assert!(matches!(other.obtain(k).unwrap().try_lock().await, Err(Error::NotAcquired { .. })), "{k:?}");
+        assert!(
+            matches!(
+                other.obtain(k).unwrap().try_lock().await,
+                Err(Error::NotAcquired { .. })
+            ),
+            "{k:?}"
+        );
         let info = other.obtain(k).unwrap().inspect().await.unwrap();
         assert!(info.is_some(), "{k:?} not visible");
     }
@@ -403,14 +544,29 @@ pub async fn odd_keys_are_distinct_locks(h: &Harness) {
 pub async fn invalid_input_is_rejected(h: &Harness) {
     let reg = h.registry().await;
     assert!(matches!(reg.obtain(""), Err(Error::InvalidKey(_))));
-    assert!(matches!(reg.obtain(&"x".repeat(crate::MAX_KEY_LEN + 1)), Err(Error::InvalidKey(_))));
+    assert!(matches!(
+        reg.obtain(&"x".repeat(crate::MAX_KEY_LEN + 1)),
+        Err(Error::InvalidKey(_))
+    ));
     let lock = reg.obtain("ok").unwrap();
-    assert!(matches!(lock.with_lease(Duration::ZERO), Err(Error::InvalidConfig(_))));
-    assert!(matches!(lock.with_lease(Duration::from_secs(2 * 86_400)), Err(Error::InvalidConfig(_))));
+    assert!(matches!(
+        lock.with_lease(Duration::ZERO),
+        Err(Error::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        lock.with_lease(Duration::from_secs(2 * 86_400)),
+        Err(Error::InvalidConfig(_))
+    ));
     let g = lock.lock().await.unwrap();
-    assert!(matches!(g.extend(Duration::ZERO).await, Err(Error::InvalidConfig(_))));
+    assert!(matches!(
+        g.extend(Duration::ZERO).await,
+        Err(Error::InvalidConfig(_))
+    ));
     g.release().await.unwrap();
-    let bad = LockRegistry::from_backend(h.backend().await, RegistryOptions::default().lease(Duration::ZERO));
+    let bad = LockRegistry::from_backend(
+        h.backend().await,
+        RegistryOptions::default().lease(Duration::ZERO),
+    );
     assert!(matches!(bad, Err(Error::InvalidConfig(_))));
 }
 
@@ -431,25 +587,47 @@ pub async fn unused_handles_expire(h: &Harness) {
 
 /// Thousands of keys held at once by one registry, renewed in batches, all released.
 pub async fn thousands_of_keys_at_once(h: &Harness) {
-    let reg = h.registry_with(RegistryOptions::default().lease(Duration::from_millis(1500))).await;
+    let reg = h
+        .registry_with(RegistryOptions::default().lease(Duration::from_millis(1500)))
+        .await;
     let n = 2000;
     let mut guards = Vec::with_capacity(n);
     for i in 0..n {
-        guards.push(reg.obtain(&format!("many{i}")).unwrap().try_lock().await.unwrap());
+        guards.push(
+            reg.obtain(&format!("many{i}"))
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap(),
+        );
     }
     tokio::time::sleep(Duration::from_millis(1800)).await;
-    assert!(guards.iter().all(|g| g.is_held()), "some of {n} locks were not renewed");
+    assert!(
+        guards.iter().all(|g| g.is_held()),
+        "some of {n} locks were not renewed"
+    );
     let other = h.registry().await;
     assert!(other.obtain("many1999").unwrap().try_lock().await.is_err());
     for g in guards {
         g.release().await.unwrap();
     }
-    other.obtain("many0").unwrap().try_lock().await.unwrap().release().await.unwrap();
+    other
+        .obtain("many0")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Runs one named scenario on `h` in a fresh namespace (used by [`conformance_suite!`]).
 pub async fn run(name: &str, h: &Harness) {
-    let h = Harness { prefix: random_prefix(), ..h.clone() };
+    let h = Harness {
+        prefix: random_prefix(),
+        ..h.clone()
+    };
     let h = &h;
     match name {
         "mutual_exclusion_across_registries" => mutual_exclusion_across_registries(h).await,
@@ -463,7 +641,9 @@ pub async fn run(name: &str, h: &Harness) {
         "lost_signal_fires_when_lease_expires" => lost_signal_fires_when_lease_expires(h).await,
         "fencing_is_monotonic" => fencing_is_monotonic(h).await,
         "blocking_facade_is_reentrant" => blocking_facade_is_reentrant(h).await,
-        "cancelled_acquisitions_leave_nothing_behind" => cancelled_acquisitions_leave_nothing_behind(h).await,
+        "cancelled_acquisitions_leave_nothing_behind" => {
+            cancelled_acquisitions_leave_nothing_behind(h).await
+        }
         "local_waiters_are_fifo" => local_waiters_are_fifo(h).await,
         "odd_keys_are_distinct_locks" => odd_keys_are_distinct_locks(h).await,
         "invalid_input_is_rejected" => invalid_input_is_rejected(h).await,

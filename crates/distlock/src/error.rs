@@ -74,11 +74,17 @@ impl Error {
     }
 
     pub(crate) fn unavailable(backend: &'static str, message: impl Into<String>) -> Self {
-        Error::Unavailable { backend, message: message.into() }
+        Error::Unavailable {
+            backend,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn backend(backend: &'static str, message: impl Into<String>) -> Self {
-        Error::Backend { backend, message: message.into() }
+        Error::Backend {
+            backend,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn config(message: impl Into<String>) -> Self {

@@ -57,7 +57,13 @@ impl LockGuard {
         hold: Arc<Hold>,
         fence: u64,
     ) -> Self {
-        LockGuard { slot, registry, local: Some(local), hold, fence }
+        LockGuard {
+            slot,
+            registry,
+            local: Some(local),
+            hold,
+            fence,
+        }
     }
 
     /// The key.
@@ -157,7 +163,8 @@ impl LockGuard {
         async move {
             if !hold.is_held() {
                 // Our token may still be on the server if only the client-side clock ran out.
-                self.registry.release_in_background(hold.name.clone(), hold.token);
+                self.registry
+                    .release_in_background(hold.name.clone(), hold.token);
                 drop(local);
                 return Err(self.lost_error());
             }
@@ -173,7 +180,9 @@ impl LockGuard {
     }
 
     fn lost_error(&self) -> Error {
-        Error::LockLost { key: self.key().to_owned() }
+        Error::LockLost {
+            key: self.key().to_owned(),
+        }
     }
 
     /// Ends this guard's ownership. Returns the local lock and the remote hold when the hold
@@ -218,7 +227,9 @@ async fn release_remote(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some((local, hold)) = self.give_up() else { return };
+        let Some((local, hold)) = self.give_up() else {
+            return;
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let registry = self.registry.clone();

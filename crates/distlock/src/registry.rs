@@ -118,7 +118,9 @@ impl RegistryOptions {
     fn validate(&self) -> Result<()> {
         check_lease(self.lease)?;
         if self.prefix.is_empty() || self.prefix.len() > 256 || self.prefix.contains('\0') {
-            return Err(Error::config("the prefix must be 1 to 256 bytes without NUL"));
+            return Err(Error::config(
+                "the prefix must be 1 to 256 bytes without NUL",
+            ));
         }
         if self.max_local_handoffs >= 1 << LOCAL_SEQ_BITS {
             return Err(Error::config(format!(
@@ -248,7 +250,10 @@ impl LockRegistry {
             None => {
                 let name = LockName::new(inner.prefix.clone(), key)?;
                 if slots.len() >= inner.opts.max_cached_locks {
-                    evict_idle(&mut slots, inner.opts.max_cached_locks - inner.opts.max_cached_locks / 10);
+                    evict_idle(
+                        &mut slots,
+                        inner.opts.max_cached_locks - inner.opts.max_cached_locks / 10,
+                    );
                 }
                 let slot = Arc::new(Slot {
                     name,
@@ -263,7 +268,11 @@ impl LockRegistry {
         };
         drop(slots);
         slot.last_used_ms.store(inner.now_ms(), Ordering::Relaxed);
-        Ok(Lock { slot, registry: inner.clone(), lease: inner.opts.lease })
+        Ok(Lock {
+            slot,
+            registry: inner.clone(),
+            lease: inner.opts.lease,
+        })
     }
 
     /// Drops cached handles that are idle (not held, not waited for, not referenced outside the
@@ -281,7 +290,11 @@ impl LockRegistry {
 
     /// How many lock handles are cached.
     pub fn cached_locks(&self) -> usize {
-        self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// The backend.
@@ -341,7 +354,11 @@ impl Slot {
     fn is_idle(self: &Arc<Self>) -> bool {
         Arc::strong_count(self) == 1
             && self.waiters.load(Ordering::SeqCst) == 0
-            && self.state.try_lock().map(|s| s.hold.is_none()).unwrap_or(false)
+            && self
+                .state
+                .try_lock()
+                .map(|s| s.hold.is_none())
+                .unwrap_or(false)
     }
 
     /// Releases a remote hold left for a local waiter who then gave up. Called by whoever saw
@@ -371,7 +388,10 @@ pub struct Lock {
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock").field("name", &self.slot.name).field("lease", &self.lease).finish()
+        f.debug_struct("Lock")
+            .field("name", &self.slot.name)
+            .field("lease", &self.lease)
+            .finish()
     }
 }
 
@@ -407,7 +427,10 @@ impl Lock {
     /// Fails when the lease is shorter than 10 ms or longer than a day.
     pub fn with_lease(&self, lease: Duration) -> Result<Lock> {
         check_lease(lease)?;
-        Ok(Lock { lease, ..self.clone() })
+        Ok(Lock {
+            lease,
+            ..self.clone()
+        })
     }
 
     /// Waits until the lock is acquired, however long that takes.
@@ -444,8 +467,13 @@ impl Lock {
         }
     }
 
-    pub(crate) fn slot_reentrant(&self) -> std::sync::MutexGuard<'_, Option<crate::blocking::Reentrant>> {
-        self.slot.reentrant.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn slot_reentrant(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<crate::blocking::Reentrant>> {
+        self.slot
+            .reentrant
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reads the lock's state on the backend: `None` when nobody holds it.
@@ -457,7 +485,9 @@ impl Lock {
         let span = tracing::debug_span!("distlock.acquire", key = %self.slot.name.key());
         async move {
             let started = Instant::now();
-            self.slot.last_used_ms.store(self.registry.now_ms(), Ordering::Relaxed);
+            self.slot
+                .last_used_ms
+                .store(self.registry.now_ms(), Ordering::Relaxed);
             let local = self.lock_local(wait, started).await?;
             self.acquire_remote(local, wait, started).await
         }
@@ -466,7 +496,10 @@ impl Lock {
     }
 
     fn not_acquired(&self, started: Instant) -> Error {
-        Error::NotAcquired { key: self.key().to_owned(), waited: started.elapsed() }
+        Error::NotAcquired {
+            key: self.key().to_owned(),
+            waited: started.elapsed(),
+        }
     }
 
     async fn lock_local(&self, wait: Wait, started: Instant) -> Result<OwnedMutexGuard<SlotState>> {
@@ -499,7 +532,13 @@ impl Lock {
             if hold.is_held() && hold.remaining() > hold.lease() / 3 {
                 let seq = hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1;
                 let fence = compose_fence(hold.backend_fence, seq);
-                return Ok(LockGuard::new(self.slot.clone(), reg.clone(), local, hold, fence));
+                return Ok(LockGuard::new(
+                    self.slot.clone(),
+                    reg.clone(),
+                    local,
+                    hold,
+                    fence,
+                ));
             }
             local.hold = None;
             reg.renewer.deregister(&hold);
@@ -531,17 +570,36 @@ impl Lock {
 
         loop {
             let sent = Instant::now();
-            let in_flight = InFlight { registry: reg, name, token, armed: true };
+            let in_flight = InFlight {
+                registry: reg,
+                name,
+                token,
+                armed: true,
+            };
             let attempt = backend.try_acquire(name, token, self.lease).await;
             in_flight.disarm();
             let retry_after = match attempt {
-                Ok(Attempt::Acquired { fence: backend_fence }) => {
-                    let hold = Arc::new(Hold::new(name.clone(), token, backend_fence, self.lease, sent));
+                Ok(Attempt::Acquired {
+                    fence: backend_fence,
+                }) => {
+                    let hold = Arc::new(Hold::new(
+                        name.clone(),
+                        token,
+                        backend_fence,
+                        self.lease,
+                        sent,
+                    ));
                     reg.renewer.register(hold.clone());
                     local.hold = Some(hold.clone());
                     let fence = compose_fence(backend_fence, 0);
                     tracing::debug!(fence, waited = ?started.elapsed(), "acquired");
-                    return Ok(LockGuard::new(self.slot.clone(), reg.clone(), local, hold, fence));
+                    return Ok(LockGuard::new(
+                        self.slot.clone(),
+                        reg.clone(),
+                        local,
+                        hold,
+                        fence,
+                    ));
                 }
                 Ok(Attempt::Busy { retry_after }) => retry_after,
                 Err(e) => {
@@ -570,11 +628,14 @@ impl Lock {
             // the holder's lease says the lock could be free.
             let mut delay = poll;
             if let Some(r) = retry_after {
-                delay = delay.max(Duration::from_millis(1)).min(r + Duration::from_millis(1));
+                delay = delay
+                    .max(Duration::from_millis(1))
+                    .min(r + Duration::from_millis(1));
             }
             let delay = jitter(delay.min(max_poll));
             poll = (poll * 2).min(max_poll);
-            let wake_at = deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
+            let wake_at =
+                deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
             let span = tracing::trace_span!("distlock.wait", delay = ?delay);
             async {
                 match sub.as_mut() {
@@ -635,7 +696,8 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.registry.release_in_background(self.name.clone(), self.token);
+            self.registry
+                .release_in_background(self.name.clone(), self.token);
         }
     }
 }

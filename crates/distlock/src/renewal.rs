@@ -83,7 +83,9 @@ impl Hold {
         if self.lost.load(Ordering::Acquire) {
             return Duration::ZERO;
         }
-        self.times().valid_until.saturating_duration_since(Instant::now())
+        self.times()
+            .valid_until
+            .saturating_duration_since(Instant::now())
     }
 
     /// True while the hold is neither lost nor past its lease.
@@ -173,7 +175,10 @@ impl Renewer {
     /// Starts watching `hold`: renewing it (when renewal is on) and marking it lost when its
     /// lease runs out unconfirmed. Needs a Tokio runtime (the caller runs in one).
     pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
-        self.holds.lock().unwrap_or_else(|e| e.into_inner()).insert(hold.id, hold);
+        self.holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(hold.id, hold);
         if !self.started.swap(true, Ordering::AcqRel) {
             let weak = Arc::downgrade(self);
             let wake = self.wake.clone();
@@ -184,12 +189,10 @@ impl Renewer {
 
     pub(crate) fn deregister(&self, hold: &Hold) {
         hold.mark_released();
-        self.holds.lock().unwrap_or_else(|e| e.into_inner()).remove(&hold.id);
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.holds.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&hold.id);
     }
 
     /// One pass: renews what is due, marks what expired; returns when to look again.
@@ -220,11 +223,19 @@ impl Renewer {
         }
         let batch: Vec<Renewal> = due
             .iter()
-            .map(|h| Renewal { name: h.name.clone(), token: h.token, lease: h.lease() })
+            .map(|h| Renewal {
+                name: h.name.clone(),
+                token: h.token,
+                lease: h.lease(),
+            })
             .collect();
         // A renewal that cannot finish before the earliest lease in the batch ends is useless:
         // stop waiting for it then, so the loss is reported on time.
-        let deadline = due.iter().map(|h| h.times().valid_until).min().unwrap_or(now);
+        let deadline = due
+            .iter()
+            .map(|h| h.times().valid_until)
+            .min()
+            .unwrap_or(now);
         let sent = Instant::now();
         let span = tracing::debug_span!("distlock.renew", locks = batch.len());
         let results = tokio::time::timeout_at(deadline, self.backend.extend_many(&batch))
@@ -234,7 +245,9 @@ impl Renewer {
         for (i, hold) in due.iter().enumerate() {
             match results.as_ref().map(|v| v.get(i)) {
                 Ok(Some(Ok(true))) => hold.confirm(sent, batch[i].lease),
-                Ok(Some(Ok(false))) => hold.mark_lost("the backend no longer has it for this owner"),
+                Ok(Some(Ok(false))) => {
+                    hold.mark_lost("the backend no longer has it for this owner")
+                }
                 Ok(Some(Err(e))) => {
                     tracing::debug!(lock = ?hold.name, error = %e, "renewal failed; retrying");
                     hold.retry_renewal_at(after + retry_delay(hold));
@@ -252,7 +265,9 @@ fn retry_delay(hold: &Hold) -> Duration {
 
 async fn run(weak: Weak<Renewer>, wake: Arc<Notify>) {
     loop {
-        let Some(renewer) = weak.upgrade() else { return };
+        let Some(renewer) = weak.upgrade() else {
+            return;
+        };
         let next = renewer.pass().await;
         drop(renewer);
         tokio::select! {

@@ -46,9 +46,13 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "memory")]
         "memory" => Ok(Arc::new(crate::backends::memory::MemoryBackend::new())),
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(crate::backends::sqlite::SqliteBackend::from_url(url)?)),
+        "sqlite" => Ok(Arc::new(crate::backends::sqlite::SqliteBackend::from_url(
+            url,
+        )?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(crate::backends::redis::RedisBackend::connect(url).await?)),
+        "redis" | "rediss" => Ok(Arc::new(
+            crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
         other => Err(Error::Unsupported {
             backend: "url",
             what: format!(

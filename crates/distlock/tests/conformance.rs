@@ -24,18 +24,24 @@ async fn memory() -> Harness {
 }
 
 async fn redis() -> Harness {
-    let server = RedisServer::start().expect("redis-server must be installed (scripts/test.sh installs it)");
+    let server =
+        RedisServer::start().expect("redis-server must be installed (scripts/test.sh installs it)");
     let url = server.url();
     let server = Arc::new(server);
     let s = server.clone();
     Harness::new(move || {
         let url = url.clone();
-        async move { RedisBackend::connect(&url).await.map(|b| Arc::new(b) as Arc<dyn Backend>) }
+        async move {
+            RedisBackend::connect(&url)
+                .await
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+        }
     })
     .with_deleter(move |name| {
         let s = s.clone();
         async move {
-            s.cli(&["DEL", &format!("{}:{}", name.prefix(), name.key())]).expect("DEL");
+            s.cli(&["DEL", &format!("{}:{}", name.prefix(), name.key())])
+                .expect("DEL");
         }
     })
     .keep_alive(server)

@@ -16,7 +16,9 @@ async fn registry(url: &str, opts: RegistryOptions) -> LockRegistry {
 }
 
 fn opts(lease_ms: u64) -> RegistryOptions {
-    RegistryOptions::default().prefix("faults").lease(Duration::from_millis(lease_ms))
+    RegistryOptions::default()
+        .prefix("faults")
+        .lease(Duration::from_millis(lease_ms))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,7 +42,11 @@ async fn holder_learns_it_is_lost_when_redis_restarts_empty_and_fences_keep_incr
         .await
         .expect("lock free after restart")
         .unwrap();
-    assert!(next.fence() > old_fence, "fence {} not above {old_fence} after data loss", next.fence());
+    assert!(
+        next.fence() > old_fence,
+        "fence {} not above {old_fence} after data loss",
+        next.fence()
+    );
     assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     next.release().await.unwrap();
 }
@@ -55,14 +61,25 @@ async fn stalled_holder_loses_to_a_new_holder_with_a_larger_fence() {
     let old = stalled.obtain("row").unwrap().lock().await.unwrap();
     // The network to the holder stalls: its renewals hang, its lease runs out on the server.
     proxy.pause();
-    let new = tokio::time::timeout(Duration::from_secs(5), healthy.obtain("row").unwrap().lock())
-        .await
-        .expect("a healthy client gets the lock once the stalled lease ends")
-        .unwrap();
-    assert!(new.fence() > old.fence(), "the new holder's fence must tell the stale one");
+    let new = tokio::time::timeout(
+        Duration::from_secs(5),
+        healthy.obtain("row").unwrap().lock(),
+    )
+    .await
+    .expect("a healthy client gets the lock once the stalled lease ends")
+    .unwrap();
+    assert!(
+        new.fence() > old.fence(),
+        "the new holder's fence must tell the stale one"
+    );
     // By the time anyone else can hold it, the stalled holder already knows.
-    assert!(!old.is_held(), "two holders at once and the stale one does not know");
-    tokio::time::timeout(Duration::from_millis(100), old.lost()).await.expect("lost signal");
+    assert!(
+        !old.is_held(),
+        "two holders at once and the stale one does not know"
+    );
+    tokio::time::timeout(Duration::from_millis(100), old.lost())
+        .await
+        .expect("lost signal");
     assert!(matches!(old.ensure_held(), Err(Error::LockLost { .. })));
     proxy.resume();
     new.release().await.unwrap();
@@ -78,7 +95,10 @@ async fn renewal_survives_a_short_connection_cut() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.restore();
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    assert!(guard.is_held(), "a brief cut within the lease must not lose the lock");
+    assert!(
+        guard.is_held(),
+        "a brief cut within the lease must not lose the lock"
+    );
     guard.release().await.unwrap();
 }
 
@@ -91,13 +111,19 @@ async fn malformed_urls_are_config_errors_naming_the_part() {
         ("nohost", "scheme"),
         ("ftp://x", "scheme"),
     ] {
-        let err = distlock::connect(url).await.err().unwrap_or_else(|| panic!("{url} accepted"));
+        let err = distlock::connect(url)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{url} accepted"));
         let text = err.to_string().to_lowercase();
         assert!(
             matches!(err, Error::InvalidConfig(_) | Error::Unsupported { .. }),
             "{url}: {err:?}"
         );
-        assert!(text.contains(part), "{url}: message {text:?} does not name the {part}");
+        assert!(
+            text.contains(part),
+            "{url}: message {text:?} does not name the {part}"
+        );
     }
 }
 
@@ -109,13 +135,21 @@ async fn wrong_password_is_a_permanent_error_and_hides_the_password() {
     })
     .expect("redis-server must be installed");
     let url = format!("redis://:wrong-secret@{}", server.addr());
-    let err = RedisBackend::connect(&url).await.err().expect("wrong password accepted");
+    let err = RedisBackend::connect(&url)
+        .await
+        .expect_err("wrong password accepted");
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(!err.is_retryable());
-    assert!(!format!("{err} {err:?}").contains("wrong-secret"), "password leaked: {err}");
+    assert!(
+        !format!("{err} {err:?}").contains("wrong-secret"),
+        "password leaked: {err}"
+    );
     let ok = RedisBackend::connect(&format!("redis://:right-secret@{}", server.addr())).await;
     let ok = ok.expect("right password works");
-    assert!(!format!("{ok:?}").contains("right-secret"), "password in Debug output");
+    assert!(
+        !format!("{ok:?}").contains("right-secret"),
+        "password in Debug output"
+    );
 }
 
 #[tokio::test]
@@ -133,7 +167,9 @@ async fn acl_user_and_password_work() {
 #[tokio::test]
 async fn unreachable_server_is_retryable_and_leaves_nothing_held() {
     let port = distlock::testkit::free_port();
-    let err = RedisBackend::connect(&format!("redis://127.0.0.1:{port}")).await.err().expect("connected to nothing");
+    let err = RedisBackend::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .expect_err("connected to nothing");
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(err.is_retryable());
 
@@ -142,9 +178,17 @@ async fn unreachable_server_is_retryable_and_leaves_nothing_held() {
     let reg = registry(&server.url(), opts(1000)).await;
     server.kill();
     let started = std::time::Instant::now();
-    let res = reg.obtain("k").unwrap().try_lock_for(Duration::from_millis(800)).await;
+    let res = reg
+        .obtain("k")
+        .unwrap()
+        .try_lock_for(Duration::from_millis(800))
+        .await;
     assert!(res.is_err(), "acquired on a dead server");
-    assert!(started.elapsed() < Duration::from_secs(8), "waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "waited {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -152,12 +196,28 @@ async fn foreign_set_nx_clients_are_excluded_both_ways() {
     // The common protocol of redis-py's Lock, redsync and Spring: SET key token NX PX.
     let server = RedisServer::start().expect("redis-server must be installed");
     let reg = registry(&server.url(), RegistryOptions::default()).await;
-    assert_eq!(server.cli(&["SET", "lock:voucher:42", "foreign", "NX", "PX", "5000"]).unwrap(), "OK");
-    assert!(matches!(reg.obtain("voucher:42").unwrap().try_lock().await, Err(Error::NotAcquired { .. })));
+    assert_eq!(
+        server
+            .cli(&["SET", "lock:voucher:42", "foreign", "NX", "PX", "5000"])
+            .unwrap(),
+        "OK"
+    );
+    assert!(matches!(
+        reg.obtain("voucher:42").unwrap().try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
     assert_eq!(server.cli(&["DEL", "lock:voucher:42"]).unwrap(), "1");
     let g = reg.obtain("voucher:42").unwrap().try_lock().await.unwrap();
     let held_value = server.cli(&["GET", "lock:voucher:42"]).unwrap();
-    assert!(held_value.contains(&g.token().to_string()), "lock value {held_value:?} is not the token");
-    assert_eq!(server.cli(&["SET", "lock:voucher:42", "foreign", "NX", "PX", "5000"]).unwrap(), "(nil)");
+    assert!(
+        held_value.contains(&g.token().to_string()),
+        "lock value {held_value:?} is not the token"
+    );
+    assert_eq!(
+        server
+            .cli(&["SET", "lock:voucher:42", "foreign", "NX", "PX", "5000"])
+            .unwrap(),
+        "(nil)"
+    );
     g.release().await.unwrap();
 }

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals, ReleaseSubscription,
-    Released, Token,
+    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    ReleaseSubscription, Released, Token,
 };
 use crate::error::Result;
 
@@ -77,9 +77,15 @@ impl Backend for MemoryBackend {
     async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
         let now = Instant::now();
         let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = map.entry(name.clone()).or_insert(Entry { token: None, expires: now, fence: 0 });
+        let entry = map.entry(name.clone()).or_insert(Entry {
+            token: None,
+            expires: now,
+            fence: 0,
+        });
         if entry.token.is_some() && entry.expires > now {
-            return Ok(Attempt::Busy { retry_after: Some(entry.expires - now) });
+            return Ok(Attempt::Busy {
+                retry_after: Some(entry.expires - now),
+            });
         }
         entry.token = Some(token);
         entry.expires = now + lease;
@@ -102,7 +108,10 @@ impl Backend for MemoryBackend {
         if was_held {
             self.signals.fire(&Self::channel(name));
         }
-        Ok(Released { was_held, contended: false })
+        Ok(Released {
+            was_held,
+            contended: false,
+        })
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
@@ -125,8 +134,10 @@ impl Backend for MemoryBackend {
         let now = Instant::now();
         let map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         Ok(map.get(name).and_then(|e| {
-            (e.token.is_some() && e.expires > now)
-                .then(|| LockInfo { fence: Some(e.fence), remaining: Some(e.expires - now) })
+            (e.token.is_some() && e.expires > now).then(|| LockInfo {
+                fence: Some(e.fence),
+                remaining: Some(e.expires - now),
+            })
         }))
     }
 }

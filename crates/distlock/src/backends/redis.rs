@@ -23,8 +23,8 @@ use redis::aio::{MultiplexedConnection, PubSubSink};
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals, ReleaseSubscription,
-    Released, Renewal, Token,
+    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -114,7 +114,9 @@ struct PubSub {
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackend").field("server", &self.target).finish()
+        f.debug_struct("RedisBackend")
+            .field("server", &self.target)
+            .finish()
     }
 }
 
@@ -159,11 +161,18 @@ impl RedisBackend {
             .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
         match parsed.scheme() {
             "redis" | "rediss" => {}
-            s => return Err(Error::config(format!("redis URL scheme {s:?}: expected redis or rediss"))),
+            s => {
+                return Err(Error::config(format!(
+                    "redis URL scheme {s:?}: expected redis or rediss"
+                )))
+            }
         }
         let host = parsed.host_str().unwrap_or("");
         if host.is_empty() {
-            return Err(Error::config(format!("redis URL {:?}: the host is missing", crate::redact(url))));
+            return Err(Error::config(format!(
+                "redis URL {:?}: the host is missing",
+                crate::redact(url)
+            )));
         }
         let path = parsed.path().trim_start_matches('/');
         if !path.is_empty() && path.parse::<u16>().is_err() {
@@ -174,7 +183,13 @@ impl RedisBackend {
         }
         let client = redis::Client::open(url)
             .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
-        let target = format!("{}://{}:{}/{}", parsed.scheme(), host, parsed.port().unwrap_or(6379), path);
+        let target = format!(
+            "{}://{}:{}/{}",
+            parsed.scheme(),
+            host,
+            parsed.port().unwrap_or(6379),
+            path
+        );
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout));
@@ -194,7 +209,10 @@ impl RedisBackend {
         };
         // Connect now, so that a wrong address or password is reported by `connect`.
         let mut con = backend.connection().await?;
-        redis::cmd("PING").query_async::<String>(&mut con).await.map_err(map_err)?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut con)
+            .await
+            .map_err(map_err)?;
         Ok(backend)
     }
 
@@ -221,7 +239,11 @@ impl RedisBackend {
         match f(con).await {
             Ok(v) => Ok(v),
             Err(e) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout() {
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_unrecoverable_error()
+                    || e.is_timeout()
+                {
                     *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 }
                 Err(map_err(e))
@@ -251,7 +273,9 @@ impl RedisBackend {
             tokio::spawn(async move {
                 let _alive = alive;
                 while let Some(msg) = stream.next().await {
-                    let Some(signals) = signals.upgrade() else { return };
+                    let Some(signals) = signals.upgrade() else {
+                        return;
+                    };
                     if let Ok(key) = msg.get_payload::<String>() {
                         signals.fire(&key);
                     }
@@ -263,7 +287,10 @@ impl RedisBackend {
             });
         }
         if !ps.channels.contains(channel) {
-            let sink = ps.sink.as_mut().ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
+            let sink = ps
+                .sink
+                .as_mut()
+                .ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
             if let Err(e) = sink.subscribe(channel).await {
                 ps.alive = None;
                 return Err(map_err(e));
@@ -290,7 +317,11 @@ fn crc16(data: &[u8]) -> u16 {
     for &b in data {
         crc ^= u16::from(b) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc
@@ -385,7 +416,10 @@ impl Backend for RedisBackend {
                     .await
             })
             .await?;
-        Ok(Released { was_held: r >= 1, contended: r >= 2 })
+        Ok(Released {
+            was_held: r >= 1,
+            contended: r >= 2,
+        })
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
@@ -393,7 +427,13 @@ impl Backend for RedisBackend {
         let token = token.to_string();
         let r: i64 = self
             .run(|mut con| async move {
-                self.scripts.extend.key(&key).arg(&token).arg(ms(lease)).invoke_async(&mut con).await
+                self.scripts
+                    .extend
+                    .key(&key)
+                    .arg(&token)
+                    .arg(ms(lease))
+                    .invoke_async(&mut con)
+                    .await
             })
             .await?;
         Ok(r == 1)
@@ -401,7 +441,10 @@ impl Backend for RedisBackend {
 
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
         if batch.len() == 1 {
-            return vec![self.extend(&batch[0].name, batch[0].token, batch[0].lease).await];
+            return vec![
+                self.extend(&batch[0].name, batch[0].token, batch[0].lease)
+                    .await,
+            ];
         }
         // One pipeline for the whole batch; EVAL keeps it independent of the script cache.
         let mut pipe = redis::pipe();
@@ -418,13 +461,22 @@ impl Backend for RedisBackend {
             .await;
         match res {
             Ok(v) if v.len() == batch.len() => v.into_iter().map(|n| Ok(n == 1)).collect(),
-            Ok(_) => batch.iter().map(|_| Err(Error::backend(KIND, "short pipeline reply"))).collect(),
+            Ok(_) => batch
+                .iter()
+                .map(|_| Err(Error::backend(KIND, "short pipeline reply")))
+                .collect(),
             Err(e) => {
                 let msg = e.to_string();
                 let retry = e.is_retryable();
                 batch
                     .iter()
-                    .map(|_| Err(if retry { Error::unavailable(KIND, msg.clone()) } else { Error::backend(KIND, msg.clone()) }))
+                    .map(|_| {
+                        Err(if retry {
+                            Error::unavailable(KIND, msg.clone())
+                        } else {
+                            Error::backend(KIND, msg.clone())
+                        })
+                    })
                     .collect()
             }
         }
@@ -441,7 +493,12 @@ impl Backend for RedisBackend {
         let fence_key = sibling_key(&key, "fence");
         let (pttl, fence): (i64, i64) = self
             .run(|mut con| async move {
-                self.scripts.inspect.key(&key).key(&fence_key).invoke_async(&mut con).await
+                self.scripts
+                    .inspect
+                    .key(&key)
+                    .key(&fence_key)
+                    .invoke_async(&mut con)
+                    .await
             })
             .await?;
         if pttl == -2 {
@@ -466,10 +523,23 @@ mod tests {
 
     #[test]
     fn sibling_keys_share_the_lock_keys_slot() {
-        for key in ["lock:voucher:42", "lock:{user}:1", "lock:a}b", "lock:{}x}", "lock:ünï cødé/1"] {
+        for key in [
+            "lock:voucher:42",
+            "lock:{user}:1",
+            "lock:a}b",
+            "lock:{}x}",
+            "lock:ünï cødé/1",
+        ] {
             let sib = sibling_key(key, "fence");
-            assert_eq!(hash_slot(key.as_bytes()), hash_slot(sib.as_bytes()), "{key} vs {sib}");
-            assert!(!sib.starts_with("lock:"), "{sib} could collide with a lock key");
+            assert_eq!(
+                hash_slot(key.as_bytes()),
+                hash_slot(sib.as_bytes()),
+                "{key} vs {sib}"
+            );
+            assert!(
+                !sib.starts_with("lock:"),
+                "{sib} could collide with a lock key"
+            );
         }
     }
 }

@@ -1,0 +1,271 @@
+//! distlock's adapter for the Redis lock benchmark harness (`../shared/bench/peers/`): speaks
+//! its adapter contract (flags in, JSON lines out) so distlock is measured beside other lock
+//! libraries in the same run. Registered in `bench/peers.json`; run with `scripts/bench-peers.sh`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use distlock::{LockRegistry, RegistryOptions};
+use redis::aio::MultiplexedConnection;
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes into the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+struct Args {
+    variant: String,
+    redis: String,
+    scenario: String,
+    key: String,
+    counter_key: String,
+    duration_s: f64,
+    max_cycles: u64,
+    workers: usize,
+    proc_id: u64,
+    start_at: Option<u64>,
+    ttl_ms: u64,
+    warmup: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        variant: "default".into(),
+        redis: "redis://127.0.0.1:6379/".into(),
+        scenario: "S1".into(),
+        key: "bench:lock".into(),
+        counter_key: String::new(),
+        duration_s: 5.0,
+        max_cycles: 0,
+        workers: 0,
+        proc_id: 0,
+        start_at: None,
+        ttl_ms: 30_000,
+        warmup: 20,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    for pair in argv.chunks(2) {
+        let flag = pair[0].as_str();
+        let val = pair
+            .get(1)
+            .cloned()
+            .ok_or_else(|| format!("missing value for {flag}"))?;
+        let num = |v: &str| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag {
+            "--variant" => a.variant = val,
+            "--redis" => a.redis = val,
+            "--scenario" => a.scenario = val,
+            "--key" => a.key = val,
+            "--counter-key" => a.counter_key = val,
+            "--duration" => a.duration_s = val.parse().map_err(|e| format!("{flag}: {e}"))?,
+            "--cycles" => a.max_cycles = num(&val)?,
+            "--workers" => a.workers = num(&val)? as usize,
+            "--proc-id" => a.proc_id = num(&val)?,
+            "--start-at" => a.start_at = Some(num(&val)?),
+            "--ttl-ms" => a.ttl_ms = num(&val)?,
+            "--warmup" => a.warmup = num(&val)?,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if a.counter_key.is_empty() {
+        a.counter_key = format!("{}:counter", a.key);
+    }
+    if a.workers == 0 {
+        a.workers = if a.scenario == "S3" { 16 } else { 1 };
+    }
+    Ok(a)
+}
+
+struct WorkerResult {
+    recs: Vec<[u64; 4]>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+async fn critical_section(con: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<()> {
+    let v: Option<i64> = redis::cmd("GET").arg(key).query_async(con).await?;
+    redis::cmd("SET")
+        .arg(key)
+        .arg(v.unwrap_or(0) + 1)
+        .query_async::<()>(con)
+        .await
+}
+
+async fn worker(
+    registry: LockRegistry,
+    mut cs: MultiplexedConnection,
+    args: std::sync::Arc<Args>,
+    end_ns: u64,
+    max_cycles: u64,
+) -> WorkerResult {
+    let lock = registry.obtain(&args.key).expect("valid key");
+    let with_cs = args.scenario != "S1";
+    let mut r = WorkerResult {
+        recs: Vec::with_capacity(1 << 16),
+        errors: 0,
+        first_error: None,
+    };
+    loop {
+        let t0 = mono_ns();
+        if t0 >= end_ns || (max_cycles > 0 && r.recs.len() as u64 >= max_cycles) {
+            break;
+        }
+        let guard = match lock.lock().await {
+            Ok(g) => g,
+            Err(e) => {
+                r.errors += 1;
+                r.first_error.get_or_insert(format!("acquire: {e}"));
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
+        };
+        let t1 = mono_ns();
+        if with_cs {
+            if let Err(e) = critical_section(&mut cs, &args.counter_key).await {
+                r.errors += 1;
+                r.first_error
+                    .get_or_insert(format!("critical section: {e}"));
+            }
+        }
+        let t2 = mono_ns();
+        if let Err(e) = guard.release().await {
+            r.errors += 1;
+            r.first_error.get_or_insert(format!("release: {e}"));
+        }
+        r.recs.push([t0, t1, t2, mono_ns()]);
+    }
+    r
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let args = std::sync::Arc::new(args);
+    let client = redis::Client::open(args.redis.as_str()).map_err(|e| e.to_string())?;
+    let cs = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let opts = RegistryOptions::default().lease(Duration::from_millis(args.ttl_ms));
+    let registry = LockRegistry::connect(&args.redis, opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let warm = registry
+        .obtain(&format!("{}:warmup:{}", args.key, args.proc_id))
+        .map_err(|e| e.to_string())?;
+    for _ in 0..args.warmup {
+        warm.lock()
+            .await
+            .map_err(|e| e.to_string())?
+            .release()
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let ready_ns = mono_ns();
+    let start_ns = match args.start_at {
+        Some(s) => {
+            if s > ready_ns {
+                tokio::time::sleep(Duration::from_nanos(s - ready_ns)).await;
+            }
+            s.max(ready_ns)
+        }
+        None => ready_ns,
+    };
+    let end_ns = start_ns + (args.duration_s * 1e9) as u64;
+    let per_worker = if args.max_cycles > 0 {
+        args.max_cycles.div_ceil(args.workers as u64)
+    } else {
+        0
+    };
+    let handles: Vec<_> = (0..args.workers)
+        .map(|_| {
+            tokio::spawn(worker(
+                registry.clone(),
+                cs.clone(),
+                args.clone(),
+                end_ns,
+                per_worker,
+            ))
+        })
+        .collect();
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(h.await.map_err(|e| e.to_string())?);
+    }
+    let finished_ns = mono_ns();
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let (mut cycles, mut errors, mut first_error) = (0u64, 0u64, None::<String>);
+    for (w, r) in results.iter().enumerate() {
+        for t in &r.recs {
+            writeln!(
+                out,
+                "{{\"ev\":\"cycle\",\"w\":{w},\"t\":[{},{},{},{}]}}",
+                t[0], t[1], t[2], t[3]
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        cycles += r.recs.len() as u64;
+        errors += r.errors;
+        if first_error.is_none() {
+            first_error = r.first_error.clone();
+        }
+    }
+    let wait =
+        "local FIFO queue first; remote waiters woken by the release message on <prefix>-channel, \
+                jittered PTTL-bounded polling as fallback; 5 ms grace after a contended release";
+    writeln!(
+        out,
+        "{{\"ev\":\"summary\",\"lib\":\"distlock\",\"lib_version\":{},\"variant\":{},\"wait_strategy\":{},\"scenario\":{},\"proc_id\":{},\"pid\":{},\"workers\":{},\"cycles\":{cycles},\"errors\":{errors},\"first_error\":{},\"ready_ns\":{ready_ns},\"start_ns\":{start_ns},\"end_ns\":{end_ns},\"finished_ns\":{finished_ns}}}",
+        json_str(&format!("distlock {}", env!("CARGO_PKG_VERSION"))),
+        json_str(&args.variant),
+        json_str(wait),
+        json_str(&args.scenario),
+        args.proc_id,
+        std::process::id(),
+        args.workers,
+        first_error.as_deref().map(json_str).unwrap_or_else(|| "null".into()),
+    )
+    .map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("distlock-bench-adapter: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = if args.scenario == "S3" {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let rt = rt.expect("tokio runtime");
+    if let Err(e) = rt.block_on(run(args)) {
+        eprintln!("distlock-bench-adapter: {e}");
+        std::process::exit(1);
+    }
+}

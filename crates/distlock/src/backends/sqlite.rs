@@ -1,0 +1,1352 @@
+//! SQLite backend: a lease table in one database file, so that the processes of one machine
+//! exclude each other with no server to run. It is the embedded default of the `distlock` CLI.
+//!
+//! # Layout
+//!
+//! One table (default `distlock_locks`), in the spirit of Spring Integration's
+//! `JdbcLockRegistry`, created on first use with `CREATE TABLE IF NOT EXISTS`:
+//!
+//! | column       | type             | meaning                                              |
+//! |--------------|------------------|------------------------------------------------------|
+//! | `region`     | TEXT, key        | the registry's prefix ([`LockName::prefix`])         |
+//! | `lock_key`   | TEXT, key        | the caller's key ([`LockName::key`])                 |
+//! | `token`      | TEXT, nullable   | the holder's owner token (32 hex digits), NULL when free |
+//! | `fence`      | INTEGER NOT NULL | fence of the latest acquisition                      |
+//! | `created_ms` | INTEGER          | when the latest acquisition happened (Unix ms)       |
+//! | `expires_ms` | INTEGER          | when the current lease ends (Unix ms)                |
+//!
+//! Rows stay after release (with `token` NULL) so that the fence keeps increasing per key.
+//!
+//! # Clock, fencing and limits
+//!
+//! - Every time is taken from SQLite's own clock inside the SQL statement, never from the
+//!   caller's, so all processes sharing the file agree on when a lease ends.
+//! - Fences are [`Fencing::Monotonic`]: they strictly increase per key as long as the database
+//!   file lives. Deleting the file starts them again at 1.
+//! - There are no release notifications across processes: waiters in other processes poll
+//!   (the registry does that). Releases made through this backend wake waiters of the same
+//!   process at once.
+//! - SQLite's file locking is only reliable on a local file system. Do not put the database on
+//!   NFS or SMB, and do not delete it while processes use it (they would keep writing to the
+//!   deleted file and stop excluding the others).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use crate::backend::{
+    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    ReleaseSubscription, Released, Renewal, Token,
+};
+use crate::error::{Error, Result};
+
+const KIND: &str = "sqlite";
+
+/// The table used when none is configured.
+pub const DEFAULT_TABLE: &str = "distlock_locks";
+
+/// How long a statement waits for another process's write lock on the file by default.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const MAX_TABLE_LEN: usize = 128;
+
+/// Caps a lease (about 35,000 years) so that `now + lease` can never overflow SQLite's 64-bit
+/// integers, which would silently turn the expiry into a float.
+const MAX_LEASE_MS: i64 = 1 << 50;
+
+/// The database's clock in Unix milliseconds. `julianday` works on every SQLite version (unlike
+/// `unixepoch('subsec')`); SQLite keeps `'now'` in whole milliseconds, so `ROUND` undoes the
+/// floating-point detour exactly. Within one statement every use sees the same instant.
+const NOW_MS: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+/// Options for [`SqliteBackend::open_with`].
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::backends::sqlite::SqliteOptions;
+/// let options = SqliteOptions::default().table("my_locks").busy_timeout(Duration::from_secs(2));
+/// assert_eq!(options.table, "my_locks");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// The lease table: ASCII letters, digits and `_`, not starting with a digit or `sqlite_`.
+    /// Default [`DEFAULT_TABLE`].
+    pub table: String,
+    /// How long a statement waits for another process's write lock before the operation fails
+    /// with the retryable [`Error::Unavailable`]. Default [`DEFAULT_BUSY_TIMEOUT`].
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            table: DEFAULT_TABLE.to_owned(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// The default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the lease table's name (checked when the backend is opened).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Sets how long a statement waits for another process's write lock.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+}
+
+/// The SQL text for one table; built once because the table name cannot be a bound parameter.
+#[derive(Debug)]
+struct Statements {
+    create: String,
+    acquire: String,
+    remaining: String,
+    release: String,
+    extend: String,
+    inspect: String,
+    force_delete: String,
+}
+
+impl Statements {
+    /// `table` must have passed [`validate_table`]; it is quoted as well all the same.
+    fn new(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        Statements {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    region TEXT NOT NULL,
+                    lock_key TEXT NOT NULL,
+                    token TEXT NULL,
+                    fence INTEGER NOT NULL,
+                    created_ms INTEGER NOT NULL,
+                    expires_ms INTEGER NOT NULL,
+                    PRIMARY KEY (region, lock_key)
+                )"
+            ),
+            // One statement decides and writes, so two processes can never both see the row
+            // free. `excluded.created_ms` carries this statement's single reading of the clock
+            // into the UPDATE branch.
+            acquire: format!(
+                "INSERT INTO {t} (region, lock_key, token, fence, created_ms, expires_ms)
+                 VALUES (?1, ?2, ?3, 1, {NOW_MS}, {NOW_MS} + ?4)
+                 ON CONFLICT (region, lock_key) DO UPDATE SET
+                     token = excluded.token,
+                     fence = {t}.fence + 1,
+                     created_ms = excluded.created_ms,
+                     expires_ms = excluded.expires_ms
+                 WHERE {t}.token IS NULL OR {t}.expires_ms <= excluded.created_ms
+                 RETURNING fence"
+            ),
+            remaining: format!(
+                "SELECT expires_ms - {NOW_MS} FROM {t} WHERE region = ?1 AND lock_key = ?2"
+            ),
+            release: format!(
+                "UPDATE {t} SET token = NULL
+                 WHERE region = ?1 AND lock_key = ?2 AND token = ?3 AND expires_ms > {NOW_MS}"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_ms = {NOW_MS} + ?4
+                 WHERE region = ?1 AND lock_key = ?2 AND token = ?3 AND expires_ms > {NOW_MS}"
+            ),
+            inspect: format!(
+                "SELECT fence, expires_ms - {NOW_MS} FROM {t}
+                 WHERE region = ?1 AND lock_key = ?2 AND token IS NOT NULL
+                   AND expires_ms > {NOW_MS}"
+            ),
+            force_delete: format!(
+                "UPDATE {t} SET token = NULL
+                 WHERE region = ?1 AND lock_key = ?2 AND token IS NOT NULL
+                   AND expires_ms > {NOW_MS}"
+            ),
+        }
+    }
+}
+
+/// The connection, taken out while in use so that a panic or an I/O error leaves `None`
+/// behind and the next operation reopens the file.
+struct Slot {
+    conn: Option<Connection>,
+    /// Whether journal mode and table were set up on `conn`.
+    ready: bool,
+}
+
+struct Inner {
+    path: PathBuf,
+    table: String,
+    busy_timeout: Duration,
+    sql: Statements,
+    slot: Mutex<Slot>,
+    signals: ReleaseSignals,
+}
+
+/// Locks in a SQLite database file, shared by every process that opens the same file.
+///
+/// Build it with [`SqliteBackend::open`], [`SqliteBackend::open_with`] or
+/// [`SqliteBackend::from_url`] (`sqlite:///abs/path.db`). Cloning is cheap and shares the
+/// connection. See the [module docs](self) for the table layout and the limits.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// use std::time::Duration;
+/// use distlock::{Attempt, Backend, LockName, Token, backends::sqlite::SqliteBackend};
+/// let dir = tempfile::tempdir().expect("temporary directory");
+/// let backend = SqliteBackend::open(dir.path().join("locks.db"))?;
+/// let name = LockName::new("lock", "job:nightly")?;
+/// let token = Token::random();
+/// let attempt = backend.try_acquire(&name, token, Duration::from_secs(30)).await?;
+/// assert_eq!(attempt, Attempt::Acquired { fence: 1 });
+/// assert!(backend.release(&name, token).await?.was_held);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteBackend {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SqliteBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteBackend")
+            .field("path", &self.inner.path)
+            .field("table", &self.inner.table)
+            .finish()
+    }
+}
+
+impl SqliteBackend {
+    /// Opens (creating it and its parent directory if missing) the database at `path` with the
+    /// default [`SqliteOptions`]. A relative path is resolved against the current directory now.
+    ///
+    /// This opens the file synchronously, which takes well under a millisecond; the table is
+    /// created by the first lock operation.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// Like [`open`](Self::open), with explicit options.
+    ///
+    /// Fails with [`Error::InvalidConfig`] for an empty path, a path naming a directory, a bad
+    /// table name or a busy timeout above `i32::MAX` milliseconds, and with
+    /// [`Error::Unavailable`] when the directory or file cannot be created or opened.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        let path = path.as_ref();
+        validate_table(&options.table)?;
+        validate_busy_timeout(options.busy_timeout)?;
+        if path.as_os_str().is_empty() {
+            return Err(Error::config("sqlite: the database path is empty"));
+        }
+        // Absolute now, so that a later reopen finds the same file even if the current
+        // directory changed in between.
+        let path = std::path::absolute(path).map_err(|e| {
+            Error::config(format!(
+                "sqlite: cannot resolve the path {}: {e}",
+                path.display()
+            ))
+        })?;
+        if path.is_dir() {
+            return Err(Error::config(format!(
+                "sqlite: the path {} is a directory, not a database file",
+                path.display()
+            )));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::unavailable(
+                    KIND,
+                    format!("cannot create directory {}: {e}", dir.display()),
+                )
+            })?;
+        }
+        // Opened here, not lazily, so that a wrong path is reported by the constructor.
+        let conn = open_connection(&path, options.busy_timeout)
+            .map_err(|e| map_error("open", &path, &e))?;
+        Ok(SqliteBackend {
+            inner: Arc::new(Inner {
+                sql: Statements::new(&options.table),
+                path,
+                table: options.table,
+                busy_timeout: options.busy_timeout,
+                slot: Mutex::new(Slot {
+                    conn: Some(conn),
+                    ready: false,
+                }),
+                signals: ReleaseSignals::default(),
+            }),
+        })
+    }
+
+    /// Opens the database named by a URL: `sqlite:///abs/path.db`, optionally followed by
+    /// `?table=NAME`. The path must be absolute (three slashes); characters such as `?`, `#`,
+    /// `%` or spaces in it are written percent-encoded.
+    ///
+    /// A malformed URL gives [`Error::InvalidConfig`] naming the part that is wrong.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let (path, options) = parse_url(url)?;
+        Self::open_with(path, options)
+    }
+
+    /// The absolute path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The lease table's name.
+    pub fn table(&self) -> &str {
+        &self.inner.table
+    }
+
+    /// Frees a lock whoever holds it, as an operator (or a fault) would; the fence is kept.
+    /// Returns whether a live hold existed. Waiters of this process are woken.
+    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
+        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
+        let existed = self
+            .run("force_delete", move |inner, conn| {
+                Ok(conn
+                    .prepare_cached(&inner.sql.force_delete)?
+                    .execute(params![region, key])?
+                    > 0)
+            })
+            .await?;
+        if existed {
+            self.inner.signals.fire(&channel(name));
+        }
+        Ok(existed)
+    }
+
+    /// Runs `f` on the connection in tokio's blocking pool: SQLite calls block, up to the busy
+    /// timeout when another process holds the write lock.
+    async fn run<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Arc<Inner>, &mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        match tokio::task::spawn_blocking(move || inner.with_conn(op, f)).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => Err(Error::backend(
+                KIND,
+                format!("{op}: the database task panicked"),
+            )),
+            Err(_) => Err(Error::unavailable(
+                KIND,
+                format!("{op}: the database task was cancelled (runtime shutting down)"),
+            )),
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `f` with the (re)opened, set-up connection. Blocks.
+    fn with_conn<T>(
+        self: &Arc<Self>,
+        op: &str,
+        f: impl FnOnce(&Arc<Inner>, &mut Connection) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conn = match slot.conn.take() {
+            Some(conn) => conn,
+            None => {
+                slot.ready = false;
+                open_connection(&self.path, self.busy_timeout)
+                    .map_err(|e| map_error(op, &self.path, &e))?
+            }
+        };
+        let result = if slot.ready {
+            f(self, &mut conn)
+        } else {
+            setup(&mut conn, &self.sql, self.busy_timeout).and_then(|()| {
+                slot.ready = true;
+                f(self, &mut conn)
+            })
+        };
+        match result {
+            Ok(value) => {
+                slot.conn = Some(conn);
+                Ok(value)
+            }
+            Err(e) => {
+                if !needs_reopen(&e) {
+                    slot.conn = Some(conn);
+                }
+                Err(map_error(op, &self.path, &e))
+            }
+        }
+    }
+}
+
+fn open_connection(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Connection> {
+    // Without SQLITE_OPEN_URI, so that a file whose name starts with `file:` is just a file.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    // Validated to fit in i32 milliseconds, where rusqlite would otherwise panic.
+    conn.busy_timeout(busy_timeout)?;
+    Ok(conn)
+}
+
+/// Runs once per connection; idempotent, so several processes starting at once on a fresh file
+/// all succeed.
+///
+/// The busy handler alone is not enough here: while the file is still in rollback-journal mode,
+/// SQLite answers SQLITE_BUSY at once (without waiting) to a connection that would have to
+/// upgrade a read lock another writer is waiting behind, which is exactly what concurrent
+/// first uses do. So BUSY is retried until the busy timeout is spent.
+fn setup(conn: &mut Connection, sql: &Statements, patience: Duration) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + patience;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match setup_once(conn, sql) {
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            done => return done,
+        }
+    }
+}
+
+fn setup_once(conn: &mut Connection, sql: &Statements) -> rusqlite::Result<()> {
+    // WAL lets `inspect` read while another process writes. The mode is kept in the file; on a
+    // file system without shared memory SQLite keeps its old mode, which is still correct.
+    // `synchronous` stays at its default (FULL) so that a power cut cannot lose a fence.
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    }
+    // IMMEDIATE takes the write lock before the schema is read, so two creators queue on the
+    // busy handler instead of deadlocking on a lock upgrade.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(&sql.create)?;
+    tx.commit()
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Errors after which the connection is not trusted any more: the next operation reopens.
+fn needs_reopen(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+                | ErrorCode::FileLockingProtocolFailed
+                | ErrorCode::NotADatabase
+        )
+    )
+}
+
+/// Lock contention on the file and I/O trouble may pass; everything else will not.
+fn map_error(op: &str, path: &Path, e: &rusqlite::Error) -> Error {
+    let message = format!("{op} on {}: {e}", path.display());
+    match e.sqlite_error_code() {
+        Some(
+            ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::SystemIoFailure
+            | ErrorCode::CannotOpen
+            | ErrorCode::DiskFull
+            | ErrorCode::FileLockingProtocolFailed,
+        ) => Error::unavailable(KIND, message),
+        _ => Error::backend(KIND, message),
+    }
+}
+
+/// The same error again, for every entry of a failed batch.
+fn duplicate(e: &Error) -> Error {
+    match e {
+        Error::Unavailable { message, .. } => Error::unavailable(KIND, message.clone()),
+        other => Error::backend(KIND, other.to_string()),
+    }
+}
+
+/// Milliseconds for SQL, rounded up: the server's lease must not end before the holder's
+/// own reckoning of it.
+fn lease_ms(lease: Duration) -> i64 {
+    let ms = lease.as_nanos().div_ceil(1_000_000);
+    i64::try_from(ms).unwrap_or(i64::MAX).min(MAX_LEASE_MS)
+}
+
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn fence_from(fence: i64) -> Result<u64> {
+    u64::try_from(fence)
+        .map_err(|_| Error::backend(KIND, format!("the fence column holds {fence}, not a fence")))
+}
+
+/// The in-process release channel of a lock; the length prefix keeps `("a:b", "c")` and
+/// `("a", "b:c")` apart.
+fn channel(name: &LockName) -> String {
+    format!("{}:{}:{}", name.prefix().len(), name.prefix(), name.key())
+}
+
+fn validate_table(table: &str) -> Result<()> {
+    let mut chars = table.chars();
+    let Some(first) = chars.next() else {
+        return Err(Error::config("sqlite: the table name is empty"));
+    };
+    if table.len() > MAX_TABLE_LEN {
+        return Err(Error::config(format!(
+            "sqlite: the table name is {} characters long; at most {MAX_TABLE_LEN} are allowed",
+            table.len()
+        )));
+    }
+    if !(first.is_ascii_alphabetic() || first == '_')
+        || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(Error::config(format!(
+            "sqlite: the table name {table:?} must be ASCII letters, digits and '_', \
+             not starting with a digit"
+        )));
+    }
+    if table
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("sqlite_"))
+    {
+        return Err(Error::config(format!(
+            "sqlite: the table name {table:?} starts with 'sqlite_', which SQLite reserves"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_busy_timeout(timeout: Duration) -> Result<()> {
+    if timeout.as_millis() > i32::MAX as u128 {
+        return Err(Error::config(format!(
+            "sqlite: the busy timeout {timeout:?} is too long; at most {} ms",
+            i32::MAX
+        )));
+    }
+    Ok(())
+}
+
+/// Splits `sqlite:///abs/path.db[?table=NAME]` into a path and options.
+fn parse_url(url: &str) -> Result<(PathBuf, SqliteOptions)> {
+    const SCHEME: &str = "sqlite:";
+    let scheme_ok = url
+        .get(..SCHEME.len())
+        .is_some_and(|s| s.eq_ignore_ascii_case(SCHEME));
+    if !scheme_ok {
+        let shown = url.split_once(':').map_or("(none)", |(s, _)| s);
+        return Err(Error::config(format!(
+            "sqlite URL: the scheme must be 'sqlite', got {shown:?} (expected sqlite:///abs/path.db)"
+        )));
+    }
+    let rest = &url[SCHEME.len()..];
+    let Some(rest) = rest.strip_prefix("//") else {
+        return Err(Error::config(
+            "sqlite URL: the path must be absolute and follow 'sqlite://' \
+             (expected sqlite:///abs/path.db)",
+        ));
+    };
+    if rest.contains('#') {
+        return Err(Error::config(
+            "sqlite URL: a fragment ('#...') is not allowed; percent-encode '#' in the path as %23",
+        ));
+    }
+    let (raw_path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    if raw_path.is_empty() {
+        return Err(Error::config(
+            "sqlite URL: the path is missing (expected sqlite:///abs/path.db)",
+        ));
+    }
+    if !raw_path.starts_with('/') {
+        let host = raw_path.split('/').next().unwrap_or(raw_path);
+        return Err(Error::config(format!(
+            "sqlite URL: the path must be absolute, but {host:?} stands where a host would \
+             (write three slashes: sqlite:///abs/path.db)"
+        )));
+    }
+    let decoded = percent_decode(raw_path).ok_or_else(|| {
+        Error::config(format!(
+            "sqlite URL: the path {raw_path:?} has a malformed percent-escape"
+        ))
+    })?;
+    if decoded.ends_with('/') {
+        return Err(Error::config(format!(
+            "sqlite URL: the path {decoded:?} names a directory, not a database file"
+        )));
+    }
+    if decoded.contains('\0') {
+        return Err(Error::config(
+            "sqlite URL: the path contains a NUL character",
+        ));
+    }
+    // `sqlite:///C:/x.db` on Windows: drop the slash before the drive letter.
+    let decoded = if cfg!(windows) && decoded.as_bytes().get(2) == Some(&b':') {
+        decoded[1..].to_owned()
+    } else {
+        decoded
+    };
+    let path = PathBuf::from(decoded);
+    if !path.is_absolute() {
+        return Err(Error::config(format!(
+            "sqlite URL: the path {} is not absolute",
+            path.display()
+        )));
+    }
+
+    let mut options = SqliteOptions::default();
+    let mut table_seen = false;
+    for pair in query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "table" => {
+                if table_seen {
+                    return Err(Error::config(
+                        "sqlite URL: the query parameter 'table' is repeated",
+                    ));
+                }
+                table_seen = true;
+                let value = percent_decode(value).ok_or_else(|| {
+                    Error::config(
+                        "sqlite URL: the query parameter 'table' has a malformed percent-escape",
+                    )
+                })?;
+                validate_table(&value).map_err(|e| match e {
+                    Error::InvalidConfig(m) => {
+                        Error::config(format!("{m} (query parameter 'table')"))
+                    }
+                    other => other,
+                })?;
+                options.table = value;
+            }
+            other => {
+                return Err(Error::config(format!(
+                    "sqlite URL: unknown query parameter {other:?} (only 'table' is supported)"
+                )))
+            }
+        }
+    }
+    Ok((path, options))
+}
+
+/// Decodes `%XX` escapes; `None` for a broken escape or a result that is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A committed acquisition on its way back to the caller. If the caller's future was dropped
+/// meanwhile, tokio drops this instead of delivering it, and the lock is given back at once
+/// rather than staying held until its lease ends: that keeps `try_acquire` cancel-safe even
+/// though the blocking task cannot be stopped.
+struct Acquisition {
+    inner: Arc<Inner>,
+    /// Region, key, token and channel; `None` once delivered.
+    undo: Option<(String, String, String, String)>,
+}
+
+impl Acquisition {
+    fn delivered(mut self) {
+        self.undo = None;
+    }
+}
+
+impl Drop for Acquisition {
+    fn drop(&mut self) {
+        let Some((region, key, token, channel)) = self.undo.take() else {
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        let undo = move || {
+            let released = inner.with_conn("release", |inner, conn| {
+                Ok(conn
+                    .prepare_cached(&inner.sql.release)?
+                    .execute(params![region, key, token])?
+                    > 0)
+            });
+            if let Ok(true) = released {
+                inner.signals.fire(&channel);
+            }
+        };
+        // Drop must not block an async worker; without a runtime (or on a blocking-pool
+        // thread, where tokio usually drops it) blocking here is fine.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(undo)),
+            Err(_) => undo(),
+        }
+    }
+}
+
+enum Step {
+    Acquired { fence: i64, hold: Acquisition },
+    Busy { remaining_ms: Option<i64> },
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::Monotonic,
+            notifies_release: false,
+            fifo: false,
+            cross_process: true,
+        }
+    }
+
+    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
+        let (token, lease_ms, channel) = (token.to_string(), lease_ms(lease), channel(name));
+        let step = self
+            .run("try_acquire", move |inner, conn| {
+                // IMMEDIATE takes the write lock up front: the Busy branch reads the holder's
+                // expiry in the same snapshot, and a WAL read transaction could not be upgraded.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let fence: Option<i64> = tx
+                    .prepare_cached(&inner.sql.acquire)?
+                    .query_row(params![region, key, token, lease_ms], |r| r.get(0))
+                    .optional()?;
+                let Some(fence) = fence else {
+                    let remaining_ms: Option<i64> = tx
+                        .prepare_cached(&inner.sql.remaining)?
+                        .query_row(params![region, key], |r| r.get(0))
+                        .optional()?;
+                    tx.commit()?;
+                    return Ok(Step::Busy { remaining_ms });
+                };
+                tx.commit()?;
+                let undo = Some((region, key, token, channel));
+                Ok(Step::Acquired {
+                    fence,
+                    hold: Acquisition {
+                        inner: Arc::clone(inner),
+                        undo,
+                    },
+                })
+            })
+            .await?;
+        match step {
+            Step::Acquired { fence, hold } => {
+                // On a bad fence `hold` is dropped here and gives the lock back.
+                let fence = fence_from(fence)?;
+                hold.delivered();
+                Ok(Attempt::Acquired { fence })
+            }
+            Step::Busy { remaining_ms } => Ok(Attempt::Busy {
+                retry_after: remaining_ms.map(millis),
+            }),
+        }
+    }
+
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        let (region, key, token) = (
+            name.prefix().to_owned(),
+            name.key().to_owned(),
+            token.to_string(),
+        );
+        let was_held = self
+            .run("release", move |inner, conn| {
+                Ok(conn
+                    .prepare_cached(&inner.sql.release)?
+                    .execute(params![region, key, token])?
+                    > 0)
+            })
+            .await?;
+        if was_held {
+            self.inner.signals.fire(&channel(name));
+        }
+        Ok(Released {
+            was_held,
+            contended: false,
+        })
+    }
+
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let (region, key, token) = (
+            name.prefix().to_owned(),
+            name.key().to_owned(),
+            token.to_string(),
+        );
+        let lease_ms = lease_ms(lease);
+        self.run("extend", move |inner, conn| {
+            Ok(conn
+                .prepare_cached(&inner.sql.extend)?
+                .execute(params![region, key, token, lease_ms])?
+                > 0)
+        })
+        .await
+    }
+
+    /// All renewals in one IMMEDIATE transaction: one write lock and one commit (one fsync)
+    /// for the whole batch. If the transaction fails, every entry reports the error, since
+    /// none of its extensions took effect.
+    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let items: Vec<(String, String, String, i64)> = batch
+            .iter()
+            .map(|r| {
+                (
+                    r.name.prefix().to_owned(),
+                    r.name.key().to_owned(),
+                    r.token.to_string(),
+                    lease_ms(r.lease),
+                )
+            })
+            .collect();
+        let count = items.len();
+        let result = self
+            .run("extend_many", move |inner, conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let mut extended = Vec::with_capacity(items.len());
+                {
+                    let mut stmt = tx.prepare_cached(&inner.sql.extend)?;
+                    for (region, key, token, lease_ms) in &items {
+                        extended.push(stmt.execute(params![region, key, token, lease_ms])? > 0);
+                    }
+                }
+                tx.commit()?;
+                Ok(extended)
+            })
+            .await;
+        match result {
+            Ok(extended) => extended.into_iter().map(Ok).collect(),
+            Err(e) => (0..count).map(|_| Err(duplicate(&e))).collect(),
+        }
+    }
+
+    /// Only releases made through this backend (or its clones) fire the subscription; other
+    /// processes' releases are found by the registry's polling.
+    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+        Ok(self.inner.signals.subscribe(&channel(name)).0)
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
+        let row = self
+            .run("inspect", move |inner, conn| {
+                conn.prepare_cached(&inner.sql.inspect)?
+                    .query_row(params![region, key], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                    })
+                    .optional()
+            })
+            .await?;
+        row.map(|(fence, remaining_ms)| {
+            Ok(LockInfo {
+                fence: Some(fence_from(fence)?),
+                remaining: Some(millis(remaining_ms)),
+            })
+        })
+        .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn name(key: &str) -> LockName {
+        LockName::new("lock", key).expect("valid key")
+    }
+
+    fn temp_backend() -> (tempfile::TempDir, SqliteBackend) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let backend = SqliteBackend::open(dir.path().join("locks.db")).expect("open");
+        (dir, backend)
+    }
+
+    fn fence_of(attempt: Attempt) -> u64 {
+        match attempt {
+            Attempt::Acquired { fence } => fence,
+            Attempt::Busy { .. } => panic!("expected Acquired, got {attempt:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn acquire_busy_release() {
+        let (_dir, b) = temp_backend();
+        let n = name("voucher:42");
+        let (t1, t2) = (Token::random(), Token::random());
+
+        assert_eq!(
+            b.try_acquire(&n, t1, LEASE).await.unwrap(),
+            Attempt::Acquired { fence: 1 }
+        );
+        match b.try_acquire(&n, t2, LEASE).await.unwrap() {
+            Attempt::Busy {
+                retry_after: Some(d),
+            } => {
+                assert!(
+                    d > Duration::from_secs(25) && d <= LEASE,
+                    "retry_after {d:?}"
+                )
+            }
+            other => panic!("expected Busy with a retry time, got {other:?}"),
+        }
+        let info = b.inspect(&n).await.unwrap().expect("held");
+        assert_eq!(info.fence, Some(1));
+        assert!(info.remaining.unwrap() <= LEASE);
+
+        // Nobody releases a lock they do not hold.
+        assert_eq!(
+            b.release(&n, t2).await.unwrap(),
+            Released {
+                was_held: false,
+                contended: false
+            }
+        );
+        assert!(b.inspect(&n).await.unwrap().is_some());
+
+        assert_eq!(
+            b.release(&n, t1).await.unwrap(),
+            Released {
+                was_held: true,
+                contended: false
+            }
+        );
+        assert_eq!(b.inspect(&n).await.unwrap(), None);
+        assert!(
+            !b.release(&n, t1).await.unwrap().was_held,
+            "a second release finds nothing"
+        );
+
+        assert_eq!(
+            b.try_acquire(&n, t2, LEASE).await.unwrap(),
+            Attempt::Acquired { fence: 2 }
+        );
+    }
+
+    #[tokio::test]
+    async fn fence_increases_per_key_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/dir/locks.db");
+        let b = SqliteBackend::open(&path).unwrap();
+        let (a, other) = (name("a"), name("b"));
+        let mut last = 0;
+        for _ in 0..5 {
+            let t = Token::random();
+            let fence = fence_of(b.try_acquire(&a, t, LEASE).await.unwrap());
+            assert!(fence > last, "fence {fence} after {last}");
+            last = fence;
+            assert!(b.release(&a, t).await.unwrap().was_held);
+        }
+        assert_eq!(last, 5);
+        // Each key has its own counter, and the same key in another region is another lock.
+        assert_eq!(
+            fence_of(b.try_acquire(&other, Token::random(), LEASE).await.unwrap()),
+            1
+        );
+        let elsewhere = LockName::new("other-prefix", "a").unwrap();
+        assert_eq!(
+            fence_of(
+                b.try_acquire(&elsewhere, Token::random(), LEASE)
+                    .await
+                    .unwrap()
+            ),
+            1
+        );
+        drop(b);
+
+        let reopened = SqliteBackend::open(&path).unwrap();
+        assert_eq!(
+            fence_of(
+                reopened
+                    .try_acquire(&a, Token::random(), LEASE)
+                    .await
+                    .unwrap()
+            ),
+            6
+        );
+    }
+
+    #[tokio::test]
+    async fn expired_lease_is_taken_over() {
+        let (_dir, b) = temp_backend();
+        let n = name("short");
+        let (old, new) = (Token::random(), Token::random());
+        let short = Duration::from_millis(200);
+
+        assert_eq!(fence_of(b.try_acquire(&n, old, short).await.unwrap()), 1);
+        assert!(matches!(
+            b.try_acquire(&n, new, LEASE).await.unwrap(),
+            Attempt::Busy { .. }
+        ));
+        tokio::time::sleep(Duration::from_millis(350)).await;
+
+        assert_eq!(
+            b.inspect(&n).await.unwrap(),
+            None,
+            "an expired lease is not held"
+        );
+        assert_eq!(fence_of(b.try_acquire(&n, new, LEASE).await.unwrap()), 2);
+        // The stale holder can neither extend nor release the new holder's lock.
+        assert!(!b.extend(&n, old, LEASE).await.unwrap());
+        assert!(!b.release(&n, old).await.unwrap().was_held);
+        assert_eq!(b.inspect(&n).await.unwrap().and_then(|i| i.fence), Some(2));
+    }
+
+    #[tokio::test]
+    async fn expired_holder_cannot_extend_or_release() {
+        let (_dir, b) = temp_backend();
+        let n = name("lapsed");
+        let t = Token::random();
+        b.try_acquire(&n, t, Duration::from_millis(200))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(!b.extend(&n, t, LEASE).await.unwrap());
+        assert!(!b.release(&n, t).await.unwrap().was_held);
+    }
+
+    #[tokio::test]
+    async fn extend_is_owner_checked() {
+        let (_dir, b) = temp_backend();
+        let n = name("renewed");
+        let t = Token::random();
+        b.try_acquire(&n, t, Duration::from_millis(500))
+            .await
+            .unwrap();
+
+        assert!(
+            !b.extend(&n, Token::random(), LEASE).await.unwrap(),
+            "wrong token"
+        );
+        assert!(
+            !b.extend(&name("never-taken"), t, LEASE).await.unwrap(),
+            "no such lock"
+        );
+        assert!(b.extend(&n, t, LEASE).await.unwrap());
+        let remaining = b
+            .inspect(&n)
+            .await
+            .unwrap()
+            .and_then(|i| i.remaining)
+            .unwrap();
+        assert!(
+            remaining > Duration::from_secs(25),
+            "extended lease {remaining:?}"
+        );
+
+        // Still held after the original 500 ms lease would have ended.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(matches!(
+            b.try_acquire(&n, Token::random(), LEASE).await.unwrap(),
+            Attempt::Busy { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn extend_many_reports_each_entry() {
+        let (_dir, b) = temp_backend();
+        let (x, y) = (name("x"), name("y"));
+        let (tx, ty) = (Token::random(), Token::random());
+        b.try_acquire(&x, tx, Duration::from_millis(500))
+            .await
+            .unwrap();
+        b.try_acquire(&y, ty, Duration::from_millis(500))
+            .await
+            .unwrap();
+        let batch = vec![
+            Renewal {
+                name: x.clone(),
+                token: tx,
+                lease: LEASE,
+            },
+            Renewal {
+                name: y.clone(),
+                token: Token::random(),
+                lease: LEASE,
+            },
+            Renewal {
+                name: name("z"),
+                token: tx,
+                lease: LEASE,
+            },
+        ];
+        let results: Vec<bool> = b
+            .extend_many(&batch)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(results, vec![true, false, false]);
+        assert!(b.extend_many(&[]).await.is_empty());
+
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(b.inspect(&x).await.unwrap().is_some(), "x was extended");
+        assert!(b.inspect(&y).await.unwrap().is_none(), "y was not");
+    }
+
+    #[tokio::test]
+    async fn two_backends_on_one_file_exclude_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        let a = SqliteBackend::open(&path).unwrap();
+        let b = SqliteBackend::open(&path).unwrap();
+        let n = name("shared");
+        let (ta, tb) = (Token::random(), Token::random());
+
+        assert_eq!(fence_of(a.try_acquire(&n, ta, LEASE).await.unwrap()), 1);
+        assert!(matches!(
+            b.try_acquire(&n, tb, LEASE).await.unwrap(),
+            Attempt::Busy { .. }
+        ));
+        assert!(
+            !b.release(&n, ta.as_u128().wrapping_add(1).into())
+                .await
+                .unwrap()
+                .was_held
+        );
+        assert_eq!(b.inspect(&n).await.unwrap().and_then(|i| i.fence), Some(1));
+        assert!(a.release(&n, ta).await.unwrap().was_held);
+        assert_eq!(fence_of(b.try_acquire(&n, tb, LEASE).await.unwrap()), 2);
+        assert!(matches!(
+            a.try_acquire(&n, ta, LEASE).await.unwrap(),
+            Attempt::Busy { .. }
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn racing_connections_admit_exactly_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.db");
+        let backends: Vec<SqliteBackend> = (0..4)
+            .map(|_| SqliteBackend::open(&path).unwrap())
+            .collect();
+        for round in 0..5 {
+            let n = name(&format!("race-{round}"));
+            let tasks: Vec<_> = backends
+                .iter()
+                .flat_map(|b| std::iter::repeat_n(b.clone(), 3))
+                .map(|b| {
+                    let n = n.clone();
+                    tokio::spawn(async move { b.try_acquire(&n, Token::random(), LEASE).await })
+                })
+                .collect();
+            let mut winners = 0;
+            for task in tasks {
+                if let Attempt::Acquired { fence } = task.await.unwrap().unwrap() {
+                    assert_eq!(fence, 1);
+                    winners += 1;
+                }
+            }
+            assert_eq!(winners, 1, "round {round}");
+        }
+    }
+
+    #[tokio::test]
+    async fn release_wakes_subscribers_of_this_process() {
+        let (_dir, b) = temp_backend();
+        let n = name("notify");
+        let t = Token::random();
+        b.try_acquire(&n, t, LEASE).await.unwrap();
+        let mut sub = b.subscribe(&n).await.unwrap();
+        let mut other = b.subscribe(&name("unrelated")).await.unwrap();
+        assert!(b.release(&n, t).await.unwrap().was_held);
+        tokio::time::timeout(Duration::from_secs(1), sub.released())
+            .await
+            .expect("the release fired the subscription");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), other.released())
+                .await
+                .is_err(),
+            "another key's subscription stays quiet"
+        );
+        assert!(!b.capabilities().notifies_release);
+        assert!(b.capabilities().cross_process);
+    }
+
+    #[tokio::test]
+    async fn force_delete_frees_and_keeps_fence() {
+        let (_dir, b) = temp_backend();
+        let n = name("forced");
+        let t = Token::random();
+        b.try_acquire(&n, t, LEASE).await.unwrap();
+        assert!(b.force_delete(&n).await.unwrap());
+        assert!(!b.force_delete(&n).await.unwrap());
+        assert!(
+            !b.extend(&n, t, LEASE).await.unwrap(),
+            "the holder has lost it"
+        );
+        assert_eq!(
+            fence_of(b.try_acquire(&n, Token::random(), LEASE).await.unwrap()),
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn dropped_acquire_gives_the_lock_back() {
+        let (_dir, b) = temp_backend();
+        let n = name("cancelled");
+        // Polled once (which starts the blocking task), then dropped.
+        let cancelled =
+            tokio::time::timeout(Duration::ZERO, b.try_acquire(&n, Token::random(), LEASE)).await;
+        assert!(
+            cancelled.is_err(),
+            "the attempt should not have finished in its first poll"
+        );
+        // The orphaned acquisition commits (fence 1) and is then undone in the background.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match b.try_acquire(&n, Token::random(), LEASE).await.unwrap() {
+                Attempt::Acquired { fence } => {
+                    assert_eq!(
+                        fence, 2,
+                        "the cancelled attempt did acquire, then gave back"
+                    );
+                    break;
+                }
+                Attempt::Busy { .. } => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the lock stayed held"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn url_with_table_opens_that_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("url.db");
+        let url = format!("sqlite://{}?table=my_locks", path.display());
+        let b = SqliteBackend::from_url(&url).unwrap();
+        assert_eq!(b.table(), "my_locks");
+        assert_eq!(b.path(), path.as_path());
+        b.try_acquire(&name("k"), Token::random(), LEASE)
+            .await
+            .unwrap();
+
+        let conn = Connection::open(&path).unwrap();
+        let (region, key, token, fence): (String, String, Option<String>, i64) = conn
+            .query_row(
+                "SELECT region, lock_key, token, fence FROM my_locks",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!((region.as_str(), key.as_str(), fence), ("lock", "k", 1));
+        assert!(token.is_some_and(|t| t.len() == 32 && Token::from_hex(&t).is_some()));
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert!(format!("{b:?}").contains("my_locks"));
+    }
+
+    #[test]
+    fn url_percent_escapes_are_decoded() {
+        let (path, options) = parse_url("SQLite:///tmp/my%20locks.db?table=t_1").unwrap();
+        assert_eq!(path, PathBuf::from("/tmp/my locks.db"));
+        assert_eq!(options.table, "t_1");
+        let (_, options) = parse_url("sqlite:///tmp/x.db").unwrap();
+        assert_eq!(options.table, DEFAULT_TABLE);
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_config_naming_the_part() {
+        let cases = [
+            ("redis:///tmp/x.db", "scheme"),
+            ("nothing", "scheme"),
+            ("sqlite:relative.db", "absolute"),
+            ("sqlite://relative/x.db", "absolute"),
+            ("sqlite://", "missing"),
+            ("sqlite://?table=x", "missing"),
+            ("sqlite:///tmp/dir/", "directory"),
+            ("sqlite:///tmp/x%zz.db", "percent"),
+            ("sqlite:///tmp/x.db#frag", "fragment"),
+            ("sqlite:///tmp/x.db?table=bad-name", "table"),
+            ("sqlite:///tmp/x.db?table=", "table"),
+            ("sqlite:///tmp/x.db?table=1abc", "table"),
+            ("sqlite:///tmp/x.db?table=sqlite_master", "reserves"),
+            ("sqlite:///tmp/x.db?table=a&table=b", "repeated"),
+            ("sqlite:///tmp/x.db?mode=ro", "unknown query parameter"),
+        ];
+        for (url, part) in cases {
+            match SqliteBackend::from_url(url) {
+                Err(Error::InvalidConfig(message)) => {
+                    assert!(
+                        message.contains(part),
+                        "{url}: {message:?} should mention {part:?}"
+                    )
+                }
+                other => panic!("{url}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bad_options_are_invalid_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("x.db");
+        let bad = [
+            SqliteOptions::default().table("drop table; --"),
+            SqliteOptions::default().table("x".repeat(MAX_TABLE_LEN + 1)),
+            SqliteOptions::default().busy_timeout(Duration::from_secs(u64::MAX)),
+        ];
+        for options in bad {
+            let result = SqliteBackend::open_with(&file, options.clone());
+            assert!(
+                matches!(result, Err(Error::InvalidConfig(_))),
+                "{options:?}: {result:?}"
+            );
+        }
+        assert!(matches!(
+            SqliteBackend::open(""),
+            Err(Error::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            SqliteBackend::open(dir.path()),
+            Err(Error::InvalidConfig(_))
+        ));
+        assert!(!file.exists(), "nothing is created for rejected options");
+    }
+
+    #[test]
+    fn lease_rounds_up_and_is_capped() {
+        assert_eq!(lease_ms(Duration::from_micros(1)), 1);
+        assert_eq!(lease_ms(Duration::from_millis(200)), 200);
+        assert_eq!(lease_ms(Duration::MAX), MAX_LEASE_MS);
+    }
+}

@@ -1,0 +1,159 @@
+//! Test infrastructure: throwaway servers on free loopback ports and a fault-injecting TCP proxy.
+//!
+//! Enabled by the `testkit` cargo feature. Nothing here is meant for production use: the server
+//! helpers block the calling thread while a server starts, and they assume a Unix machine with the
+//! server binaries installed (`scripts/test.sh` installs them). A missing binary is an error that
+//! says what to install, never a silent skip.
+//!
+//! - [`redis::RedisServer`] runs a private `redis-server` that can be killed and restarted on the
+//!   same port mid-test.
+//! - [`proxy::FaultProxy`] sits between a client and a server and cuts, delays or pauses the
+//!   traffic on demand.
+//! - [`free_port`] finds a loopback port nobody listens on.
+
+use std::io;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub mod proxy;
+pub mod redis;
+
+/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
+///
+/// The port is found by binding `127.0.0.1:0`, reading the port the kernel chose and closing the
+/// socket again, so another process may take it before the caller does; servers started by the
+/// testkit retry with a fresh port when that happens.
+///
+/// # Panics
+///
+/// Panics if the loopback interface cannot be bound at all, which no test can recover from.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .expect("cannot bind 127.0.0.1:0 to find a free port");
+    listener
+        .local_addr()
+        .expect("a bound listener has a local address")
+        .port()
+}
+
+/// Spawns a server process that dies with the test process, however that ends.
+///
+/// `Drop` kills servers when tests end normally, but not when the test process is killed (a
+/// timeout in the test runner, `abort`, Ctrl-C) or when a server sits in a `static` (statics are
+/// never dropped). On Linux the child therefore asks the kernel for `SIGKILL` when its parent
+/// dies (`PR_SET_PDEATHSIG`). The kernel means the parent *thread*, and test threads end with
+/// their test while a shared server may live on, so every spawn happens on one helper thread
+/// that lives as long as the process.
+pub(crate) fn spawn_tied_to_process(command: Command) -> io::Result<Child> {
+    type Request = (Command, mpsc::Sender<io::Result<Child>>);
+    static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
+
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, inbox) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("distlock-testkit-spawner".to_owned())
+            .spawn(move || {
+                for (mut command, reply) in inbox {
+                    let _ = reply.send(spawn_with_parent_death_signal(&mut command));
+                }
+            })
+            .expect("cannot start the testkit spawner thread");
+        requests
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .map_err(|_| io::Error::other("the testkit spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| io::Error::other("the testkit spawner thread is gone"))?
+}
+
+#[cfg(target_os = "linux")]
+fn spawn_with_parent_death_signal(command: &mut Command) -> io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and calls only prctl and
+    // getppid, which are async-signal-safe; it only reads a copied integer.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl: then we were adopted, and must go.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(io::Error::other("test process exited during spawn"));
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawn_with_parent_death_signal(command: &mut Command) -> io::Result<Child> {
+    command.spawn()
+}
+
+/// A directory under the system temp dir that is removed, with its contents, on drop.
+///
+/// The crate's runtime dependencies do not include `tempfile`, and the testkit needs only this.
+#[derive(Debug)]
+pub(crate) struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh, empty directory whose name starts with `prefix`.
+    pub(crate) fn new(prefix: &str) -> std::io::Result<TempDir> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("{prefix}-{}-{nanos:09}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir { path })
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // Best effort: a leftover directory in /tmp must not fail a test.
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_port_can_be_bound_again() {
+        let port = free_port();
+        assert_ne!(port, 0);
+        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("the free port is bindable");
+    }
+
+    #[test]
+    fn temp_dir_is_removed_on_drop() {
+        let dir = TempDir::new("distlock-testkit-selftest").unwrap();
+        let path = dir.path().to_owned();
+        std::fs::write(path.join("file"), b"x").unwrap();
+        assert!(path.is_dir());
+        drop(dir);
+        assert!(!path.exists());
+    }
+}

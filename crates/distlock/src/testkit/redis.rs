@@ -1,0 +1,882 @@
+//! A throwaway `redis-server` on a free loopback port, for tests that need a real Redis.
+//!
+//! Each [`RedisServer`] owns its process, port and temporary directory: nothing is shared with the
+//! machine's own Redis (if any runs on 6379) or with other tests. Persistence is off, so a
+//! [`restart`](RedisServer::restart) always comes back empty, which is what a crash of an
+//! unpersisted master looks like to a lock client.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{free_port, spawn_tied_to_process, TempDir};
+
+/// The binary that is started, looked up on `PATH`.
+const BINARY: &str = "redis-server";
+/// How long a starting server may take to answer `PING`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often `start` tries a new port when another process took the free one first.
+const PORT_ATTEMPTS: usize = 5;
+/// Read timeout of [`RedisServer::cli`]; long enough for a `DEBUG SLEEP` of several seconds.
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Settings for [`RedisServer::start_with`].
+///
+/// The default is an open server: no password, no extra user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisServerOptions {
+    /// Password of the `default` user (`requirepass`). Unauthenticated commands get `-NOAUTH`.
+    pub password: Option<String>,
+    /// An extra ACL user `(name, password)` allowed every key, channel and command
+    /// (`on >password ~* &* +@all`). When set, [`RedisServer::url`] logs in as this user.
+    pub acl_user: Option<(String, String)>,
+}
+
+/// A private `redis-server` process listening on `127.0.0.1` at a free port.
+///
+/// Started with `--save "" --appendonly no` in its own temporary directory, so it keeps nothing
+/// across [`kill`](Self::kill) and [`restart`](Self::restart). Dropping it kills the process
+/// (`SIGKILL`), waits for it and removes the directory.
+///
+/// The methods block the calling thread (starting waits up to about ten seconds for the server to
+/// answer); that is fine inside `#[tokio::test]` bodies.
+///
+/// ```no_run
+/// use distlock::testkit::redis::RedisServer;
+///
+/// let mut server = RedisServer::start()?;
+/// assert_eq!(server.cli(&["SET", "k", "v"])?, "OK");
+/// server.restart()?; // same port, empty data
+/// assert_eq!(server.cli(&["GET", "k"])?, "(nil)");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RedisServer {
+    binary: String,
+    options: RedisServerOptions,
+    port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+/// Why one launch attempt failed.
+enum LaunchError {
+    /// Another process took the port between [`free_port`] and the server's bind.
+    PortTaken(io::Error),
+    /// Anything else; retrying on another port will not help.
+    Failed(io::Error),
+}
+
+impl RedisServer {
+    /// Starts an open server (no password) and waits until it answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// Fails if `redis-server` is not installed (the message says to run
+    /// `apt-get install redis-server`), if it exits during start-up (the message includes its
+    /// log), or if it does not answer within about ten seconds.
+    pub fn start() -> io::Result<RedisServer> {
+        Self::start_with(RedisServerOptions::default())
+    }
+
+    /// Starts a server configured by `options` and waits until it answers `PING`
+    /// (or `-NOAUTH`, which proves it is up just as well).
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start).
+    pub fn start_with(options: RedisServerOptions) -> io::Result<RedisServer> {
+        Self::start_binary(BINARY, options)
+    }
+
+    fn start_binary(binary: &str, options: RedisServerOptions) -> io::Result<RedisServer> {
+        let mut server = RedisServer {
+            binary: binary.to_owned(),
+            options,
+            port: 0,
+            dir: TempDir::new("distlock-testkit-redis")?,
+            child: None,
+        };
+        let mut last_error = None;
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                Err(LaunchError::PortTaken(e)) => last_error = Some(e),
+                Err(LaunchError::Failed(e)) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+    }
+
+    /// The TCP port the server listens on; it stays the same across [`restart`](Self::restart).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The connection URL: `redis://127.0.0.1:port`, with `user:password@` for the
+    /// [`acl_user`](RedisServerOptions::acl_user) if one is configured, else `:password@` for the
+    /// default user's [`password`](RedisServerOptions::password) if one is set.
+    pub fn url(&self) -> String {
+        match (&self.options.acl_user, &self.options.password) {
+            (Some((user, pass)), _) => self.url_with(Some(user), Some(pass)),
+            (None, Some(pass)) => self.url_with(None, Some(pass)),
+            (None, None) => self.url_with(None, None),
+        }
+    }
+
+    /// A URL for this server with explicit credentials, for tests of wrong or missing ones.
+    /// Both parts are percent-encoded.
+    pub fn url_with(&self, user: Option<&str>, password: Option<&str>) -> String {
+        let userinfo = match (user, password) {
+            (None, None) => String::new(),
+            (user, None) => format!("{}@", percent_encode(user.unwrap_or_default())),
+            (user, Some(pass)) => format!(
+                "{}:{}@",
+                percent_encode(user.unwrap_or_default()),
+                percent_encode(pass)
+            ),
+        };
+        format!("redis://{userinfo}127.0.0.1:{}", self.port)
+    }
+
+    /// The options the server was started with.
+    pub fn options(&self) -> &RedisServerOptions {
+        &self.options
+    }
+
+    /// The process id, or `None` after [`kill`](Self::kill).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is alive (it may still be paused by [`pause`](Self::pause)).
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Kills the server with `SIGKILL` and waits for it to exit, as in a crash: clients see their
+    /// connections close and new connections are refused. Does nothing if it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL also ends a process stopped by `pause`. An error means it already exited.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port with empty data and waits until it is up,
+    /// killing the running process first if there is one.
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server does not come back, for instance because another process took the
+    /// port while it was down.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill();
+        self.launch().map_err(|e| match e {
+            LaunchError::PortTaken(e) => io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "cannot restart redis-server: port {} was taken while it was down: {e}",
+                    self.port
+                ),
+            ),
+            LaunchError::Failed(e) => e,
+        })
+    }
+
+    /// Stops the process with `SIGSTOP`: connections stay open but nothing is answered, like a
+    /// server stuck in a long pause. [`resume`](Self::resume) continues it.
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server is not running.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Continues a server stopped by [`pause`](Self::pause) (`SIGCONT`).
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server is not running.
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal(libc::SIGCONT)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        let pid = self.pid().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "redis-server is not running")
+        })?;
+        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child, which
+        // has not been reaped (we only wait in `kill`, which also forgets the pid).
+        if unsafe { libc::kill(pid, signal) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Sends one command over a fresh raw TCP connection (RESP, no `redis-cli` needed) and
+    /// returns the reply as text. Authenticates first when the server has a password or an ACL
+    /// user.
+    ///
+    /// Rendering: simple strings, integers and bulk strings as their text (`"OK"`, `"1"`,
+    /// `"value"`), a nil reply as `"(nil)"`, arrays as their rendered elements joined by `\n`
+    /// (`""` when empty), errors inside arrays as `"(error) ERR ..."`.
+    ///
+    /// ```no_run
+    /// # let server = distlock::testkit::redis::RedisServer::start()?;
+    /// server.cli(&["DEL", "some-lock"])?;
+    /// server.cli(&["CLIENT", "KILL", "TYPE", "normal"])?; // drops every client but this one
+    /// server.cli(&["DEBUG", "SLEEP", "2"])?; // blocks the server for two seconds
+    /// server.cli(&["FLUSHALL"])?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An error reply becomes an [`io::Error`] whose message is the server's text (for example
+    /// `ERR unknown command ...`); connection failures and timeouts (60 s) are returned as they
+    /// are. `args` must not be empty.
+    pub fn cli(&self, args: &[&str]) -> io::Result<String> {
+        if args.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cli needs a command",
+            ));
+        }
+        let stream = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(5))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(CLI_TIMEOUT))?;
+        stream.set_write_timeout(Some(CLI_TIMEOUT))?;
+
+        let auth: Option<Vec<&str>> = match (&self.options.acl_user, &self.options.password) {
+            (Some((user, pass)), _) => Some(vec!["AUTH", user, pass]),
+            (None, Some(pass)) => Some(vec!["AUTH", pass]),
+            (None, None) => None,
+        };
+        let mut request = Vec::new();
+        if let Some(auth) = &auth {
+            encode_command(&mut request, auth);
+        }
+        encode_command(&mut request, args);
+        (&stream).write_all(&request)?;
+
+        let mut reader = BufReader::new(stream);
+        if auth.is_some() {
+            if let Reply::Error(e) = read_reply(&mut reader)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("AUTH failed: {e}"),
+                ));
+            }
+        }
+        match read_reply(&mut reader)? {
+            Reply::Error(e) => Err(io::Error::other(e)),
+            reply => Ok(render(&reply)),
+        }
+    }
+
+    /// Spawns the process on `self.port` with an empty data directory and waits until it is up.
+    fn launch(&mut self) -> Result<(), LaunchError> {
+        let failed = LaunchError::Failed;
+        let data = self.data_dir();
+        match std::fs::remove_dir_all(&data) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(e)),
+        }
+        std::fs::create_dir_all(&data).map_err(failed)?;
+
+        let log_path = self.log_path();
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(failed)?;
+        let log_start = log.metadata().map_err(failed)?.len();
+        let log_err = log.try_clone().map_err(failed)?;
+
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .arg("--dir")
+            .arg(&data);
+        if major_version(&self.binary).map_err(failed)? >= 7 {
+            // Redis 7 refuses DEBUG (used by fault tests: DEBUG SLEEP) unless enabled.
+            command.args(["--enable-debug-command", "local"]);
+        }
+        if let Some(pass) = &self.options.password {
+            command.arg("--requirepass").arg(pass);
+        }
+        if let Some((user, pass)) = &self.options.acl_user {
+            command
+                .arg("--user")
+                .arg(user)
+                .arg("on")
+                .arg(format!(">{pass}"))
+                .args(["~*", "&*", "+@all"]);
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err));
+        let child =
+            spawn_tied_to_process(command).map_err(|e| failed(spawn_error(&self.binary, e)))?;
+        self.child = Some(child);
+
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let exited = match self.child.as_mut().map(Child::try_wait) {
+                Some(Ok(None)) => None,
+                Some(Ok(Some(status))) => Some(status.to_string()),
+                Some(Err(e)) => Some(e.to_string()),
+                None => Some("gone".to_owned()),
+            };
+            if let Some(status) = exited {
+                self.child = None;
+                let log = read_log(&log_path, log_start);
+                let error = io::Error::other(format!(
+                    "redis-server on port {} exited during start-up ({status}); its output:\n{log}",
+                    self.port
+                ));
+                return Err(if log.contains("Address already in use") {
+                    LaunchError::PortTaken(error)
+                } else {
+                    LaunchError::Failed(error)
+                });
+            }
+            if answers_ping(self.addr()) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                let log = read_log(&log_path, log_start);
+                return Err(failed(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "redis-server on port {} did not answer PING within {START_TIMEOUT:?}; \
+                         its output:\n{log}",
+                        self.port
+                    ),
+                )));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+}
+
+impl Drop for RedisServer {
+    /// Kills the process (`SIGKILL`), waits for it and removes its directory.
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Turns a spawn failure into an error that says what to install.
+fn spawn_error(binary: &str, error: io::Error) -> io::Error {
+    if error.kind() == io::ErrorKind::NotFound {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "`{binary}` was not found on PATH: install it with `apt-get install redis-server` \
+                 (scripts/test.sh installs it); server-backed tests never skip"
+            ),
+        )
+    } else {
+        io::Error::new(error.kind(), format!("cannot run `{binary}`: {error}"))
+    }
+}
+
+/// The major version of the server binary (`7` for `v=7.0.15`), or 0 if it cannot be read.
+fn major_version(binary: &str) -> io::Result<u32> {
+    static DEFAULT: OnceLock<u32> = OnceLock::new();
+    if binary == BINARY {
+        if let Some(version) = DEFAULT.get() {
+            return Ok(*version);
+        }
+    }
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| spawn_error(binary, e))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .and_then(|v| v.split('.').next())
+        .and_then(|major| major.parse().ok())
+        .unwrap_or(0);
+    if binary == BINARY {
+        let _ = DEFAULT.set(version);
+    }
+    Ok(version)
+}
+
+/// The server's output since `start`, at most the last 40 lines.
+fn read_log(path: &std::path::Path, start: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        if file.seek(SeekFrom::Start(start)).is_ok() {
+            let _ = file.read_to_string(&mut text);
+        }
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Whether something at `addr` answers a raw `PING` the way a running Redis does.
+fn answers_ping(addr: SocketAddr) -> bool {
+    let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let timeout = Some(Duration::from_millis(500));
+    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
+        return false;
+    }
+    if (&stream).write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    if BufReader::new(stream).read_line(&mut line).is_err() {
+        return false;
+    }
+    // `-NOAUTH` means a password is required: the server is up and serving.
+    line.starts_with("+PONG") || line.starts_with("-NOAUTH")
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, for URL user info.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Appends `args` as a RESP array of bulk strings.
+fn encode_command(out: &mut Vec<u8>, args: &[&str]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// One decoded reply; RESP3 scalars are folded into `Text`.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Text(String),
+    Error(String),
+    Nil,
+    Bulk(Vec<u8>),
+    Array(Vec<Reply>),
+}
+
+fn invalid(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// Reads one line without its `\r\n`.
+fn read_line(reader: &mut impl BufRead) -> io::Result<String> {
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line)?;
+    if line.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "redis closed the connection before replying",
+        ));
+    }
+    if !line.ends_with(b"\r\n") {
+        return Err(invalid("reply line does not end with CRLF"));
+    }
+    line.truncate(line.len() - 2);
+    String::from_utf8(line).map_err(|_| invalid("reply line is not UTF-8"))
+}
+
+fn read_len(text: &str) -> io::Result<i64> {
+    text.parse()
+        .map_err(|_| invalid(format!("bad length {text:?}")))
+}
+
+fn read_bulk(reader: &mut impl BufRead, len: i64) -> io::Result<Option<Vec<u8>>> {
+    let Ok(len) = usize::try_from(len) else {
+        return Ok(None); // -1: nil
+    };
+    let mut data = vec![0; len + 2];
+    reader.read_exact(&mut data)?;
+    if !data.ends_with(b"\r\n") {
+        return Err(invalid("bulk string does not end with CRLF"));
+    }
+    data.truncate(len);
+    Ok(Some(data))
+}
+
+fn read_items(reader: &mut impl BufRead, count: i64) -> io::Result<Reply> {
+    let Ok(count) = usize::try_from(count) else {
+        return Ok(Reply::Nil); // -1: nil array
+    };
+    let items = (0..count)
+        .map(|_| read_reply(reader))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok(Reply::Array(items))
+}
+
+/// Reads one RESP2 (or RESP3, should a test switch with `HELLO 3`) reply.
+fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
+    let line = read_line(reader)?;
+    let Some(kind) = line.chars().next() else {
+        return Err(invalid("empty reply line"));
+    };
+    let rest = &line[kind.len_utf8()..];
+    Ok(match kind {
+        '+' | ':' | ',' | '(' => Reply::Text(rest.to_owned()),
+        '#' => Reply::Text(if rest == "t" { "true" } else { "false" }.to_owned()),
+        '-' => Reply::Error(rest.to_owned()),
+        '_' => Reply::Nil,
+        '$' => match read_bulk(reader, read_len(rest)?)? {
+            Some(data) => Reply::Bulk(data),
+            None => Reply::Nil,
+        },
+        '=' => {
+            // Verbatim string: a three-letter format and ':' precede the text.
+            let data = read_bulk(reader, read_len(rest)?)?.unwrap_or_default();
+            Reply::Bulk(data.get(4..).unwrap_or_default().to_vec())
+        }
+        '!' => {
+            let data = read_bulk(reader, read_len(rest)?)?.unwrap_or_default();
+            Reply::Error(String::from_utf8_lossy(&data).into_owned())
+        }
+        '*' | '~' | '>' => read_items(reader, read_len(rest)?)?,
+        '%' => read_items(reader, read_len(rest)?.saturating_mul(2))?,
+        '|' => {
+            // Attributes annotate the reply that follows; skip them.
+            read_items(reader, read_len(rest)?.saturating_mul(2))?;
+            read_reply(reader)?
+        }
+        other => return Err(invalid(format!("unknown reply type {other:?}"))),
+    })
+}
+
+fn render(reply: &Reply) -> String {
+    match reply {
+        Reply::Text(text) => text.clone(),
+        Reply::Error(text) => format!("(error) {text}"),
+        Reply::Nil => "(nil)".to_owned(),
+        Reply::Bulk(data) => String::from_utf8_lossy(data).into_owned(),
+        Reply::Array(items) => items.iter().map(render).collect::<Vec<_>>().join("\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(password: Option<&str>, acl_user: Option<(&str, &str)>) -> RedisServerOptions {
+        RedisServerOptions {
+            password: password.map(str::to_owned),
+            acl_user: acl_user.map(|(u, p)| (u.to_owned(), p.to_owned())),
+        }
+    }
+
+    fn raw_ping(addr: SocketAddr) -> io::Result<String> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        (&stream).write_all(b"PING\r\n")?;
+        read_line(&mut BufReader::new(stream))
+    }
+
+    #[test]
+    fn server_starts_on_a_free_port_and_answers_ping() {
+        let server = RedisServer::start().unwrap();
+        assert_ne!(server.port(), 6379);
+        assert_eq!(
+            server.addr(),
+            SocketAddr::from(([127, 0, 0, 1], server.port()))
+        );
+        assert_eq!(server.url(), format!("redis://127.0.0.1:{}", server.port()));
+        assert_eq!(raw_ping(server.addr()).unwrap(), "+PONG");
+        assert_eq!(server.cli(&["PING"]).unwrap(), "PONG");
+    }
+
+    #[test]
+    fn cli_renders_replies_as_text() {
+        let server = RedisServer::start().unwrap();
+        assert_eq!(server.cli(&["SET", "k", "v a l"]).unwrap(), "OK");
+        assert_eq!(server.cli(&["GET", "k"]).unwrap(), "v a l");
+        assert_eq!(server.cli(&["GET", "missing"]).unwrap(), "(nil)");
+        assert_eq!(server.cli(&["RPUSH", "list", "a", "b"]).unwrap(), "2");
+        assert_eq!(server.cli(&["LRANGE", "list", "0", "-1"]).unwrap(), "a\nb");
+        assert_eq!(server.cli(&["LRANGE", "nothing", "0", "-1"]).unwrap(), "");
+        assert_eq!(server.cli(&["DEL", "k", "list"]).unwrap(), "2");
+        assert_eq!(server.cli(&["CONFIG", "GET", "save"]).unwrap(), "save\n");
+        assert_eq!(
+            server.cli(&["CONFIG", "GET", "appendonly"]).unwrap(),
+            "appendonly\nno"
+        );
+        let error = server.cli(&["NOSUCHCOMMAND"]).unwrap_err();
+        assert!(error.to_string().starts_with("ERR"), "{error}");
+        assert!(server.cli(&[]).is_err());
+        assert_eq!(server.cli(&["FLUSHALL"]).unwrap(), "OK");
+    }
+
+    #[test]
+    fn debug_sleep_and_client_kill_are_allowed() {
+        let server = RedisServer::start().unwrap();
+        let started = Instant::now();
+        assert_eq!(server.cli(&["DEBUG", "SLEEP", "0.2"]).unwrap(), "OK");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+
+        let victim = TcpStream::connect(server.addr()).unwrap();
+        victim
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        (&victim).write_all(b"PING\r\n").unwrap();
+        let mut reader = BufReader::new(victim);
+        assert_eq!(read_line(&mut reader).unwrap(), "+PONG");
+        assert_eq!(
+            server.cli(&["CLIENT", "KILL", "TYPE", "normal"]).unwrap(),
+            "1"
+        );
+        let mut rest = Vec::new();
+        assert_eq!(
+            reader.read_to_end(&mut rest).unwrap_or(0),
+            0,
+            "killed client sees EOF"
+        );
+    }
+
+    #[test]
+    fn kill_refuses_connections_and_restart_comes_back_empty_on_the_same_port() {
+        let mut server = RedisServer::start().unwrap();
+        let port = server.port();
+        let first_pid = server.pid().unwrap();
+        server.cli(&["SET", "k", "v"]).unwrap();
+
+        server.kill();
+        assert!(!server.is_running());
+        assert_eq!(server.pid(), None);
+        assert!(raw_ping(server.addr()).is_err());
+        assert!(server.cli(&["PING"]).is_err());
+        server.kill(); // idempotent
+
+        server.restart().unwrap();
+        assert!(server.is_running());
+        assert_eq!(server.port(), port);
+        assert_ne!(server.pid().unwrap(), first_pid);
+        assert_eq!(server.cli(&["GET", "k"]).unwrap(), "(nil)");
+
+        // Restarting a running server replaces it too.
+        server.cli(&["SET", "k", "v"]).unwrap();
+        server.restart().unwrap();
+        assert_eq!(server.port(), port);
+        assert_eq!(server.cli(&["DBSIZE"]).unwrap(), "0");
+    }
+
+    #[test]
+    fn drop_kills_the_process_and_removes_its_directory() {
+        let server = RedisServer::start().unwrap();
+        let addr = server.addr();
+        let pid = libc::pid_t::try_from(server.pid().unwrap()).unwrap();
+        let dir = server.dir.path().to_owned();
+        assert!(dir.is_dir());
+        drop(server);
+        // SAFETY: signal 0 only checks whether the pid exists.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, -1, "process is gone");
+        assert!(!dir.exists());
+        assert!(raw_ping(addr).is_err());
+    }
+
+    const HELPER_ENV: &str = "DISTLOCK_TESTKIT_DEATH_HELPER";
+
+    /// Run by `servers_die_with_the_test_process` in a child process; does nothing otherwise.
+    #[test]
+    #[ignore = "helper of servers_die_with_the_test_process"]
+    fn helper_starts_a_server_and_waits_to_be_killed() {
+        if std::env::var_os(HELPER_ENV).is_none() {
+            return;
+        }
+        let server = RedisServer::start().unwrap();
+        println!("port={}", server.port());
+        io::stdout().flush().unwrap();
+        thread::sleep(Duration::from_secs(60));
+    }
+
+    #[test]
+    fn servers_die_with_the_test_process() {
+        let mut helper = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "testkit::redis::tests::helper_starts_a_server_and_waits_to_be_killed",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(HELPER_ENV, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(helper.stdout.take().unwrap());
+        let port = stdout.lines().find_map(|line| {
+            line.ok()?
+                .strip_prefix("port=")
+                .and_then(|port| port.parse::<u16>().ok())
+        });
+        helper.kill().unwrap();
+        helper.wait().unwrap();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port.expect("helper printed a port")));
+
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while answers_ping(addr) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server outlived the killed test process"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn pause_stops_answers_until_resume() {
+        let server = RedisServer::start().unwrap();
+        let stream = TcpStream::connect(server.addr()).unwrap();
+        server.pause().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        (&stream).write_all(b"PING\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        assert!(
+            read_line(&mut reader).is_err(),
+            "a paused server does not answer"
+        );
+        server.resume().unwrap();
+        reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(read_line(&mut reader).unwrap(), "+PONG");
+    }
+
+    #[test]
+    fn password_is_required_and_used_by_cli_and_url() {
+        let server = RedisServer::start_with(options(Some("s3cret/pw"), None)).unwrap();
+        assert!(raw_ping(server.addr()).unwrap().starts_with("-NOAUTH"));
+        assert_eq!(server.cli(&["PING"]).unwrap(), "PONG");
+        assert_eq!(server.cli(&["ACL", "WHOAMI"]).unwrap(), "default");
+        assert_eq!(
+            server.url(),
+            format!("redis://:s3cret%2Fpw@127.0.0.1:{}", server.port())
+        );
+    }
+
+    #[test]
+    fn acl_user_can_log_in_and_is_used_by_cli_and_url() {
+        let mut server = RedisServer::start_with(options(None, Some(("alice", "pw")))).unwrap();
+        assert_eq!(server.cli(&["ACL", "WHOAMI"]).unwrap(), "alice");
+        assert_eq!(server.cli(&["SET", "k", "v"]).unwrap(), "OK");
+        assert_eq!(
+            server.url(),
+            format!("redis://alice:pw@127.0.0.1:{}", server.port())
+        );
+        assert_eq!(
+            server.url_with(None, None),
+            format!("redis://127.0.0.1:{}", server.port())
+        );
+        server.restart().unwrap();
+        assert_eq!(server.cli(&["ACL", "WHOAMI"]).unwrap(), "alice");
+    }
+
+    #[test]
+    fn wrong_credentials_fail_cli_with_permission_denied() {
+        let mut server = RedisServer::start_with(options(Some("right"), None)).unwrap();
+        server.options.password = Some("wrong".to_owned());
+        let error = server.cli(&["PING"]).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
+    }
+
+    #[test]
+    fn missing_binary_error_says_what_to_install() {
+        let error = RedisServer::start_binary(
+            "distlock-no-such-redis-server",
+            RedisServerOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+        assert!(
+            error.to_string().contains("apt-get install redis-server"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn start_up_failure_is_an_error_not_a_hang() {
+        // `false` accepts any arguments and exits at once, like a server that rejects its config.
+        let error = RedisServer::start_binary("false", RedisServerOptions::default()).unwrap_err();
+        assert!(
+            error.to_string().contains("exited during start-up"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn replies_of_every_type_are_decoded() {
+        let input: &[u8] =
+            b"*7\r\n+OK\r\n:-3\r\n$-1\r\n$2\r\nhi\r\n-ERR x\r\n*0\r\n%1\r\n#t\r\n=7\r\ntxt:abc\r\n";
+        let mut reader = BufReader::new(input);
+        let reply = read_reply(&mut reader).unwrap();
+        assert_eq!(
+            render(&reply),
+            "OK\n-3\n(nil)\nhi\n(error) ERR x\n\ntrue\nabc"
+        );
+        let mut truncated = BufReader::new(&b"$5\r\nab"[..]);
+        assert!(read_reply(&mut truncated).is_err());
+        let mut empty = BufReader::new(&b""[..]);
+        assert_eq!(
+            read_reply(&mut empty).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
+
+    #[test]
+    fn url_user_info_is_percent_encoded() {
+        assert_eq!(percent_encode("a-b_c.d~e"), "a-b_c.d~e");
+        assert_eq!(percent_encode("p@ss:w/rd é"), "p%40ss%3Aw%2Frd%20%C3%A9");
+    }
+}
