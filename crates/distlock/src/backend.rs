@@ -246,13 +246,22 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// A wake-up source shared by all subscribers of one lock name.
 #[derive(Debug, Default)]
 pub struct ReleaseSignal {
+    /// Counts every release seen.
     generation: AtomicU64,
+    /// Counts releases made by other clients than the backend instance that observes them.
+    foreign: AtomicU64,
     notify: Notify,
 }
 
 impl ReleaseSignal {
-    /// Wakes every subscription of this signal.
+    /// Wakes every subscription of this signal for a release by another client.
     pub fn fire(&self) {
+        self.foreign.fetch_add(1, Ordering::AcqRel);
+        self.fire_own();
+    }
+
+    /// Wakes every subscription for a release that this backend instance made itself.
+    pub fn fire_own(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
@@ -314,6 +323,25 @@ impl ReleaseSubscription {
             notified.await;
         }
     }
+
+    /// Completes at the next release by another client than this backend instance (its own
+    /// release messages do not count). Used to let others go first after a contended release.
+    pub async fn released_by_others(&mut self) {
+        let Some(signal) = self.signal.clone() else {
+            return std::future::pending().await;
+        };
+        let start = signal.foreign.load(Ordering::Acquire);
+        loop {
+            let notified = signal.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if signal.foreign.load(Ordering::Acquire) != start {
+                self.seen = signal.generation.load(Ordering::Acquire);
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// Release signals by channel name with subscriber counts: the bookkeeping every notifying
@@ -323,57 +351,86 @@ pub struct ReleaseSignals {
     map: Mutex<HashMap<String, SignalEntry>>,
 }
 
-/// A channel's signal and its subscriber count (the `Arc`'s strong count minus one).
-type SignalEntry = (Arc<ReleaseSignal>, Arc<()>);
+#[derive(Debug, Clone)]
+struct SignalEntry {
+    signal: Arc<ReleaseSignal>,
+    /// Subscriber count: the strong count minus the map's own reference.
+    subscribers: Arc<()>,
+    /// Release messages of our own still to come back from the server.
+    own_pending: u32,
+}
 
 impl ReleaseSignals {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, SignalEntry>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Subscribes to `channel`. The boolean is true when the channel had no live subscription
     /// entry yet, so the backend must start listening on the server before returning.
     pub fn subscribe(&self, channel: &str) -> (ReleaseSubscription, bool) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.lock();
         let (entry, fresh) = match map.get(channel) {
             Some(e) => (e.clone(), false),
             None => {
-                let e = (Arc::new(ReleaseSignal::default()), Arc::new(()));
+                let e = SignalEntry {
+                    signal: Arc::new(ReleaseSignal::default()),
+                    subscribers: Arc::new(()),
+                    own_pending: 0,
+                };
                 map.insert(channel.to_owned(), e.clone());
                 (e, true)
             }
         };
         (
-            ReleaseSubscription::new(entry.0, Some(Box::new(entry.1))),
+            ReleaseSubscription::new(entry.signal, Some(Box::new(entry.subscribers))),
             fresh,
         )
     }
 
-    /// Wakes the subscribers of `channel`, if any.
+    /// Notes that this backend instance is about to release `channel`'s lock while listening,
+    /// so that the message coming back is recognised as its own.
+    pub fn expect_own(&self, channel: &str) {
+        if let Some(e) = self.lock().get_mut(channel) {
+            e.own_pending = e.own_pending.saturating_add(1);
+        }
+    }
+
+    /// Takes back an [`expect_own`](Self::expect_own) whose release did not happen.
+    pub fn cancel_own(&self, channel: &str) {
+        if let Some(e) = self.lock().get_mut(channel) {
+            e.own_pending = e.own_pending.saturating_sub(1);
+        }
+    }
+
+    /// Wakes the subscribers of `channel`, if any: a release message arrived.
     pub fn fire(&self, channel: &str) {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((signal, _)) = map.get(channel) {
-            signal.fire();
+        let mut map = self.lock();
+        if let Some(e) = map.get_mut(channel) {
+            if e.own_pending > 0 {
+                e.own_pending -= 1;
+                e.signal.fire_own();
+            } else {
+                e.signal.fire();
+            }
         }
     }
 
     /// Whether `channel` currently has a live subscription entry.
     pub fn is_subscribed(&self, channel: &str) -> bool {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.contains_key(channel)
+        self.lock().contains_key(channel)
     }
 
-    /// Forgets channels that nobody has listened to since the last call, once more than
-    /// `keep_idle` idle channels have accumulated, and returns them so the backend can stop
-    /// listening on the server.
+    /// Forgets channels that nobody listens to, once more than `keep_idle` idle channels have
+    /// accumulated, and returns them so the backend can stop listening on the server.
     pub fn take_idle(&self, keep_idle: usize) -> Vec<String> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let idle = map
-            .values()
-            .filter(|(_, rc)| Arc::strong_count(rc) == 1)
-            .count();
-        if idle <= keep_idle {
+        let mut map = self.lock();
+        let idle = |e: &SignalEntry| Arc::strong_count(&e.subscribers) == 1;
+        if map.values().filter(|e| idle(e)).count() <= keep_idle {
             return Vec::new();
         }
         let names: Vec<String> = map
             .iter()
-            .filter(|(_, (_, rc))| Arc::strong_count(rc) == 1)
+            .filter(|(_, e)| idle(e))
             .map(|(k, _)| k.clone())
             .collect();
         for n in &names {
@@ -385,9 +442,10 @@ impl ReleaseSignals {
     /// Wakes every subscriber and returns the channels that still have listeners: after a
     /// reconnect the server forgot them, so the backend subscribes again and waiters re-check.
     pub fn fire_all(&self) -> Vec<String> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        for (signal, _) in map.values() {
-            signal.fire();
+        let mut map = self.lock();
+        for e in map.values_mut() {
+            e.own_pending = 0;
+            e.signal.fire();
         }
         map.keys().cloned().collect()
     }

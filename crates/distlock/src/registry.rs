@@ -50,7 +50,7 @@ impl Default for RegistryOptions {
             max_local_handoffs: 32,
             max_cached_locks: 10_000,
             max_poll_interval: None,
-            contended_release_grace: Duration::from_millis(5),
+            contended_release_grace: Duration::from_millis(20),
             client_id: Token::random().to_string(),
         }
     }
@@ -92,7 +92,8 @@ impl RegistryOptions {
         self
     }
     /// After releasing a lock that others were waiting for, how long this registry lets them
-    /// go first before contending for it again (default 5 ms). Zero allows barging.
+    /// go first before contending for it again (default 20 ms; it ends as soon as another
+    /// client has released the lock). Zero allows barging.
     pub fn contended_release_grace(mut self, d: Duration) -> Self {
         self.contended_release_grace = d;
         self
@@ -560,7 +561,7 @@ impl Lock {
             let until = deadline.map_or(until, |d| d.min(until));
             if notifies {
                 if let Ok(mut s) = backend.subscribe(name).await {
-                    let _ = tokio::time::timeout_at(until, s.released()).await;
+                    let _ = tokio::time::timeout_at(until, s.released_by_others()).await;
                     sub = Some(s);
                 }
             } else {

@@ -404,7 +404,11 @@ impl Backend for RedisBackend {
         let marker = sibling_key(&key, "waiting");
         let channel = Self::channel(name);
         let token = token.to_string();
-        let r: i64 = self
+        // Our own release message will come back to our subscription (if any); mark it so a
+        // registry that yields after a contended release waits for somebody else's release.
+        let signal_key = key.clone();
+        self.signals.expect_own(&signal_key);
+        let r: Result<i64> = self
             .run(|mut con| async move {
                 self.scripts
                     .release
@@ -415,7 +419,11 @@ impl Backend for RedisBackend {
                     .invoke_async(&mut con)
                     .await
             })
-            .await?;
+            .await;
+        if !matches!(r, Ok(n) if n >= 1) {
+            self.signals.cancel_own(&signal_key);
+        }
+        let r = r?;
         Ok(Released {
             was_held: r >= 1,
             contended: r >= 2,
@@ -483,7 +491,12 @@ impl Backend for RedisBackend {
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
-        let (sub, _) = self.signals.subscribe(&Self::lock_key(name));
+        let (sub, fresh) = self.signals.subscribe(&Self::lock_key(name));
+        if fresh {
+            // One channel per prefix carries every key's releases: forgetting idle keys needs
+            // no UNSUBSCRIBE, only bounded bookkeeping.
+            self.signals.take_idle(1024);
+        }
         self.ensure_listening(&Self::channel(name)).await?;
         Ok(sub)
     }

@@ -1,0 +1,163 @@
+//! `distlock demo`: the articles' demonstration. N workers, each with its own registry (as
+//! separate service instances would have), contend for one key and hold it in turn; the times
+//! they get it come out the hold time apart.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use distlock::{Backend, LockRegistry};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::config::{Failure, Global};
+use crate::duration::human;
+use crate::signals::Signals;
+use crate::util::{clock, out, say};
+
+/// What the demo was asked to do.
+#[derive(Debug)]
+pub struct DemoRequest {
+    pub workers: u32,
+    pub hold: Duration,
+    pub key: String,
+}
+
+/// Runs the demo; returns the exit status.
+pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
+    let options = global.options()?;
+    let url = global.backend_url()?;
+    let first: Arc<dyn Backend> = distlock::connect(&url).await?;
+    // An in-process backend must be shared, or the workers would not see each other.
+    let share = !first.capabilities().cross_process;
+    let kind = first.kind();
+    let mut registries = Vec::with_capacity(req.workers as usize);
+    for i in 0..req.workers {
+        let backend = if share || i == 0 {
+            first.clone()
+        } else {
+            distlock::connect(&url).await?
+        };
+        registries.push(LockRegistry::from_backend(backend, options.clone())?);
+    }
+
+    out(&format!(
+        "demo: {} workers, each with its own registry on {kind}, contend for lock {:?} and hold it {} each",
+        req.workers,
+        req.key,
+        human(req.hold)
+    ));
+    let mut signals = Signals::install();
+    let (stop, stopped) = watch::channel(false);
+    let start = Instant::now();
+    let mut workers = JoinSet::new();
+    for (i, registry) in registries.into_iter().enumerate() {
+        workers.spawn(worker(
+            i + 1,
+            registry,
+            req.key.clone(),
+            req.hold,
+            start,
+            stopped.clone(),
+        ));
+    }
+
+    let mut acquired = Vec::new();
+    let mut failure: Option<distlock::Error> = None;
+    let mut interrupted = None;
+    loop {
+        tokio::select! {
+            joined = workers.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(Some(at)))) => acquired.push(at),
+                Some(Ok(Ok(None))) => {}
+                Some(Ok(Err(e))) => {
+                    failure.get_or_insert(e);
+                }
+                Some(Err(e)) => {
+                    return Err(Failure { code: 1, message: format!("a worker failed: {e}") });
+                }
+            },
+            sig = signals.recv(), if interrupted.is_none() => {
+                interrupted = Some(sig);
+                let _ = stop.send(true);
+            }
+        }
+    }
+    if let Some(sig) = interrupted {
+        say("demo interrupted");
+        // Let background releases of cancelled attempts go out before the runtime stops.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        return Ok(128 + sig);
+    }
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    out(&summary(&req.key, req.hold, &acquired));
+    Ok(0)
+}
+
+/// One worker: take the lock, say when, hold it, give it back. Returns when it got it, or
+/// `None` when stopped first.
+async fn worker(
+    n: usize,
+    registry: LockRegistry,
+    key: String,
+    hold: Duration,
+    start: Instant,
+    mut stop: watch::Receiver<bool>,
+) -> distlock::Result<Option<Duration>> {
+    let lock = registry.obtain(&key)?;
+    let guard = tokio::select! {
+        guard = lock.lock() => guard?,
+        _ = stop.changed() => return Ok(None),
+    };
+    let at = start.elapsed();
+    out(&format!(
+        "worker {n} acquired lock {key:?} at {} (+{:.2}s) fence {}",
+        clock(SystemTime::now()),
+        at.as_secs_f64(),
+        guard.fence()
+    ));
+    let lost = guard.lost();
+    tokio::select! {
+        () = tokio::time::sleep(hold) => {}
+        () = lost => out(&format!("worker {n} lost lock {key:?} while holding it")),
+        _ = stop.changed() => {}
+    }
+    match guard.release().await {
+        Ok(()) | Err(distlock::Error::LockLost { .. }) => Ok(Some(at)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The closing line: how far apart consecutive acquisitions were.
+fn summary(key: &str, hold: Duration, acquired: &[Duration]) -> String {
+    let mut times = acquired.to_vec();
+    times.sort();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    match (gaps.iter().min(), gaps.iter().max()) {
+        (Some(min), Some(max)) => format!(
+            "{} acquisitions of lock {key:?}, one at a time; gaps between consecutive acquisitions: min {:.3}s, max {:.3}s (hold {})",
+            times.len(),
+            min.as_secs_f64(),
+            max.as_secs_f64(),
+            human(hold)
+        ),
+        _ => format!("{} acquisition of lock {key:?}; no gaps to measure", times.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_reports_min_and_max_gap() {
+        let ms = Duration::from_millis;
+        let line = summary("demo", ms(300), &[ms(0), ms(610), ms(300)]);
+        assert!(line.contains("min 0.300s, max 0.310s"), "{line}");
+        assert!(line.starts_with("3 acquisitions"), "{line}");
+        assert!(summary("demo", ms(300), &[ms(5)]).contains("no gaps"));
+    }
+}

@@ -1,0 +1,319 @@
+//! `distlock`: run a command under a distributed lock, inspect a lock, or replay the demo.
+//!
+//! ```text
+//! distlock [--backend URL] [--prefix P] [-v] COMMAND
+//!   run --key K [--lease DUR] [--wait DUR | --no-wait] -- CMD [ARGS...]
+//!   status K [--json]
+//!   demo [--workers N] [--hold DUR] [--key K]
+//! ```
+//!
+//! Exit statuses: CMD's own for `run`; 75 lock not acquired; 76 lock lost while CMD ran;
+//! 2 usage error; 1 backend error; `status` exits 0 when held and 3 when free.
+
+mod config;
+mod demo;
+mod duration;
+mod run;
+mod signals;
+mod status;
+mod util;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use config::{Failure, Global, EXIT_USAGE};
+use duration::{parse_duration, parse_lease};
+use run::WaitMode;
+
+const AFTER_HELP: &str = "\
+Backends (--backend or DISTLOCK_BACKEND): memory://, sqlite:///abs/path.db,
+redis://[user:pass@]host:port[/db], rediss://... Without one, locks live in a SQLite file
+distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
+
+run gives CMD DISTLOCK_KEY and DISTLOCK_FENCE, passes SIGINT, SIGTERM and SIGHUP on to it
+and releases the lock before exiting. If the lock is lost, CMD gets SIGTERM, then SIGKILL
+after a grace period (DISTLOCK_KILL_GRACE, in ms; default 5000).
+
+Exit status of run: CMD's own (128+N if signal N ended it); 75 lock not acquired;
+76 lock lost while CMD ran; 127 CMD not found; 2 usage error; 1 backend error.
+status: 0 held, 3 free, 1 backend unreachable.";
+
+/// Distributed locks from the command line.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Backend URL (default: a SQLite file in the user's data directory)
+    #[arg(
+        long,
+        global = true,
+        env = "DISTLOCK_BACKEND",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    backend: Option<String>,
+
+    /// Namespace of every key (Redis keys are <prefix>:<key>)
+    #[arg(long, global = true, default_value = "lock", value_name = "P")]
+    prefix: String,
+
+    /// Log what happens to stderr (-vv for more)
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run CMD while holding the lock K (renewed while CMD runs)
+    Run(RunArgs),
+    /// Show whether the lock K is held, its fence and remaining lease
+    Status(StatusArgs),
+    /// N workers contend for one key and hold it in turn
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The lock's key
+    #[arg(long, value_name = "K", value_parser = config::parse_key)]
+    key: String,
+
+    /// Lease of the lock, renewed while CMD runs
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_lease)]
+    lease: Duration,
+
+    /// Wait at most DUR for the lock (default: wait without limit)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+
+    /// Fail at once (exit 75) when the lock is busy
+    #[arg(long)]
+    no_wait: bool,
+
+    /// The command and its arguments
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// The lock's key
+    #[arg(value_name = "K", value_parser = config::parse_key)]
+    key: String,
+
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// How many workers contend
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    workers: u32,
+
+    /// How long each worker holds the lock
+    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = parse_duration)]
+    hold: Duration,
+
+    /// The key they contend for
+    #[arg(long, value_name = "K", default_value = "demo", value_parser = config::parse_key)]
+    key: String,
+}
+
+fn main() {
+    let code = real_main();
+    std::process::exit(code);
+}
+
+fn real_main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e),
+    };
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            util::say(&format!("cannot start the runtime: {e}"));
+            return 1;
+        }
+    };
+    let global = Global {
+        backend: cli.backend,
+        prefix: cli.prefix,
+    };
+    let result = runtime.block_on(dispatch(&global, cli.command));
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    match result {
+        Ok(code) => code,
+        Err(failure) => {
+            util::say(&failure.message);
+            failure.code
+        }
+    }
+}
+
+async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
+    match command {
+        Command::Run(args) => {
+            let wait = match (args.wait, args.no_wait) {
+                (_, true) => WaitMode::No,
+                (Some(d), false) => WaitMode::For(d),
+                (None, false) => WaitMode::Forever,
+            };
+            let request = run::RunRequest {
+                key: args.key,
+                lease: args.lease,
+                wait,
+                command: args.command,
+            };
+            run::run(global, request).await
+        }
+        Command::Status(args) => status::status(global, &args.key, args.json).await,
+        Command::Demo(args) => {
+            let request = demo::DemoRequest {
+                workers: args.workers,
+                hold: args.hold,
+                key: args.key,
+            };
+            demo::demo(global, request).await
+        }
+    }
+}
+
+/// Help and version go to stdout with exit 0; usage errors become one line and exit 2.
+fn clap_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            EXIT_USAGE
+        }
+        _ => {
+            util::say(&format!(
+                "{} (see --help)",
+                clap_message(&e.render().to_string())
+            ));
+            EXIT_USAGE
+        }
+    }
+}
+
+/// The message part of a rendered clap error: up to the first blank line, on one line,
+/// without the `error: ` prefix.
+fn clap_message(rendered: &str) -> String {
+    let head = rendered.split("\n\n").next().unwrap_or(rendered);
+    let line = util::one_line(head);
+    line.strip_prefix("error: ")
+        .map(str::to_owned)
+        .unwrap_or(line)
+}
+
+/// Tracing to stderr only when asked: `-v` (debug for distlock), `-vv` (trace) or `RUST_LOG`.
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    if verbose == 0 && rust_log.is_none() {
+        return;
+    }
+    let mut filter = match &rust_log {
+        Some(spec) => EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("warn")),
+        None => EnvFilter::new("warn"),
+    };
+    if verbose > 0 {
+        let level = if verbose > 1 { "trace" } else { "debug" };
+        if let Ok(directive) = format!("distlock={level}").parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("distlock").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn run_arguments() {
+        let cli = parse(&[
+            "run", "--key", "k", "--wait", "2s", "--", "echo", "--flag", "x",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run expected")
+        };
+        assert_eq!(run.key, "k");
+        assert_eq!(run.wait, Some(Duration::from_secs(2)));
+        assert_eq!(run.lease, Duration::from_secs(30));
+        assert_eq!(run.command, ["echo", "--flag", "x"].map(OsString::from));
+        assert_eq!(cli.prefix, "lock");
+    }
+
+    #[test]
+    fn usage_errors() {
+        for args in [
+            &["run", "--key", "k"][..],
+            &["run", "--key", "k", "--lease", "0s", "--", "true"],
+            &["run", "--key", "k", "--lease", "abc", "--", "true"],
+            &["run", "--key", "", "--", "true"],
+            &[
+                "run",
+                "--key",
+                "k",
+                "--wait",
+                "1s",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            &["status"],
+            &["demo", "--workers", "0"],
+        ] {
+            let e = parse(args).expect_err(&format!("{args:?}"));
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn clap_messages_are_one_line() {
+        let e = parse(&["run", "--key", "k"]).unwrap_err();
+        let line = clap_message(&e.render().to_string());
+        assert!(!line.contains('\n'));
+        assert!(line.contains("CMD"), "{line}");
+        assert!(!line.starts_with("error:"), "{line}");
+    }
+}

@@ -1,0 +1,40 @@
+//! Termination signals received as events, so that distlock can release its locks first.
+
+use std::task::Poll;
+
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// SIGINT, SIGTERM and SIGHUP, received as events instead of ending the process.
+pub struct Signals {
+    streams: Vec<(i32, Signal)>,
+}
+
+impl Signals {
+    pub fn install() -> Self {
+        let mut streams = Vec::new();
+        for (kind, number) in [
+            (SignalKind::interrupt(), libc::SIGINT),
+            (SignalKind::terminate(), libc::SIGTERM),
+            (SignalKind::hangup(), libc::SIGHUP),
+        ] {
+            match signal(kind) {
+                Ok(s) => streams.push((number, s)),
+                Err(e) => tracing::debug!(signal = number, error = %e, "cannot handle signal"),
+            }
+        }
+        Signals { streams }
+    }
+
+    /// The next signal's number. Cancel safe.
+    pub async fn recv(&mut self) -> i32 {
+        std::future::poll_fn(|cx| {
+            for (number, stream) in &mut self.streams {
+                if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                    return Poll::Ready(*number);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
