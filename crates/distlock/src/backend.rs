@@ -239,6 +239,32 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(ReleaseSubscription::never())
     }
 
+    /// One attempt by a caller that will wait if the lock is busy: a backend with a fair wait
+    /// queue enqueues `token` (or refreshes its place) when busy, and lets only the head of the
+    /// queue take a free lock. The default is [`Backend::try_acquire`].
+    async fn try_acquire_queued(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        self.try_acquire(name, token, lease).await
+    }
+
+    /// Leaves the wait queue joined by [`Backend::try_acquire_queued`] (the caller gave up).
+    /// The default does nothing.
+    async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
+        let _ = (name, token);
+        Ok(())
+    }
+
+    /// Like [`Backend::subscribe`], for the waiter that queued with `token`: also fires when
+    /// the backend hands the lock to that waiter. The default is [`Backend::subscribe`].
+    async fn subscribe_waiter(&self, name: &LockName, token: Token) -> Result<ReleaseSubscription> {
+        let _ = token;
+        self.subscribe(name).await
+    }
+
     /// Reads the current state of a lock without changing it: `None` when free.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
 }
@@ -271,15 +297,14 @@ impl ReleaseSignal {
 /// every release that happened after the subscription was made (several releases between two
 /// calls count once).
 pub struct ReleaseSubscription {
-    signal: Option<Arc<ReleaseSignal>>,
-    seen: u64,
-    _keep: Option<Box<dyn Send + Sync>>,
+    parts: Vec<(Arc<ReleaseSignal>, u64)>,
+    _keep: Vec<Box<dyn Send + Sync>>,
 }
 
 impl fmt::Debug for ReleaseSubscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReleaseSubscription")
-            .field("active", &self.signal.is_some())
+            .field("signals", &self.parts.len())
             .finish()
     }
 }
@@ -288,9 +313,8 @@ impl ReleaseSubscription {
     /// A subscription that never fires (backends without notifications).
     pub fn never() -> Self {
         ReleaseSubscription {
-            signal: None,
-            seen: 0,
-            _keep: None,
+            parts: Vec::new(),
+            _keep: Vec::new(),
         }
     }
 
@@ -299,47 +323,66 @@ impl ReleaseSubscription {
     pub fn new(signal: Arc<ReleaseSignal>, keep: Option<Box<dyn Send + Sync>>) -> Self {
         let seen = signal.generation.load(Ordering::Acquire);
         ReleaseSubscription {
-            signal: Some(signal),
-            seen,
-            _keep: keep,
+            parts: vec![(signal, seen)],
+            _keep: keep.into_iter().collect(),
         }
+    }
+
+    /// One subscription that fires when either of the two does.
+    pub fn merge(mut self, other: ReleaseSubscription) -> Self {
+        self.parts.extend(other.parts);
+        self._keep.extend(other._keep);
+        self
     }
 
     /// Completes when the lock may have been released since the last call (or since the
     /// subscription was made). Pending forever for [`never`](Self::never).
     pub async fn released(&mut self) {
-        let Some(signal) = self.signal.clone() else {
-            return std::future::pending().await;
-        };
-        loop {
-            let notified = signal.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let now = signal.generation.load(Ordering::Acquire);
-            if now != self.seen {
-                self.seen = now;
-                return;
-            }
-            notified.await;
-        }
+        self.wait(|s| &s.generation).await
     }
 
     /// Completes at the next release by another client than this backend instance (its own
     /// release messages do not count). Used to let others go first after a contended release.
     pub async fn released_by_others(&mut self) {
-        let Some(signal) = self.signal.clone() else {
+        let start: Vec<u64> = self
+            .parts
+            .iter()
+            .map(|(s, _)| s.foreign.load(Ordering::Acquire))
+            .collect();
+        let mut seen = start.into_iter();
+        for part in self.parts.iter_mut() {
+            part.1 = seen.next().unwrap_or(0);
+        }
+        self.wait(|s| &s.foreign).await;
+        for part in self.parts.iter_mut() {
+            part.1 = part.0.generation.load(Ordering::Acquire);
+        }
+    }
+
+    async fn wait(&mut self, counter: fn(&ReleaseSignal) -> &AtomicU64) {
+        if self.parts.is_empty() {
             return std::future::pending().await;
-        };
-        let start = signal.foreign.load(Ordering::Acquire);
+        }
         loop {
-            let notified = signal.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if signal.foreign.load(Ordering::Acquire) != start {
-                self.seen = signal.generation.load(Ordering::Acquire);
+            let signals: Vec<Arc<ReleaseSignal>> = self.parts.iter().map(|p| p.0.clone()).collect();
+            let mut waits = Vec::with_capacity(signals.len());
+            for s in &signals {
+                let mut n = Box::pin(s.notify.notified());
+                n.as_mut().enable();
+                waits.push(n);
+            }
+            let mut fired = false;
+            for part in self.parts.iter_mut() {
+                let now = counter(&part.0).load(Ordering::Acquire);
+                if now != part.1 {
+                    part.1 = now;
+                    fired = true;
+                }
+            }
+            if fired {
                 return;
             }
-            notified.await;
+            futures_util::future::select_all(waits).await;
         }
     }
 }

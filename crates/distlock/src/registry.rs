@@ -206,6 +206,8 @@ pub(crate) struct SlotState {
     pub(crate) hold: Option<Arc<Hold>>,
     /// Until then this registry lets remote waiters go first (see `contended_release_grace`).
     pub(crate) yield_until: Option<Instant>,
+    /// The last acquisition had to wait for another holder.
+    pub(crate) contended: bool,
 }
 
 impl LockRegistry {
@@ -549,24 +551,43 @@ impl Lock {
         let backend = &reg.backend;
         let name = &self.slot.name;
         let deadline = wait.deadline();
+        let waits = !matches!(wait, Wait::No);
         let token = Token::random();
         let max_poll = reg.max_poll();
         let notifies = backend.capabilities().notifies_release;
         let mut sub: Option<ReleaseSubscription> = None;
-        let mut poll = Duration::from_millis(2).min(max_poll);
+        // With notifications, polling only catches expiry and lost messages: start slower.
+        let mut poll = if notifies {
+            max_poll / 4
+        } else {
+            Duration::from_millis(2)
+        }
+        .min(max_poll);
         let mut error_backoff = Duration::from_millis(20);
+        let mut queued = QueueEntry {
+            registry: reg,
+            name,
+            token,
+            joined: false,
+        };
+        let mut was_busy = false;
 
         // Having just released a lock others were waiting for, let one of them have it first.
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
             let until = deadline.map_or(until, |d| d.min(until));
             if notifies {
-                if let Ok(mut s) = backend.subscribe(name).await {
+                if let Ok(mut s) = backend.subscribe_waiter(name, token).await {
                     let _ = tokio::time::timeout_at(until, s.released_by_others()).await;
                     sub = Some(s);
                 }
             } else {
                 tokio::time::sleep_until(until).await;
             }
+        }
+        // The last acquisition of this key had to wait: expect to wait again and listen before
+        // the first attempt, which saves the attempt that would follow a late subscription.
+        if waits && notifies && sub.is_none() && local.contended {
+            sub = backend.subscribe_waiter(name, token).await.ok();
         }
 
         loop {
@@ -577,12 +598,18 @@ impl Lock {
                 token,
                 armed: true,
             };
-            let attempt = backend.try_acquire(name, token, self.lease).await;
+            let attempt = if waits {
+                backend.try_acquire_queued(name, token, self.lease).await
+            } else {
+                backend.try_acquire(name, token, self.lease).await
+            };
             in_flight.disarm();
             let retry_after = match attempt {
                 Ok(Attempt::Acquired {
                     fence: backend_fence,
                 }) => {
+                    queued.joined = false;
+                    local.contended = was_busy;
                     let hold = Arc::new(Hold::new(
                         name.clone(),
                         token,
@@ -602,7 +629,11 @@ impl Lock {
                         fence,
                     ));
                 }
-                Ok(Attempt::Busy { retry_after }) => retry_after,
+                Ok(Attempt::Busy { retry_after }) => {
+                    queued.joined = waits;
+                    was_busy = true;
+                    retry_after
+                }
                 Err(e) => {
                     let now = Instant::now();
                     match deadline {
@@ -612,17 +643,28 @@ impl Lock {
                             error_backoff = (error_backoff * 2).min(Duration::from_secs(1));
                             continue;
                         }
-                        _ => return Err(e),
+                        _ => {
+                            queued.leave().await;
+                            return Err(e);
+                        }
                     }
                 }
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                queued.leave().await;
+                local.contended = true;
                 return Err(self.not_acquired(started));
             }
             if notifies && sub.is_none() {
                 // Subscribe, then try again at once: a release between the failed attempt and
                 // the subscription would otherwise go unnoticed until the next poll.
-                sub = Some(backend.subscribe(name).await?);
+                match backend.subscribe_waiter(name, token).await {
+                    Ok(s) => sub = Some(s),
+                    Err(e) => {
+                        queued.leave().await;
+                        return Err(e);
+                    }
+                }
                 continue;
             }
             // Without a notification, poll: soon at first, then backing off, never later than
@@ -648,6 +690,44 @@ impl Lock {
             }
             .instrument(span)
             .await;
+        }
+    }
+}
+
+/// A place in the backend's wait queue: given back when the waiter gives up, in the
+/// background if the acquisition future is dropped.
+struct QueueEntry<'a> {
+    registry: &'a Inner,
+    name: &'a LockName,
+    token: Token,
+    joined: bool,
+}
+
+impl QueueEntry<'_> {
+    async fn leave(&mut self) {
+        if std::mem::take(&mut self.joined) {
+            if let Err(e) = self
+                .registry
+                .backend
+                .leave_queue(self.name, self.token)
+                .await
+            {
+                tracing::debug!(error = %e, "leaving the wait queue failed; the entry will expire");
+            }
+        }
+    }
+}
+
+impl Drop for QueueEntry<'_> {
+    fn drop(&mut self) {
+        if self.joined {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let backend = self.registry.backend.clone();
+                let (name, token) = (self.name.clone(), self.token);
+                rt.spawn(async move {
+                    let _ = backend.leave_queue(&name, token).await;
+                });
+            }
         }
     }
 }

@@ -153,6 +153,9 @@ pub(crate) struct Renewer {
     holds: Mutex<HashMap<u64, Arc<Hold>>>,
     wake: Arc<Notify>,
     started: AtomicBool,
+    /// When the task will look next (ms since `epoch`); a new hold due earlier wakes it.
+    next_pass_ms: AtomicU64,
+    epoch: Instant,
 }
 
 impl Drop for Renewer {
@@ -169,12 +172,20 @@ impl Renewer {
             holds: Mutex::new(HashMap::new()),
             wake: Arc::new(Notify::new()),
             started: AtomicBool::new(false),
+            next_pass_ms: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
         }
     }
 
     /// Starts watching `hold`: renewing it (when renewal is on) and marking it lost when its
     /// lease runs out unconfirmed. Needs a Tokio runtime (the caller runs in one).
     pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
+        let t = hold.times();
+        let due = if self.renew {
+            t.next_renewal
+        } else {
+            t.valid_until
+        };
         self.holds
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -184,7 +195,15 @@ impl Renewer {
             let wake = self.wake.clone();
             tokio::spawn(run(weak, wake).instrument(tracing::debug_span!("distlock.renewal")));
         }
-        self.wake.notify_one();
+        // Waking the task costs a task switch per acquisition; only do it when the new hold is
+        // due before the task's next look.
+        if self.ms_since_epoch(due) < self.next_pass_ms.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
+    }
+
+    fn ms_since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
     pub(crate) fn deregister(&self, hold: &Hold) {
@@ -268,7 +287,13 @@ async fn run(weak: Weak<Renewer>, wake: Arc<Notify>) {
         let Some(renewer) = weak.upgrade() else {
             return;
         };
+        // While a pass runs, every registration wakes the task again (the pass may have
+        // looked at the table before the new hold was in it).
+        renewer.next_pass_ms.store(u64::MAX, Ordering::Release);
         let next = renewer.pass().await;
+        renewer
+            .next_pass_ms
+            .store(renewer.ms_since_epoch(next), Ordering::Release);
         drop(renewer);
         tokio::select! {
             _ = wake.notified() => {}

@@ -30,31 +30,97 @@ use crate::error::{Error, Result};
 
 const KIND: &str = "redis";
 
-/// KEYS: lock, fence, contention marker. ARGV: token, lease ms.
-/// Returns {1, fence} when acquired, {0, pttl} when busy (and marks the lock contended).
+/// Leaves the head of the wait queue (KEYS[qi], expiries in KEYS[ei]) in `head`, after dropping
+/// waiters whose place expired. Costs one ZRANGE when nobody waits. Shared by the scripts below.
+const PURGE_HEAD: &str = r"
+local head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
+local t, now_ms
+if head then
+  t = redis.call('TIME')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while head do
+    if tonumber(redis.call('HGET', KEYS[ei], head) or '0') > now_ms then break end
+    redis.call('ZREM', KEYS[qi], head)
+    redis.call('HDEL', KEYS[ei], head)
+    head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
+  end
+end
+";
+
+/// KEYS: lock, fence, queue, waiter expiries. ARGV: token, lease ms, waiter ttl ms (0: the
+/// caller will not wait, do not queue it), queue member (`<token>:<instance>`). Returns
+/// {1, fence} when acquired, {0, pttl} when busy. Only the head of the wait queue (or anyone,
+/// when nobody waits) may take a free lock.
+///
+/// The fence counter starts at the server's clock in microseconds whenever it is missing
+/// (first use, expiry after a day unused, a restart that lost the data) and counts up from
+/// there, so it keeps increasing across data loss unless the clock steps back or the key saw
+/// more than a million acquisitions a second.
 const ACQUIRE: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local f = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
-  if now > f then f = now end
-  redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+if (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if head then
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[4], head)
+  end
+  local f = redis.call('INCR', KEYS[2])
+  if f < 1000000000000 then
+    local t = redis.call('TIME')
+    f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+  end
   return {1, f}
 end
-redis.call('SET', KEYS[3], '1', 'PX', 1000)
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  if not t then
+    t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  if not redis.call('ZSCORE', KEYS[3], ARGV[4]) then
+    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[4])
+  end
+  redis.call('HSET', KEYS[4], ARGV[4], now_ms + ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl * 2)
+  redis.call('PEXPIRE', KEYS[4], ttl * 2)
+end
 return {0, redis.call('PTTL', KEYS[1])}
 ";
 
-/// KEYS: lock, contention marker. ARGV: token, channel.
-/// Returns 0 when not held by token, 1 when released, 2 when released and contended.
+/// KEYS: lock, queue, waiter expiries. ARGV: token, channel, wake channel prefix. Returns 1
+/// when released, 0 when not held by token. With distlock waiters queued, the lock goes to the
+/// first of them, so only that waiter is woken: the message `<token>:<instance>` on
+/// `<prefix>-wake:<instance>`. Otherwise the lock key is published on the channel, which is
+/// what Spring's waiters (and distlock waiters of foreign-held locks) listen for.
 const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if head then
+  redis.call('PUBLISH', ARGV[3] .. string.sub(head, 34), head)
+else
   redis.call('PUBLISH', ARGV[2], KEYS[1])
-  return 1 + redis.call('DEL', KEYS[2])
 end
-return 0
+return 1
 ";
+
+/// KEYS: queue, waiter expiries, lock. ARGV: queue member, wake channel prefix. Leaves the
+/// queue; when that makes another waiter the head of a free lock, wakes it.
+const LEAVE: &str = r"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if head and head ~= ARGV[1] then return 1 end
+local next = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+if next and redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('PUBLISH', ARGV[2] .. string.sub(next, 34), next)
+end
+return 1
+";
+
+fn script(body: &str, queue_key: usize, expiry_key: usize) -> Script {
+    let purge = PURGE_HEAD
+        .replace("KEYS[qi]", &format!("KEYS[{queue_key}]"))
+        .replace("KEYS[ei]", &format!("KEYS[{expiry_key}]"));
+    Script::new(&format!("{purge}{body}"))
+}
 
 /// KEYS: lock. ARGV: token, lease ms.
 const EXTEND: &str = r"
@@ -76,6 +142,10 @@ pub struct RedisOptions {
     pub connect_timeout: Duration,
     /// Time allowed for one reply (default 5 s).
     pub response_timeout: Duration,
+    /// How long a waiter keeps its place in a lock's wait queue without renewing it (default
+    /// 2 s). Waiters renew it with every attempt, at least every 500 ms by default; a waiter
+    /// that crashed holds up the queue for at most this long.
+    pub waiter_ttl: Duration,
 }
 
 impl Default for RedisOptions {
@@ -83,6 +153,7 @@ impl Default for RedisOptions {
         RedisOptions {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
+            waiter_ttl: Duration::from_secs(2),
         }
     }
 }
@@ -96,6 +167,9 @@ pub struct RedisBackend {
     scripts: Scripts,
     signals: Arc<ReleaseSignals>,
     pubsub: tokio::sync::Mutex<PubSub>,
+    waiter_ttl_ms: u64,
+    /// Names this backend instance's wake channel: queued waiters are woken one at a time.
+    instance: String,
 }
 
 struct Scripts {
@@ -103,6 +177,7 @@ struct Scripts {
     release: Script,
     extend: Script,
     inspect: Script,
+    leave: Script,
 }
 
 #[derive(Default)]
@@ -199,13 +274,16 @@ impl RedisBackend {
             config,
             conn: Mutex::new(None),
             scripts: Scripts {
-                acquire: Script::new(ACQUIRE),
-                release: Script::new(RELEASE),
+                acquire: script(ACQUIRE, 3, 4),
+                release: script(RELEASE, 2, 3),
+                leave: script(LEAVE, 1, 2),
                 extend: Script::new(EXTEND),
                 inspect: Script::new(INSPECT),
             },
             signals: Arc::new(ReleaseSignals::default()),
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
+            waiter_ttl_ms: ms(options.waiter_ttl),
+            instance: format!("{:016x}", rand::random::<u64>()),
         };
         // Connect now, so that a wrong address or password is reported by `connect`.
         let mut con = backend.connection().await?;
@@ -259,45 +337,115 @@ impl RedisBackend {
         format!("{}-channel", name.prefix())
     }
 
-    async fn ensure_listening(&self, channel: &str) -> Result<()> {
+    /// `<prefix>-wake:`; an instance's own wake channel appends its id.
+    fn wake_prefix(name: &LockName) -> String {
+        format!("{}-wake:", name.prefix())
+    }
+
+    fn member(&self, token: Token) -> String {
+        format!("{token}:{}", self.instance)
+    }
+
+    /// Makes sure the pub/sub connection listens on the prefix's release and wake channels.
+    async fn ensure_listening(&self, name: &LockName) -> Result<()> {
+        let channel = Self::channel(name);
         let mut ps = self.pubsub.lock().await;
         let dead = ps.alive.as_ref().is_none_or(|w| w.strong_count() == 0);
         if dead {
             let pubsub = self.client.get_async_pubsub().await.map_err(map_err)?;
-            let (sink, mut stream) = pubsub.split();
+            let (sink, stream) = pubsub.split();
             let alive = Arc::new(());
             ps.alive = Some(Arc::downgrade(&alive));
             ps.sink = Some(sink);
             ps.channels.clear();
-            let signals = Arc::downgrade(&self.signals);
-            tokio::spawn(async move {
-                let _alive = alive;
-                while let Some(msg) = stream.next().await {
-                    let Some(signals) = signals.upgrade() else {
-                        return;
-                    };
-                    if let Ok(key) = msg.get_payload::<String>() {
-                        signals.fire(&key);
-                    }
-                }
-                // The connection is gone: wake every waiter so it re-checks (and resubscribes).
-                if let Some(signals) = signals.upgrade() {
-                    signals.fire_all();
-                }
-            });
+            tokio::spawn(read_messages(stream, Arc::downgrade(&self.signals), alive));
         }
-        if !ps.channels.contains(channel) {
+        if !ps.channels.contains(&channel) {
             let sink = ps
                 .sink
                 .as_mut()
                 .ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
-            if let Err(e) = sink.subscribe(channel).await {
+            let wake = format!("{}{}", Self::wake_prefix(name), self.instance);
+            let res = sink.subscribe(&[channel.clone(), wake]).await;
+            if let Err(e) = res {
                 ps.alive = None;
                 return Err(map_err(e));
             }
-            ps.channels.insert(channel.to_owned());
+            ps.channels.insert(channel);
         }
         Ok(())
+    }
+
+    fn queue_keys(key: &str) -> (String, String) {
+        (sibling_key(key, "queue"), sibling_key(key, "waiters"))
+    }
+
+    async fn attempt(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        waiter_ttl_ms: u64,
+    ) -> Result<Attempt> {
+        let key = Self::lock_key(name);
+        let fence_key = sibling_key(&key, "fence");
+        let (queue, waiters) = Self::queue_keys(&key);
+        let member = self.member(token);
+        let token = token.to_string();
+        let (ok, value): (i64, i64) = self
+            .run(|mut con| async move {
+                self.scripts
+                    .acquire
+                    .key(&key)
+                    .key(&fence_key)
+                    .key(&queue)
+                    .key(&waiters)
+                    .arg(&token)
+                    .arg(ms(lease))
+                    .arg(waiter_ttl_ms)
+                    .arg(&member)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        if ok == 1 {
+            let fence = u64::try_from(value)
+                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
+            Ok(Attempt::Acquired { fence })
+        } else {
+            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
+            // queued first (or it just vanished).
+            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
+            Ok(Attempt::Busy { retry_after })
+        }
+    }
+}
+
+/// Turns pub/sub messages into wake-ups: a wake message names the queued waiter's token, a
+/// release message the lock key.
+async fn read_messages(
+    mut stream: redis::aio::PubSubStream,
+    signals: Weak<ReleaseSignals>,
+    _alive: Arc<()>,
+) {
+    while let Some(msg) = stream.next().await {
+        let Some(signals) = signals.upgrade() else {
+            return;
+        };
+        let Ok(payload) = msg.get_payload::<String>() else {
+            continue;
+        };
+        if msg.get_channel_name().contains("-wake:") {
+            if let Some((token, _instance)) = payload.split_once(':') {
+                signals.fire(token);
+            }
+        } else {
+            signals.fire(&payload);
+        }
+    }
+    // The connection is gone: wake every waiter so it re-checks (and resubscribes).
+    if let Some(signals) = signals.upgrade() {
+        signals.fire_all();
     }
 }
 
@@ -371,62 +519,63 @@ impl Backend for RedisBackend {
     }
 
     async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+        self.attempt(name, token, lease, 0).await
+    }
+
+    async fn try_acquire_queued(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        self.attempt(name, token, lease, self.waiter_ttl_ms).await
+    }
+
+    async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         let key = Self::lock_key(name);
-        let fence_key = sibling_key(&key, "fence");
-        let marker = sibling_key(&key, "waiting");
-        let token = token.to_string();
-        let (ok, value): (i64, i64) = self
+        let (queue, waiters) = Self::queue_keys(&key);
+        let wake = Self::wake_prefix(name);
+        let member = self.member(token);
+        let _: i64 = self
             .run(|mut con| async move {
                 self.scripts
-                    .acquire
+                    .leave
+                    .key(&queue)
+                    .key(&waiters)
                     .key(&key)
-                    .key(&fence_key)
-                    .key(&marker)
-                    .arg(&token)
-                    .arg(ms(lease))
+                    .arg(&member)
+                    .arg(&wake)
                     .invoke_async(&mut con)
                     .await
             })
             .await?;
-        if ok == 1 {
-            let fence = u64::try_from(value)
-                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
-            Ok(Attempt::Acquired { fence })
-        } else {
-            // PTTL -1 means a foreign client set the key without expiry; -2 that it just vanished.
-            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
-            Ok(Attempt::Busy { retry_after })
-        }
+        Ok(())
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let key = Self::lock_key(name);
-        let marker = sibling_key(&key, "waiting");
+        let (queue, waiters) = Self::queue_keys(&key);
         let channel = Self::channel(name);
+        let wake = Self::wake_prefix(name);
         let token = token.to_string();
-        // Our own release message will come back to our subscription (if any); mark it so a
-        // registry that yields after a contended release waits for somebody else's release.
-        let signal_key = key.clone();
-        self.signals.expect_own(&signal_key);
-        let r: Result<i64> = self
+        let r: i64 = self
             .run(|mut con| async move {
                 self.scripts
                     .release
                     .key(&key)
-                    .key(&marker)
+                    .key(&queue)
+                    .key(&waiters)
                     .arg(&token)
                     .arg(&channel)
+                    .arg(&wake)
                     .invoke_async(&mut con)
                     .await
             })
-            .await;
-        if !matches!(r, Ok(n) if n >= 1) {
-            self.signals.cancel_own(&signal_key);
-        }
-        let r = r?;
+            .await?;
+        // The wait queue already makes the hand-over fair: no grace period needed.
         Ok(Released {
-            was_held: r >= 1,
-            contended: r >= 2,
+            was_held: r == 1,
+            contended: false,
         })
     }
 
@@ -493,12 +642,17 @@ impl Backend for RedisBackend {
     async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
         let (sub, fresh) = self.signals.subscribe(&Self::lock_key(name));
         if fresh {
-            // One channel per prefix carries every key's releases: forgetting idle keys needs
-            // no UNSUBSCRIBE, only bounded bookkeeping.
+            // The channels are per prefix: forgetting idle keys needs no UNSUBSCRIBE, only
+            // bounded bookkeeping.
             self.signals.take_idle(1024);
         }
-        self.ensure_listening(&Self::channel(name)).await?;
+        self.ensure_listening(name).await?;
         Ok(sub)
+    }
+
+    async fn subscribe_waiter(&self, name: &LockName, token: Token) -> Result<ReleaseSubscription> {
+        let (mine, _) = self.signals.subscribe(&token.to_string());
+        Ok(self.subscribe(name).await?.merge(mine))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
