@@ -49,9 +49,22 @@ impl From<u128> for Token {
     }
 }
 
+impl Token {
+    /// The text form (32 lowercase hex digits) without allocating.
+    pub fn to_hex_bytes(self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = DIGITS[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        out
+    }
+}
+
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        let hex = self.to_hex_bytes();
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
     }
 }
 

@@ -5,12 +5,18 @@
 //! |---|---|
 //! | lock | STRING `<prefix>:<key>` holding the owner token, with a `PX` lease; taken by `SET NX PX` |
 //! | release | compare-and-delete script that publishes `<prefix>:<key>` on channel `<prefix>-channel` |
-//! | fence | counter in the lock key's hash slot: `max(last + 1, server time in µs)` |
+//! | fence | counter in the lock key's hash slot, seeded from the server's clock in µs |
+//! | wait queue | ZSET + HASH in the lock key's hash slot: FIFO order and each waiter's expiry |
 //!
 //! Any client of the common `SET key token NX PX` protocol (Spring, redis-py's `Lock`,
-//! redsync) is excluded by and excludes distlock. Because the fence also follows the server's
-//! clock, it keeps increasing after a restart that lost all data (as long as the server's
-//! clock does not step back).
+//! redsync) is excluded by and excludes distlock. Because the fence counter restarts from the
+//! server's clock whenever it is missing, it keeps increasing after a restart that lost all
+//! data (as long as the server's clock does not step back).
+//!
+//! Plain `redis://` connections use a small built-in client ([`resp`]) on the lock path;
+//! `rediss://` (TLS) goes through the `redis` crate. Pub/sub always uses the `redis` crate.
+
+mod resp;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -20,7 +26,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubSink};
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, Value};
+
+use self::resp::{ConnInfo, Pool, Reply, RespError};
 
 use crate::backend::{
     Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
@@ -115,11 +123,26 @@ end
 return 1
 ";
 
-fn script(body: &str, queue_key: usize, expiry_key: usize) -> Script {
-    let purge = PURGE_HEAD
-        .replace("KEYS[qi]", &format!("KEYS[{queue_key}]"))
-        .replace("KEYS[ei]", &format!("KEYS[{expiry_key}]"));
-    Script::new(&format!("{purge}{body}"))
+/// A Lua script with its SHA1, run by EVALSHA (EVAL when the server does not know it yet).
+struct Lua {
+    body: String,
+    sha: String,
+}
+
+impl Lua {
+    fn new(body: &str) -> Self {
+        Lua {
+            sha: Script::new(body).get_hash().to_owned(),
+            body: body.to_owned(),
+        }
+    }
+
+    fn with_queue(body: &str, queue_key: usize, expiry_key: usize) -> Self {
+        let purge = PURGE_HEAD
+            .replace("KEYS[qi]", &format!("KEYS[{queue_key}]"))
+            .replace("KEYS[ei]", &format!("KEYS[{expiry_key}]"));
+        Lua::new(&format!("{purge}{body}"))
+    }
 }
 
 /// KEYS: lock. ARGV: token, lease ms.
@@ -163,6 +186,8 @@ pub struct RedisBackend {
     client: redis::Client,
     target: String,
     config: AsyncConnectionConfig,
+    /// The lock path's connections: the built-in client for plain TCP, else the `redis` crate.
+    pool: Option<Pool>,
     conn: Mutex<Option<MultiplexedConnection>>,
     scripts: Scripts,
     signals: Arc<ReleaseSignals>,
@@ -173,11 +198,11 @@ pub struct RedisBackend {
 }
 
 struct Scripts {
-    acquire: Script,
-    release: Script,
-    extend: Script,
-    inspect: Script,
-    leave: Script,
+    acquire: Lua,
+    release: Lua,
+    extend: Lua,
+    inspect: Lua,
+    leave: Lua,
 }
 
 #[derive(Default)]
@@ -216,6 +241,47 @@ fn map_err(e: RedisError) -> Error {
         return Error::unavailable(KIND, text);
     }
     Error::backend(KIND, text)
+}
+
+/// Maps an error reply of the server.
+fn server_err(text: String) -> Error {
+    if text.starts_with("WRONGPASS") || text.starts_with("NOAUTH") || text.starts_with("NOPERM") {
+        return Error::backend(KIND, format!("authentication or permission failed: {text}"));
+    }
+    if [
+        "LOADING",
+        "BUSY",
+        "TRYAGAIN",
+        "MASTERDOWN",
+        "READONLY",
+        "CLUSTERDOWN",
+    ]
+    .iter()
+    .any(|p| text.starts_with(p))
+    {
+        return Error::unavailable(KIND, text);
+    }
+    Error::backend(KIND, text)
+}
+
+fn resp_err(e: RespError) -> Error {
+    match e {
+        RespError::Io(e) => Error::unavailable(KIND, e.to_string()),
+        RespError::Server(text) => server_err(text),
+    }
+}
+
+fn from_value(v: Value) -> Reply {
+    match v {
+        Value::Int(n) => Reply::Int(n),
+        Value::Nil => Reply::Bulk(None),
+        Value::BulkString(b) => Reply::Bulk(Some(b)),
+        Value::SimpleString(s) => Reply::Simple(s),
+        Value::Okay => Reply::Simple("OK".into()),
+        Value::Array(items) => Reply::Array(Some(items.into_iter().map(from_value).collect())),
+        Value::ServerError(e) => Reply::Error(format!("{e:?}")),
+        other => Reply::Error(format!("unexpected reply {other:?}")),
+    }
 }
 
 fn ms(d: Duration) -> u64 {
@@ -268,17 +334,38 @@ impl RedisBackend {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout));
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        let pool = (parsed.scheme() == "redis").then(|| {
+            Pool::new(ConnInfo {
+                addr: format!(
+                    "{}:{}",
+                    host.trim_matches(['[', ']']),
+                    parsed.port().unwrap_or(6379)
+                ),
+                user: Some(decode(parsed.username())).filter(|u| !u.is_empty()),
+                password: parsed.password().map(decode),
+                db: path.parse().unwrap_or(0),
+                connect_timeout: options.connect_timeout,
+                response_timeout: options.response_timeout,
+            })
+        });
         let backend = RedisBackend {
             client,
             target,
             config,
+            pool,
             conn: Mutex::new(None),
             scripts: Scripts {
-                acquire: script(ACQUIRE, 3, 4),
-                release: script(RELEASE, 2, 3),
-                leave: script(LEAVE, 1, 2),
-                extend: Script::new(EXTEND),
-                inspect: Script::new(INSPECT),
+                acquire: Lua::with_queue(ACQUIRE, 3, 4),
+                release: Lua::with_queue(RELEASE, 2, 3),
+                leave: Lua::with_queue(LEAVE, 1, 2),
+                extend: Lua::new(EXTEND),
+                inspect: Lua::new(INSPECT),
             },
             signals: Arc::new(ReleaseSignals::default()),
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
@@ -286,12 +373,10 @@ impl RedisBackend {
             instance: format!("{:016x}", rand::random::<u64>()),
         };
         // Connect now, so that a wrong address or password is reported by `connect`.
-        let mut con = backend.connection().await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut con)
-            .await
-            .map_err(map_err)?;
-        Ok(backend)
+        match backend.command(vec![b"PING".to_vec()]).await? {
+            Reply::Error(e) => Err(server_err(e)),
+            _ => Ok(backend),
+        }
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection> {
@@ -307,15 +392,34 @@ impl RedisBackend {
         Ok(c)
     }
 
-    /// Runs one call; a broken connection is dropped so that the next call reconnects.
-    async fn run<T, F, Fut>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let con = self.connection().await?;
-        match f(con).await {
-            Ok(v) => Ok(v),
+    /// Sends several commands in one round trip; returns their replies in order (error
+    /// replies included). A broken connection is dropped so that the next call reconnects.
+    async fn pipeline(&self, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>> {
+        if let Some(pool) = &self.pool {
+            let refs: Vec<Vec<&[u8]>> = cmds
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            return pool.pipeline(&refs).await.map_err(|e| {
+                pool.clear();
+                resp_err(e)
+            });
+        }
+        let mut con = self.connection().await?;
+        let mut pipe = redis::pipe();
+        for c in &cmds {
+            let mut cmd = redis::cmd(&String::from_utf8_lossy(&c[0]));
+            for a in &c[1..] {
+                cmd.arg(a.as_slice());
+            }
+            pipe.add_command(cmd);
+        }
+        match pipe.query_async::<Vec<Value>>(&mut con).await {
+            Ok(v) => Ok(v.into_iter().map(from_value).collect()),
+            Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => Ok(cmds
+                .iter()
+                .map(|_| Reply::Error("NOSCRIPT".into()))
+                .collect()),
             Err(e) => {
                 if e.is_io_error()
                     || e.is_connection_dropped()
@@ -329,8 +433,57 @@ impl RedisBackend {
         }
     }
 
+    async fn command(&self, cmd: Vec<Vec<u8>>) -> Result<Reply> {
+        let mut replies = self.pipeline(vec![cmd]).await?;
+        replies
+            .pop()
+            .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
+    }
+
+    /// Runs `lua` by its SHA, loading it by EVAL when the server lost its script cache (after
+    /// a restart). An error reply becomes an error.
+    async fn eval(&self, lua: &Lua, keys: &[&str], args: &[&[u8]]) -> Result<Reply> {
+        let nkeys = keys.len().to_string();
+        let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+        cmd.extend([b"EVALSHA".as_slice(), lua.sha.as_bytes(), nkeys.as_bytes()]);
+        cmd.extend(keys.iter().map(|k| k.as_bytes()));
+        cmd.extend_from_slice(args);
+        let mut reply = self.request(&cmd).await?;
+        if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
+            cmd[0] = b"EVAL";
+            cmd[1] = lua.body.as_bytes();
+            reply = self.request(&cmd).await?;
+        }
+        match reply {
+            Reply::Error(e) => Err(server_err(e)),
+            r => Ok(r),
+        }
+    }
+
+    /// One command on the lock path's connection.
+    async fn request(&self, cmd: &[&[u8]]) -> Result<Reply> {
+        if let Some(pool) = &self.pool {
+            let mut replies = pool.pipeline(&[cmd]).await.map_err(|e| {
+                pool.clear();
+                resp_err(e)
+            })?;
+            return replies
+                .pop()
+                .ok_or_else(|| Error::unavailable(KIND, "missing reply"));
+        }
+        let owned = vec![cmd.iter().map(|a| a.to_vec()).collect()];
+        let mut replies = self.pipeline(owned).await?;
+        replies
+            .pop()
+            .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
+    }
+
     fn lock_key(name: &LockName) -> String {
-        format!("{}:{}", name.prefix(), name.key())
+        let mut k = String::with_capacity(name.prefix().len() + name.key().len() + 1);
+        k.push_str(name.prefix());
+        k.push(':');
+        k.push_str(name.key());
+        k
     }
 
     fn channel(name: &LockName) -> String {
@@ -342,8 +495,12 @@ impl RedisBackend {
         format!("{}-wake:", name.prefix())
     }
 
-    fn member(&self, token: Token) -> String {
-        format!("{token}:{}", self.instance)
+    fn member(&self, token: Token) -> Vec<u8> {
+        let mut m = Vec::with_capacity(33 + self.instance.len());
+        m.extend_from_slice(&token.to_hex_bytes());
+        m.push(b':');
+        m.extend_from_slice(self.instance.as_bytes());
+        m
     }
 
     /// Makes sure the pub/sub connection listens on the prefix's release and wake channels.
@@ -391,23 +548,19 @@ impl RedisBackend {
         let fence_key = sibling_key(&key, "fence");
         let (queue, waiters) = Self::queue_keys(&key);
         let member = self.member(token);
-        let token = token.to_string();
-        let (ok, value): (i64, i64) = self
-            .run(|mut con| async move {
-                self.scripts
-                    .acquire
-                    .key(&key)
-                    .key(&fence_key)
-                    .key(&queue)
-                    .key(&waiters)
-                    .arg(&token)
-                    .arg(ms(lease))
-                    .arg(waiter_ttl_ms)
-                    .arg(&member)
-                    .invoke_async(&mut con)
-                    .await
-            })
+        let token = token.to_hex_bytes();
+        let (lease, ttl) = (ms(lease).to_string(), waiter_ttl_ms.to_string());
+        let reply = self
+            .eval(
+                &self.scripts.acquire,
+                &[&key, &fence_key, &queue, &waiters],
+                &[&token, lease.as_bytes(), ttl.as_bytes(), &member],
+            )
             .await?;
+        let (ok, value) = match reply.ints().as_deref() {
+            Some(&[ok, value]) => (ok, value),
+            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
+        };
         if ok == 1 {
             let fence = u64::try_from(value)
                 .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
@@ -478,29 +631,40 @@ fn crc16(data: &[u8]) -> u16 {
 /// A key for `kind` bookkeeping that lives in the same hash slot as `lock_key` (so scripts
 /// touching both work on Redis Cluster) and cannot collide with a `<prefix>:<key>` lock key.
 fn sibling_key(lock_key: &str, kind: &str) -> String {
-    let bytes = lock_key.as_bytes();
-    if let Some(tag) = hash_tag(bytes) {
-        let tag = String::from_utf8_lossy(tag);
-        return format!("{{{tag}}}:{kind}:{lock_key}");
+    let join = |tag: &str, with_key: bool| {
+        let mut k = String::with_capacity(tag.len() + kind.len() + lock_key.len() + 4);
+        k.push('{');
+        k.push_str(tag);
+        k.push_str("}:");
+        k.push_str(kind);
+        if with_key {
+            k.push(':');
+            k.push_str(lock_key);
+        }
+        k
+    };
+    if let Some(tag) = hash_tag(lock_key.as_bytes()) {
+        // '{' and '}' are ASCII, so the tag is a valid slice of the key.
+        let start = lock_key.find('{').map_or(0, |i| i + 1);
+        return join(&lock_key[start..start + tag.len()], true);
     }
     if !lock_key.contains('}') {
-        return format!("{{{lock_key}}}:{kind}");
+        return join(lock_key, false);
     }
     // A key with a stray '}' and no hash tag: find a short tag that hashes to the same slot.
-    let slot = hash_slot(bytes);
+    let slot = hash_slot(lock_key.as_bytes());
     let alphabet = b"0123456789abcdefghijklmnopqrstuvwxyz";
     for a in alphabet {
         for b in alphabet {
             for c in alphabet {
                 let tag = [*a, *b, *c];
                 if crc16(&tag) % 16384 == slot {
-                    let tag = String::from_utf8_lossy(&tag);
-                    return format!("{{{tag}}}:{kind}:{lock_key}");
+                    return join(std::str::from_utf8(&tag).unwrap_or("0"), true);
                 }
             }
         }
     }
-    format!("{{{}}}:{kind}:{lock_key}", slot) // unreachable in practice: 46 656 tags cover all slots
+    join(&slot.to_string(), true) // unreachable in practice: 46 656 tags cover all slots
 }
 
 #[async_trait]
@@ -536,19 +700,12 @@ impl Backend for RedisBackend {
         let (queue, waiters) = Self::queue_keys(&key);
         let wake = Self::wake_prefix(name);
         let member = self.member(token);
-        let _: i64 = self
-            .run(|mut con| async move {
-                self.scripts
-                    .leave
-                    .key(&queue)
-                    .key(&waiters)
-                    .key(&key)
-                    .arg(&member)
-                    .arg(&wake)
-                    .invoke_async(&mut con)
-                    .await
-            })
-            .await?;
+        self.eval(
+            &self.scripts.leave,
+            &[&queue, &waiters, &key],
+            &[&member, wake.as_bytes()],
+        )
+        .await?;
         Ok(())
     }
 
@@ -557,43 +714,32 @@ impl Backend for RedisBackend {
         let (queue, waiters) = Self::queue_keys(&key);
         let channel = Self::channel(name);
         let wake = Self::wake_prefix(name);
-        let token = token.to_string();
-        let r: i64 = self
-            .run(|mut con| async move {
-                self.scripts
-                    .release
-                    .key(&key)
-                    .key(&queue)
-                    .key(&waiters)
-                    .arg(&token)
-                    .arg(&channel)
-                    .arg(&wake)
-                    .invoke_async(&mut con)
-                    .await
-            })
+        let token = token.to_hex_bytes();
+        let r = self
+            .eval(
+                &self.scripts.release,
+                &[&key, &queue, &waiters],
+                &[&token, channel.as_bytes(), wake.as_bytes()],
+            )
             .await?;
         // The wait queue already makes the hand-over fair: no grace period needed.
         Ok(Released {
-            was_held: r == 1,
+            was_held: r.int() == Some(1),
             contended: false,
         })
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let key = Self::lock_key(name);
-        let token = token.to_string();
-        let r: i64 = self
-            .run(|mut con| async move {
-                self.scripts
-                    .extend
-                    .key(&key)
-                    .arg(&token)
-                    .arg(ms(lease))
-                    .invoke_async(&mut con)
-                    .await
-            })
+        let (token, lease) = (token.to_string(), ms(lease).to_string());
+        let r = self
+            .eval(
+                &self.scripts.extend,
+                &[&key],
+                &[token.as_bytes(), lease.as_bytes()],
+            )
             .await?;
-        Ok(r == 1)
+        Ok(r.int() == Some(1))
     }
 
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
@@ -604,27 +750,33 @@ impl Backend for RedisBackend {
             ];
         }
         // One pipeline for the whole batch; EVAL keeps it independent of the script cache.
-        let mut pipe = redis::pipe();
-        for r in batch {
-            pipe.cmd("EVAL")
-                .arg(EXTEND)
-                .arg(1)
-                .arg(Self::lock_key(&r.name))
-                .arg(r.token.to_string())
-                .arg(ms(r.lease));
-        }
-        let res: Result<Vec<i64>> = self
-            .run(|mut con| async move { pipe.query_async(&mut con).await })
-            .await;
-        match res {
-            Ok(v) if v.len() == batch.len() => v.into_iter().map(|n| Ok(n == 1)).collect(),
+        let cmds = batch
+            .iter()
+            .map(|r| {
+                vec![
+                    b"EVAL".to_vec(),
+                    EXTEND.as_bytes().to_vec(),
+                    b"1".to_vec(),
+                    Self::lock_key(&r.name).into_bytes(),
+                    r.token.to_string().into_bytes(),
+                    ms(r.lease).to_string().into_bytes(),
+                ]
+            })
+            .collect();
+        match self.pipeline(cmds).await {
+            Ok(v) if v.len() == batch.len() => v
+                .into_iter()
+                .map(|r| match r {
+                    Reply::Error(e) => Err(server_err(e)),
+                    r => Ok(r.int() == Some(1)),
+                })
+                .collect(),
             Ok(_) => batch
                 .iter()
                 .map(|_| Err(Error::backend(KIND, "short pipeline reply")))
                 .collect(),
             Err(e) => {
-                let msg = e.to_string();
-                let retry = e.is_retryable();
+                let (msg, retry) = (e.to_string(), e.is_retryable());
                 batch
                     .iter()
                     .map(|_| {
@@ -658,16 +810,13 @@ impl Backend for RedisBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let key = Self::lock_key(name);
         let fence_key = sibling_key(&key, "fence");
-        let (pttl, fence): (i64, i64) = self
-            .run(|mut con| async move {
-                self.scripts
-                    .inspect
-                    .key(&key)
-                    .key(&fence_key)
-                    .invoke_async(&mut con)
-                    .await
-            })
+        let r = self
+            .eval(&self.scripts.inspect, &[&key, &fence_key], &[])
             .await?;
+        let (pttl, fence) = match r.ints().as_deref() {
+            Some(&[pttl, fence]) => (pttl, fence),
+            _ => return Err(Error::backend(KIND, format!("unexpected reply {r:?}"))),
+        };
         if pttl == -2 {
             return Ok(None);
         }
