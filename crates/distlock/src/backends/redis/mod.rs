@@ -4,7 +4,7 @@
 //! | what | layout |
 //! |---|---|
 //! | lock | STRING `<prefix>:<key>` holding the owner token, with a `PX` lease; taken by `SET NX PX` |
-//! | release | compare-and-delete script that publishes `<prefix>:<key>` on channel `<prefix>-channel` |
+//! | release | compare-and-delete script that publishes `<prefix>:<key>` on `<prefix>-channel` and `<prefix>-channel:<prefix>:<key>` (or wakes the first queued distlock waiter) |
 //! | fence | counter in the lock key's hash slot, seeded from the server's clock in µs |
 //! | wait queue | ZSET + HASH in the lock key's hash slot: FIFO order and each waiter's expiry |
 //!
@@ -97,8 +97,9 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// KEYS: lock, queue, waiter expiries. ARGV: token, channel, wake channel prefix. Returns 1
 /// when released, 0 when not held by token. With distlock waiters queued, the lock goes to the
 /// first of them, so only that waiter is woken: the message `<token>:<instance>` on
-/// `<prefix>-wake:<instance>`. Otherwise the lock key is published on the channel, which is
-/// what Spring's waiters (and distlock waiters of foreign-held locks) listen for.
+/// `<prefix>-wake:<instance>`. Otherwise the lock key is published for Spring's waiters: on
+/// `<prefix>-channel` (Spring Integration up to 6.5.2) and on `<prefix>-channel:<lock key>`
+/// (later versions).
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
@@ -106,6 +107,7 @@ if head then
   redis.call('PUBLISH', ARGV[3] .. string.sub(head, 34), head)
 else
   redis.call('PUBLISH', ARGV[2], KEYS[1])
+  redis.call('PUBLISH', ARGV[2] .. ':' .. KEYS[1], KEYS[1])
 end
 return 1
 ";
@@ -515,7 +517,12 @@ impl RedisBackend {
             ps.alive = Some(Arc::downgrade(&alive));
             ps.sink = Some(sink);
             ps.channels.clear();
-            tokio::spawn(read_messages(stream, Arc::downgrade(&self.signals), alive));
+            tokio::spawn(read_messages(
+                stream,
+                Arc::downgrade(&self.signals),
+                format!("-wake:{}", self.instance),
+                alive,
+            ));
         }
         if !ps.channels.contains(&channel) {
             let sink = ps
@@ -523,7 +530,10 @@ impl RedisBackend {
                 .as_mut()
                 .ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
             let wake = format!("{}{}", Self::wake_prefix(name), self.instance);
-            let res = sink.subscribe(&[channel.clone(), wake]).await;
+            let mut res = sink.subscribe(&[channel.clone(), wake]).await;
+            if res.is_ok() {
+                res = sink.psubscribe(format!("{channel}:*")).await;
+            }
             if let Err(e) = res {
                 ps.alive = None;
                 return Err(map_err(e));
@@ -579,6 +589,7 @@ impl RedisBackend {
 async fn read_messages(
     mut stream: redis::aio::PubSubStream,
     signals: Weak<ReleaseSignals>,
+    wake_suffix: String,
     _alive: Arc<()>,
 ) {
     while let Some(msg) = stream.next().await {
@@ -588,7 +599,7 @@ async fn read_messages(
         let Ok(payload) = msg.get_payload::<String>() else {
             continue;
         };
-        if msg.get_channel_name().contains("-wake:") {
+        if !msg.from_pattern() && msg.get_channel_name().ends_with(&wake_suffix) {
             if let Some((token, _instance)) = payload.split_once(':') {
                 signals.fire(token);
             }

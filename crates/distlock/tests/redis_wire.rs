@@ -1,0 +1,120 @@
+//! The Redis wire layout as other clients see it: Spring's release channels, the plain
+//! `SET NX PX` protocol, and the fair queue between distlock processes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock::backends::redis::RedisBackend;
+use distlock::testkit::redis::RedisServer;
+use distlock::{Backend, LockRegistry, RegistryOptions};
+use futures_util::StreamExt;
+
+async fn registry(url: &str) -> LockRegistry {
+    let backend: Arc<dyn Backend> = Arc::new(RedisBackend::connect(url).await.expect("connect"));
+    LockRegistry::from_backend(backend, RegistryOptions::default()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_publishes_the_key_on_both_spring_channels() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe("lock-channel").await.unwrap();
+    pubsub.subscribe("lock-channel:lock:voucher:42").await.unwrap();
+    let reg = registry(&server.url()).await;
+    reg.obtain("voucher:42").unwrap().lock().await.unwrap().release().await.unwrap();
+    let mut got = Vec::new();
+    let mut stream = pubsub.on_message();
+    for _ in 0..2 {
+        let msg = tokio::time::timeout(Duration::from_secs(2), stream.next())
+            .await
+            .expect("release message")
+            .unwrap();
+        got.push((msg.get_channel_name().to_owned(), msg.get_payload::<String>().unwrap()));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("lock-channel".to_owned(), "lock:voucher:42".to_owned()),
+            ("lock-channel:lock:voucher:42".to_owned(), "lock:voucher:42".to_owned()),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_release_message_wakes_a_waiter_before_its_poll() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let reg = registry(&server.url()).await;
+    for channel in ["lock-channel", "lock-channel:lock:job"] {
+        assert_eq!(server.cli(&["SET", "lock:job", "spring-client", "NX", "PX", "10000"]).unwrap(), "OK");
+        let lock = reg.obtain("job").unwrap();
+        let waiter = tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // What a Spring client does on unlock: delete, then publish the key.
+        let released = Instant::now();
+        server.cli(&["DEL", "lock:job"]).unwrap();
+        server.cli(&["PUBLISH", channel, "lock:job"]).unwrap();
+        let acquired = tokio::time::timeout(Duration::from_secs(3), waiter).await.unwrap().unwrap();
+        let reaction = acquired - released;
+        // The fallback poll would take at least 100 ms; a message is much faster.
+        assert!(reaction < Duration::from_millis(80), "{channel}: woken after {reaction:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_different_processes_are_served_in_arrival_order() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let holder = registry(&server.url()).await;
+    let g = holder.obtain("fifo").unwrap().lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let reg = registry(&server.url()).await; // one registry per "process"
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = reg.obtain("fifo").unwrap().lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            g.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The holder comes back at once after releasing: it must queue behind the others.
+    g.release().await.unwrap();
+    let again = holder.obtain("fifo").unwrap().lock().await.unwrap();
+    order.lock().unwrap().push(99);
+    again.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t).await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 99]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_does_not_hold_up_the_queue() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let holder = registry(&server.url()).await;
+    let quitter = registry(&server.url()).await;
+    let patient = registry(&server.url()).await;
+    let g = holder.obtain("q").unwrap().lock().await.unwrap();
+    let quitter_lock = quitter.obtain("q").unwrap();
+    let gave_up = quitter_lock.try_lock_for(Duration::from_millis(200));
+    let patient_lock = patient.obtain("q").unwrap();
+    let waiting = tokio::spawn(async move { patient_lock.lock().await.map(|g| (Instant::now(), g)) });
+    assert!(gave_up.await.is_err());
+    // A cancelled waiter leaves too.
+    let cancelled = quitter.obtain("q").unwrap();
+    let _ = tokio::time::timeout(Duration::from_millis(100), cancelled.lock()).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (at, g2) = tokio::time::timeout(Duration::from_secs(3), waiting).await.unwrap().unwrap().unwrap();
+    assert!(at - released < Duration::from_millis(200), "queue held up for {:?}", at - released);
+    g2.release().await.unwrap();
+}
