@@ -287,20 +287,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 pub struct ReleaseSignal {
     /// Counts every release seen.
     generation: AtomicU64,
-    /// Counts releases made by other clients than the backend instance that observes them.
-    foreign: AtomicU64,
     notify: Notify,
 }
 
 impl ReleaseSignal {
-    /// Wakes every subscription of this signal for a release by another client.
+    /// Wakes every subscription of this signal.
     pub fn fire(&self) {
-        self.foreign.fetch_add(1, Ordering::AcqRel);
-        self.fire_own();
-    }
-
-    /// Wakes every subscription for a release that this backend instance made itself.
-    pub fn fire_own(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
@@ -351,28 +343,6 @@ impl ReleaseSubscription {
     /// Completes when the lock may have been released since the last call (or since the
     /// subscription was made). Pending forever for [`never`](Self::never).
     pub async fn released(&mut self) {
-        self.wait(|s| &s.generation).await
-    }
-
-    /// Completes at the next release by another client than this backend instance (its own
-    /// release messages do not count). Used to let others go first after a contended release.
-    pub async fn released_by_others(&mut self) {
-        let start: Vec<u64> = self
-            .parts
-            .iter()
-            .map(|(s, _)| s.foreign.load(Ordering::Acquire))
-            .collect();
-        let mut seen = start.into_iter();
-        for part in self.parts.iter_mut() {
-            part.1 = seen.next().unwrap_or(0);
-        }
-        self.wait(|s| &s.foreign).await;
-        for part in self.parts.iter_mut() {
-            part.1 = part.0.generation.load(Ordering::Acquire);
-        }
-    }
-
-    async fn wait(&mut self, counter: fn(&ReleaseSignal) -> &AtomicU64) {
         if self.parts.is_empty() {
             return std::future::pending().await;
         }
@@ -386,7 +356,7 @@ impl ReleaseSubscription {
             }
             let mut fired = false;
             for part in self.parts.iter_mut() {
-                let now = counter(&part.0).load(Ordering::Acquire);
+                let now = part.0.generation.load(Ordering::Acquire);
                 if now != part.1 {
                     part.1 = now;
                     fired = true;
@@ -412,8 +382,6 @@ struct SignalEntry {
     signal: Arc<ReleaseSignal>,
     /// Subscriber count: the strong count minus the map's own reference.
     subscribers: Arc<()>,
-    /// Release messages of our own still to come back from the server.
-    own_pending: u32,
 }
 
 impl ReleaseSignals {
@@ -431,7 +399,6 @@ impl ReleaseSignals {
                 let e = SignalEntry {
                     signal: Arc::new(ReleaseSignal::default()),
                     subscribers: Arc::new(()),
-                    own_pending: 0,
                 };
                 map.insert(channel.to_owned(), e.clone());
                 (e, true)
@@ -443,31 +410,10 @@ impl ReleaseSignals {
         )
     }
 
-    /// Notes that this backend instance is about to release `channel`'s lock while listening,
-    /// so that the message coming back is recognised as its own.
-    pub fn expect_own(&self, channel: &str) {
-        if let Some(e) = self.lock().get_mut(channel) {
-            e.own_pending = e.own_pending.saturating_add(1);
-        }
-    }
-
-    /// Takes back an [`expect_own`](Self::expect_own) whose release did not happen.
-    pub fn cancel_own(&self, channel: &str) {
-        if let Some(e) = self.lock().get_mut(channel) {
-            e.own_pending = e.own_pending.saturating_sub(1);
-        }
-    }
-
     /// Wakes the subscribers of `channel`, if any: a release message arrived.
     pub fn fire(&self, channel: &str) {
-        let mut map = self.lock();
-        if let Some(e) = map.get_mut(channel) {
-            if e.own_pending > 0 {
-                e.own_pending -= 1;
-                e.signal.fire_own();
-            } else {
-                e.signal.fire();
-            }
+        if let Some(e) = self.lock().get(channel) {
+            e.signal.fire();
         }
     }
 
@@ -498,9 +444,8 @@ impl ReleaseSignals {
     /// Wakes every subscriber and returns the channels that still have listeners: after a
     /// reconnect the server forgot them, so the backend subscribes again and waiters re-check.
     pub fn fire_all(&self) -> Vec<String> {
-        let mut map = self.lock();
-        for e in map.values_mut() {
-            e.own_pending = 0;
+        let map = self.lock();
+        for e in map.values() {
             e.signal.fire();
         }
         map.keys().cloned().collect()

@@ -323,10 +323,10 @@ pub async fn renewal_keeps_lock_past_lease(h: &Harness) {
 pub async fn lost_signal_fires_when_key_deleted(h: &Harness) {
     let a = h.registry_with(short_lease()).await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
-    if !h.delete("k").await {
-        g.release().await.unwrap();
-        return;
-    }
+    assert!(
+        h.delete("k").await,
+        "the harness has no deleter: give it one with Harness::with_deleter"
+    );
     within(Duration::from_millis(1500), "lost signal", g.lost()).await;
     assert!(!g.is_held());
     assert!(matches!(g.ensure_held(), Err(Error::LockLost { .. })));
@@ -622,7 +622,8 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
         .unwrap();
 }
 
-/// Runs one named scenario on `h` in a fresh namespace (used by [`conformance_suite!`]).
+/// Runs one named scenario on `h` in a fresh namespace (used by
+/// [`conformance_suite!`](crate::conformance_suite)).
 pub async fn run(name: &str, h: &Harness) {
     let h = Harness {
         prefix: random_prefix(),

@@ -25,11 +25,11 @@ use crate::renewal::Hold;
 /// Give the lock back with [`release`](Self::release), which reports whether it was still held.
 ///
 /// # Drop
-/// Dropping the guard never blocks. It stops renewal at once. If a local task is waiting for
-/// the same key, the remote hold passes straight to it; otherwise, when a Tokio runtime is
-/// running, the lock is released on the server by a background task (the next local waiter
-/// starts after that release completes). Without a runtime nothing can be sent: the lock stays
-/// taken on the server until its lease expires.
+/// Dropping the guard never blocks. If a local task is waiting for the same key, the remote
+/// hold (and its renewal) passes straight to that task. Otherwise renewal stops at once and,
+/// when a Tokio runtime is running, the lock is released on the server by a background task
+/// (a local waiter that arrives meanwhile starts after that release completes). Without a
+/// runtime nothing can be sent: the lock stays taken on the server until its lease expires.
 #[must_use = "dropping the guard releases the lock (in the background) at once"]
 pub struct LockGuard {
     slot: Arc<Slot>,
@@ -153,8 +153,10 @@ impl LockGuard {
     /// been lost meanwhile (nothing is then released: somebody else may hold it).
     ///
     /// # Cancel safety
-    /// If the future is dropped before completion, the lock is still released (in the
-    /// background when the remote release had not started).
+    /// Dropped before its first poll, the future drops the guard, which releases in the
+    /// background (see Drop). Dropped while the release request is in flight, renewal has
+    /// already stopped: the lock is released if the request reached the server, and otherwise
+    /// expires with its lease. Either way nothing stays held beyond the lease.
     pub async fn release(mut self) -> Result<()> {
         let span = tracing::debug_span!("distlock.release", key = %self.key(), fence = self.fence);
         let Some((local, hold)) = self.give_up() else {

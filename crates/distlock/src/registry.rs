@@ -91,9 +91,10 @@ impl RegistryOptions {
         self.max_poll_interval = Some(d);
         self
     }
-    /// After releasing a lock that others were waiting for, how long this registry lets them
-    /// go first before contending for it again (default 20 ms; it ends as soon as another
-    /// client has released the lock). Zero allows barging.
+    /// After releasing a lock that others were waiting for (as far as the backend reports it
+    /// through [`Released::contended`](crate::Released)), how long this registry lets them go
+    /// first before contending for it again (default 20 ms; it ends at the next release
+    /// notification). Zero allows barging. Backends with a fair wait queue (Redis) need none.
     pub fn contended_release_grace(mut self, d: Duration) -> Self {
         self.contended_release_grace = d;
         self
@@ -577,7 +578,7 @@ impl Lock {
             let until = deadline.map_or(until, |d| d.min(until));
             if notifies {
                 if let Ok(mut s) = backend.subscribe_waiter(name, token).await {
-                    let _ = tokio::time::timeout_at(until, s.released_by_others()).await;
+                    let _ = tokio::time::timeout_at(until, s.released()).await;
                     sub = Some(s);
                 }
             } else {
@@ -658,13 +659,16 @@ impl Lock {
             if notifies && sub.is_none() {
                 // Subscribe, then try again at once: a release between the failed attempt and
                 // the subscription would otherwise go unnoticed until the next poll.
-                match backend.subscribe_waiter(name, token).await {
-                    Ok(s) => sub = Some(s),
-                    Err(e) => {
-                        queued.leave().await;
-                        return Err(e);
-                    }
-                }
+                // A subscription that fails leaves the waiter polling, which still works.
+                sub = Some(
+                    backend
+                        .subscribe_waiter(name, token)
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::debug!(error = %e, "no release notifications; polling");
+                            ReleaseSubscription::never()
+                        }),
+                );
                 continue;
             }
             // Without a notification, poll: soon at first, then backing off, never later than

@@ -13,7 +13,7 @@
 //! server's clock whenever it is missing, it keeps increasing after a restart that lost all
 //! data (as long as the server's clock does not step back).
 //!
-//! Plain `redis://` connections use a small built-in client ([`resp`]) on the lock path;
+//! Plain `redis://` connections use a small built-in RESP client on the lock path;
 //! `rediss://` (TLS) goes through the `redis` crate. Pub/sub always uses the `redis` crate.
 
 mod resp;
