@@ -89,6 +89,7 @@ install_missing() {
 step "checking test servers"
 need_pkg redis-server redis-server
 need_pkg redis-cli redis-tools
+need_pkg openssl openssl
 install_missing
 
 step "toolchain"

@@ -171,6 +171,9 @@ pub struct RedisOptions {
     /// 2 s). Waiters renew it with every attempt, at least every 500 ms by default; a waiter
     /// that crashed holds up the queue for at most this long.
     pub waiter_ttl: Duration,
+    /// For `rediss://`: the PEM certificate(s) of the authority that signed the server's
+    /// certificate, when it is not in the system's trust store (a private CA).
+    pub tls_root_cert_pem: Option<Vec<u8>>,
 }
 
 impl Default for RedisOptions {
@@ -179,6 +182,7 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
             waiter_ttl: Duration::from_secs(2),
+            tls_root_cert_pem: None,
         }
     }
 }
@@ -324,8 +328,17 @@ impl RedisBackend {
                 crate::redact(url)
             )));
         }
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
+        let client = match &options.tls_root_cert_pem {
+            Some(pem) if parsed.scheme() == "rediss" => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            _ => redis::Client::open(url),
+        }
+        .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
         let target = format!(
             "{}://{}:{}/{}",
             parsed.scheme(),
