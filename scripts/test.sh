@@ -89,6 +89,16 @@ install_missing() {
 step "checking test servers"
 need_pkg redis-server redis-server
 need_pkg redis-cli redis-tools
+# The SQL tests use the machine's PostgreSQL and MariaDB when they run, else start throwaway
+# servers from these packages. PostgreSQL's server binaries live off PATH, in
+# /usr/lib/postgresql/<version>/bin; its package also brings pg_ctlcluster, which is on PATH.
+if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
+    need_pkg pg_ctlcluster postgresql
+fi
+need_pkg mariadbd mariadb-server
+need_pkg mariadb-install-db mariadb-server
+# The PostgreSQL TLS test makes its certificates with openssl.
+need_pkg openssl openssl
 need_pkg openssl openssl
 install_missing
 

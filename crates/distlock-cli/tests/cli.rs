@@ -913,3 +913,97 @@ fn lost_lock_kills_a_command_that_ignores_sigterm() {
     );
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+/// Mutual exclusion between `distlock` processes through a SQL server: a holder, a `--no-wait`
+/// run that gets 75, `status` with the fence, release on SIGTERM, then four waiting runs that
+/// never overlap. `rows` counts the live rows of the lease table.
+fn sql_mutual_exclusion(url: &str, kind: &str, rows: impl Fn() -> usize) {
+    let home = Home::new();
+    let (holder, fence) = home.hold(&["--backend", url], "sk", &[]);
+    assert_eq!(rows(), 1, "the lock is a row of the lease table");
+    let out = home.run(&[
+        "--backend",
+        url,
+        "run",
+        "--key",
+        "sk",
+        "--no-wait",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert_eq!(out.stdout, "");
+    let status = home.run(&["--backend", url, "status", "sk", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(
+        json_field(status.stdout.trim(), "backend"),
+        format!("\"{kind}\"")
+    );
+    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.wait(TIMEOUT).code, Some(128 + libc::SIGTERM));
+    assert_eq!(rows(), 0, "released on the server");
+    let status = home.run(&["--backend", url, "status", "sk"]);
+    assert_eq!(status.code, Some(3), "{status:?}");
+
+    let dir = home.path("inside");
+    let dir = dir.to_str().unwrap();
+    let procs: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::spawn(&mut home.cmd(&[
+                "--backend",
+                url,
+                "run",
+                "--key",
+                "sk",
+                "--wait",
+                "15s",
+                "--",
+                "sh",
+                "-c",
+                r#"mkdir "$1" || exit 99; sleep 0.2; rmdir "$1""#,
+                "sh",
+                dir,
+            ]))
+        })
+        .collect();
+    for p in procs {
+        let out = p.wait(TIMEOUT);
+        assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");
+    }
+}
+
+#[test]
+fn postgres_mutual_exclusion() {
+    use distlock::testkit::postgres::PostgresServer;
+    let server = PostgresServer::machine_or_start()
+        .expect("PostgreSQL must run or be installed (apt-get install postgresql)");
+    let db = server.fresh_database().expect("fresh database");
+    let url = format!("{}?table=cli_locks", db.url());
+    sql_mutual_exclusion(&url, "postgres", || {
+        db.query("SELECT count(*) FROM cli_locks WHERE token IS NOT NULL")
+            .expect("count")[0][0]
+            .as_deref()
+            .expect("a count")
+            .parse()
+            .expect("a number")
+    });
+}
+
+#[test]
+fn mysql_mutual_exclusion() {
+    use distlock::testkit::mysql::MariaDbServer;
+    let server = MariaDbServer::machine_or_start()
+        .expect("MariaDB must run or be installed (apt-get install mariadb-server)");
+    let db = server.fresh_database().expect("fresh database");
+    let url = db.url().to_owned();
+    sql_mutual_exclusion(&url, "mysql", || {
+        db.query("SELECT COUNT(*) FROM distlock_locks WHERE token IS NOT NULL")
+            .expect("count")[0][0]
+            .as_deref()
+            .expect("a count")
+            .parse()
+            .expect("a number")
+    });
+}

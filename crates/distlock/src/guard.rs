@@ -164,6 +164,7 @@ impl LockGuard {
         };
         async move {
             if !hold.is_held() {
+                crate::metrics::release(self.registry.backend.kind(), "lost");
                 // Our token may still be on the server if only the client-side clock ran out.
                 self.registry
                     .release_in_background(hold.name.clone(), hold.token);
@@ -171,10 +172,20 @@ impl LockGuard {
                 return Err(self.lost_error());
             }
             let res = release_remote(&self.registry, local, &hold).await;
+            let kind = self.registry.backend.kind();
             match res {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(self.lost_error()),
-                Err(e) => Err(e),
+                Ok(true) => {
+                    crate::metrics::release(kind, "released");
+                    Ok(())
+                }
+                Ok(false) => {
+                    crate::metrics::release(kind, "lost");
+                    Err(self.lost_error())
+                }
+                Err(e) => {
+                    crate::metrics::release(kind, "error");
+                    Err(e)
+                }
             }
         }
         .instrument(span)

@@ -1,10 +1,94 @@
-//! distlock: distributed locks for Rust services.
+//! Distributed locks for Rust services: mutual exclusion across tasks, processes and machines,
+//! with leases, automatic renewal, fencing tokens and lost-lock notification.
+//!
+//! One API ([`LockRegistry`], [`Lock`], [`LockGuard`]) runs over interchangeable coordination
+//! engines ([`Backend`]): an in-process table, Redis, or a SQLite file. The Redis layout is the
+//! one of Spring Integration's `RedisLockRegistry`, so Rust and Java services can share locks.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use distlock::{Error, LockRegistry, RegistryOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> distlock::Result<()> {
+//! // One registry per service instance. `memory://` keeps this example in-process; use
+//! // `redis://host:6379` or `sqlite:///var/lib/app/locks.db` to lock across processes.
+//! let registry = LockRegistry::connect("memory://", RegistryOptions::default()).await?;
+//! let lock = registry.obtain("voucher:42")?;
+//!
+//! match lock.try_lock().await {
+//!     Ok(guard) => {
+//!         // Pass the fence with every write the lock protects; the storage refuses writes
+//!         // whose fence is lower than one it has already accepted.
+//!         let fence = guard.fence();
+//!         tokio::select! {
+//!             _ = guard.lost() => eprintln!("lock lost: stop before writing with fence {fence}"),
+//!             _ = tokio::time::sleep(Duration::from_millis(10)) => println!("processed, fence {fence}"),
+//!         }
+//!         guard.release().await?;
+//!     }
+//!     Err(Error::NotAcquired { .. }) => println!("voucher 42 is already being processed"),
+//!     Err(e) => return Err(e),
+//! }
+//!
+//! // Waiting: without limit, or bounded.
+//! let guard = lock.try_lock_for(Duration::from_secs(5)).await?;
+//! assert!(guard.is_held());
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Code without an async runtime uses the [`blocking`] facade, whose locks are reentrant per
+//! thread like Java's `ReentrantLock`.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `memory` | yes | [`backends::memory`]: locks within one process (`memory://`) |
+//! | `redis` | yes | [`backends::redis`]: one Redis server, Spring `RedisLockRegistry` layout (`redis://`, `rediss://`) |
+//! | `sqlite` | yes | [`backends::sqlite`]: a lease table in a SQLite file shared by the processes of one machine (`sqlite:///abs/path.db`) |
+//! | `conformance` | no | `distlock::conformance`: the behaviour suite every backend passes, and the `conformance_suite!` macro for third-party backends (implies `testkit`) |
+//! | `testkit` | no | `distlock::testkit`: throwaway `redis-server` processes and a fault-injecting TCP proxy for tests |
+//!
+//! [`connect`] turns a URL into a backend; it lists the schemes this build understands in
+//! [`SCHEMES`].
+//!
+//! # Guarantees and their limits
+//!
+//! - **Mutual exclusion with a lease.** A remote hold lasts for a lease (default 30 s,
+//!   [`RegistryOptions::lease`]); while the [`LockGuard`] lives, one renewal task per registry
+//!   extends it at about a third of the lease ([`RegistryOptions::renew`]). A holder that cannot
+//!   renew before its lease ends (cut off, stalled) loses the lock: [`LockGuard::is_held`]
+//!   turns false, [`LockGuard::lost`] completes, and every operation on the guard returns
+//!   [`Error::LockLost`].
+//! - **Fencing.** A paused process cannot be stopped from acting after its lease ran out;
+//!   [`LockGuard::fence`] is what protects the data then. Fences strictly increase per key
+//!   (the backend's fence shifted left by 10 bits, plus a local handoff number), so storage that
+//!   rejects writes with a fence lower than the last one accepted stops the stale holder. How far
+//!   a backend's fences can be trusted is stated by [`Capabilities::fencing`] ([`Fencing`]).
+//! - **Owner-checked release.** Every acquisition has a fresh 128-bit [`Token`]; release and
+//!   extension are atomic on the server and only succeed for that token.
+//! - **Local lock first.** Within one registry only one task at a time contends remotely for a
+//!   key; the others wait in FIFO order, and the remote hold may pass straight to the next of
+//!   them up to [`RegistryOptions::max_local_handoffs`] times in a row.
+//! - **Cancel safety.** [`Lock::lock`], [`Lock::try_lock`] and [`Lock::try_lock_for`] may be
+//!   dropped at any point without leaving a lock held or a waiter queued.
+//! - **Drop never blocks.** Dropping a guard hands the hold to a local waiter or releases it in
+//!   the background when a Tokio runtime is running; otherwise the lease expires. Prefer
+//!   [`LockGuard::release`], which reports whether the lock was still held.
+//! - **Reentrancy.** The async API is not reentrant: locking a key whose guard the same task
+//!   holds waits for itself. [`blocking::Lock`] is reentrant per thread.
 #![warn(missing_docs, unreachable_pub, rustdoc::broken_intra_doc_links)]
 
 mod backend;
 pub mod blocking;
 mod error;
 mod guard;
+mod metrics;
 mod registry;
 mod renewal;
 mod url;
@@ -25,6 +109,12 @@ pub mod backends {
     pub mod memory;
     #[cfg(feature = "redis")]
     pub mod redis;
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub mod sql;
     #[cfg(feature = "sqlite")]
     pub mod sqlite;
+    #[cfg(feature = "mysql")]
+    pub use sql::mysql;
+    #[cfg(feature = "postgres")]
+    pub use sql::postgres;
 }

@@ -492,8 +492,17 @@ impl Lock {
             self.slot
                 .last_used_ms
                 .store(self.registry.now_ms(), Ordering::Relaxed);
-            let local = self.lock_local(wait, started).await?;
-            self.acquire_remote(local, wait, started).await
+            let res = match self.lock_local(wait, started).await {
+                Ok(local) => self.acquire_remote(local, wait, started).await,
+                Err(e) => Err(e),
+            };
+            let outcome = match &res {
+                Ok(_) => "acquired",
+                Err(Error::NotAcquired { .. }) => "not_acquired",
+                Err(_) => "error",
+            };
+            crate::metrics::acquire(self.registry.backend.kind(), outcome, started.elapsed());
+            res
         }
         .instrument(span)
         .await
@@ -612,6 +621,7 @@ impl Lock {
                     queued.joined = false;
                     local.contended = was_busy;
                     let hold = Arc::new(Hold::new(
+                        backend.kind(),
                         name.clone(),
                         token,
                         backend_fence,

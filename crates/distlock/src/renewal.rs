@@ -36,6 +36,8 @@ pub(crate) struct Hold {
     pub(crate) name: LockName,
     pub(crate) token: Token,
     pub(crate) backend_fence: u64,
+    /// The backend's kind, for metrics.
+    backend: &'static str,
     pub(crate) local_seq: AtomicU32,
     times: Mutex<Times>,
     lost: AtomicBool,
@@ -47,6 +49,7 @@ static NEXT_HOLD_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Hold {
     pub(crate) fn new(
+        backend: &'static str,
         name: LockName,
         token: Token,
         backend_fence: u64,
@@ -58,6 +61,7 @@ impl Hold {
             name,
             token,
             backend_fence,
+            backend,
             local_seq: AtomicU32::new(0),
             times: Mutex::new(Times {
                 lease,
@@ -119,6 +123,7 @@ impl Hold {
         }
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(lock = ?self.name, fence = self.backend_fence, "lock lost: {why}");
+            crate::metrics::lost(self.backend);
             self.lost_notify.notify_waiters();
         }
     }
@@ -261,19 +266,32 @@ impl Renewer {
             .instrument(span)
             .await;
         let after = Instant::now();
+        let kind = self.backend.kind();
+        let (mut ok, mut denied, mut failed) = (0, 0, 0);
         for (i, hold) in due.iter().enumerate() {
             match results.as_ref().map(|v| v.get(i)) {
-                Ok(Some(Ok(true))) => hold.confirm(sent, batch[i].lease),
+                Ok(Some(Ok(true))) => {
+                    ok += 1;
+                    hold.confirm(sent, batch[i].lease)
+                }
                 Ok(Some(Ok(false))) => {
+                    denied += 1;
                     hold.mark_lost("the backend no longer has it for this owner")
                 }
                 Ok(Some(Err(e))) => {
+                    failed += 1;
                     tracing::debug!(lock = ?hold.name, error = %e, "renewal failed; retrying");
                     hold.retry_renewal_at(after + retry_delay(hold));
                 }
-                Ok(None) | Err(_) => hold.retry_renewal_at(after + retry_delay(hold)),
+                Ok(None) | Err(_) => {
+                    failed += 1;
+                    hold.retry_renewal_at(after + retry_delay(hold))
+                }
             }
         }
+        crate::metrics::renewals(kind, "ok", ok);
+        crate::metrics::renewals(kind, "denied", denied);
+        crate::metrics::renewals(kind, "error", failed);
         Instant::now()
     }
 }

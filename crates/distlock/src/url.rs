@@ -11,6 +11,10 @@ pub const SCHEMES: &[&str] = &[
     "sqlite:///abs/path.db",
     "redis://[user:pass@]host:port[/db]",
     "rediss://[user:pass@]host:port[/db]",
+    #[cfg(feature = "postgres")]
+    "postgres://[user:pass@]host:port/db[?table=..&sslmode=..]",
+    #[cfg(feature = "mysql")]
+    "mysql://[user:pass@]host:port/db[?table=..&ssl-mode=..]",
 ];
 
 /// Connects to the backend named by `url`:
@@ -20,6 +24,11 @@ pub const SCHEMES: &[&str] = &[
 /// | `memory://` | in this process | `memory` |
 /// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
 /// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
+/// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
+/// | `mysql://[user:pass@]host:port/db[?params]`, `mariadb://…` | MySQL / MariaDB lease table | `mysql` |
+///
+/// The SQL parameters (`table`, `schema`, `region`, `spring`, `pool_size`, `connect_timeout`,
+/// `sslmode` / `ssl-mode`, ...) are listed in [`backends::sql`](crate::backends::sql).
 ///
 /// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong; a scheme this
 /// build does not support is an [`Error::Unsupported`]. Passwords never appear in errors.
@@ -52,6 +61,14 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Arc::new(
+            crate::backends::mysql::MySqlBackend::connect(url).await?,
         )),
         other => Err(Error::Unsupported {
             backend: "url",

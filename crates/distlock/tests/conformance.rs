@@ -1,5 +1,7 @@
 //! The conformance suite on every backend this build has: memory, Redis (a throwaway
-//! `redis-server` per test) and SQLite (a fresh database file per test).
+//! `redis-server` per test), SQLite (a fresh database file per test), and PostgreSQL and
+//! MariaDB (a fresh database per test on the machine's server, or on a throwaway server the
+//! test process starts when none runs).
 
 use std::sync::Arc;
 
@@ -65,6 +67,96 @@ async fn sqlite() -> Harness {
     .keep_alive(dir)
 }
 
+#[cfg(feature = "postgres")]
+async fn postgres_with(spring: bool) -> Harness {
+    use distlock::backends::postgres::PostgresBackend;
+    use distlock::testkit::postgres::PostgresServer;
+    let server = PostgresServer::machine_or_start()
+        .expect("PostgreSQL must run or be installed (scripts/test.sh installs postgresql)");
+    let db = server.fresh_database().expect("fresh database");
+    let url = if spring {
+        format!("{}?spring=true", db.url())
+    } else {
+        db.url().to_owned()
+    };
+    let deleter_url = url.clone();
+    Harness::new(move || {
+        let url = url.clone();
+        async move {
+            PostgresBackend::connect(&url)
+                .await
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+        }
+    })
+    .with_deleter(move |name| {
+        let url = deleter_url.clone();
+        async move {
+            let other = PostgresBackend::connect(&url).await.expect("connect");
+            assert!(other.force_delete(&name).await.expect("delete row"));
+        }
+    })
+    .keep_alive(db)
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres() -> Harness {
+    postgres_with(false).await
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_spring() -> Harness {
+    postgres_with(true).await
+}
+
+#[cfg(feature = "mysql")]
+async fn mariadb_with(spring: bool) -> Harness {
+    use distlock::backends::mysql::MySqlBackend;
+    use distlock::testkit::mysql::MariaDbServer;
+    let server = MariaDbServer::machine_or_start()
+        .expect("MariaDB must run or be installed (scripts/test.sh installs mariadb-server)");
+    let db = server.fresh_database().expect("fresh database");
+    let url = if spring {
+        format!("{}?spring=true", db.url())
+    } else {
+        db.url().to_owned()
+    };
+    let deleter_url = url.clone();
+    Harness::new(move || {
+        let url = url.clone();
+        async move {
+            MySqlBackend::connect(&url)
+                .await
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+        }
+    })
+    .with_deleter(move |name| {
+        let url = deleter_url.clone();
+        async move {
+            let other = MySqlBackend::connect(&url).await.expect("connect");
+            assert!(other.force_delete(&name).await.expect("delete row"));
+        }
+    })
+    .keep_alive(db)
+}
+
+#[cfg(feature = "mysql")]
+async fn mariadb() -> Harness {
+    mariadb_with(false).await
+}
+
+#[cfg(feature = "mysql")]
+async fn mariadb_spring() -> Harness {
+    mariadb_with(true).await
+}
+
 distlock::conformance_suite!(on_memory, memory);
 distlock::conformance_suite!(on_redis, redis);
 distlock::conformance_suite!(on_sqlite, sqlite);
+#[cfg(feature = "postgres")]
+distlock::conformance_suite!(on_postgres, postgres);
+#[cfg(feature = "postgres")]
+distlock::conformance_suite!(on_postgres_spring, postgres_spring);
+#[cfg(feature = "mysql")]
+distlock::conformance_suite!(on_mariadb, mariadb);
+#[cfg(feature = "mysql")]
+distlock::conformance_suite!(on_mariadb_spring, mariadb_spring);

@@ -20,9 +20,19 @@ async fn release_publishes_the_key_on_both_spring_channels() {
     let client = redis::Client::open(server.url()).unwrap();
     let mut pubsub = client.get_async_pubsub().await.unwrap();
     pubsub.subscribe("lock-channel").await.unwrap();
-    pubsub.subscribe("lock-channel:lock:voucher:42").await.unwrap();
+    pubsub
+        .subscribe("lock-channel:lock:voucher:42")
+        .await
+        .unwrap();
     let reg = registry(&server.url()).await;
-    reg.obtain("voucher:42").unwrap().lock().await.unwrap().release().await.unwrap();
+    reg.obtain("voucher:42")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let mut got = Vec::new();
     let mut stream = pubsub.on_message();
     for _ in 0..2 {
@@ -30,14 +40,20 @@ async fn release_publishes_the_key_on_both_spring_channels() {
             .await
             .expect("release message")
             .unwrap();
-        got.push((msg.get_channel_name().to_owned(), msg.get_payload::<String>().unwrap()));
+        got.push((
+            msg.get_channel_name().to_owned(),
+            msg.get_payload::<String>().unwrap(),
+        ));
     }
     got.sort();
     assert_eq!(
         got,
         vec![
             ("lock-channel".to_owned(), "lock:voucher:42".to_owned()),
-            ("lock-channel:lock:voucher:42".to_owned(), "lock:voucher:42".to_owned()),
+            (
+                "lock-channel:lock:voucher:42".to_owned(),
+                "lock:voucher:42".to_owned()
+            ),
         ]
     );
 }
@@ -47,7 +63,12 @@ async fn a_foreign_release_message_wakes_a_waiter_before_its_poll() {
     let server = RedisServer::start().expect("redis-server must be installed");
     let reg = registry(&server.url()).await;
     for channel in ["lock-channel", "lock-channel:lock:job"] {
-        assert_eq!(server.cli(&["SET", "lock:job", "spring-client", "NX", "PX", "10000"]).unwrap(), "OK");
+        assert_eq!(
+            server
+                .cli(&["SET", "lock:job", "spring-client", "NX", "PX", "10000"])
+                .unwrap(),
+            "OK"
+        );
         let lock = reg.obtain("job").unwrap();
         let waiter = tokio::spawn(async move {
             let g = lock.lock().await.unwrap();
@@ -60,10 +81,16 @@ async fn a_foreign_release_message_wakes_a_waiter_before_its_poll() {
         let released = Instant::now();
         server.cli(&["DEL", "lock:job"]).unwrap();
         server.cli(&["PUBLISH", channel, "lock:job"]).unwrap();
-        let acquired = tokio::time::timeout(Duration::from_secs(3), waiter).await.unwrap().unwrap();
+        let acquired = tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .unwrap()
+            .unwrap();
         let reaction = acquired - released;
         // The fallback poll would take at least 100 ms; a message is much faster.
-        assert!(reaction < Duration::from_millis(80), "{channel}: woken after {reaction:?}");
+        assert!(
+            reaction < Duration::from_millis(80),
+            "{channel}: woken after {reaction:?}"
+        );
     }
 }
 
@@ -91,7 +118,10 @@ async fn waiters_of_different_processes_are_served_in_arrival_order() {
     order.lock().unwrap().push(99);
     again.release().await.unwrap();
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(5), t).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .unwrap()
+            .unwrap();
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 99]);
 }
@@ -106,7 +136,8 @@ async fn a_waiter_that_gives_up_does_not_hold_up_the_queue() {
     let quitter_lock = quitter.obtain("q").unwrap();
     let gave_up = quitter_lock.try_lock_for(Duration::from_millis(200));
     let patient_lock = patient.obtain("q").unwrap();
-    let waiting = tokio::spawn(async move { patient_lock.lock().await.map(|g| (Instant::now(), g)) });
+    let waiting =
+        tokio::spawn(async move { patient_lock.lock().await.map(|g| (Instant::now(), g)) });
     assert!(gave_up.await.is_err());
     // A cancelled waiter leaves too.
     let cancelled = quitter.obtain("q").unwrap();
@@ -114,7 +145,15 @@ async fn a_waiter_that_gives_up_does_not_hold_up_the_queue() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     g.release().await.unwrap();
-    let (at, g2) = tokio::time::timeout(Duration::from_secs(3), waiting).await.unwrap().unwrap().unwrap();
-    assert!(at - released < Duration::from_millis(200), "queue held up for {:?}", at - released);
+    let (at, g2) = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        at - released < Duration::from_millis(200),
+        "queue held up for {:?}",
+        at - released
+    );
     g2.release().await.unwrap();
 }

@@ -19,6 +19,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod db;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod proxy;
 pub mod redis;
 

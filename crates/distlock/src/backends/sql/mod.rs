@@ -1,0 +1,648 @@
+//! SQL lease tables on PostgreSQL and MySQL/MariaDB, in the spirit of Spring Integration's
+//! `JdbcLockRegistry`: one row per lock, taken and given back by single atomic statements.
+//! ([SQLite](crate::backends::sqlite) follows the same design in one file.)
+//!
+//! | backend | URL | feature | waiting |
+//! |---|---|---|---|
+//! | [`postgres::PostgresBackend`] | `postgres://user:pass@host:port/db?…` (also `postgresql://`) | `postgres` | `LISTEN`/`NOTIFY` on release, polling as fallback |
+//! | [`mysql::MySqlBackend`] | `mysql://user:pass@host:port/db?…` (also `mariadb://`) | `mysql` | jittered polling by the registry |
+//!
+//! # The lease table
+//!
+//! Created on first use (`CREATE TABLE IF NOT EXISTS`, after checking that it is missing, so a
+//! pre-created table needs no `CREATE` privilege; on PostgreSQL the creation runs under a
+//! transaction-scoped advisory lock so that processes starting together do not trip over each
+//! other). Default name `distlock_locks`; [`SqlOptions::table`] and [`SqlOptions::schema`]
+//! change it.
+//!
+//! | column | PostgreSQL | MySQL/MariaDB | meaning |
+//! |---|---|---|---|
+//! | `region` | `TEXT` | `VARBINARY(256)` | the registry's prefix (or [`SqlOptions::region`]) |
+//! | `lock_key` | `TEXT` | `VARBINARY(1024)` | the caller's key, byte for byte (no collation folds `A` into `a`) |
+//! | `token` | `TEXT` | `CHAR(32) ascii` | the holder's owner token, `NULL` when free |
+//! | `fence` | `BIGINT` | `BIGINT` | fence of the latest acquisition |
+//! | `created_ms` | `BIGINT` | `BIGINT` | when it was taken, Unix ms, database clock |
+//! | `expires_ms` | `BIGINT` | `BIGINT` | when the lease ends, Unix ms, database clock |
+//! | `wanted_ms` | `BIGINT` | `BIGINT` | until when a waiter said it waits (see below) |
+//!
+//! Primary key `(region, lock_key)`. Rows stay after release (`token` set to `NULL`).
+//!
+//! - **Clock**: every time comes from the database server's clock inside the statement; the
+//!   clients' clocks never matter. A lease is free once `expires_ms` is past on the server.
+//! - **Fence**: `GREATEST(fence + 1, server time in µs)`, so it strictly increases per key while
+//!   the row lives and keeps increasing when the row or the whole table is lost (as long as the
+//!   server's clock does not step back): [`Fencing::MonotonicAcrossDataLoss`](crate::Fencing).
+//! - **Acquire** is one `INSERT … ON CONFLICT DO UPDATE` (PostgreSQL) or `INSERT … ON DUPLICATE
+//!   KEY UPDATE` (MySQL) that takes a free or expired row, or leaves a busy one as it is and
+//!   only marks it wanted. **Release** and **extend** are owner-checked `UPDATE`s; all renewals
+//!   of a registry go out as one `UPDATE` statement.
+//! - **Waking waiters**: a waiter that finds the lock busy stamps `wanted_ms` (at most every
+//!   second). A release that sees the stamp reports the lock as contended (the registry then lets
+//!   the waiters go first) and, on PostgreSQL, sends `pg_notify` in the same statement, so the
+//!   notification is delivered exactly when the release commits. Each backend listens on one
+//!   dedicated connection (`LISTEN` on a channel per table); a lost listening connection is
+//!   re-established and all waiters re-check. MySQL has no notifications: waiters poll.
+//! - **No session state**: the design uses no advisory or `GET_LOCK` session locks, no
+//!   temporary tables, no session variables and no open transactions between statements, so a
+//!   pooled connection can never carry a lock (or anything else) to its next borrower, and a
+//!   connection killed by the server loses nothing: the next statement runs on a new one.
+//! - **Transient errors** (deadlock victim `40P01`/1213, serialization failure `40001`, lock
+//!   wait timeout, a connection reset or killed) are retried a few times at once on a fresh
+//!   connection, then reported as the retryable [`Error::Unavailable`]; the registry retries
+//!   those within the caller's deadline. A wrong password is an [`Error::Backend`] that says so,
+//!   without the password.
+//!
+//! # Spring compatibility
+//!
+//! [`SqlOptions::spring_compatible`] (URL `?spring=true`) uses Spring Integration's `INT_LOCK`
+//! table as its `DefaultLockRepository` does, so that a Spring `JdbcLockRegistry` and distlock
+//! on the same database exclude each other:
+//!
+//! | column | value written by distlock |
+//! |---|---|
+//! | `LOCK_KEY CHAR(36)` | [`spring_lock_key`]: the key itself if it is a UUID, else `UUID.nameUUIDFromBytes(key UTF-8)` (an MD5, version 3 UUID), as Spring's `UUIDConverter` computes it |
+//! | `REGION VARCHAR(100)` | [`SqlOptions::region`], else the registry's prefix (Spring's default region is `DEFAULT`) |
+//! | `CLIENT_ID CHAR(36)` | the owner token written as a UUID |
+//! | `CREATED_DATE TIMESTAMP` | acquisition time, UTC, database clock |
+//! | `EXPIRED_AFTER TIMESTAMP` | end of the lease, UTC, database clock |
+//!
+//! Spring deletes the row on release, so there is no column to keep a fence in: in this mode the
+//! fence is `CREATED_DATE` in microseconds, which increases from one holder to the next only as
+//! far as the database's clock does. The capabilities say [`Fencing::None`](crate::Fencing):
+//! do not fence writes with it. Spring's releases send no notification, so distlock waiters
+//! notice them by polling (at most every 500 ms); Spring's waiters poll every 100 ms.
+//!
+//! # URL parameters
+//!
+//! | parameter | default | meaning |
+//! |---|---|---|
+//! | `table` | `distlock_locks` (`INT_LOCK` with `spring=true`) | the lease table |
+//! | `schema` | the connection's default | PostgreSQL schema / MySQL database of the table |
+//! | `region` | the registry's prefix | a fixed region for every lock |
+//! | `spring` | `false` | Spring `INT_LOCK` layout |
+//! | `create_table` | `true` | create the table on first use when it is missing |
+//! | `pool_size` | 8 | most connections opened at once (plus one listening connection on PostgreSQL) |
+//! | `connect_timeout` | `5s` | per connection attempt; `500ms`, `5s`, `1m` or plain seconds |
+//! | `sslmode` (PostgreSQL) | `prefer` | `disable`, `prefer`, `require` (encrypted, not verified, as libpq), `verify-ca`, `verify-full` |
+//! | `sslrootcert` (PostgreSQL) | the Mozilla roots | PEM file of the CA to verify against |
+//! | `ssl-mode` (MySQL) | `disabled` | `disabled`, `preferred` (treated as `disabled`), `required` (encrypted, not verified), `verify_ca`, `verify_identity` |
+//! | `ssl-ca` (MySQL) | the Mozilla roots | PEM file of the CA to verify against |
+//! | `application_name` (PostgreSQL) | `distlock` | shown in `pg_stat_activity` |
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::{LockName, Token};
+use crate::error::{Error, Result};
+
+pub(crate) mod dialect;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
+/// The table used when none is configured.
+pub const DEFAULT_TABLE: &str = "distlock_locks";
+/// Spring Integration's table (`DefaultLockRepository`'s prefix `INT_` + `LOCK`).
+pub const SPRING_TABLE: &str = "INT_LOCK";
+/// Default of [`SqlOptions::pool_size`].
+pub const DEFAULT_POOL_SIZE: usize = 8;
+/// Default of [`SqlOptions::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a waiter's `wanted_ms` stamp lasts; it is renewed when less than half is left.
+pub(crate) const WANT_WINDOW_MS: i64 = 2000;
+/// How many times an operation is tried at once on a transient error before it is reported.
+pub(crate) const ATTEMPTS: usize = 3;
+/// The longest lease written (a day is the registry's maximum; this only guards arithmetic).
+const MAX_LEASE_MS: i64 = 1 << 40;
+const MAX_IDENT_LEN: usize = 63;
+const MAX_REGION_LEN: usize = 256;
+const SPRING_MAX_REGION_CHARS: usize = 100;
+
+/// Options of the PostgreSQL and MySQL backends. Every field has a URL parameter of the same
+/// name (see the [module docs](self)).
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::backends::sql::SqlOptions;
+/// let o = SqlOptions::default().table("app_locks").schema("infra").pool_size(4);
+/// assert_eq!(o.table, "app_locks");
+/// let spring = SqlOptions::spring_compatible().region("DEFAULT");
+/// assert_eq!(spring.table, "INT_LOCK");
+/// assert!(spring.spring);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqlOptions {
+    /// The lease table: ASCII letters, digits and `_`, not starting with a digit, at most 63.
+    pub table: String,
+    /// The schema (PostgreSQL) or database (MySQL) of the table; `None` for the connection's
+    /// default (`search_path` / the URL's database).
+    pub schema: Option<String>,
+    /// A fixed region for every lock instead of the registry's prefix.
+    pub region: Option<String>,
+    /// Spring Integration's `INT_LOCK` layout (see the [module docs](self#spring-compatibility)).
+    pub spring: bool,
+    /// Create the table on first use when it is missing (default true).
+    pub create_table: bool,
+    /// Most pooled connections open at once (default [`DEFAULT_POOL_SIZE`]).
+    pub pool_size: usize,
+    /// Limit of one connection attempt (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub connect_timeout: Duration,
+}
+
+impl Default for SqlOptions {
+    fn default() -> Self {
+        SqlOptions {
+            table: DEFAULT_TABLE.to_owned(),
+            schema: None,
+            region: None,
+            spring: false,
+            create_table: true,
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl SqlOptions {
+    /// The default options: table `distlock_locks` in the connection's default schema.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Spring Integration's `INT_LOCK` table and layout.
+    pub fn spring_compatible() -> Self {
+        SqlOptions {
+            table: SPRING_TABLE.to_owned(),
+            spring: true,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the table name.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Sets the schema (PostgreSQL) or database (MySQL) of the table.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Uses one fixed region for every lock instead of the registry's prefix.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// Whether to create the table on first use when it is missing.
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.create_table = create;
+        self
+    }
+
+    /// Sets the most pooled connections open at once.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Sets the limit of one connection attempt.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn validate(&self, kind: &str) -> Result<()> {
+        validate_ident(kind, "table", &self.table)?;
+        if let Some(schema) = &self.schema {
+            validate_ident(kind, "schema", schema)?;
+        }
+        if let Some(region) = &self.region {
+            check_region(kind, self.spring, region)?;
+        }
+        if self.pool_size == 0 || self.pool_size > 1000 {
+            return Err(Error::config(format!(
+                "{kind}: pool_size must be between 1 and 1000, got {}",
+                self.pool_size
+            )));
+        }
+        if self.connect_timeout.is_zero() || self.connect_timeout > Duration::from_secs(3600) {
+            return Err(Error::config(format!(
+                "{kind}: connect_timeout must be between 1 ms and 1 hour, got {:?}",
+                self.connect_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    /// The region a lock lives in.
+    pub(crate) fn region_of<'a>(&'a self, name: &'a LockName) -> &'a str {
+        self.region.as_deref().unwrap_or(name.prefix())
+    }
+}
+
+fn validate_ident(kind: &str, what: &str, ident: &str) -> Result<()> {
+    let mut chars = ident.chars();
+    let ok_first = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !ok_first
+        || ident.len() > MAX_IDENT_LEN
+        || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(Error::config(format!(
+            "{kind}: the {what} name {ident:?} must be 1 to {MAX_IDENT_LEN} ASCII letters, \
+             digits and '_', not starting with a digit"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a region (a prefix or the configured region) for the layout's column.
+pub(crate) fn check_region(kind: &str, spring: bool, region: &str) -> Result<()> {
+    if region.is_empty() || region.contains('\0') {
+        return Err(Error::config(format!(
+            "{kind}: the region must be non-empty and without NUL"
+        )));
+    }
+    if spring && region.chars().count() > SPRING_MAX_REGION_CHARS {
+        return Err(Error::config(format!(
+            "{kind}: Spring's REGION column holds at most {SPRING_MAX_REGION_CHARS} characters; \
+             the region {region:?} is longer"
+        )));
+    }
+    if region.len() > MAX_REGION_LEN {
+        return Err(Error::config(format!(
+            "{kind}: the region is {} bytes long; at most {MAX_REGION_LEN} are allowed",
+            region.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The `LOCK_KEY` Spring Integration's `JdbcLockRegistry` stores for `key`: Spring's
+/// `UUIDConverter.getUUID(key)`, that is the key itself (lower case) when it already is a UUID
+/// in the 8-4-4-4-12 form, else `UUID.nameUUIDFromBytes(key.getBytes(UTF_8))`, the version 3
+/// (MD5) name-based UUID.
+///
+/// ```
+/// use distlock::backends::sql::spring_lock_key;
+/// // java.util.UUID.nameUUIDFromBytes("foo".getBytes(UTF_8))
+/// assert_eq!(spring_lock_key("foo"), "acbd18db-4cc2-385c-adef-654fccc4a4d8");
+/// assert_eq!(spring_lock_key("ABCDEF01-2345-6789-ABCD-EF0123456789"), "abcdef01-2345-6789-abcd-ef0123456789");
+/// ```
+pub fn spring_lock_key(key: &str) -> String {
+    if is_uuid(key) {
+        return key.to_ascii_lowercase();
+    }
+    use md5::{Digest, Md5};
+    let mut d: [u8; 16] = Md5::digest(key.as_bytes()).into();
+    d[6] = (d[6] & 0x0f) | 0x30; // version 3
+    d[8] = (d[8] & 0x3f) | 0x80; // IETF variant
+    uuid_text(u128::from_be_bytes(d))
+}
+
+/// The owner token in the 36-character UUID form of Spring's `CLIENT_ID` column.
+pub(crate) fn token_uuid(token: Token) -> String {
+    uuid_text(token.as_u128())
+}
+
+fn uuid_text(v: u128) -> String {
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// Milliseconds for SQL, rounded up (the server's lease must not end before the holder's own
+/// reckoning of it) and capped.
+pub(crate) fn lease_ms(lease: Duration) -> i64 {
+    let ms = lease.as_nanos().div_ceil(1_000_000);
+    i64::try_from(ms).unwrap_or(i64::MAX).clamp(1, MAX_LEASE_MS)
+}
+
+pub(crate) fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+pub(crate) fn fence_from(kind: &'static str, fence: i64) -> Result<u64> {
+    u64::try_from(fence)
+        .map_err(|_| Error::backend(kind, format!("the fence column holds {fence}, not a fence")))
+}
+
+/// The in-process release channel of a lock; the length prefix keeps `("a:b", "c")` and
+/// `("a", "b:c")` apart.
+pub(crate) fn channel(name: &LockName) -> String {
+    format!("{}:{}:{}", name.prefix().len(), name.prefix(), name.key())
+}
+
+/// A duration parameter: `500ms`, `5s`, `2m`, or plain seconds as libpq writes it.
+pub(crate) fn parse_duration(kind: &str, param: &str, value: &str) -> Result<Duration> {
+    let bad = || {
+        Error::config(format!(
+            "{kind} URL: the query parameter '{param}' must be a duration like 500ms, 5s or 1m, \
+             got {value:?}"
+        ))
+    };
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (digits, unit) = value.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+pub(crate) fn parse_bool(kind: &str, param: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Error::config(format!(
+            "{kind} URL: the query parameter '{param}' must be true or false, got {value:?}"
+        ))),
+    }
+}
+
+/// What a database URL says, split into the parts both drivers need.
+pub(crate) struct ParsedUrl {
+    pub(crate) host: String,
+    pub(crate) port: Option<u16>,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) database: Option<String>,
+    pub(crate) options: SqlOptions,
+    /// Driver-specific parameters, in order, not yet judged.
+    pub(crate) rest: Vec<(String, String)>,
+}
+
+impl fmt::Debug for ParsedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParsedUrl")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+/// Parses `scheme://[user[:password]@]host[:port][/database][?params]`, taking out the
+/// parameters common to both SQL backends.
+pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<ParsedUrl> {
+    let shown = crate::url::redact(raw);
+    let url = url::Url::parse(raw)
+        .map_err(|e| Error::config(format!("{kind} URL {shown:?} is malformed: {e}")))?;
+    if !schemes.contains(&url.scheme()) {
+        return Err(Error::config(format!(
+            "{kind} URL: the scheme must be one of {}, got {:?}",
+            schemes.join(", "),
+            url.scheme()
+        )));
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) if !d.is_empty() => d.to_owned(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        _ => {
+            return Err(Error::config(format!(
+                "{kind} URL {shown:?}: the host is missing (expected {}://user@host:port/database)",
+                schemes[0]
+            )))
+        }
+    };
+    if url.fragment().is_some() {
+        return Err(Error::config(format!(
+            "{kind} URL {shown:?}: a fragment ('#...') is not allowed"
+        )));
+    }
+    let decode = |s: &str, part: &str| -> Result<String> {
+        percent_decode(s).ok_or_else(|| {
+            Error::config(format!(
+                "{kind} URL {shown:?}: the {part} has a malformed percent-escape"
+            ))
+        })
+    };
+    let user = match url.username() {
+        "" => None,
+        u => Some(decode(u, "user name")?),
+    };
+    let password = url.password().map(|p| decode(p, "password")).transpose()?;
+    let path = url.path().trim_start_matches('/');
+    let database = match path {
+        "" => None,
+        p if p.contains('/') => {
+            return Err(Error::config(format!(
+                "{kind} URL {shown:?}: the database name {p:?} must not contain '/'"
+            )))
+        }
+        p => Some(decode(p, "database name")?),
+    };
+    let mut options = SqlOptions::default();
+    let mut table = None;
+    let mut seen = std::collections::HashSet::new();
+    let mut rest = Vec::new();
+    for (name, value) in url.query_pairs() {
+        let (name, value) = (name.into_owned(), value.into_owned());
+        if !seen.insert(name.clone()) {
+            return Err(Error::config(format!(
+                "{kind} URL: the query parameter '{name}' is repeated"
+            )));
+        }
+        match name.as_str() {
+            "table" => table = Some(value),
+            "schema" => options.schema = Some(value),
+            "region" => options.region = Some(value),
+            "spring" => options.spring = parse_bool(kind, &name, &value)?,
+            "create_table" => options.create_table = parse_bool(kind, &name, &value)?,
+            "pool_size" | "pool_max_size" => {
+                options.pool_size = value.parse().map_err(|_| {
+                    Error::config(format!(
+                        "{kind} URL: the query parameter '{name}' must be a positive number, \
+                         got {value:?}"
+                    ))
+                })?
+            }
+            "connect_timeout" => options.connect_timeout = parse_duration(kind, &name, &value)?,
+            _ => rest.push((name, value)),
+        }
+    }
+    options.table = table.unwrap_or_else(|| {
+        if options.spring {
+            SPRING_TABLE.to_owned()
+        } else {
+            DEFAULT_TABLE.to_owned()
+        }
+    });
+    options.validate(kind).map_err(|e| match e {
+        Error::InvalidConfig(m) => Error::config(format!("{m} (in the URL's query)")),
+        other => other,
+    })?;
+    Ok(ParsedUrl {
+        host,
+        port: url.port(),
+        user,
+        password,
+        database,
+        options,
+        rest,
+    })
+}
+
+/// Decodes `%XX` escapes; `None` for a broken escape or a result that is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Removes every occurrence of `secret` (and its percent-encoded form) from a message.
+pub(crate) fn scrub(message: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if s.len() >= 2 => {
+            let encoded: String = url::form_urlencoded::byte_serialize(s.as_bytes()).collect();
+            message.replace(s, "***").replace(&encoded, "***")
+        }
+        _ => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spring_keys_match_java() {
+        // Values of java.util.UUID.nameUUIDFromBytes(s.getBytes(StandardCharsets.UTF_8)).
+        assert_eq!(
+            spring_lock_key("foo"),
+            "acbd18db-4cc2-385c-adef-654fccc4a4d8"
+        );
+        assert_eq!(spring_lock_key(""), "d41d8cd9-8f00-3204-a980-0998ecf8427e");
+        assert_eq!(
+            spring_lock_key("voucher:42").len(),
+            36,
+            "always the 36-character form"
+        );
+        let upper = "0A1B2C3D-4E5F-6071-8293-A4B5C6D7E8F9";
+        assert_eq!(spring_lock_key(upper), upper.to_ascii_lowercase());
+        assert_ne!(
+            spring_lock_key("0A1B2C3D4E5F60718293A4B5C6D7E8F9").len(),
+            32
+        );
+    }
+
+    #[test]
+    fn token_as_uuid() {
+        let t = Token::from(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef_u128);
+        assert_eq!(token_uuid(t), "01234567-89ab-cdef-0123-456789abcdef");
+    }
+
+    #[test]
+    fn urls_parse_and_name_the_bad_part() {
+        let p = parse_url(
+            "postgres",
+            &["postgres", "postgresql"],
+            "postgres://u:p%40ss@db.example:6543/app?table=t1&schema=s&pool_size=3&connect_timeout=250ms&sslmode=require",
+        )
+        .unwrap();
+        assert_eq!(p.host, "db.example");
+        assert_eq!(p.port, Some(6543));
+        assert_eq!(p.user.as_deref(), Some("u"));
+        assert_eq!(p.password.as_deref(), Some("p@ss"));
+        assert_eq!(p.database.as_deref(), Some("app"));
+        assert_eq!(p.options.table, "t1");
+        assert_eq!(p.options.schema.as_deref(), Some("s"));
+        assert_eq!(p.options.pool_size, 3);
+        assert_eq!(p.options.connect_timeout, Duration::from_millis(250));
+        assert_eq!(p.rest, vec![("sslmode".to_owned(), "require".to_owned())]);
+        assert!(!format!("{p:?}").contains("p@ss"));
+
+        let spring = parse_url("mysql", &["mysql"], "mysql://h/db?spring=true").unwrap();
+        assert_eq!(spring.options.table, SPRING_TABLE);
+        assert!(spring.options.spring);
+
+        for (url, part) in [
+            ("postgres://", "host"),
+            ("postgres:///db", "host"),
+            ("postgres://h:99999/db", "malformed"),
+            ("postgres://h/db?table=bad-name", "table"),
+            ("postgres://h/db?pool_size=0", "pool_size"),
+            ("postgres://h/db?pool_size=x", "pool_size"),
+            ("postgres://h/db?connect_timeout=soon", "connect_timeout"),
+            ("postgres://h/db?spring=maybe", "spring"),
+            ("postgres://h/db?table=a&table=b", "repeated"),
+            ("postgres://h/a/b", "database"),
+            ("redis://h/db", "scheme"),
+        ] {
+            match parse_url("postgres", &["postgres", "postgresql"], url) {
+                Err(Error::InvalidConfig(m)) => assert!(m.contains(part), "{url}: {m}"),
+                Err(other) => panic!("{url}: {other:?}"),
+                Ok(p) => panic!("{url}: accepted {p:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(
+            parse_duration("x", "p", "3").unwrap(),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            parse_duration("x", "p", "2m").unwrap(),
+            Duration::from_secs(120)
+        );
+        assert!(parse_duration("x", "p", "1h").is_err());
+        assert!(parse_duration("x", "p", "").is_err());
+    }
+
+    #[test]
+    fn leases_round_up() {
+        assert_eq!(lease_ms(Duration::from_micros(1)), 1);
+        assert_eq!(lease_ms(Duration::from_millis(30_000)), 30_000);
+        assert_eq!(lease_ms(Duration::MAX), MAX_LEASE_MS);
+    }
+
+    #[test]
+    fn secrets_are_scrubbed() {
+        assert_eq!(
+            scrub("password p@ss! was wrong p%40ss%21".into(), Some("p@ss!")),
+            "password *** was wrong ***"
+        );
+    }
+}

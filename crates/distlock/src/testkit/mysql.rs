@@ -1,0 +1,414 @@
+//! MariaDB (or MySQL) for tests: a fresh database per test on the machine's running server, or
+//! a throwaway server of the test's own.
+//!
+//! [`MariaDbServer::machine_or_start`] looks for a server at `127.0.0.1:3306` (user `root`
+//! without password, or the admin URL in `DISTLOCK_TEST_MYSQL_URL`) and otherwise starts a
+//! throwaway one for the test process; `DISTLOCK_TEST_THROWAWAY=1` always starts one.
+//! [`MariaDbServer::start`] always starts a throwaway server (`mariadb-install-db`, then
+//! `mariadbd` on a free loopback port, as the `mysql` user when the tests run as root). Missing
+//! binaries are an error that says what to install, never a skip.
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+
+use super::db::{
+    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, remove_leftover_dirs,
+    service_user, unique_database_name,
+};
+use super::{free_port, spawn_tied_to_process, TempDir};
+
+const DIR_PREFIX: &str = "distlock-testkit-mariadb";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A MariaDB server for tests: the machine's own, or a throwaway one.
+pub struct MariaDbServer {
+    mode: Mode,
+}
+
+enum Mode {
+    Machine { base: String },
+    Owned(Mutex<Owned>),
+}
+
+struct Owned {
+    server_bin: PathBuf,
+    dir: TempDir,
+    port: u16,
+    ids: Option<(u32, u32)>,
+    child: Option<Child>,
+}
+
+impl fmt::Debug for MariaDbServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.mode {
+            Mode::Machine { base } => f
+                .debug_struct("MariaDbServer")
+                .field("machine", &crate::redact(base))
+                .finish(),
+            Mode::Owned(o) => {
+                let o = o.lock().unwrap_or_else(|e| e.into_inner());
+                f.debug_struct("MariaDbServer")
+                    .field("throwaway_port", &o.port)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl MariaDbServer {
+    /// The machine's running server if one answers (see the [module docs](self)), else a
+    /// throwaway server shared by the whole test process.
+    ///
+    /// # Errors
+    /// When no server answers and none can be started (binaries missing: the message says to
+    /// install `mariadb-server`).
+    pub fn machine_or_start() -> io::Result<Arc<MariaDbServer>> {
+        static SHARED: OnceLock<Mutex<Option<Arc<MariaDbServer>>>> = OnceLock::new();
+        let slot = SHARED.get_or_init(|| Mutex::new(None));
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let server = match Self::machine() {
+            Some(s) => s,
+            None => Self::start()?,
+        };
+        let server = Arc::new(server);
+        *slot = Some(server.clone());
+        Ok(server)
+    }
+
+    fn machine() -> Option<MariaDbServer> {
+        if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
+            return None;
+        }
+        let admin = std::env::var("DISTLOCK_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned());
+        let parsed = url::Url::parse(&admin).ok()?;
+        let addr: SocketAddr = format!("{}:{}", parsed.host_str()?, parsed.port().unwrap_or(3306))
+            .parse()
+            .ok()?;
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        let mut base = parsed.clone();
+        base.set_path("");
+        base.set_query(None);
+        let server = MariaDbServer {
+            mode: Mode::Machine {
+                base: base.to_string().trim_end_matches('/').to_owned(),
+            },
+        };
+        server.query(None, "SELECT 1").ok()?;
+        Some(server)
+    }
+
+    /// Starts a throwaway server of this test's own. Dropping it kills the server and removes
+    /// its directory.
+    ///
+    /// # Errors
+    /// When the MariaDB binaries are missing (`apt-get install mariadb-server`), or the server
+    /// does not come up within 30 seconds (the message includes its log).
+    pub fn start() -> io::Result<MariaDbServer> {
+        remove_leftover_dirs(DIR_PREFIX);
+        let sbin = [PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")];
+        let missing = || {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "MariaDB server binaries (mariadb-install-db, mariadbd) not found: apt-get \
+                 install mariadb-server (scripts/test.sh does)",
+            )
+        };
+        let install =
+            find_binary(&["mariadb-install-db", "mysql_install_db"], &sbin).ok_or_else(missing)?;
+        let server_bin = find_binary(&["mariadbd", "mysqld"], &sbin).ok_or_else(missing)?;
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let ids = if is_root() {
+            Some(service_user("mysql").ok_or_else(|| {
+                io::Error::other(
+                    "tests run as root, but there is no 'mysql' user to run a throwaway MariaDB \
+                     server as (apt-get install mariadb-server creates it)",
+                )
+            })?)
+        } else {
+            None
+        };
+        if let Some((uid, gid)) = ids {
+            chown_tree(dir.path(), uid, gid)?;
+        }
+        let mut cmd = Command::new(&install);
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ])
+            .stdin(Stdio::null());
+        if let Some((uid, gid)) = ids {
+            cmd.uid(uid).gid(gid);
+        }
+        let out = cmd.output().map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot run {}: {e}", install.display()))
+        })?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "{} failed ({}): {}{}",
+                install.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut owned = Owned {
+            server_bin,
+            dir,
+            port: 0,
+            ids,
+            child: None,
+        };
+        let mut last = None;
+        for _ in 0..5 {
+            owned.port = free_port();
+            match owned.launch() {
+                Ok(()) => {
+                    return Ok(MariaDbServer {
+                        mode: Mode::Owned(Mutex::new(owned)),
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("mariadbd did not start")))
+    }
+
+    /// Whether this is a throwaway server of this process.
+    pub fn is_throwaway(&self) -> bool {
+        matches!(self.mode, Mode::Owned(_))
+    }
+
+    /// `mysql://root@127.0.0.1:port/<database>`.
+    pub fn url(&self, database: &str) -> String {
+        match &self.mode {
+            Mode::Machine { base } => format!("{base}/{database}"),
+            Mode::Owned(o) => {
+                let o = o.lock().unwrap_or_else(|e| e.into_inner());
+                format!("mysql://root@127.0.0.1:{}/{database}", o.port)
+            }
+        }
+    }
+
+    /// Runs `sql` (one or more statements) in `database` (or none) and returns the rows of the
+    /// last statement that had any, as text.
+    pub fn query(&self, database: Option<&str>, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
+        let url = self.url(database.unwrap_or(""));
+        let sql = sql.to_owned();
+        block_on(async move {
+            let opts = mysql_async::Opts::from_url(&url)
+                .map_err(|e| io::Error::other(format!("mysql: {e}")))?;
+            let mut conn =
+                tokio::time::timeout(Duration::from_secs(10), mysql_async::Conn::new(opts))
+                    .await
+                    .map_err(|_| io::Error::other("mysql: no connection within 10 s"))?
+                    .map_err(|e| io::Error::other(format!("mysql: {e}")))?;
+            let mut result = conn
+                .query_iter(sql.as_str())
+                .await
+                .map_err(|e| io::Error::other(format!("mysql: {sql}: {e}")))?;
+            let mut rows: Vec<mysql_async::Row> = Vec::new();
+            loop {
+                let set: Vec<mysql_async::Row> = result
+                    .collect()
+                    .await
+                    .map_err(|e| io::Error::other(format!("mysql: {sql}: {e}")))?;
+                if !set.is_empty() {
+                    rows = set;
+                }
+                if result.is_empty() {
+                    break;
+                }
+            }
+            drop(result);
+            let _ = conn.disconnect().await;
+            Ok(rows
+                .into_iter()
+                .map(|r| {
+                    (0..r.len())
+                        .map(|i| match r.as_ref(i) {
+                            Some(mysql_async::Value::NULL) | None => None,
+                            Some(mysql_async::Value::Bytes(b)) => {
+                                Some(String::from_utf8_lossy(b).into_owned())
+                            }
+                            Some(v) => Some(v.as_sql(true)),
+                        })
+                        .collect()
+                })
+                .collect())
+        })?
+    }
+
+    /// Creates an empty database for one test; it is dropped when the returned handle is.
+    /// Leftovers of crashed test processes are dropped on the way.
+    pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
+        if let Ok(rows) = self.query(
+            None,
+            "SELECT schema_name FROM information_schema.schemata \
+             WHERE schema_name LIKE 'distlock\\_t%'",
+        ) {
+            for name in rows
+                .into_iter()
+                .filter_map(|r| r.into_iter().next().flatten())
+            {
+                if is_stale_database(&name) {
+                    let _ = self.query(None, &format!("DROP DATABASE IF EXISTS `{name}`"));
+                }
+            }
+        }
+        let name = unique_database_name();
+        self.query(None, &format!("CREATE DATABASE `{name}`"))?;
+        Ok(TestDatabase {
+            url: self.url(&name),
+            name,
+            server: self.clone(),
+        })
+    }
+}
+
+impl Owned {
+    fn launch(&mut self) -> io::Result<()> {
+        let log_path = self.dir.path().join("mariadb.log");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let mut cmd = Command::new(&self.server_bin);
+        cmd.arg("--no-defaults")
+            .arg(format!(
+                "--datadir={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join("sock").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-buffer-pool-size=32M",
+                "--max-connections=300",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        if let Some((uid, gid)) = self.ids {
+            cmd.uid(uid).gid(gid);
+        }
+        let child = spawn_tied_to_process(cmd).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot start {}: {e}", self.server_bin.display()),
+            )
+        })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                let log = log_tail(&log_path);
+                let kind = if log.contains("Address already in use")
+                    || log.contains("Can't start server: Bind")
+                {
+                    io::ErrorKind::AddrInUse
+                } else {
+                    io::ErrorKind::Other
+                };
+                return Err(io::Error::new(
+                    kind,
+                    format!("mariadbd exited during start-up ({status}): {log}"),
+                ));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                && log_tail(&log_path).contains("ready for connections")
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(io::Error::other(format!(
+                    "mariadbd did not come up within {START_TIMEOUT:?}: {}",
+                    log_tail(&log_path)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An empty database on a [`MariaDbServer`], dropped with this handle.
+pub struct TestDatabase {
+    server: Arc<MariaDbServer>,
+    name: String,
+    url: String,
+}
+
+impl fmt::Debug for TestDatabase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestDatabase")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl TestDatabase {
+    /// `mysql://…/<this database>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server it lives on.
+    pub fn server(&self) -> &Arc<MariaDbServer> {
+        &self.server
+    }
+
+    /// Runs `sql` in this database (see [`MariaDbServer::query`]).
+    pub fn query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
+        self.server.query(Some(&self.name), sql)
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let _ = self
+            .server
+            .query(None, &format!("DROP DATABASE IF EXISTS `{}`", self.name));
+    }
+}

@@ -1,0 +1,543 @@
+//! PostgreSQL for tests: a fresh database per test on the machine's running server, or a
+//! throwaway server of the test's own.
+//!
+//! [`PostgresServer::machine_or_start`] looks for a server at `127.0.0.1:5432` (user
+//! `postgres`, or the admin URL in `DISTLOCK_TEST_POSTGRES_URL`) and otherwise starts a
+//! throwaway one for the test process; `DISTLOCK_TEST_THROWAWAY=1` always starts one.
+//! [`PostgresServer::start`] always starts a throwaway server: the only kind a test may stop
+//! and restart. A throwaway server runs `initdb` and `postgres` from the installed PostgreSQL
+//! (as the `postgres` user when the tests run as root) in a temporary directory, on a free
+//! loopback port, with password authentication over TCP and durability switched off.
+//! Missing binaries are an error that says what to install, never a skip.
+//!
+//! ```no_run
+//! use distlock::testkit::postgres::PostgresServer;
+//! let server = PostgresServer::machine_or_start()?;
+//! let db = server.fresh_database()?; // dropped again with `db`
+//! println!("{}", db.url());
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::db::{
+    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, remove_leftover_dirs,
+    service_user, unique_database_name,
+};
+use super::{free_port, spawn_tied_to_process, TempDir};
+
+const DIR_PREFIX: &str = "distlock-testkit-pg";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A PostgreSQL server for tests: the machine's own, or a throwaway one.
+pub struct PostgresServer {
+    mode: Mode,
+}
+
+enum Mode {
+    /// A server this process did not start: only databases are created and dropped on it.
+    Machine {
+        base: String,
+        admin_db: String,
+    },
+    Owned(Mutex<Owned>),
+}
+
+struct Owned {
+    bin: PathBuf,
+    dir: TempDir,
+    port: u16,
+    password: String,
+    ids: Option<(u32, u32)>,
+    child: Option<Child>,
+}
+
+impl fmt::Debug for PostgresServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.mode {
+            Mode::Machine { base, .. } => f
+                .debug_struct("PostgresServer")
+                .field("machine", &crate::redact(base))
+                .finish(),
+            Mode::Owned(o) => {
+                let o = o.lock().unwrap_or_else(|e| e.into_inner());
+                f.debug_struct("PostgresServer")
+                    .field("throwaway_port", &o.port)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl PostgresServer {
+    /// The machine's running server if one answers (see the [module docs](self)), else a
+    /// throwaway server shared by the whole test process.
+    ///
+    /// # Errors
+    /// When no server answers and none can be started (binaries missing: the message says to
+    /// install `postgresql`).
+    pub fn machine_or_start() -> io::Result<Arc<PostgresServer>> {
+        static SHARED: OnceLock<Mutex<Option<Arc<PostgresServer>>>> = OnceLock::new();
+        let slot = SHARED.get_or_init(|| Mutex::new(None));
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let server = match Self::machine() {
+            Some(s) => s,
+            None => Self::start()?,
+        };
+        let server = Arc::new(server);
+        *slot = Some(server.clone());
+        Ok(server)
+    }
+
+    fn machine() -> Option<PostgresServer> {
+        if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
+            return None;
+        }
+        let admin = std::env::var("DISTLOCK_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let parsed = url::Url::parse(&admin).ok()?;
+        let addr = format!("{}:{}", parsed.host_str()?, parsed.port().unwrap_or(5432));
+        let addr: SocketAddr = addr.parse().ok()?;
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        let admin_db = parsed.path().trim_start_matches('/').to_owned();
+        let mut base = parsed.clone();
+        base.set_path("");
+        base.set_query(None);
+        let server = PostgresServer {
+            mode: Mode::Machine {
+                base: base.to_string().trim_end_matches('/').to_owned(),
+                admin_db: if admin_db.is_empty() {
+                    "postgres".to_owned()
+                } else {
+                    admin_db
+                },
+            },
+        };
+        server.admin_query("SELECT 1").ok()?;
+        Some(server)
+    }
+
+    /// Starts a throwaway server of this test's own: `initdb` into a temporary directory, then
+    /// `postgres` on a free loopback port. Dropping it kills the server and removes the
+    /// directory.
+    ///
+    /// # Errors
+    /// When the PostgreSQL server binaries are missing (`apt-get install postgresql`), or the
+    /// server does not come up within 30 seconds (the message includes its log).
+    pub fn start() -> io::Result<PostgresServer> {
+        remove_leftover_dirs(DIR_PREFIX);
+        let bin = bin_dir()?;
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let ids = if is_root() {
+            Some(service_user("postgres").ok_or_else(|| {
+                io::Error::other(
+                    "tests run as root, but there is no 'postgres' user to run a throwaway \
+                     PostgreSQL server as (apt-get install postgresql creates it)",
+                )
+            })?)
+        } else {
+            None
+        };
+        let password = format!("pw{:016x}", rand::random::<u64>());
+        std::fs::write(dir.path().join("pwfile"), &password)?;
+        if let Some((uid, gid)) = ids {
+            chown_tree(dir.path(), uid, gid)?;
+        }
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args([
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
+            .arg(format!("--pwfile={}", dir.path().join("pwfile").display()))
+            .stdin(Stdio::null());
+        if let Some((uid, gid)) = ids {
+            initdb.uid(uid).gid(gid);
+        }
+        let out = initdb.output().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot run {}: {e}", bin.join("initdb").display()),
+            )
+        })?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "initdb failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut owned = Owned {
+            bin,
+            dir,
+            port: 0,
+            password,
+            ids,
+            child: None,
+        };
+        let mut last = None;
+        for _ in 0..5 {
+            owned.port = free_port();
+            match owned.launch() {
+                Ok(()) => {
+                    return Ok(PostgresServer {
+                        mode: Mode::Owned(Mutex::new(owned)),
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("postgres did not start")))
+    }
+
+    /// Whether this is a throwaway server of this process (which may be stopped and
+    /// restarted), rather than the machine's.
+    pub fn is_throwaway(&self) -> bool {
+        matches!(self.mode, Mode::Owned(_))
+    }
+
+    /// `postgres://user[:password]@127.0.0.1:port/<database>`.
+    pub fn url(&self, database: &str) -> String {
+        match &self.mode {
+            Mode::Machine { base, .. } => format!("{base}/{database}"),
+            Mode::Owned(o) => {
+                let o = o.lock().unwrap_or_else(|e| e.into_inner());
+                format!(
+                    "postgres://postgres:{}@127.0.0.1:{}/{database}",
+                    o.password, o.port
+                )
+            }
+        }
+    }
+
+    /// The same server with an explicit password, for tests of wrong ones (throwaway servers
+    /// check passwords; the machine's may trust every loopback client).
+    pub fn url_with_password(&self, database: &str, password: &str) -> String {
+        let mut u = url::Url::parse(&self.url(database)).expect("a valid URL");
+        let _ = u.set_password(Some(password));
+        u.to_string()
+    }
+
+    fn admin_db(&self) -> String {
+        match &self.mode {
+            Mode::Machine { admin_db, .. } => admin_db.clone(),
+            Mode::Owned(_) => "postgres".to_owned(),
+        }
+    }
+
+    fn admin_query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
+        self.query(&self.admin_db(), sql)
+    }
+
+    /// Runs `sql` (simple query protocol, several statements allowed) in `database` and returns
+    /// the rows of every statement as text.
+    pub fn query(&self, database: &str, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
+        let url = self.url(database);
+        let sql = sql.to_owned();
+        block_on(async move {
+            let (client, connection) = tokio::time::timeout(
+                Duration::from_secs(10),
+                tokio_postgres::connect(&url, tokio_postgres::NoTls),
+            )
+            .await
+            .map_err(|_| io::Error::other("postgres: no connection within 10 s"))?
+            .map_err(|e| io::Error::other(format!("postgres: {e}")))?;
+            let driver = tokio::spawn(connection);
+            let messages = client.simple_query(&sql).await.map_err(|e| {
+                let text = e
+                    .as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+                io::Error::other(format!("postgres: {sql}: {text}"))
+            })?;
+            drop(client);
+            let _ = driver.await;
+            let mut rows = Vec::new();
+            for m in messages {
+                if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+                    rows.push((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect());
+                }
+            }
+            Ok(rows)
+        })?
+    }
+
+    /// Creates an empty database for one test; it is dropped (with its connections) when the
+    /// returned handle is. Leftovers of crashed test processes are dropped on the way.
+    pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
+        if let Ok(rows) =
+            self.admin_query("SELECT datname FROM pg_database WHERE datname LIKE 'distlock\\_t%'")
+        {
+            for name in rows
+                .into_iter()
+                .filter_map(|r| r.into_iter().next().flatten())
+            {
+                if is_stale_database(&name) {
+                    let _ = self
+                        .admin_query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
+                }
+            }
+        }
+        let name = unique_database_name();
+        self.admin_query(&format!("CREATE DATABASE \"{name}\""))?;
+        Ok(TestDatabase {
+            url: self.url(&name),
+            name,
+            server: self.clone(),
+        })
+    }
+
+    /// Stops a throwaway server at once (`SIGKILL` to the postmaster, whose backends follow):
+    /// a crash as clients see it. The data stays; [`start_again`](Self::start_again) brings it
+    /// back on the same port.
+    ///
+    /// # Panics
+    /// On the machine's server, which tests must never stop.
+    pub fn stop(&self) {
+        let Mode::Owned(o) = &self.mode else {
+            panic!("refusing to stop the machine's PostgreSQL server");
+        };
+        o.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    }
+
+    /// Starts a stopped throwaway server again on its port, with its data, and waits until it
+    /// accepts connections.
+    ///
+    /// # Panics
+    /// On the machine's server.
+    pub fn start_again(&self) -> io::Result<()> {
+        let Mode::Owned(o) = &self.mode else {
+            panic!("refusing to restart the machine's PostgreSQL server");
+        };
+        let mut o = o.lock().unwrap_or_else(|e| e.into_inner());
+        o.kill();
+        o.launch()
+    }
+}
+
+impl Owned {
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            // The backends notice the postmaster's death within a moment; a new postmaster
+            // refuses to start while they still hold the shared memory.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let pid_file = self.dir.path().join("data/postmaster.pid");
+            while Instant::now() < deadline {
+                if !backends_alive(&pid_file) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    fn launch(&mut self) -> io::Result<()> {
+        let log_path = self.dir.path().join("postgres.log");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let log_start = log.metadata()?.len();
+        let mut cmd = Command::new(self.bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.dir.path().display()
+            ))
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=200",
+                "-c",
+                "shared_buffers=32MB",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        if let Some((uid, gid)) = self.ids {
+            cmd.uid(uid).gid(gid);
+        }
+        let child = spawn_tied_to_process(cmd).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot start {}: {e}", self.bin.join("postgres").display()),
+            )
+        })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                let log = log_tail(&log_path);
+                let log = log.get(log_start as usize..).unwrap_or(&log).to_owned();
+                let kind = if log.contains("could not bind") || log.contains("already in use") {
+                    io::ErrorKind::AddrInUse
+                } else {
+                    io::ErrorKind::Other
+                };
+                return Err(io::Error::new(
+                    kind,
+                    format!("postgres exited during start-up ({status}): {log}"),
+                ));
+            }
+            let fresh_log = std::fs::read(&log_path)
+                .ok()
+                .and_then(|b| b.get(log_start as usize..).map(|b| b.to_vec()))
+                .unwrap_or_default();
+            let ready = String::from_utf8_lossy(&fresh_log).contains("ready to accept connections");
+            if ready && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err(io::Error::other(format!(
+                    "postgres did not come up within {START_TIMEOUT:?}: {}",
+                    log_tail(&log_path)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether processes of a killed postmaster still hold its shared memory (judged by any
+/// process whose parent was the postmaster named in the pid file).
+fn backends_alive(pid_file: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(pid_file) else {
+        return false;
+    };
+    let Some(pid) = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+    else {
+        return false;
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .and_then(|s| {
+                let after = s.rsplit_once(')')?.1.to_owned();
+                after.split_whitespace().nth(1)?.parse::<u32>().ok()
+            })
+            .is_some_and(|ppid| ppid == pid)
+    })
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn bin_dir() -> io::Result<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").is_file().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    if let Some(p) = find_binary(&["postgres"], &[]) {
+        if let Some(dir) = p.parent().filter(|d| d.join("initdb").is_file()) {
+            return Ok(dir.to_owned());
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "PostgreSQL server binaries (initdb, postgres) not found: apt-get install postgresql \
+         (scripts/test.sh does)",
+    ))
+}
+
+/// An empty database on a [`PostgresServer`], dropped with this handle.
+pub struct TestDatabase {
+    server: Arc<PostgresServer>,
+    name: String,
+    url: String,
+}
+
+impl fmt::Debug for TestDatabase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestDatabase")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl TestDatabase {
+    /// `postgres://…/<this database>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server it lives on.
+    pub fn server(&self) -> &Arc<PostgresServer> {
+        &self.server
+    }
+
+    /// Runs `sql` in this database (see [`PostgresServer::query`]).
+    pub fn query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
+        self.server.query(&self.name, sql)
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let _ = self.server.admin_query(&format!(
+            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+            self.name
+        ));
+    }
+}

@@ -1,0 +1,542 @@
+//! Spring compatibility of the SQL backends: distlock with `spring=true` and a client that
+//! issues exactly the SQL of Spring Integration's `DefaultLockRepository` (as of Spring
+//! Integration 6.x: `UPDATE` then `INSERT` in a READ COMMITTED transaction to acquire, `DELETE`
+//! to release, `UPDATE … SET EXPIRED_AFTER` to renew, `SELECT COUNT(REGION)` for `isAcquired`;
+//! times from the client's clock in UTC, `LOCK_KEY` = `UUIDConverter.getUUID(key)`) share the
+//! `INT_LOCK` table and exclude each other both ways, on PostgreSQL and on MariaDB.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::backends::mysql::MySqlBackend;
+use distlock::backends::postgres::PostgresBackend;
+use distlock::testkit::mysql::MariaDbServer;
+use distlock::testkit::postgres::PostgresServer;
+use distlock::{Backend, Error, LockRegistry, RegistryOptions};
+use mysql_async::prelude::Queryable;
+
+// DefaultLockRepository's statements with the default prefix INT_, verbatim.
+const DELETE: &str = "DELETE FROM INT_LOCK WHERE REGION=? AND LOCK_KEY=? AND CLIENT_ID=?";
+const UPDATE: &str = "UPDATE INT_LOCK SET CLIENT_ID=?, EXPIRED_AFTER=? \
+                      WHERE REGION=? AND LOCK_KEY=? AND (CLIENT_ID=? OR EXPIRED_AFTER<?)";
+const INSERT: &str =
+    "INSERT INTO INT_LOCK (REGION, LOCK_KEY, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER) \
+                      VALUES (?, ?, ?, ?, ?)";
+const COUNT: &str = "SELECT COUNT(REGION) FROM INT_LOCK \
+                     WHERE REGION=? AND LOCK_KEY=? AND CLIENT_ID=? AND EXPIRED_AFTER>=?";
+const RENEW: &str =
+    "UPDATE INT_LOCK SET EXPIRED_AFTER=? WHERE REGION=? AND LOCK_KEY=? AND CLIENT_ID=?";
+
+// Spring's schema-postgresql.sql and schema-mysql.sql for INT_LOCK.
+const PG_SCHEMA: &str = "CREATE TABLE INT_LOCK  (
+	LOCK_KEY CHAR(36) NOT NULL,
+	REGION VARCHAR(100) NOT NULL,
+	CLIENT_ID CHAR(36),
+	CREATED_DATE TIMESTAMP NOT NULL,
+	EXPIRED_AFTER TIMESTAMP NOT NULL,
+	constraint INT_LOCK_PK primary key (LOCK_KEY, REGION)
+)";
+const MYSQL_SCHEMA: &str = "CREATE TABLE INT_LOCK  (
+	LOCK_KEY CHAR(36) NOT NULL,
+	REGION VARCHAR(100) NOT NULL,
+	CLIENT_ID CHAR(36),
+	CREATED_DATE DATETIME(6) NOT NULL,
+	EXPIRED_AFTER DATETIME(6) NOT NULL,
+	constraint INT_LOCK_PK primary key (LOCK_KEY, REGION)
+) ENGINE=InnoDB";
+
+const REGION: &str = "DEFAULT";
+
+/// `UUIDConverter.getUUID(key)` for a key that is not itself a UUID:
+/// `UUID.nameUUIDFromBytes(key.getBytes(UTF_8))`, computed here independently of distlock.
+fn spring_uuid(key: &str) -> String {
+    use md5::{Digest, Md5};
+    let mut d: [u8; 16] = Md5::digest(key.as_bytes()).into();
+    d[6] = (d[6] & 0x0f) | 0x30;
+    d[8] = (d[8] & 0x3f) | 0x80;
+    let h: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// One Spring `DefaultLockRepository`: a client id (random UUID) and a time to live.
+struct Spring {
+    db: Db,
+    id: String,
+    ttl: Duration,
+}
+
+enum Db {
+    Pg(tokio_postgres::Client),
+    My(mysql_async::Pool),
+}
+
+/// JDBC's `?` placeholders as PostgreSQL's `$n`, as pgjdbc sends them.
+fn pg_sql(sql: &str) -> String {
+    let mut out = String::new();
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push_str(&format!("${n}"));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `LocalDateTime.now(ZoneOffset.UTC)` as a MySQL DATETIME value.
+fn my_time(t: SystemTime) -> mysql_async::Value {
+    let d = t.duration_since(UNIX_EPOCH).unwrap();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    mysql_async::Value::Date(
+        year as u16,
+        month as u8,
+        day as u8,
+        (rem / 3600) as u8,
+        (rem % 3600 / 60) as u8,
+        (rem % 60) as u8,
+        d.subsec_micros(),
+    )
+}
+
+impl Spring {
+    async fn pg(url: &str, ttl: Duration) -> Spring {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        Spring {
+            db: Db::Pg(client),
+            id: uuid_v4(),
+            ttl,
+        }
+    }
+
+    async fn my(url: &str, ttl: Duration) -> Spring {
+        // Connector/J reports found (not changed) rows, as client_found_rows does.
+        let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(url).unwrap())
+            .client_found_rows(true);
+        Spring {
+            db: Db::My(mysql_async::Pool::new(opts)),
+            id: uuid_v4(),
+            ttl,
+        }
+    }
+
+    /// `DefaultLockRepository.acquire(lock, ttl)`.
+    async fn acquire(&self, key: &str) -> bool {
+        let lock = spring_uuid(key);
+        let now = SystemTime::now();
+        let until = now + self.ttl;
+        match &self.db {
+            Db::Pg(c) => {
+                c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                    .await
+                    .unwrap();
+                let n = c
+                    .execute(
+                        &pg_sql(UPDATE),
+                        &[&self.id, &until, &REGION, &lock, &self.id, &now],
+                    )
+                    .await
+                    .unwrap();
+                if n > 0 {
+                    c.batch_execute("COMMIT").await.unwrap();
+                    return true;
+                }
+                let now = SystemTime::now();
+                let until = now + self.ttl;
+                match c
+                    .execute(&pg_sql(INSERT), &[&REGION, &lock, &self.id, &now, &until])
+                    .await
+                {
+                    Ok(n) => {
+                        c.batch_execute("COMMIT").await.unwrap();
+                        n > 0
+                    }
+                    Err(e) => {
+                        // DataIntegrityViolationException: the row exists, not acquired.
+                        assert_eq!(
+                            e.code(),
+                            Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION),
+                            "{e}"
+                        );
+                        c.batch_execute("ROLLBACK").await.unwrap();
+                        false
+                    }
+                }
+            }
+            Db::My(pool) => {
+                let mut conn = pool.get_conn().await.unwrap();
+                let mut tx_opts = mysql_async::TxOpts::default();
+                tx_opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
+                let mut tx = conn.start_transaction(tx_opts).await.unwrap();
+                tx.exec_drop(
+                    UPDATE,
+                    (
+                        &self.id,
+                        my_time(until),
+                        REGION,
+                        &lock,
+                        &self.id,
+                        my_time(now),
+                    ),
+                )
+                .await
+                .unwrap();
+                if tx.affected_rows() > 0 {
+                    tx.commit().await.unwrap();
+                    return true;
+                }
+                let now = SystemTime::now();
+                let until = now + self.ttl;
+                match tx
+                    .exec_drop(
+                        INSERT,
+                        (REGION, &lock, &self.id, my_time(now), my_time(until)),
+                    )
+                    .await
+                {
+                    Ok(()) => {
+                        let n = tx.affected_rows();
+                        tx.commit().await.unwrap();
+                        n > 0
+                    }
+                    Err(mysql_async::Error::Server(e)) => {
+                        assert_eq!(e.code, 1062, "duplicate key: {}", e.message);
+                        tx.rollback().await.unwrap();
+                        false
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    }
+
+    /// `DefaultLockRepository.delete(lock)`.
+    async fn delete(&self, key: &str) -> bool {
+        let lock = spring_uuid(key);
+        match &self.db {
+            Db::Pg(c) => {
+                c.execute(&pg_sql(DELETE), &[&REGION, &lock, &self.id])
+                    .await
+                    .unwrap()
+                    == 1
+            }
+            Db::My(pool) => {
+                let mut conn = pool.get_conn().await.unwrap();
+                conn.exec_drop(DELETE, (REGION, &lock, &self.id))
+                    .await
+                    .unwrap();
+                conn.affected_rows() == 1
+            }
+        }
+    }
+
+    /// `DefaultLockRepository.renew(lock, ttl)`.
+    async fn renew(&self, key: &str) -> bool {
+        let lock = spring_uuid(key);
+        let until = SystemTime::now() + self.ttl;
+        match &self.db {
+            Db::Pg(c) => {
+                c.execute(&pg_sql(RENEW), &[&until, &REGION, &lock, &self.id])
+                    .await
+                    .unwrap()
+                    == 1
+            }
+            Db::My(pool) => {
+                let mut conn = pool.get_conn().await.unwrap();
+                conn.exec_drop(RENEW, (my_time(until), REGION, &lock, &self.id))
+                    .await
+                    .unwrap();
+                conn.affected_rows() == 1
+            }
+        }
+    }
+
+    /// `DefaultLockRepository.isAcquired(lock)`.
+    async fn is_acquired(&self, key: &str) -> bool {
+        let lock = spring_uuid(key);
+        let now = SystemTime::now();
+        match &self.db {
+            Db::Pg(c) => {
+                let n: i64 = c
+                    .query_one(&pg_sql(COUNT), &[&REGION, &lock, &self.id, &now])
+                    .await
+                    .unwrap()
+                    .get(0);
+                n == 1
+            }
+            Db::My(pool) => {
+                let mut conn = pool.get_conn().await.unwrap();
+                let n: Option<i64> = conn
+                    .exec_first(COUNT, (REGION, &lock, &self.id, my_time(now)))
+                    .await
+                    .unwrap();
+                n == Some(1)
+            }
+        }
+    }
+}
+
+fn uuid_v4() -> String {
+    let mut b = rand::random::<u128>().to_be_bytes();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+async fn exclusion_both_ways(
+    backend: impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Backend>> + Send>>,
+    spring: impl Fn(Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = Spring> + Send>>,
+) {
+    let opts = || RegistryOptions::default().lease(Duration::from_secs(10));
+    let ours = LockRegistry::from_backend(backend().await, opts()).unwrap();
+    let java = spring(Duration::from_secs(10)).await;
+    let key = "orders:42";
+
+    // distlock holds: Spring cannot acquire.
+    let guard = ours.obtain(key).unwrap().lock().await.unwrap();
+    assert!(
+        !java.acquire(key).await,
+        "Spring acquired a lock distlock holds"
+    );
+    assert!(!java.is_acquired(key).await);
+    assert!(
+        !java.renew(key).await,
+        "Spring renewed a lock it does not hold"
+    );
+    assert!(
+        !java.delete(key).await,
+        "Spring deleted a lock it does not hold"
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+
+    // Spring holds: distlock cannot acquire, and sees it held.
+    assert!(java.acquire(key).await);
+    assert!(java.is_acquired(key).await);
+    let lock = ours.obtain(key).unwrap();
+    assert!(matches!(
+        lock.try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    let info = lock.inspect().await.unwrap().expect("held by Spring");
+    assert!(info.remaining.unwrap() > Duration::from_secs(5));
+    assert!(
+        java.acquire(key).await,
+        "Spring's reentrant acquire by the same client id"
+    );
+    assert!(java.renew(key).await);
+    assert!(java.delete(key).await);
+    let guard = lock.try_lock().await.expect("free after Spring's delete");
+    guard.release().await.unwrap();
+
+    // A Spring lock that expires is taken over, and its old owner can no longer renew it.
+    let short = spring(Duration::from_millis(300)).await;
+    assert!(short.acquire(key).await);
+    let guard = tokio::time::timeout(
+        Duration::from_secs(5),
+        lock.try_lock_for(Duration::from_secs(4)),
+    )
+    .await
+    .unwrap()
+    .expect("taken over after Spring's lease expired");
+    assert!(!short.is_acquired(key).await);
+    assert!(!short.renew(key).await);
+    assert!(!short.acquire(key).await);
+    // distlock renews on its own clock: its row outlives Spring's view of the old lease.
+    guard.release().await.unwrap();
+
+    // Contention: two distlock registries and two Spring clients increment one counter.
+    let inside = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(AtomicU64::new(0));
+    let (spring_cycles, our_cycles) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let reg = LockRegistry::from_backend(backend().await, opts()).unwrap();
+        let (inside, counter, cycles) = (inside.clone(), counter.clone(), our_cycles.clone());
+        tasks.push(tokio::spawn(async move {
+            while tokio::time::Instant::now() < until {
+                let Ok(g) = reg
+                    .obtain(key)
+                    .unwrap()
+                    .try_lock_for(Duration::from_millis(200))
+                    .await
+                else {
+                    continue;
+                };
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                cycles.fetch_add(1, Ordering::SeqCst);
+                g.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let java = spring(Duration::from_secs(10)).await;
+        let (inside, counter, cycles) = (inside.clone(), counter.clone(), spring_cycles.clone());
+        tasks.push(tokio::spawn(async move {
+            while tokio::time::Instant::now() < until {
+                if !java.acquire(key).await {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                cycles.fetch_add(1, Ordering::SeqCst);
+                assert!(java.delete(key).await);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (s, o) = (
+        spring_cycles.load(Ordering::SeqCst),
+        our_cycles.load(Ordering::SeqCst),
+    );
+    assert_eq!(counter.load(Ordering::SeqCst), s + o, "lost updates");
+    assert!(
+        s > 0 && o > 0,
+        "both sides got the lock: spring {s}, distlock {o}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_spring_jdbc_lock_registry_and_distlock_exclude_each_other() {
+    let server = PostgresServer::machine_or_start().expect("postgresql");
+    let db = server.fresh_database().unwrap();
+    // The table as a Spring application's schema script creates it.
+    db.query(PG_SCHEMA).unwrap();
+    let url = format!("{}?spring=true&region={REGION}", db.url());
+    let plain = db.url().to_owned();
+    exclusion_both_ways(
+        || {
+            let url = url.clone();
+            Box::pin(async move {
+                Arc::new(PostgresBackend::connect(&url).await.unwrap()) as Arc<dyn Backend>
+            })
+        },
+        |ttl| {
+            let url = plain.clone();
+            Box::pin(async move { Spring::pg(&url, ttl).await })
+        },
+    )
+    .await;
+    // distlock wrote Spring's LOCK_KEY and a UUID CLIENT_ID.
+    let backend = PostgresBackend::connect(&url).await.unwrap();
+    let reg = LockRegistry::new(backend);
+    let g = reg.obtain("invoice/7").unwrap().lock().await.unwrap();
+    let rows = db
+        .query("SELECT LOCK_KEY, REGION, CLIENT_ID FROM INT_LOCK")
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0][0].as_deref(),
+        Some(spring_uuid("invoice/7").as_str())
+    );
+    assert_eq!(rows[0][1].as_deref(), Some(REGION));
+    assert_eq!(rows[0][2].as_ref().map(String::len), Some(36));
+    g.release().await.unwrap();
+    assert!(
+        db.query("SELECT 1 FROM INT_LOCK").unwrap().is_empty(),
+        "Spring-style delete"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_spring_jdbc_lock_registry_and_distlock_exclude_each_other() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    db.query(MYSQL_SCHEMA).unwrap();
+    let url = format!("{}?spring=true&region={REGION}", db.url());
+    let plain = db.url().to_owned();
+    exclusion_both_ways(
+        || {
+            let url = url.clone();
+            Box::pin(async move {
+                Arc::new(MySqlBackend::connect(&url).await.unwrap()) as Arc<dyn Backend>
+            })
+        },
+        |ttl| {
+            let url = plain.clone();
+            Box::pin(async move { Spring::my(&url, ttl).await })
+        },
+    )
+    .await;
+}
+
+/// distlock creates Spring's table itself when it is missing, and Spring's statements work on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_created_by_distlock_take_springs_statements() {
+    let pg = PostgresServer::machine_or_start().expect("postgresql");
+    let pg_db = pg.fresh_database().unwrap();
+    let my = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let my_db = my.fresh_database().unwrap();
+    let pg_reg = LockRegistry::new(
+        PostgresBackend::connect(&format!("{}?spring=true&region={REGION}", pg_db.url()))
+            .await
+            .unwrap(),
+    );
+    let my_reg = LockRegistry::new(
+        MySqlBackend::connect(&format!("{}?spring=true&region={REGION}", my_db.url()))
+            .await
+            .unwrap(),
+    );
+    for (reg, java) in [
+        (
+            pg_reg,
+            Spring::pg(pg_db.url(), Duration::from_secs(5)).await,
+        ),
+        (
+            my_reg,
+            Spring::my(my_db.url(), Duration::from_secs(5)).await,
+        ),
+    ] {
+        let g = reg.obtain("k").unwrap().lock().await.unwrap();
+        assert!(!java.acquire("k").await);
+        g.release().await.unwrap();
+        assert!(java.acquire("k").await);
+        assert!(java.is_acquired("k").await);
+        assert!(reg.obtain("k").unwrap().try_lock().await.is_err());
+        assert!(java.delete("k").await);
+    }
+}
