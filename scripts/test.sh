@@ -99,7 +99,6 @@ need_pkg mariadbd mariadb-server
 need_pkg mariadb-install-db mariadb-server
 # The PostgreSQL TLS test makes its certificates with openssl.
 need_pkg openssl openssl
-need_pkg openssl openssl
 install_missing
 
 step "toolchain"
@@ -127,5 +126,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     run cargo test --workspace --all-features --no-fail-fast
 fi
+
+step "examples"
+# The articles' business case must keep working end to end (it asserts its own outcome).
+run cargo run --quiet -p distlock --example voucher
 
 step "all checks passed"
