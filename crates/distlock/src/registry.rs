@@ -443,6 +443,10 @@ impl Lock {
     /// same key waits for itself (use [`try_lock_for`](Self::try_lock_for) to bound that, or
     /// pass the guard along). The [`blocking`](crate::blocking) facade is reentrant per thread.
     ///
+    /// A backend error ends the wait with that error, so an outage is reported rather than
+    /// waited out; [`try_lock_for`](Self::try_lock_for) retries transient errors
+    /// ([`Error::is_retryable`]) within its timeout instead.
+    ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves no waiter entry behind and no lock held (a remote
     /// acquisition that was in flight is given back in the background).
