@@ -130,5 +130,6 @@ fi
 step "examples"
 # The articles' business case must keep working end to end (it asserts its own outcome).
 run cargo run --quiet -p distlock --example voucher
+run cargo run --quiet -p distlock --example scheduled_job
 
 step "all checks passed"
