@@ -38,12 +38,16 @@ run() {
 }
 
 # Binaries the tests need, and the Debian package of each. `need_pkg BIN PKG` queues PKG when
-# BIN is not on PATH (BIN may also be an absolute path); `install_missing` installs the queue.
+# BIN is not on PATH (BIN may also be an absolute path, of a program or of any file such as a
+# jar); `install_missing` installs the queue.
 missing_bins=()
 missing_pkgs=()
+have() {
+    command -v "$1" >/dev/null 2>&1 || [[ $1 == /* && -e $1 ]]
+}
 need_pkg() {
     local bin=$1 pkg=$2
-    if ! command -v "$bin" >/dev/null 2>&1; then
+    if ! have "$bin"; then
         missing_bins+=("$bin")
         case " ${missing_pkgs[*]-} " in
             *" $pkg "*) ;;
@@ -78,7 +82,7 @@ install_missing() {
         { echo "error: apt-get install ${missing_pkgs[*]} failed" >&2; exit 1; }
     local bin still=()
     for bin in "${missing_bins[@]}"; do
-        command -v "$bin" >/dev/null 2>&1 || still+=("$bin")
+        have "$bin" || still+=("$bin")
     done
     if [[ ${#still[@]} -gt 0 ]]; then
         echo "error: still not on PATH after installing: ${still[*]}" >&2
@@ -99,6 +103,13 @@ need_pkg mariadbd mariadb-server
 need_pkg mariadb-install-db mariadb-server
 # The PostgreSQL TLS test makes its certificates with openssl.
 need_pkg openssl openssl
+# etcd: the server, etcdctl (interop tests) and protoc (etcd-client compiles its protobufs).
+need_pkg etcd etcd-server
+need_pkg etcdctl etcd-client
+need_pkg protoc protobuf-compiler
+# ZooKeeper runs from its jar (its manifest lists the dependency jars) on the package's Java.
+need_pkg /usr/share/java/zookeeper.jar zookeeper
+need_pkg java zookeeper
 install_missing
 
 step "toolchain"

@@ -29,7 +29,9 @@ use run::WaitMode;
 
 const AFTER_HELP: &str = "\
 Backends (--backend or DISTLOCK_BACKEND): memory://, sqlite:///abs/path.db,
-redis://[user:pass@]host:port[/db], rediss://... Without one, locks live in a SQLite file
+redis://[user:pass@]host:port[/db], rediss://..., postgres://user:pass@host:port/db,
+mysql://user:pass@host:port/db, zk://host:port[,host:port][/root],
+etcd://host:port[,host:port]. Without one, locks live in a SQLite file
 distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
 
 run gives CMD DISTLOCK_KEY and DISTLOCK_FENCE, passes SIGINT, SIGTERM and SIGHUP on to it

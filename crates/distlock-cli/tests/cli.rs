@@ -850,6 +850,69 @@ fn redis_mutual_exclusion() {
     assert_eq!(out.code, Some(0), "{out:?}");
 }
 
+/// `zk://` across processes: Curator's layout on the server, busy runs exit 75, `status` sees
+/// the holder's fence, concurrent waiting runs never overlap, and SIGTERM releases.
+#[test]
+fn zookeeper_mutual_exclusion_across_processes() {
+    use distlock::testkit::zookeeper::ZooKeeperServer;
+    let server = ZooKeeperServer::start().expect("ZooKeeper (apt-get install zookeeper)");
+    let url = server.url();
+    let home = Home::new();
+    let (holder, fence) = home.hold(&["--backend", &url], "zk", &[]);
+    let dump = server.four_letter("dump").unwrap();
+    assert!(dump.contains("/lock/zk/_c_"), "Curator layout: {dump}");
+
+    let busy = home.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--key",
+        "zk",
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(busy.code, Some(75), "{busy:?}");
+    let status = home.run(&["--backend", &url, "status", "zk", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(json_field(status.stdout.trim(), "backend"), "\"zookeeper\"");
+    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+
+    let dir = home.path("inside-zk");
+    let dir = dir.to_str().unwrap();
+    let procs: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::spawn(&mut home.cmd(&[
+                "--backend",
+                &url,
+                "run",
+                "--key",
+                "zk",
+                "--",
+                "sh",
+                "-c",
+                r#"mkdir "$1" || exit 99; sleep 0.1; rmdir "$1"; printf %s "$DISTLOCK_FENCE""#,
+                "sh",
+                dir,
+            ]))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.wait(TIMEOUT).code, Some(128 + libc::SIGTERM));
+    for p in procs {
+        let out = p.wait(TIMEOUT);
+        assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");
+        let next: u64 = out.stdout.parse().expect("fence");
+        assert!(
+            next > fence,
+            "fence {next} not above the first holder's {fence}"
+        );
+    }
+    let status = home.run(&["--backend", &url, "status", "zk"]);
+    assert_eq!(status.code, Some(3), "free at the end: {status:?}");
+}
+
 #[test]
 fn redis_prefix_names_the_key() {
     let server = RedisServer::start().expect("redis-server");
@@ -1005,5 +1068,22 @@ fn mysql_mutual_exclusion() {
             .expect("a count")
             .parse()
             .expect("a number")
+    });
+}
+
+/// `etcd://` across processes: the `concurrency.Mutex` layout on the server (`lock/sk/<lease>`),
+/// a busy run exits 75, `status` sees the holder's fence, SIGTERM releases, and waiting runs
+/// never overlap.
+#[test]
+fn etcd_mutual_exclusion() {
+    use distlock::testkit::etcd::EtcdServer;
+    let server = EtcdServer::start().expect("etcd (apt-get install etcd-server)");
+    sql_mutual_exclusion(&server.url(), "etcd", || {
+        server
+            .etcdctl(&["get", "--prefix", "lock/sk/", "--keys-only"])
+            .expect("etcdctl get")
+            .lines()
+            .filter(|l| l.starts_with("lock/sk/"))
+            .count()
     });
 }

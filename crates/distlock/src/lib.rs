@@ -2,8 +2,10 @@
 //! with leases, automatic renewal, fencing tokens and lost-lock notification.
 //!
 //! One API ([`LockRegistry`], [`Lock`], [`LockGuard`]) runs over interchangeable coordination
-//! engines ([`Backend`]): an in-process table, Redis, or a SQLite file. The Redis layout is the
-//! one of Spring Integration's `RedisLockRegistry`, so Rust and Java services can share locks.
+//! engines ([`Backend`]): an in-process table, Redis, a lease table in SQLite, PostgreSQL or
+//! MySQL/MariaDB, ZooKeeper, or etcd. The layouts are those of the established clients (Spring
+//! Integration's `RedisLockRegistry` and `JdbcLockRegistry`, Curator's `InterProcessMutex`,
+//! etcd's `concurrency.Mutex`), so Rust, Java and Go services can share locks.
 //!
 //! # Quick start
 //!
@@ -51,8 +53,14 @@
 //! | `memory` | yes | [`backends::memory`]: locks within one process (`memory://`) |
 //! | `redis` | yes | [`backends::redis`]: one Redis server, Spring `RedisLockRegistry` layout (`redis://`, `rediss://`) |
 //! | `sqlite` | yes | [`backends::sqlite`]: a lease table in a SQLite file shared by the processes of one machine (`sqlite:///abs/path.db`) |
+//! | `postgres` | no | `backends::postgres`: a lease table in PostgreSQL, waiters woken by `LISTEN`/`NOTIFY` (`postgres://`) |
+//! | `mysql` | no | `backends::mysql`: a lease table in MySQL or MariaDB, waiters poll with jitter (`mysql://`) |
+//! | `zookeeper` | no | `backends::zookeeper`: Curator `InterProcessMutex` layout on ZooKeeper, FIFO (`zk://`) |
+//! | `etcd` | no | `backends::etcd`: etcd `concurrency.Mutex` layout (`etcdctl lock` compatible), FIFO (`etcd://`) |
+//! | `etcd-tls` | no | TLS for the etcd backend (`etcds://`) |
+//! | `metrics` | no | counters and histograms through the `metrics` facade |
 //! | `conformance` | no | `distlock::conformance`: the behaviour suite every backend passes, and the `conformance_suite!` macro for third-party backends (implies `testkit`) |
-//! | `testkit` | no | `distlock::testkit`: throwaway `redis-server` processes and a fault-injecting TCP proxy for tests |
+//! | `testkit` | no | `distlock::testkit`: throwaway Redis, PostgreSQL, MariaDB, ZooKeeper and etcd servers and a fault-injecting TCP proxy for tests |
 //!
 //! [`connect`] turns a URL into a backend; it lists the schemes this build understands in
 //! [`SCHEMES`].
@@ -105,14 +113,18 @@ pub use url::{connect, redact, SCHEMES};
 
 /// The backends, one module each behind a cargo feature.
 pub mod backends {
+    #[cfg(feature = "etcd")]
+    pub mod etcd;
     #[cfg(feature = "memory")]
     pub mod memory;
     #[cfg(feature = "redis")]
     pub mod redis;
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
     pub mod sql;
     #[cfg(feature = "sqlite")]
     pub mod sqlite;
+    #[cfg(feature = "zookeeper")]
+    pub mod zookeeper;
     #[cfg(feature = "mysql")]
     pub use sql::mysql;
     #[cfg(feature = "postgres")]

@@ -11,10 +11,16 @@ pub const SCHEMES: &[&str] = &[
     "sqlite:///abs/path.db",
     "redis://[user:pass@]host:port[/db]",
     "rediss://[user:pass@]host:port[/db]",
+    #[cfg(feature = "etcd")]
+    "etcd://[user:pass@]host:port[,host:port]",
+    #[cfg(feature = "etcd-tls")]
+    "etcds://[user:pass@]host:port[,host:port][?ca_file=..]",
     #[cfg(feature = "postgres")]
     "postgres://[user:pass@]host:port/db[?table=..&sslmode=..]",
     #[cfg(feature = "mysql")]
     "mysql://[user:pass@]host:port/db[?table=..&ssl-mode=..]",
+    #[cfg(feature = "zookeeper")]
+    "zk://[user:pass@]host:port[,host:port][/root]",
 ];
 
 /// Connects to the backend named by `url`:
@@ -24,8 +30,10 @@ pub const SCHEMES: &[&str] = &[
 /// | `memory://` | in this process | `memory` |
 /// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
 /// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
+/// | `etcd://[user:pass@]host:port[,host:port]`, `etcds://…` (TLS) | etcd, `concurrency.Mutex` layout | `etcd` (`etcd-tls`) |
 /// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
 /// | `mysql://[user:pass@]host:port/db[?params]`, `mariadb://…` | MySQL / MariaDB lease table | `mysql` |
+/// | `zk://[user:pass@]host:port[,host:port][/root][?params]` | ZooKeeper, Curator `InterProcessMutex` layout | `zookeeper` |
 ///
 /// The SQL parameters (`table`, `schema`, `region`, `spring`, `pool_size`, `connect_timeout`,
 /// `sslmode` / `ssl-mode`, ...) are listed in [`backends::sql`](crate::backends::sql).
@@ -69,6 +77,14 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => Ok(Arc::new(
             crate::backends::mysql::MySqlBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(
+            crate::backends::etcd::EtcdBackend::connect(url).await?,
         )),
         other => Err(Error::Unsupported {
             backend: "url",

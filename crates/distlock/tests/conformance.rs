@@ -149,6 +149,77 @@ async fn mariadb_spring() -> Harness {
     mariadb_with(true).await
 }
 
+/// ZooKeeper: one throwaway server per test process; every scenario has its own root
+/// (`/<random prefix>`). The deleter removes the holder's node from another session.
+#[cfg(feature = "zookeeper")]
+async fn zookeeper() -> Harness {
+    use distlock::backends::zookeeper::ZooKeeperBackend;
+    use distlock::testkit::zookeeper::ZooKeeperServer;
+    let server = ZooKeeperServer::shared()
+        .expect("ZooKeeper must be installed (scripts/test.sh installs zookeeper)");
+    let url = server.url();
+    // A fresh JVM answers its first requests slowly; timing scenarios want a warm server.
+    static WARM: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    WARM.get_or_init(|| async {
+        let b = ZooKeeperBackend::connect(&url).await.expect("connect");
+        let reg = distlock::LockRegistry::new(b);
+        for _ in 0..20 {
+            let g = reg.obtain("warm-up").unwrap().lock().await.unwrap();
+            g.release().await.unwrap();
+        }
+    })
+    .await;
+    let deleter_url = url.clone();
+    Harness::new(move || {
+        let url = url.clone();
+        async move {
+            ZooKeeperBackend::connect(&url)
+                .await
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+        }
+    })
+    .with_deleter(move |name| {
+        let url = deleter_url.clone();
+        async move {
+            let other = ZooKeeperBackend::connect(&url).await.expect("connect");
+            let deleted = other.force_delete(&name).await;
+            assert!(deleted.expect("delete the holder's node"));
+        }
+    })
+    .keep_alive(server)
+}
+
+/// etcd: one throwaway single-node server per test process; every scenario has its own prefix.
+/// The deleter removes the holder's key (the lowest create revision) from another connection.
+#[cfg(feature = "etcd")]
+async fn etcd() -> Harness {
+    use distlock::backends::etcd::EtcdBackend;
+    use distlock::testkit::etcd::EtcdServer;
+    let server = EtcdServer::shared()
+        .expect("etcd must be installed (scripts/test.sh installs etcd-server)");
+    let url = server.url();
+    let deleter_url = url.clone();
+    Harness::new(move || {
+        let url = url.clone();
+        async move {
+            EtcdBackend::connect(&url)
+                .await
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+        }
+    })
+    .with_deleter(move |name| {
+        let url = deleter_url.clone();
+        async move {
+            let other = EtcdBackend::connect(&url).await.expect("connect");
+            assert!(other
+                .force_delete(&name)
+                .await
+                .expect("delete the holder's key"));
+        }
+    })
+    .keep_alive(server)
+}
+
 distlock::conformance_suite!(on_memory, memory);
 distlock::conformance_suite!(on_redis, redis);
 distlock::conformance_suite!(on_sqlite, sqlite);
@@ -160,3 +231,7 @@ distlock::conformance_suite!(on_postgres_spring, postgres_spring);
 distlock::conformance_suite!(on_mariadb, mariadb);
 #[cfg(feature = "mysql")]
 distlock::conformance_suite!(on_mariadb_spring, mariadb_spring);
+#[cfg(feature = "zookeeper")]
+distlock::conformance_suite!(on_zookeeper, zookeeper);
+#[cfg(feature = "etcd")]
+distlock::conformance_suite!(on_etcd, etcd);

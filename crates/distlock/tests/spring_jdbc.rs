@@ -1,6 +1,6 @@
 //! Spring compatibility of the SQL backends: distlock with `spring=true` and a client that
 //! issues exactly the SQL of Spring Integration's `DefaultLockRepository` (as of Spring
-//! Integration 6.x: `UPDATE` then `INSERT` in a READ COMMITTED transaction to acquire, `DELETE`
+//! Integration 7.0: `UPDATE` then `INSERT` in a READ COMMITTED transaction to acquire, `DELETE`
 //! to release, `UPDATE … SET EXPIRED_AFTER` to renew, `SELECT COUNT(REGION)` for `isAcquired`;
 //! times from the client's clock in UTC, `LOCK_KEY` = `UUIDConverter.getUUID(key)`) share the
 //! `INT_LOCK` table and exclude each other both ways, on PostgreSQL and on MariaDB.

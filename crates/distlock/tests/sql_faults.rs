@@ -222,7 +222,8 @@ async fn postgres_restart_mid_hold_is_reported_to_the_holder() {
     );
     server.start_again().expect("postgres comes back");
 
-    let other = registry(pg(db.url()).await, opts(800));
+    // Longer leases from here on: this part checks fences and reconnection, not timing.
+    let other = registry(pg(db.url()).await, opts(5000));
     let next = tokio::time::timeout(Duration::from_secs(5), other.obtain("job").unwrap().lock())
         .await
         .expect("the lock is free once the old lease has ended")
@@ -231,12 +232,19 @@ async fn postgres_restart_mid_hold_is_reported_to_the_holder() {
     assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     next.release().await.unwrap();
     // The holder's backend reconnects by itself as well.
-    let again = holder.obtain("job").unwrap().try_lock().await.unwrap();
+    let again = holder
+        .obtain("job")
+        .unwrap()
+        .with_lease(Duration::from_secs(5))
+        .unwrap()
+        .try_lock_for(Duration::from_secs(5))
+        .await
+        .unwrap();
     again.release().await.unwrap();
 }
 
 /// Many processes (backends) start at once on an empty database: the table is created once,
-/// nobody fails, and exactly one gets the lock.
+/// nobody fails, and exactly one of them gets the lock.
 async fn concurrent_first_use(backends: Vec<Arc<dyn Backend>>) {
     let name = LockName::new("lock", "first").unwrap();
     let tasks: Vec<_> = backends
@@ -263,9 +271,15 @@ async fn postgres_table_created_once_by_concurrent_first_users() {
     let server = PostgresServer::machine_or_start().expect("postgresql");
     let db = server.fresh_database().unwrap();
     let url = format!("{}?table=Shared_Locks&schema=infra", db.url());
+    let connecting: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { pg(&url).await })
+        })
+        .collect();
     let mut backends = Vec::new();
-    for _ in 0..8 {
-        backends.push(pg(&url).await);
+    for c in connecting {
+        backends.push(c.await.unwrap());
     }
     concurrent_first_use(backends).await;
     let rows = db.query("SELECT count(*) FROM infra.shared_locks").unwrap();
@@ -282,9 +296,15 @@ async fn mariadb_table_created_once_by_concurrent_first_users() {
     let db = server.fresh_database().unwrap();
     let other = server.fresh_database().unwrap();
     let url = format!("{}?table=Shared_Locks&schema={}", db.url(), other.name());
+    let connecting: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { my(&url).await })
+        })
+        .collect();
     let mut backends = Vec::new();
-    for _ in 0..8 {
-        backends.push(my(&url).await);
+    for c in connecting {
+        backends.push(c.await.unwrap());
     }
     concurrent_first_use(backends).await;
     let rows = other.query("SELECT COUNT(*) FROM Shared_Locks").unwrap();

@@ -42,6 +42,7 @@ use crate::backend::{
     Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Renewal, Token,
 };
+use crate::backends::sql::dialect::Lite as Statements;
 use crate::error::{Error, Result};
 
 const KIND: &str = "sqlite";
@@ -57,11 +58,6 @@ const MAX_TABLE_LEN: usize = 128;
 /// Caps a lease (about 35,000 years) so that `now + lease` can never overflow SQLite's 64-bit
 /// integers, which would silently turn the expiry into a float.
 const MAX_LEASE_MS: i64 = 1 << 50;
-
-/// The database's clock in Unix milliseconds. `julianday` works on every SQLite version (unlike
-/// `unixepoch('subsec')`); SQLite keeps `'now'` in whole milliseconds, so `ROUND` undoes the
-/// floating-point detour exactly. Within one statement every use sees the same instant.
-const NOW_MS: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 /// Options for [`SqliteBackend::open_with`].
 ///
@@ -107,73 +103,6 @@ impl SqliteOptions {
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
-    }
-}
-
-/// The SQL text for one table; built once because the table name cannot be a bound parameter.
-#[derive(Debug)]
-struct Statements {
-    create: String,
-    acquire: String,
-    remaining: String,
-    release: String,
-    extend: String,
-    inspect: String,
-    force_delete: String,
-}
-
-impl Statements {
-    /// `table` must have passed [`validate_table`]; it is quoted as well all the same.
-    fn new(table: &str) -> Self {
-        let t = format!("\"{table}\"");
-        Statements {
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    region TEXT NOT NULL,
-                    lock_key TEXT NOT NULL,
-                    token TEXT NULL,
-                    fence INTEGER NOT NULL,
-                    created_ms INTEGER NOT NULL,
-                    expires_ms INTEGER NOT NULL,
-                    PRIMARY KEY (region, lock_key)
-                )"
-            ),
-            // One statement decides and writes, so two processes can never both see the row
-            // free. `excluded.created_ms` carries this statement's single reading of the clock
-            // into the UPDATE branch.
-            acquire: format!(
-                "INSERT INTO {t} (region, lock_key, token, fence, created_ms, expires_ms)
-                 VALUES (?1, ?2, ?3, 1, {NOW_MS}, {NOW_MS} + ?4)
-                 ON CONFLICT (region, lock_key) DO UPDATE SET
-                     token = excluded.token,
-                     fence = {t}.fence + 1,
-                     created_ms = excluded.created_ms,
-                     expires_ms = excluded.expires_ms
-                 WHERE {t}.token IS NULL OR {t}.expires_ms <= excluded.created_ms
-                 RETURNING fence"
-            ),
-            remaining: format!(
-                "SELECT expires_ms - {NOW_MS} FROM {t} WHERE region = ?1 AND lock_key = ?2"
-            ),
-            release: format!(
-                "UPDATE {t} SET token = NULL
-                 WHERE region = ?1 AND lock_key = ?2 AND token = ?3 AND expires_ms > {NOW_MS}"
-            ),
-            extend: format!(
-                "UPDATE {t} SET expires_ms = {NOW_MS} + ?4
-                 WHERE region = ?1 AND lock_key = ?2 AND token = ?3 AND expires_ms > {NOW_MS}"
-            ),
-            inspect: format!(
-                "SELECT fence, expires_ms - {NOW_MS} FROM {t}
-                 WHERE region = ?1 AND lock_key = ?2 AND token IS NOT NULL
-                   AND expires_ms > {NOW_MS}"
-            ),
-            force_delete: format!(
-                "UPDATE {t} SET token = NULL
-                 WHERE region = ?1 AND lock_key = ?2 AND token IS NOT NULL
-                   AND expires_ms > {NOW_MS}"
-            ),
-        }
     }
 }
 
@@ -1003,14 +932,15 @@ mod tests {
         let (_dir, b) = temp_backend();
         let n = name("short");
         let (old, new) = (Token::random(), Token::random());
-        let short = Duration::from_millis(200);
+        // Long enough that a busy machine still sees it held right after taking it.
+        let short = Duration::from_millis(1000);
 
         assert_eq!(fence_of(b.try_acquire(&n, old, short).await.unwrap()), 1);
         assert!(matches!(
             b.try_acquire(&n, new, LEASE).await.unwrap(),
             Attempt::Busy { .. }
         ));
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(1150)).await;
 
         assert_eq!(
             b.inspect(&n).await.unwrap(),

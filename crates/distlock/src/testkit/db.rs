@@ -86,27 +86,6 @@ pub(crate) fn is_stale_database(name: &str) -> bool {
     now_secs().saturating_sub(secs) > 600 && !Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Removes data directories `<tmp>/<prefix>-<pid>-…` whose process is gone: servers kept in a
-/// `static` are killed with their test process but their directory is never dropped.
-pub(crate) fn remove_leftover_dirs(prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
 /// The first of `names` found on `PATH` or in `extra` directories.
 pub(crate) fn find_binary(names: &[&str], extra: &[PathBuf]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

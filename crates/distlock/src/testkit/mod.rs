@@ -21,12 +21,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod db;
+pub mod etcd;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod zookeeper;
 
 /// Returns a TCP port on 127.0.0.1 that was free a moment ago.
 ///
@@ -104,6 +106,32 @@ fn spawn_with_parent_death_signal(command: &mut Command) -> io::Result<Child> {
 #[cfg(not(target_os = "linux"))]
 fn spawn_with_parent_death_signal(command: &mut Command) -> io::Result<Child> {
     command.spawn()
+}
+
+/// Removes directories `<prefix>-<pid>-…` (in the temp dir and in `/dev/shm`) whose process is
+/// gone. Servers kept in a `static` die with their test process (see [`spawn_tied_to_process`])
+/// but their directory is never dropped; without this sweep every test process would leave one
+/// behind, and data directories in `/dev/shm` are memory.
+pub(crate) fn remove_leftover_dirs(prefix: &str) {
+    for root in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
+                continue;
+            };
+            // `<prefix>-cluster-<pid>` belongs to another prefix; only digits are a pid.
+            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 /// A directory under the system temp dir that is removed, with its contents, on drop.

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 
 use super::db::{
-    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, remove_leftover_dirs,
-    service_user, unique_database_name,
+    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, service_user,
+    unique_database_name,
 };
-use super::{free_port, spawn_tied_to_process, TempDir};
+use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-mariadb";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -97,7 +97,7 @@ impl MariaDbServer {
         let addr: SocketAddr = format!("{}:{}", parsed.host_str()?, parsed.port().unwrap_or(3306))
             .parse()
             .ok()?;
-        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
         let mut base = parsed.clone();
         base.set_path("");
         base.set_query(None);
@@ -106,8 +106,20 @@ impl MariaDbServer {
                 base: base.to_string().trim_end_matches('/').to_owned(),
             },
         };
-        server.query(None, "SELECT 1").ok()?;
-        Some(server)
+        // Something listens: give a busy server a few chances before starting one of our own.
+        for attempt in 0..3 {
+            match server.query(None, "SELECT 1") {
+                Ok(_) => return Some(server),
+                Err(e) if attempt == 2 => {
+                    eprintln!(
+                        "distlock testkit: MariaDB at {addr} does not answer ({e}); \
+                         starting a throwaway server"
+                    );
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
+        None
     }
 
     /// Starts a throwaway server of this test's own. Dropping it kills the server and removes
@@ -143,8 +155,15 @@ impl MariaDbServer {
         if let Some((uid, gid)) = ids {
             chown_tree(dir.path(), uid, gid)?;
         }
+        // A private tmpdir: concurrent installs sharing /tmp trip over each other's temporary
+        // tables.
+        std::fs::create_dir_all(dir.path().join("tmp"))?;
+        if let Some((uid, gid)) = ids {
+            chown_tree(&dir.path().join("tmp"), uid, gid)?;
+        }
         let mut cmd = Command::new(&install);
         cmd.arg("--no-defaults")
+            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
             .arg(format!("--datadir={}", dir.path().join("data").display()))
             .args([
                 "--auth-root-authentication-method=normal",
@@ -298,6 +317,10 @@ impl Owned {
             .arg(format!(
                 "--socket={}",
                 self.dir.path().join("sock").display()
+            ))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
             ))
             .arg(format!("--port={}", self.port))
             .args([

@@ -29,10 +29,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::db::{
-    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, remove_leftover_dirs,
-    service_user, unique_database_name,
+    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, service_user,
+    unique_database_name,
 };
-use super::{free_port, spawn_tied_to_process, TempDir};
+use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-pg";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -109,7 +109,7 @@ impl PostgresServer {
         let parsed = url::Url::parse(&admin).ok()?;
         let addr = format!("{}:{}", parsed.host_str()?, parsed.port().unwrap_or(5432));
         let addr: SocketAddr = addr.parse().ok()?;
-        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
         let admin_db = parsed.path().trim_start_matches('/').to_owned();
         let mut base = parsed.clone();
         base.set_path("");
@@ -124,8 +124,20 @@ impl PostgresServer {
                 },
             },
         };
-        server.admin_query("SELECT 1").ok()?;
-        Some(server)
+        // Something listens: give a busy server a few chances before starting one of our own.
+        for attempt in 0..3 {
+            match server.admin_query("SELECT 1") {
+                Ok(_) => return Some(server),
+                Err(e) if attempt == 2 => {
+                    eprintln!(
+                        "distlock testkit: PostgreSQL at {addr} does not answer ({e}); \
+                         starting a throwaway server"
+                    );
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
+        None
     }
 
     /// Starts a throwaway server of this test's own: `initdb` into a temporary directory, then
@@ -461,12 +473,31 @@ fn backends_alive(pid_file: &std::path::Path) -> bool {
 }
 
 impl Drop for Owned {
+    /// A fast shutdown (SIGINT), so that PostgreSQL removes its shared memory (a killed one
+    /// leaves a segment in `/dev/shm`); SIGKILL when it takes longer than five seconds.
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            stop_gracefully(child, libc::SIGINT);
         }
     }
+}
+
+/// Signals a server this testkit started (by its pid) and waits up to five seconds for it to
+/// exit, then kills it.
+pub(crate) fn stop_gracefully(mut child: Child, signal: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+        unsafe { libc::kill(pid, signal) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn bin_dir() -> io::Result<PathBuf> {

@@ -1,6 +1,7 @@
 //! SQL lease tables on PostgreSQL and MySQL/MariaDB, in the spirit of Spring Integration's
 //! `JdbcLockRegistry`: one row per lock, taken and given back by single atomic statements.
-//! ([SQLite](crate::backends::sqlite) follows the same design in one file.)
+//! ([SQLite](crate::backends::sqlite) follows the same design in one file; all statements of
+//! the three databases live side by side in one private `dialect` module.)
 //!
 //! | backend | URL | feature | waiting |
 //! |---|---|---|---|
@@ -9,11 +10,12 @@
 //!
 //! # The lease table
 //!
-//! Created on first use (`CREATE TABLE IF NOT EXISTS`, after checking that it is missing, so a
-//! pre-created table needs no `CREATE` privilege; on PostgreSQL the creation runs under a
-//! transaction-scoped advisory lock so that processes starting together do not trip over each
-//! other). Default name `distlock_locks`; [`SqlOptions::table`] and [`SqlOptions::schema`]
-//! change it.
+//! Created on first use, that is when a backend connects (and again should it vanish), with
+//! `CREATE TABLE IF NOT EXISTS` after checking that it is missing, so that a pre-created table
+//! needs no `CREATE` privilege. On PostgreSQL the creation runs under a transaction-scoped
+//! advisory lock so that processes starting together do not trip over each other; MySQL's data
+//! dictionary serialises them by itself. Default name `distlock_locks`; [`SqlOptions::table`]
+//! and [`SqlOptions::schema`] change it.
 //!
 //! | column | PostgreSQL | MySQL/MariaDB | meaning |
 //! |---|---|---|---|
@@ -32,10 +34,13 @@
 //! - **Fence**: `GREATEST(fence + 1, server time in µs)`, so it strictly increases per key while
 //!   the row lives and keeps increasing when the row or the whole table is lost (as long as the
 //!   server's clock does not step back): [`Fencing::MonotonicAcrossDataLoss`](crate::Fencing).
-//! - **Acquire** is one `INSERT … ON CONFLICT DO UPDATE` (PostgreSQL) or `INSERT … ON DUPLICATE
-//!   KEY UPDATE` (MySQL) that takes a free or expired row, or leaves a busy one as it is and
-//!   only marks it wanted. **Release** and **extend** are owner-checked `UPDATE`s; all renewals
-//!   of a registry go out as one `UPDATE` statement.
+//! - **Acquire** is one round trip: an `UPDATE` of the key's row that takes it when it is free,
+//!   expired or already ours, and otherwise leaves it as it is and only marks it wanted; on the
+//!   key's first use (no row yet) an `INSERT … ON CONFLICT DO UPDATE` (PostgreSQL) or
+//!   `INSERT … ON DUPLICATE KEY UPDATE` (MySQL) with the same logic follows, which is also safe
+//!   when several clients create the row at once. On MySQL the `SELECT` that reads the outcome
+//!   travels with the statement. **Release** and **extend** are owner-checked `UPDATE`s; all
+//!   renewals of a registry go out as one `UPDATE` statement.
 //! - **Waking waiters**: a waiter that finds the lock busy stamps `wanted_ms` (at most every
 //!   second). A release that sees the stamp reports the lock as contended (the registry then lets
 //!   the waiters go first) and, on PostgreSQL, sends `pg_notify` in the same statement, so the
@@ -66,6 +71,11 @@
 //! | `CREATED_DATE TIMESTAMP` | acquisition time, UTC, database clock |
 //! | `EXPIRED_AFTER TIMESTAMP` | end of the lease, UTC, database clock |
 //!
+//! This is the layout of Spring Integration 7.0 and later (with `EXPIRED_AFTER`, per-lock time
+//! to live); the layout of 6.x and earlier (no `EXPIRED_AFTER`, expiry computed from
+//! `CREATED_DATE` and a time to live every client must agree on) is not supported. If the table
+//! is missing, distlock creates it with Spring's own DDL.
+//!
 //! Spring deletes the row on release, so there is no column to keep a fence in: in this mode the
 //! fence is `CREATED_DATE` in microseconds, which increases from one holder to the next only as
 //! far as the database's clock does. The capabilities say [`Fencing::None`](crate::Fencing):
@@ -88,6 +98,9 @@
 //! | `ssl-mode` (MySQL) | `disabled` | `disabled`, `preferred` (treated as `disabled`), `required` (encrypted, not verified), `verify_ca`, `verify_identity` |
 //! | `ssl-ca` (MySQL) | the Mozilla roots | PEM file of the CA to verify against |
 //! | `application_name` (PostgreSQL) | `distlock` | shown in `pg_stat_activity` |
+
+// With only the `sqlite` feature this module holds just the SQLite statements.
+#![cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 
 use std::fmt;
 use std::time::Duration;
@@ -296,6 +309,7 @@ pub(crate) fn check_region(kind: &str, spring: bool, region: &str) -> Result<()>
 /// assert_eq!(spring_lock_key("foo"), "acbd18db-4cc2-385c-adef-654fccc4a4d8");
 /// assert_eq!(spring_lock_key("ABCDEF01-2345-6789-ABCD-EF0123456789"), "abcdef01-2345-6789-abcd-ef0123456789");
 /// ```
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub fn spring_lock_key(key: &str) -> String {
     if is_uuid(key) {
         return key.to_ascii_lowercase();
@@ -546,6 +560,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     fn spring_keys_match_java() {
         // Values of java.util.UUID.nameUUIDFromBytes(s.getBytes(StandardCharsets.UTF_8)).
         assert_eq!(

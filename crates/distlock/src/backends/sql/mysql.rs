@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 const KIND: &str = "mysql";
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
-/// Renewals per `UPDATE` statement in [`Backend::extend_many`].
-const BATCH: usize = 500;
+/// Renewals per `UPDATE` statement in [`Backend::extend_many`] (one commit each).
+const BATCH: usize = 2500;
 
 struct Inner {
     pool: Pool,
@@ -219,7 +219,12 @@ impl MySqlBackend {
                 signals: ReleaseSignals::default(),
             }),
         };
-        let conn = backend.inner.conn("connect").await?;
+        // Check one connection now (a wrong host or password is reported here) and create the
+        // table unless it exists, so that the first lock operation does not pay for the DDL.
+        let mut conn = backend.inner.conn("connect").await?;
+        if let Err(e) = backend.inner.ensure_table(&mut conn).await {
+            return Err(backend.inner.error("create table", &e));
+        }
         drop(conn);
         Ok(backend)
     }
@@ -510,16 +515,25 @@ impl Backend for MySqlBackend {
         let (attempt, hold) = spawn(async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
-            let sql = inner.sql.acquire(
-                &MyLock {
-                    region: &a,
-                    key: &b,
-                    token: &owner,
-                },
-                lease_ms(lease),
-                WANT_WINDOW_MS,
-            );
-            let out = inner.run("try_acquire", &sql, true).await?;
+            let lock = MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            };
+            let mut out = None;
+            if let Some(sql) = inner
+                .sql
+                .acquire_existing(&lock, lease_ms(lease), WANT_WINDOW_MS)
+            {
+                out = Some(inner.run("try_acquire", &sql, true).await?);
+            }
+            let out = match out {
+                Some(o) if !o.rows.is_empty() => o,
+                _ => {
+                    let sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
+                    inner.run("try_acquire", &sql, true).await?
+                }
+            };
             let Some(row) = out.rows.first() else {
                 return Ok((Attempt::Busy { retry_after: None }, None));
             };
@@ -573,7 +587,7 @@ impl Backend for MySqlBackend {
         .await
     }
 
-    /// Up to 500 renewals per `UPDATE … JOIN (…)` statement, read back in the same round trip.
+    /// Up to 2500 renewals per `UPDATE … JOIN (…)` statement, read back in the same round trip.
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
         if batch.is_empty() {
             return Vec::new();
@@ -642,6 +656,7 @@ impl Backend for MySqlBackend {
     /// Only releases made through this backend (or its clones) fire the subscription; other
     /// processes' releases are found by the registry's polling.
     async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+        let _ = self.inner.signals.take_idle(1024);
         Ok(self.inner.signals.subscribe(&channel(name)).0)
     }
 

@@ -87,13 +87,14 @@ impl SslMode {
 #[derive(Debug, Clone, Copy)]
 enum Stmt {
     Acquire = 0,
+    AcquireExisting,
     Release,
     Extend,
     ExtendMany,
     Inspect,
     ForceDelete,
 }
-const STMTS: usize = 6;
+const STMTS: usize = 7;
 
 /// A pooled connection with its prepared statements.
 struct Conn {
@@ -303,8 +304,18 @@ impl PostgresBackend {
                 origin: format!("{:016x}", rand::random::<u64>()),
             }),
         };
-        // Open and check one connection now: a wrong host or password is reported here.
+        // Open and check one connection now, so that a wrong host or password is reported
+        // here, and create the table unless it exists (so the first lock operation does not pay
+        // for the DDL).
         let loan = backend.inner.loan("connect").await?;
+        let client = &loan
+            .conn
+            .as_ref()
+            .expect("a loan holds a connection")
+            .client;
+        if let Err(e) = backend.inner.ensure_table(client).await {
+            return Err(backend.inner.error("create table", &e));
+        }
         drop(loan);
         Ok(backend)
     }
@@ -541,6 +552,7 @@ impl Inner {
     fn text(&self, s: Stmt) -> &str {
         match s {
             Stmt::Acquire => &self.sql.acquire,
+            Stmt::AcquireExisting => self.sql.acquire_existing.as_deref().unwrap_or(""),
             Stmt::Release => &self.sql.release,
             Stmt::Extend => &self.sql.extend,
             Stmt::ExtendMany => &self.sql.extend_many,
@@ -815,14 +827,19 @@ impl Backend for PostgresBackend {
         let outcome = spawn(async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
-            let rows = inner
-                .query(
-                    "try_acquire",
-                    Stmt::Acquire,
-                    &[&a, &b, &owner, &lease_ms(lease), &WANT_WINDOW_MS],
-                    true,
-                )
-                .await?;
+            let params: [&(dyn ToSql + Sync); 5] =
+                [&a, &b, &owner, &lease_ms(lease), &WANT_WINDOW_MS];
+            let mut rows = Vec::new();
+            if inner.sql.acquire_existing.is_some() {
+                rows = inner
+                    .query("try_acquire", Stmt::AcquireExisting, &params, true)
+                    .await?;
+            }
+            if rows.is_empty() {
+                rows = inner
+                    .query("try_acquire", Stmt::Acquire, &params, true)
+                    .await?;
+            }
             let Some(row) = rows.first() else {
                 return Ok((Attempt::Busy { retry_after: None }, None));
             };
@@ -938,6 +955,8 @@ impl Backend for PostgresBackend {
     /// connection cannot be had within the connect timeout, the subscription still works from
     /// the moment it comes up (waiters poll meanwhile).
     async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
+        let _ = self.inner.signals.take_idle(1024);
         let (sub, _) = self.inner.signals.subscribe(&channel(name));
         let mut up = self.inner.listener().up.clone();
         let timeout = self.inner.options.connect_timeout;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# distlock's etcd backend beside the established etcd lock recipes of
+# ../shared/bench/other-backends, by that harness's method (its server, workers and statistics,
+# imported unchanged), in one run against one throwaway etcd.
+#   bench/etcd/run.sh                 # about 2 minutes
+#   bench/etcd/run.sh --s2-s 4 --pin none
+# Needs etcd-server (and python3); the harness's etcd recipes use only the standard library.
+# Builds the release example worker.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:-$root/../shared/bench/other-backends}
+export DISTLOCK_OTHER_BACKENDS_HARNESS=$harness
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock \
+  --features etcd --example etcd_bench_worker
+exec python3 "$root/bench/etcd/driver.py" "$@"

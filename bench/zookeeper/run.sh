@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# distlock's ZooKeeper backend beside kazoo's Lock, by the method of
+# ../shared/bench/other-backends (its server settings, worker protocol and statistics, imported
+# unchanged), against one throwaway ZooKeeper server, in one run.
+#   bench/zookeeper/run.sh                 # about 1 minute
+#   bench/zookeeper/run.sh --s2-s 4 --pin none
+# Needs the packages of the shared harness (zookeeper, python3-venv); makes target/bench-venv
+# (kazoo from the harness's requirements.txt) and builds the release example worker.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:-$root/../shared/bench/other-backends}
+export DISTLOCK_OTHER_BACKENDS_HARNESS=$harness
+venv=$root/target/bench-venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+if ! cmp -s "$harness/requirements.txt" "$venv/.installed-requirements" 2>/dev/null; then
+  "$venv/bin/pip" install --disable-pip-version-check -q -r "$harness/requirements.txt"
+  cp "$harness/requirements.txt" "$venv/.installed-requirements"
+fi
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock \
+  --features zookeeper --example zk_bench_worker
+exec "$venv/bin/python" "$root/bench/zookeeper/driver.py" "$@"

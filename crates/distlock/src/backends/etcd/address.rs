@@ -1,0 +1,195 @@
+//! `etcd://` and `etcds://` URLs, and the TLS settings they lead to.
+
+use etcd_client as ec;
+
+use super::EtcdOptions;
+use crate::error::{Error, Result};
+
+/// A parsed `etcd://` / `etcds://` URL.
+pub(super) struct ParsedUrl {
+    pub(super) tls: bool,
+    pub(super) user: Option<(String, String)>,
+    pub(super) hosts: Vec<String>,
+    pub(super) ca_file: Option<String>,
+    pub(super) cert_file: Option<String>,
+    pub(super) key_file: Option<String>,
+}
+
+impl ParsedUrl {
+    pub(super) fn parse(url: &str) -> Result<Self> {
+        let shown = crate::redact(url);
+        let bad = |what: &str| Error::config(format!("etcd URL {shown:?}: {what}"));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected etcd://host:port[,host:port]"))?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "etcd" => false,
+            "etcds" => true,
+            s => return Err(bad(&format!("scheme {s:?}: expected etcd or etcds (TLS)"))),
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if !path.is_empty() && path != "/" {
+            return Err(bad(&format!(
+                "unexpected path {path:?} (the key prefix is a registry option)"
+            )));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        let user = match userinfo {
+            None => None,
+            Some(u) => {
+                let (name, pass) = u.split_once(':').unwrap_or((u, ""));
+                let name = decode(name);
+                if name.is_empty() {
+                    return Err(bad("the user name is empty"));
+                }
+                Some((name, decode(pass)))
+            }
+        };
+        let mut list = Vec::new();
+        for h in hosts.split(',') {
+            if h.is_empty() {
+                return Err(bad("the host is missing"));
+            }
+            let (host, port) = if let Some(stripped) = h.strip_prefix('[') {
+                let (host, after) = stripped
+                    .split_once(']')
+                    .ok_or_else(|| bad(&format!("host {h:?}: missing ']'")))?;
+                (format!("[{host}]"), after.strip_prefix(':'))
+            } else {
+                match h.rsplit_once(':') {
+                    Some((host, port)) => (host.to_owned(), Some(port)),
+                    None => (h.to_owned(), None),
+                }
+            };
+            if host.is_empty() || host == "[]" {
+                return Err(bad("the host is missing"));
+            }
+            let port = match port {
+                Some(p) => p
+                    .parse::<u16>()
+                    .map_err(|_| bad(&format!("port {p:?} of {host} is not a number")))?,
+                None => 2379,
+            };
+            list.push(format!("{host}:{port}"));
+        }
+        let mut parsed = ParsedUrl {
+            tls,
+            user,
+            hosts: list,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+        };
+        if let Some(q) = query {
+            for (k, v) in url::form_urlencoded::parse(q.as_bytes()) {
+                match k.as_ref() {
+                    "ca_file" => parsed.ca_file = Some(v.into_owned()),
+                    "cert_file" => parsed.cert_file = Some(v.into_owned()),
+                    "key_file" => parsed.key_file = Some(v.into_owned()),
+                    other => {
+                        return Err(bad(&format!(
+                            "unknown parameter {other:?} (expected ca_file, cert_file, key_file)"
+                        )))
+                    }
+                }
+            }
+        }
+        if !tls && (parsed.ca_file.is_some() || parsed.cert_file.is_some()) {
+            return Err(bad("ca_file and cert_file need etcds:// (TLS)"));
+        }
+        if parsed.cert_file.is_some() != parsed.key_file.is_some() {
+            return Err(bad("cert_file and key_file go together"));
+        }
+        Ok(parsed)
+    }
+}
+
+#[cfg(feature = "etcd-tls")]
+pub(super) fn tls_options(
+    co: ec::ConnectOptions,
+    parsed: &ParsedUrl,
+    options: &EtcdOptions,
+) -> Result<ec::ConnectOptions> {
+    let read = |path: &str| {
+        std::fs::read(path)
+            .map_err(|e| Error::config(format!("etcd URL: cannot read {path:?}: {e}")))
+    };
+    let mut tls = ec::TlsOptions::new();
+    let ca = match &parsed.ca_file {
+        Some(f) => Some(read(f)?),
+        None => options.tls_ca_pem.clone(),
+    };
+    tls = match ca {
+        Some(pem) => tls.ca_certificate(ec::Certificate::from_pem(pem)),
+        None => tls.with_webpki_roots(),
+    };
+    let identity = match (&parsed.cert_file, &parsed.key_file) {
+        (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+        _ => options.tls_client_identity_pem.clone(),
+    };
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(ec::Identity::from_pem(cert, key));
+    }
+    Ok(co.with_tls(tls))
+}
+
+#[cfg(not(feature = "etcd-tls"))]
+pub(super) fn tls_options(
+    _co: ec::ConnectOptions,
+    _parsed: &ParsedUrl,
+    _options: &EtcdOptions,
+) -> Result<ec::ConnectOptions> {
+    Err(Error::Unsupported {
+        backend: super::KIND,
+        what: "etcds:// (TLS) needs distlock's cargo feature `etcd-tls`".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        let p = ParsedUrl::parse("etcd://127.0.0.1:2379").unwrap();
+        assert!(!p.tls);
+        assert_eq!(p.hosts, vec!["127.0.0.1:2379"]);
+        assert!(p.user.is_none());
+        let p = ParsedUrl::parse("etcd://root:p%40ss@a:1,b,[::1]:3/").unwrap();
+        assert_eq!(p.hosts, vec!["a:1", "b:2379", "[::1]:3"]);
+        assert_eq!(p.user, Some(("root".into(), "p@ss".into())));
+        let p = ParsedUrl::parse("etcds://h:2379?ca_file=/x/ca.pem").unwrap();
+        assert!(p.tls);
+        assert_eq!(p.ca_file.as_deref(), Some("/x/ca.pem"));
+        for (bad, part) in [
+            ("etcd://", "host"),
+            ("etcd://h:x", "port"),
+            ("etcd://h:1,", "host"),
+            ("etcd://h:1/prefix", "path"),
+            ("etcd://h:1?foo=1", "foo"),
+            ("etcd://:pw@h:1", "user"),
+            ("etcdx://h:1", "scheme"),
+        ] {
+            let err = ParsedUrl::parse(bad).err().expect(bad).to_string();
+            assert!(err.contains(part), "{bad}: {err}");
+        }
+        let err = ParsedUrl::parse("etcd://u:secret@h:x").err().unwrap();
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+}

@@ -1,0 +1,262 @@
+//! Predecessor watches: one watch stream per backend instance, shared by all waiters.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use etcd_client as ec;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{map_err, with_retry, Slot, KIND};
+use crate::backend::ReleaseSignal;
+use crate::error::{Error, Result};
+
+/// A watch on one predecessor key, as the hub registered it.
+#[derive(Debug)]
+pub(super) struct WatchHandle {
+    pub(super) generation: u64,
+    pub(super) id: i64,
+    pub(super) key: Vec<u8>,
+    pub(super) rev: i64,
+    pub(super) broken: Arc<AtomicBool>,
+}
+
+pub(super) enum WatchCmd {
+    Create {
+        key: Vec<u8>,
+        rev: i64,
+        signal: Arc<ReleaseSignal>,
+        broken: Arc<AtomicBool>,
+        done: oneshot::Sender<Result<(u64, i64)>>,
+    },
+    Cancel {
+        generation: u64,
+        id: i64,
+    },
+}
+
+/// One watch stream per backend instance, shared by all waiters' predecessor watches.
+pub(super) struct WatchHub {
+    pub(super) tx: mpsc::UnboundedSender<WatchCmd>,
+}
+
+impl WatchHub {
+    /// Watches `key` (whose create revision is `rev`) from the server's current revision on;
+    /// returns once the server confirmed the watch. `signal` fires when the key is deleted or
+    /// replaced, and when the watch breaks.
+    pub(super) async fn create(
+        &self,
+        key: Vec<u8>,
+        rev: i64,
+        signal: Arc<ReleaseSignal>,
+        timeout: Duration,
+    ) -> Result<WatchHandle> {
+        let broken = Arc::new(AtomicBool::new(false));
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(WatchCmd::Create {
+                key: key.clone(),
+                rev,
+                signal,
+                broken: broken.clone(),
+                done,
+            })
+            .map_err(|_| Error::unavailable(KIND, "watch task stopped"))?;
+        let (generation, id) = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(Error::unavailable(KIND, "watch task stopped")),
+            Err(_) => return Err(Error::unavailable(KIND, "watch creation timed out")),
+        };
+        Ok(WatchHandle {
+            generation,
+            id,
+            key,
+            rev,
+            broken,
+        })
+    }
+
+    pub(super) fn cancel(&self, w: WatchHandle) {
+        let _ = self.tx.send(WatchCmd::Cancel {
+            generation: w.generation,
+            id: w.id,
+        });
+    }
+}
+
+pub(super) struct Watched {
+    pub(super) rev: i64,
+    pub(super) signal: Arc<ReleaseSignal>,
+    pub(super) broken: Arc<AtomicBool>,
+}
+
+pub(super) struct PendingWatch {
+    pub(super) rev: i64,
+    pub(super) signal: Arc<ReleaseSignal>,
+    pub(super) broken: Arc<AtomicBool>,
+    pub(super) done: oneshot::Sender<Result<(u64, i64)>>,
+}
+
+pub(super) async fn run_watch_hub(
+    client: ec::Client,
+    mut rx: mpsc::UnboundedReceiver<WatchCmd>,
+    request_timeout: Duration,
+) {
+    let mut generation: u64 = 0;
+    let mut sender: Option<ec::WatchRequestSender> = None;
+    let mut stream: Option<ec::WatchResponseStream> = None;
+    let mut active: HashMap<i64, Watched> = HashMap::new();
+    // Create requests in the order sent: the server confirms them in that order.
+    let mut pending: VecDeque<PendingWatch> = VecDeque::new();
+
+    enum Ev {
+        Cmd(Option<WatchCmd>),
+        Msg(std::result::Result<Option<ec::WatchResponse>, ec::Error>),
+    }
+
+    loop {
+        let ev = tokio::select! {
+            c = rx.recv() => Ev::Cmd(c),
+            m = async {
+                match stream.as_mut() {
+                    Some(s) => s.message().await,
+                    None => std::future::pending().await,
+                }
+            } => Ev::Msg(m),
+        };
+        let broke = match ev {
+            Ev::Cmd(None) => return,
+            Ev::Cmd(Some(WatchCmd::Create {
+                key,
+                rev,
+                signal,
+                broken,
+                done,
+            })) => {
+                let res = match sender.as_mut() {
+                    Some(s) => s.watch(key, Some(ec::WatchOptions::new())).await,
+                    None => match with_retry(request_timeout, || {
+                        let mut wc = client.watch_client();
+                        let key = key.clone();
+                        async move { wc.watch(key, Some(ec::WatchOptions::new())).await }
+                    })
+                    .await
+                    {
+                        Ok(ws) => {
+                            let (s, r) = ws.split();
+                            sender = Some(s);
+                            stream = Some(r);
+                            generation += 1;
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                match res {
+                    Ok(()) => {
+                        pending.push_back(PendingWatch {
+                            rev,
+                            signal,
+                            broken,
+                            done,
+                        });
+                        false
+                    }
+                    Err(e) => {
+                        let _ = done.send(Err(map_err(e)));
+                        sender.is_some()
+                    }
+                }
+            }
+            Ev::Cmd(Some(WatchCmd::Cancel { generation: g, id })) => {
+                if g == generation && active.remove(&id).is_some() {
+                    if let Some(s) = sender.as_mut() {
+                        let _ = s.cancel(id).await;
+                    }
+                }
+                false
+            }
+            Ev::Msg(Ok(Some(resp))) => {
+                let id = resp.watch_id();
+                if resp.created() {
+                    if let Some(p) = pending.pop_front() {
+                        if resp.canceled() || id < 0 {
+                            let _ = p.done.send(Err(Error::unavailable(
+                                KIND,
+                                format!("watch refused: {}", resp.cancel_reason()),
+                            )));
+                        } else {
+                            active.insert(
+                                id,
+                                Watched {
+                                    rev: p.rev,
+                                    signal: p.signal,
+                                    broken: p.broken,
+                                },
+                            );
+                            if p.done.send(Ok((generation, id))).is_err() {
+                                active.remove(&id);
+                                if let Some(s) = sender.as_mut() {
+                                    let _ = s.cancel(id).await;
+                                }
+                            }
+                        }
+                    }
+                } else if resp.canceled() {
+                    if let Some(w) = active.remove(&id) {
+                        w.broken.store(true, Ordering::Release);
+                        w.signal.fire();
+                    }
+                }
+                if let Some(w) = active.get(&id) {
+                    let gone = resp.events().iter().any(|ev| {
+                        ev.event_type() == ec::EventType::Delete
+                            || ev.kv().map(|kv| kv.create_revision()) != Some(w.rev)
+                    });
+                    if gone {
+                        w.signal.fire();
+                    }
+                }
+                false
+            }
+            Ev::Msg(_) => true,
+        };
+        if broke {
+            // The stream is gone (server restart, leader loss): every waiter looks again and
+            // watches anew.
+            sender = None;
+            stream = None;
+            for (_, w) in active.drain() {
+                w.broken.store(true, Ordering::Release);
+                w.signal.fire();
+            }
+            for p in pending.drain(..) {
+                let _ = p
+                    .done
+                    .send(Err(Error::unavailable(KIND, "watch stream broke")));
+            }
+        }
+    }
+}
+
+/// Keeps the registry's subscription and the predecessor watch together: dropping the
+/// subscription cancels the watch.
+pub(super) struct SubKeep {
+    pub(super) _alive: Arc<()>,
+    pub(super) slot: Weak<Slot>,
+    pub(super) hub: mpsc::UnboundedSender<WatchCmd>,
+}
+
+impl Drop for SubKeep {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.upgrade() {
+            if let Some(w) = slot.take_watch() {
+                let _ = self.hub.send(WatchCmd::Cancel {
+                    generation: w.generation,
+                    id: w.id,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,635 @@
+//! Throwaway ZooKeeper servers on free loopback ports: one standalone server, or an ensemble of
+//! several, each with its own data directory, started from Debian's `zookeeper` package.
+//!
+//! The package has no service wrapper to use here (no systemd), so the testkit runs the server
+//! class itself: `java -cp /usr/share/java/zookeeper.jar
+//! org.apache.zookeeper.server.quorum.QuorumPeerMain <own zoo.cfg>`. The jar's manifest names
+//! its dependencies (netty, jute, slf4j, ...), so the one jar is the whole classpath;
+//! `slf4j-simple.jar` is added when present so that the server's warnings land in its log.
+//!
+//! The configuration is made for tests: `tickTime=100` (so sessions may be as short as
+//! 200 ms; the maximum is 60 s), `forceSync=no`, the admin server off, every four-letter
+//! command allowed, and empty container nodes reaped every 200 ms
+//! (`-Dznode.container.checkIntervalMs=200`, the server's default is a minute).
+//!
+//! Servers are killed with the test process, however it ends (the kernel sends them `SIGKILL`
+//! when it exits). A missing `java` or jar is an error that says to `apt-get install zookeeper`;
+//! tests never skip.
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
+
+/// The server jar of Debian's `libzookeeper-java` (a dependency of `zookeeper`).
+pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// Optional logging binding for the server's slf4j (from `libslf4j-java`).
+const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+const DIR_PREFIX: &str = "distlock-testkit-zk";
+/// How long a server (or an ensemble, to elect a leader) may take to start serving.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const PORT_ATTEMPTS: usize = 5;
+
+/// One server process of a standalone server or an ensemble.
+#[derive(Debug)]
+struct Member {
+    /// `myid` in an ensemble (1-based).
+    id: usize,
+    client_port: u16,
+    /// Quorum and election ports (ensemble only).
+    peer_ports: (u16, u16),
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Member {
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn cfg_path(&self) -> PathBuf {
+        self.dir.join("zoo.cfg")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.client_port))
+    }
+
+    fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        let pid =
+            self.child.as_ref().map(Child::id).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, "ZooKeeper is not running")
+            })?;
+        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our unreaped child.
+        if unsafe { libc::kill(pid, signal) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn write_config(&self, servers: &[String]) -> io::Result<()> {
+        std::fs::create_dir_all(self.data_dir())?;
+        let mut cfg = format!(
+            "tickTime=100\n\
+             initLimit=100\n\
+             syncLimit=20\n\
+             dataDir={}\n\
+             clientPort={}\n\
+             clientPortAddress=127.0.0.1\n\
+             minSessionTimeout=200\n\
+             maxSessionTimeout=60000\n\
+             forceSync=no\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             reconfigEnabled=false\n\
+             standaloneEnabled=true\n",
+            self.data_dir().display(),
+            self.client_port
+        );
+        for s in servers {
+            cfg.push_str(s);
+            cfg.push('\n');
+        }
+        std::fs::write(self.cfg_path(), cfg)?;
+        if !servers.is_empty() {
+            std::fs::write(self.data_dir().join("myid"), format!("{}\n", self.id))?;
+        }
+        Ok(())
+    }
+
+    /// Starts the process (the configuration must be written).
+    fn spawn(&mut self) -> io::Result<()> {
+        self.kill();
+        let java = java()?;
+        let mut cp = ZOOKEEPER_JAR.to_owned();
+        if Path::new(SLF4J_SIMPLE_JAR).is_file() {
+            cp.push(':');
+            cp.push_str(SLF4J_SIMPLE_JAR);
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let log_err = log.try_clone()?;
+        let mut cmd = Command::new(java);
+        cmd.args([
+            "-Xmx192m",
+            "-Xss512k",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.net.preferIPv4Stack=true",
+            "-Dznode.container.checkIntervalMs=200",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        ])
+        .arg(format!("-Dzookeeper.log.dir={}", self.dir.display()))
+        .arg("-cp")
+        .arg(cp)
+        .arg(MAIN_CLASS)
+        .arg(self.cfg_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err));
+        self.child = Some(spawn_tied_to_process(cmd)?);
+        Ok(())
+    }
+
+    /// The server's answer to a four-letter command, `""` when it does not answer.
+    fn four(&self, cmd: &str) -> String {
+        four_letter(self.addr(), cmd).unwrap_or_default()
+    }
+
+    /// `Some("standalone" | "leader" | "follower")` once it serves clients.
+    fn mode(&self) -> Option<String> {
+        let srvr = self.four("srvr");
+        srvr.lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_owned())
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Whether the server failed because another process has one of its ports.
+    fn port_taken(&self) -> bool {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        log.contains("Address already in use") || log.contains("BindException")
+    }
+}
+
+/// Sends a four-letter command (`ruok`, `srvr`, `mntr`, `cons`, ...) and returns the answer.
+///
+/// # Errors
+/// When the server does not accept the connection or does not answer within two seconds.
+pub fn four_letter(addr: SocketAddr, cmd: &str) -> io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(cmd.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn java() -> io::Result<PathBuf> {
+    if !Path::new(ZOOKEEPER_JAR).is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{ZOOKEEPER_JAR} not found: install ZooKeeper with `apt-get install zookeeper` \
+                 (scripts/test.sh installs it); server-backed tests never skip"
+            ),
+        ));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("java"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "`java` not found on PATH: install it with `apt-get install zookeeper` (which \
+                 brings a Java runtime) or `apt-get install default-jre-headless`",
+            )
+        })
+}
+
+/// The processes of one server or ensemble.
+#[derive(Debug)]
+struct Members {
+    members: Vec<Member>,
+    /// `server.N=...` lines (empty for a standalone server).
+    servers: Vec<String>,
+}
+
+impl Members {
+    fn launch(n: usize, dir: &Path) -> io::Result<Members> {
+        java()?;
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let mut members: Vec<Member> = (1..=n)
+                .map(|id| Member {
+                    id,
+                    client_port: free_port(),
+                    peer_ports: if n > 1 {
+                        (free_port(), free_port())
+                    } else {
+                        (0, 0)
+                    },
+                    dir: dir.join(format!("server{id}")),
+                    child: None,
+                })
+                .collect();
+            let servers: Vec<String> = if n > 1 {
+                members
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "server.{}=127.0.0.1:{}:{}",
+                            m.id, m.peer_ports.0, m.peer_ports.1
+                        )
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            for m in &mut members {
+                let _ = std::fs::remove_dir_all(&m.dir);
+                m.write_config(&servers)?;
+                m.spawn()?;
+            }
+            let mut all = Members { members, servers };
+            let ids: Vec<usize> = (0..n).collect();
+            match all.wait_serving(&ids) {
+                Ok(()) => return Ok(all),
+                Err(e) => {
+                    let taken = all.members.iter().any(Member::port_taken);
+                    all.kill_all();
+                    if !taken {
+                        return Err(e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("ZooKeeper did not start")))
+    }
+
+    /// Waits until the members `ids` serve clients (an ensemble member only does once a
+    /// quorum elected a leader).
+    fn wait_serving(&mut self, ids: &[usize]) -> io::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let mut pending = Vec::new();
+            for &i in ids {
+                let m = &mut self.members[i];
+                if !m.is_running() {
+                    return Err(io::Error::other(format!(
+                        "ZooKeeper server {} (port {}) exited during start-up; its log:\n{}",
+                        m.id,
+                        m.client_port,
+                        m.log_tail()
+                    )));
+                }
+                if m.mode().is_none() {
+                    pending.push(i);
+                }
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let m = &self.members[pending[0]];
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "ZooKeeper server {} (port {}) did not serve within {START_TIMEOUT:?}; \
+                         its log:\n{}",
+                        m.id,
+                        m.client_port,
+                        m.log_tail()
+                    ),
+                ));
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn restart(&mut self, i: usize) -> io::Result<()> {
+        self.members[i].kill();
+        self.members[i].write_config(&self.servers)?;
+        self.members[i].spawn()?;
+        self.wait_serving(&[i])
+    }
+
+    fn kill_all(&mut self) {
+        for m in &mut self.members {
+            m.kill();
+        }
+    }
+
+    fn connect_string(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// A standalone ZooKeeper server on `127.0.0.1` at a free port, with its own data directory.
+///
+/// All methods take `&self`, so one server can be shared (see [`shared`](Self::shared)). The
+/// data survives [`kill`](Self::kill) and [`restart`](Self::restart) (sessions included: a
+/// client that reconnects in time keeps its session). Dropping it kills the process and removes
+/// the directory.
+///
+/// ```no_run
+/// use distlock::testkit::zookeeper::ZooKeeperServer;
+/// let server = ZooKeeperServer::start()?;
+/// assert_eq!(server.four_letter("ruok")?, "imok");
+/// server.restart()?; // same port, same data
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct ZooKeeperServer {
+    inner: Mutex<Members>,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl fmt::Debug for ZooKeeperServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperServer")
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl ZooKeeperServer {
+    /// Starts a standalone server and waits until it serves clients (well under a second here).
+    ///
+    /// # Errors
+    /// When Java or the ZooKeeper jar is missing (the message says `apt-get install
+    /// zookeeper`), or the server does not come up (the message includes its log).
+    pub fn start() -> io::Result<ZooKeeperServer> {
+        remove_leftover_dirs(DIR_PREFIX);
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let members = Members::launch(1, dir.path())?;
+        Ok(ZooKeeperServer {
+            port: members.members[0].client_port,
+            inner: Mutex::new(members),
+            _dir: dir,
+        })
+    }
+
+    /// One server for the whole test process, started on first use. Tests sharing it keep
+    /// apart by their own roots (or prefixes); they must not stop it.
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub fn shared() -> io::Result<Arc<ZooKeeperServer>> {
+        static SHARED: OnceLock<Mutex<Option<Arc<ZooKeeperServer>>>> = OnceLock::new();
+        let slot = SHARED.get_or_init(|| Mutex::new(None));
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(Self::start()?);
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The client port; it stays the same across [`restart`](Self::restart).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The client connect string, `127.0.0.1:port`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `zk://127.0.0.1:port`, for [`distlock::connect`](crate::connect).
+    pub fn url(&self) -> String {
+        format!("zk://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the process is alive (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.members().members[0].is_running()
+    }
+
+    /// Kills the server with `SIGKILL`, as in a crash. Does nothing if it is not running.
+    pub fn kill(&self) {
+        self.members().members[0].kill();
+    }
+
+    /// Starts the server again on the same port with the same data (killing it first if it
+    /// runs) and waits until it serves.
+    ///
+    /// # Errors
+    /// When it does not come back (for instance because another process took the port).
+    pub fn restart(&self) -> io::Result<()> {
+        self.members().restart(0)
+    }
+
+    /// Stops the process with `SIGSTOP`: connections stay open but nothing is answered.
+    ///
+    /// # Errors
+    /// When the server is not running.
+    pub fn pause(&self) -> io::Result<()> {
+        self.members().members[0].signal(libc::SIGSTOP)
+    }
+
+    /// Continues a paused server (`SIGCONT`).
+    ///
+    /// # Errors
+    /// When the server is not running.
+    pub fn resume(&self) -> io::Result<()> {
+        self.members().members[0].signal(libc::SIGCONT)
+    }
+
+    /// Sends a four-letter command (`ruok`, `srvr`, `cons`, `dump`, ...) and returns the answer.
+    ///
+    /// # Errors
+    /// When the server does not answer.
+    pub fn four_letter(&self, cmd: &str) -> io::Result<String> {
+        four_letter(self.addr(), cmd)
+    }
+}
+
+/// Several ZooKeeper servers on `127.0.0.1` forming one ensemble
+/// (`server.N=127.0.0.1:quorumPort:electionPort`), each with its own ports and data directory.
+/// Members can be stopped and started again one at a time. Member indexes are 0-based
+/// (`myid` is index + 1).
+pub struct ZooKeeperEnsemble {
+    inner: Mutex<Members>,
+    _dir: TempDir,
+}
+
+impl fmt::Debug for ZooKeeperEnsemble {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperEnsemble")
+            .field("hosts", &self.connect_string())
+            .finish()
+    }
+}
+
+impl ZooKeeperEnsemble {
+    /// Starts an `n`-server ensemble and waits until every member serves (a leader is
+    /// elected).
+    ///
+    /// # Errors
+    /// As for [`ZooKeeperServer::start`].
+    pub fn start(n: usize) -> io::Result<ZooKeeperEnsemble> {
+        if n < 2 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an ensemble needs at least two servers; use ZooKeeperServer for one",
+            ));
+        }
+        remove_leftover_dirs(DIR_PREFIX);
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let members = Members::launch(n, dir.path())?;
+        Ok(ZooKeeperEnsemble {
+            inner: Mutex::new(members),
+            _dir: dir,
+        })
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many servers the ensemble has.
+    pub fn len(&self) -> usize {
+        self.members().members.len()
+    }
+
+    /// Always false: an ensemble has at least two servers.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `127.0.0.1:p1,127.0.0.1:p2,...`.
+    pub fn connect_string(&self) -> String {
+        self.members().connect_string()
+    }
+
+    /// `zk://127.0.0.1:p1,127.0.0.1:p2,...`.
+    pub fn url(&self) -> String {
+        format!("zk://{}", self.connect_string())
+    }
+
+    /// The client address of member `i`.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        self.members().members[i].addr()
+    }
+
+    /// Whether member `i`'s process is alive.
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members().members[i].is_running()
+    }
+
+    /// Kills member `i` with `SIGKILL`.
+    pub fn kill(&self, i: usize) {
+        self.members().members[i].kill();
+    }
+
+    /// Starts member `i` again with its ports and data and waits until it serves (which needs
+    /// a quorum of running members).
+    ///
+    /// # Errors
+    /// When it does not come back.
+    pub fn restart(&self, i: usize) -> io::Result<()> {
+        self.members().restart(i)
+    }
+
+    /// `Some("leader" | "follower")` for a member that serves, `None` otherwise.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        self.members().members[i].mode()
+    }
+
+    /// The index of the current leader.
+    ///
+    /// # Errors
+    /// When no running member reports being the leader.
+    pub fn leader(&self) -> io::Result<usize> {
+        let m = self.members();
+        (0..m.members.len())
+            .find(|&i| m.members[i].mode().as_deref() == Some("leader"))
+            .ok_or_else(|| io::Error::other("no ZooKeeper member is the leader"))
+    }
+
+    /// Waits until some running member is the leader and every running member serves again
+    /// (after a member was stopped), at most `timeout`.
+    ///
+    /// # Errors
+    /// When that does not happen in time.
+    pub fn wait_serving(&self, timeout: Duration) -> io::Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ready = {
+                let mut m = self.members();
+                let running: Vec<usize> = (0..m.members.len())
+                    .filter(|&i| m.members[i].is_running())
+                    .collect();
+                let modes: Vec<Option<String>> =
+                    running.iter().map(|&i| m.members[i].mode()).collect();
+                if modes.iter().all(Option::is_some) {
+                    running
+                        .iter()
+                        .zip(&modes)
+                        .find(|(_, mode)| mode.as_deref() == Some("leader"))
+                        .map(|(i, _)| *i)
+                } else {
+                    None
+                }
+            };
+            if let Some(leader) = ready {
+                return Ok(leader);
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the ensemble did not serve again within {timeout:?}"),
+                ));
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Sends a four-letter command to member `i`.
+    ///
+    /// # Errors
+    /// When it does not answer.
+    pub fn four_letter(&self, i: usize, cmd: &str) -> io::Result<String> {
+        four_letter(self.addr(i), cmd)
+    }
+}
