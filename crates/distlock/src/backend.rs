@@ -417,6 +417,13 @@ impl ReleaseSignals {
         }
     }
 
+    /// Whether some subscription of `channel` is still alive.
+    pub fn has_subscribers(&self, channel: &str) -> bool {
+        self.lock()
+            .get(channel)
+            .is_some_and(|e| Arc::strong_count(&e.subscribers) > 1)
+    }
+
     /// Whether `channel` currently has a live subscription entry.
     pub fn is_subscribed(&self, channel: &str) -> bool {
         self.lock().contains_key(channel)

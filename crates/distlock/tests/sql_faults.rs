@@ -158,6 +158,57 @@ async fn postgres_notifications_resume_after_the_listener_is_killed() {
     got.release().await.unwrap();
 }
 
+/// A waiter of another backend (another process, as far as the server can tell) is woken by
+/// the holder's doorbell, not by polling, also after every connection was killed mid-wait.
+async fn mariadb_doorbell_wakes(kill: bool) {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let holder = registry(my(db.url()).await, opts(5000));
+    let waiter = registry(
+        my(db.url()).await,
+        opts(5000).max_poll_interval(Duration::from_secs(10)),
+    );
+    for round in 0..3 {
+        let guard = holder.obtain("k").unwrap().lock().await.unwrap();
+        let lock = waiter.obtain("k").unwrap();
+        let waiting = tokio::spawn(async move { lock.lock().await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if kill && round == 1 {
+            assert!(
+                my_kill_connections(&db) >= 3,
+                "pool, doorbell and waiter connections"
+            );
+            // The doorbell connection is replaced within about a second and takes the
+            // doorbell again; the waiter must not take the lock meanwhile.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        assert!(!waiting.is_finished(), "the waiter got a held lock");
+        let released = tokio::time::Instant::now();
+        guard.release().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(3), waiting)
+            .await
+            .expect("the waiter was not woken")
+            .unwrap()
+            .unwrap();
+        assert!(
+            released.elapsed() < Duration::from_millis(500),
+            "round {round}: woken by polling, not by the doorbell: {:?}",
+            released.elapsed()
+        );
+        got.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_doorbell_wakes_waiters_of_other_processes() {
+    mariadb_doorbell_wakes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_doorbell_survives_killed_connections() {
+    mariadb_doorbell_wakes(true).await;
+}
+
 /// Deleting the row underneath the holder: the holder learns it is lost, and the next holder's
 /// fence is still larger (it follows the server's clock).
 async fn deleted_row(url: &str, backend: fn(&str) -> BoxBackend, delete: impl Fn()) {

@@ -292,6 +292,36 @@ impl MyLock<'_> {
     }
 }
 
+/// What a single-statement acquisition of [`My::acquire_existing`] reported through
+/// `LAST_INSERT_ID(expr)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MyOutcome {
+    /// Taken, with the new fence; `wanted`: a waiter said lately that it waits.
+    Acquired { fence: i64, wanted: bool },
+    /// Held by another owner for `remaining_ms` more.
+    Busy { remaining_ms: i64 },
+}
+
+impl MyOutcome {
+    /// Busy outcomes are at or above this; fences (µs since 1970, doubled) stay far below.
+    const BUSY: u64 = 1 << 62;
+
+    pub(crate) fn decode(v: u64) -> Option<MyOutcome> {
+        if v == 0 {
+            None
+        } else if v >= Self::BUSY {
+            Some(MyOutcome::Busy {
+                remaining_ms: i64::try_from(v - Self::BUSY).ok()?,
+            })
+        } else {
+            Some(MyOutcome::Acquired {
+                fence: i64::try_from(v / 2).ok()?,
+                wanted: v % 2 == 1,
+            })
+        }
+    }
+}
+
 impl My {
     pub(crate) fn new(schema: Option<&str>, table: &str, spring: bool) -> Self {
         let table = match schema {
@@ -359,9 +389,12 @@ impl My {
         }
     }
 
-    /// The common case first (native layout only): an `UPDATE` of the existing row, then the
-    /// same `SELECT` as [`acquire`](Self::acquire). No row means the key has no row yet:
-    /// [`acquire`](Self::acquire) inserts it.
+    /// The common case first (native layout only): one `UPDATE` of the existing row, whose
+    /// outcome comes back in the OK packet, without a result set: the matched rows (0: the
+    /// key has no row yet, [`acquire`](Self::acquire) inserts it) and the value given to
+    /// `LAST_INSERT_ID(expr)`, which [`MyOutcome::decode`] reads. The `WHERE` clause computes
+    /// it from the row as it was, with the same expressions as the assignments (the server's
+    /// time functions are constant within a statement).
     pub(crate) fn acquire_existing(
         &self,
         l: &MyLock<'_>,
@@ -377,17 +410,20 @@ impl My {
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
         // Same order of assignments as in `acquire`, for the same reason.
         let free = format!("(token IS NULL OR token = '{tok}' OR expires_ms <= {floor})");
+        let fence = format!("GREATEST(fence + 1, {MY_US})");
         Some(format!(
             "UPDATE {t} SET
-                 fence = IF({free}, GREATEST(fence + 1, {MY_US}), fence),
+                 fence = IF({free}, {fence}, fence),
                  wanted_ms = IF({free} OR wanted_ms >= {ceil} + {half}, wanted_ms,
                                 {ceil} + {want_ms}),
                  created_ms = IF({free}, {ceil}, created_ms),
                  token = IF({free}, '{tok}', token),
                  expires_ms = IF({free}, {ceil} + {lease_ms}, expires_ms)
-             WHERE {w};
-             SELECT token = '{tok}', fence, expires_ms - {ceil} FROM {t} WHERE {w}",
-            half = want_ms / 2
+             WHERE {w} AND LAST_INSERT_ID(IF({free},
+                 {fence} * 2 + IFNULL(wanted_ms > {floor}, 0),
+                 {BUSY} + GREATEST(expires_ms - {ceil}, 0))) > 0",
+            half = want_ms / 2,
+            BUSY = MyOutcome::BUSY,
         ))
     }
 
@@ -439,7 +475,9 @@ impl My {
         )
     }
 
-    /// Two statements; the second returns (released 0/1, contended 0/1).
+    /// Spring layout: two statements, the second returns (released 0/1, 0). Native layout: one
+    /// `UPDATE`; one matched row means released, and `LAST_INSERT_ID` is 2 when a waiter said
+    /// it waits (contended), else 1.
     pub(crate) fn release(&self, l: &MyLock<'_>) -> String {
         let t = &self.table;
         let tok = l.checked_token();
@@ -452,8 +490,9 @@ impl My {
         }
         let floor = my_ms_floor();
         format!(
-            "UPDATE {t} SET token = NULL WHERE {w} AND token = '{tok}' AND expires_ms > {floor};
-             SELECT ROW_COUNT(), IFNULL((SELECT wanted_ms > {floor} FROM {t} WHERE {w}), 0)"
+            "UPDATE {t} SET token = NULL
+             WHERE {w} AND token = '{tok}' AND expires_ms > {floor}
+               AND LAST_INSERT_ID(1 + IFNULL(wanted_ms > {floor}, 0)) > 0"
         )
     }
 
@@ -543,6 +582,34 @@ impl My {
              WHERE {w} AND token IS NOT NULL AND expires_ms > {}",
             my_ms_ceil(),
             my_ms_floor()
+        )
+    }
+
+    /// A waiter's look at a lock's doorbell (see `doorbell.rs`), one row: who held the
+    /// doorbell when the statement began (connection id, 0 for nobody), whether the lock is
+    /// free now (1/0), whether the doorbell was taken and given back (1; 0 when the lock was
+    /// free, so nobody waited, or after `wait_s` seconds), and the lock's version at the end
+    /// (native layout: the fence; Spring: the creation time; NULL without a row), which tells
+    /// a later look whether somebody took the lock meanwhile.
+    pub(crate) fn doorbell_wait(&self, l: &MyLock<'_>, doorbell: &str, wait_s: f64) -> String {
+        let t = &self.table;
+        let w = self.where_lock(l);
+        let live = if self.spring {
+            format!("EXPIRED_AFTER >= {MY_UTC}")
+        } else {
+            format!("token IS NOT NULL AND expires_ms > {}", my_ms_floor())
+        };
+        let free = format!("NOT EXISTS (SELECT 1 FROM {t} WHERE {w} AND {live})");
+        let version = if self.spring {
+            "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', CREATED_DATE)"
+        } else {
+            "fence"
+        };
+        format!(
+            "SELECT IFNULL(IS_USED_LOCK('{doorbell}'), 0), {free},
+                    IF({free}, 0,
+                       IF(GET_LOCK('{doorbell}', {wait_s}) = 1, RELEASE_LOCK('{doorbell}'), 0)),
+                    (SELECT {version} FROM {t} WHERE {w})"
         )
     }
 

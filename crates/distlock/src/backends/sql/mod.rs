@@ -6,7 +6,7 @@
 //! | backend | URL | feature | waiting |
 //! |---|---|---|---|
 //! | [`postgres::PostgresBackend`] | `postgres://user:pass@host:port/db?…` (also `postgresql://`) | `postgres` | `LISTEN`/`NOTIFY` on release, polling as fallback |
-//! | [`mysql::MySqlBackend`] | `mysql://user:pass@host:port/db?…` (also `mariadb://`) | `mysql` | jittered polling by the registry |
+//! | [`mysql::MySqlBackend`] | `mysql://user:pass@host:port/db?…` (also `mariadb://`) | `mysql` | a `GET_LOCK` doorbell per lock, polling as fallback |
 //!
 //! # The lease table
 //!
@@ -38,19 +38,27 @@
 //!   expired or already ours, and otherwise leaves it as it is and only marks it wanted; on the
 //!   key's first use (no row yet) an `INSERT … ON CONFLICT DO UPDATE` (PostgreSQL) or
 //!   `INSERT … ON DUPLICATE KEY UPDATE` (MySQL) with the same logic follows, which is also safe
-//!   when several clients create the row at once. On MySQL the `SELECT` that reads the outcome
-//!   travels with the statement. **Release** and **extend** are owner-checked `UPDATE`s; all
+//!   when several clients create the row at once. On MySQL the outcome of the `UPDATE` comes
+//!   back in its OK packet through `LAST_INSERT_ID(expr)`; the rare `INSERT` carries a
+//!   `SELECT`. **Release** and **extend** are owner-checked `UPDATE`s; all
 //!   renewals of a registry go out as one `UPDATE` statement.
 //! - **Waking waiters**: a waiter that finds the lock busy stamps `wanted_ms` (at most every
 //!   second). A release that sees the stamp reports the lock as contended (the registry then lets
 //!   the waiters go first) and, on PostgreSQL, sends `pg_notify` in the same statement, so the
 //!   notification is delivered exactly when the release commits. Each backend listens on one
 //!   dedicated connection (`LISTEN` on a channel per table); a lost listening connection is
-//!   re-established and all waiters re-check. MySQL has no notifications: waiters poll.
-//! - **No session state**: the design uses no advisory or `GET_LOCK` session locks, no
-//!   temporary tables, no session variables and no open transactions between statements, so a
-//!   pooled connection can never carry a lock (or anything else) to its next borrower, and a
-//!   connection killed by the server loses nothing: the next statement runs on a new one.
+//!   re-established and all waiters re-check. MySQL has no notifications: the holder's backend
+//!   keeps a `GET_LOCK` "doorbell" per held lock on one dedicated connection and gives it back
+//!   after the release; a waiter blocks in `GET_LOCK` on the doorbell on a dedicated connection
+//!   of its own and so wakes within a round trip of the release (see `doorbell.rs`). The
+//!   doorbell only says when to look; the lease table alone says who holds the lock.
+//! - **No session state on pooled connections**: lease-table statements use no advisory or
+//!   `GET_LOCK` session locks, no temporary tables, no session variables and no open
+//!   transactions between statements (MySQL's `LAST_INSERT_ID` value is the only thing a
+//!   statement leaves, and nothing reads it before the next statement sets it), so a pooled connection can never carry a lock (or
+//!   anything else) to its next borrower, and a connection killed by the server loses nothing:
+//!   the next statement runs on a new one. MySQL's doorbells live only on their own dedicated,
+//!   never pooled connections.
 //! - **Transient errors** (deadlock victim `40P01`/1213, serialization failure `40001`, lock
 //!   wait timeout, a connection reset or killed) are retried a few times at once on a fresh
 //!   connection, then reported as the retryable [`Error::Unavailable`]; the registry retries
@@ -109,6 +117,8 @@ use crate::backend::{LockName, Token};
 use crate::error::{Error, Result};
 
 pub(crate) mod dialect;
+#[cfg(feature = "mysql")]
+mod doorbell;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]

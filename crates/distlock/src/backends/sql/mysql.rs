@@ -1,7 +1,8 @@
 //! MySQL / MariaDB backend: the lease table of the [`sql`](super) module over `mysql_async`.
-//! MySQL has no release notification: waiters poll (the registry does that, jittered, soon at
-//! first and backing off); releases made through this backend wake waiters of the same
-//! process at once.
+//! MySQL has no `NOTIFY`: waiters are woken through a `GET_LOCK` "doorbell" per lock that the
+//! holder's backend keeps on a dedicated connection (see [`doorbell`](super::doorbell)), and
+//! poll as a fallback (the registry does that, jittered, backing off); releases made through
+//! this backend wake waiters of the same process at once.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
@@ -14,8 +15,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every statement runs in autocommit mode and leaves no session state behind (see the
-//! [module docs](super)), so connections go back to the pool without a reset round trip.
+//! Every statement runs in autocommit mode and leaves no session state behind that matters
+//! (see the [module docs](super)), so connections go back to the pool without a reset round
+//! trip. The common acquisition and the release are one `UPDATE` each, whose outcome comes back
+//! in the OK packet (matched rows and a `LAST_INSERT_ID(expr)` value), without a result set.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +29,8 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, SslOpts};
 
-use super::dialect::{My, MyLock};
+use super::dialect::{My, MyLock, MyOutcome};
+use super::doorbell::{doorbell_name, Doorbells, Executed, Ring, LISTEN_WAIT_S};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
     SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
@@ -52,7 +56,10 @@ struct Inner {
     sql: My,
     ready: tokio::sync::Mutex<bool>,
     ready_fast: AtomicBool,
-    signals: ReleaseSignals,
+    signals: Arc<ReleaseSignals>,
+    doorbells: Arc<Doorbells>,
+    /// `database.table`, which names the doorbells (see [`Inner::doorbell`]).
+    qualified_table: String,
 }
 
 impl Drop for Inner {
@@ -206,8 +213,18 @@ impl MySqlBackend {
                     .with_inactive_connection_ttl(Duration::from_secs(60))
                     .with_reset_connection(false),
             );
+        let opts = mysql_async::Opts::from(builder.clone());
+        let database = options
+            .schema
+            .clone()
+            .or_else(|| opts.db_name().map(str::to_owned))
+            .unwrap_or_default();
+        let qualified_table = format!("{database}.{}", options.table);
         let backend = MySqlBackend {
             inner: Arc::new(Inner {
+                qualified_table,
+                // A few holder's connections: contended operations of one lock queue on one.
+                doorbells: Doorbells::new(opts, (options.pool_size / 2).clamp(1, 4)),
                 pool: Pool::new(builder),
                 target,
                 user,
@@ -216,7 +233,7 @@ impl MySqlBackend {
                 options,
                 ready: tokio::sync::Mutex::new(false),
                 ready_fast: AtomicBool::new(false),
-                signals: ReleaseSignals::default(),
+                signals: Arc::default(),
             }),
         };
         // Check one connection now (a wrong host or password is reported here) and create the
@@ -273,7 +290,19 @@ async fn spawn<T: Send + 'static>(
 /// rows of the last result set that had any.
 struct Outcome {
     affected: u64,
+    /// What `LAST_INSERT_ID(expr)` in the first statement was given.
+    last_insert_id: Option<u64>,
     rows: Vec<Row>,
+}
+
+impl From<Executed> for Outcome {
+    fn from(e: Executed) -> Self {
+        Outcome {
+            affected: e.affected,
+            last_insert_id: e.last_insert_id,
+            rows: e.rows,
+        }
+    }
 }
 
 fn int(row: &Row, i: usize) -> Option<i64> {
@@ -364,6 +393,7 @@ impl Inner {
         self.ensure_table(conn).await?;
         let mut result = conn.query_iter(sql).await?;
         let affected = result.affected_rows();
+        let last_insert_id = result.last_insert_id();
         let mut rows = Vec::new();
         loop {
             let set: Vec<Row> = result.collect().await?;
@@ -374,7 +404,11 @@ impl Inner {
                 break;
             }
         }
-        Ok(Outcome { affected, rows })
+        Ok(Outcome {
+            affected,
+            last_insert_id,
+            rows,
+        })
     }
 
     /// Runs `sql` (one or more statements, autocommit), retrying transient failures at once
@@ -434,6 +468,12 @@ impl Inner {
         })
     }
 
+    /// The `GET_LOCK` name that rings when `name` is released.
+    fn doorbell(&self, name: &LockName) -> Result<String> {
+        let (a, b) = self.ident(name)?;
+        Ok(doorbell_name(&self.qualified_table, &a, &b))
+    }
+
     fn owner(&self, token: Token) -> String {
         if self.options.spring {
             token_uuid(token)
@@ -450,17 +490,149 @@ impl Inner {
             key: &b,
             token: &owner,
         });
-        let out = self.run("release", &sql, false).await?;
-        let row = out.rows.first();
-        let was_held = row.and_then(|r| int(r, 0)).unwrap_or(0) > 0;
+        let doorbell = self.doorbell(name)?;
+        let out = if self.doorbells.is_armed(&doorbell) {
+            // Release and ring in one round trip, on the connection that holds the doorbell.
+            self.doorbells
+                .exec(&doorbell, sql, Ring::Disarm)
+                .await
+                .map(Outcome::from)
+                .map_err(|e| self.error("release", &e))?
+        } else {
+            self.run("release", &sql, false).await?
+        };
+        let (was_held, contended) = if self.options.spring {
+            let row = out.rows.first();
+            let held = row.and_then(|r| int(r, 0)).unwrap_or(0) > 0;
+            (held, row.and_then(|r| int(r, 1)).unwrap_or(0) > 0)
+        } else {
+            (out.affected > 0, out.last_insert_id == Some(2))
+        };
         if !was_held {
             return Ok(Released::default());
         }
         self.signals.fire(&channel(name));
         Ok(Released {
             was_held,
-            contended: row.and_then(|r| int(r, 1)).unwrap_or(0) > 0,
+            contended,
         })
+    }
+}
+
+impl MySqlBackend {
+    /// One attempt; `queued` for a caller that will wait (see [`Backend::try_acquire_queued`]).
+    async fn acquire(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Result<Attempt> {
+        let inner = self.inner.clone();
+        let name = name.clone();
+        let (attempt, hold) = spawn(async move {
+            let (a, b) = inner.ident(&name)?;
+            let owner = inner.owner(token);
+            let lock = MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            };
+            let doorbell = inner.doorbell(&name)?;
+            let mut outcome = None;
+            let mut armed = false;
+            if let Some(sql) = inner
+                .sql
+                .acquire_existing(&lock, lease_ms(lease), WANT_WINDOW_MS)
+            {
+                let out = if queued && inner.doorbells.recently_contended(&doorbell) {
+                    // Take the doorbell in the same round trip, on the connection that will
+                    // give it back with the release; a failed connection falls back to the
+                    // pool (the statement is idempotent for the same token).
+                    match inner
+                        .doorbells
+                        .exec(&doorbell, sql.clone(), Ring::ArmIfAcquired)
+                        .await
+                    {
+                        Ok(e) => {
+                            armed = true;
+                            Outcome::from(e)
+                        }
+                        Err(e) if !matches!(classify(&e), Class::Permanent) => {
+                            tracing::debug!(error = %e, "doorbell connection failed; using the pool");
+                            inner.run("try_acquire", &sql, true).await?
+                        }
+                        Err(e) => return Err(inner.error("try_acquire", &e)),
+                    }
+                } else {
+                    inner.run("try_acquire", &sql, true).await?
+                };
+                if out.affected > 0 {
+                    outcome = out.last_insert_id.and_then(MyOutcome::decode);
+                    if outcome.is_none() {
+                        return Err(Error::backend(
+                            KIND,
+                            "the server did not report the acquisition's outcome",
+                        ));
+                    }
+                }
+            }
+            let outcome = match outcome {
+                Some(o) => o,
+                None => {
+                    // First use of the key (no row yet), or the Spring layout.
+                    let sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
+                    let out = inner.run("try_acquire", &sql, true).await?;
+                    let Some(row) = out.rows.first() else {
+                        return Ok((Attempt::Busy { retry_after: None }, None));
+                    };
+                    if int(row, 0).unwrap_or(0) > 0 {
+                        MyOutcome::Acquired {
+                            fence: int(row, 1).unwrap_or(0),
+                            // A new row was wanted by nobody; Spring's table cannot say.
+                            wanted: inner.options.spring,
+                        }
+                    } else {
+                        MyOutcome::Busy {
+                            remaining_ms: int(row, 2).unwrap_or(0),
+                        }
+                    }
+                }
+            };
+            let (fence, wanted) = match outcome {
+                MyOutcome::Acquired { fence, wanted } => (fence, wanted),
+                MyOutcome::Busy { remaining_ms } => {
+                    inner.doorbells.note_contended(&doorbell);
+                    return Ok((
+                        Attempt::Busy {
+                            retry_after: Some(millis(remaining_ms)),
+                        },
+                        None,
+                    ));
+                }
+            };
+            // Ring the doorbell for waiters when there are (or lately were) any; a waiter that
+            // comes later finds it silent and looks at the row now and then instead. Armed
+            // before the undo value exists, so that its release (if the caller went away)
+            // gives the doorbell back after this takes it.
+            if wanted {
+                inner.doorbells.note_contended(&doorbell);
+                if !armed {
+                    inner.doorbells.arm(doorbell);
+                }
+            }
+            let hold = Acquisition {
+                inner: inner.clone(),
+                undo: Some((name, token)),
+            };
+            let fence = fence_from(KIND, fence)?;
+            Ok((Attempt::Acquired { fence }, Some(hold)))
+        })
+        .await?;
+        if let Some(hold) = hold {
+            hold.delivered();
+        }
+        Ok(attempt)
     }
 }
 
@@ -503,63 +675,24 @@ impl Backend for MySqlBackend {
             } else {
                 Fencing::MonotonicAcrossDataLoss
             },
-            notifies_release: false,
+            notifies_release: true,
             fifo: false,
             cross_process: true,
         }
     }
 
     async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
-        let inner = self.inner.clone();
-        let name = name.clone();
-        let (attempt, hold) = spawn(async move {
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(token);
-            let lock = MyLock {
-                region: &a,
-                key: &b,
-                token: &owner,
-            };
-            let mut out = None;
-            if let Some(sql) = inner
-                .sql
-                .acquire_existing(&lock, lease_ms(lease), WANT_WINDOW_MS)
-            {
-                out = Some(inner.run("try_acquire", &sql, true).await?);
-            }
-            let out = match out {
-                Some(o) if !o.rows.is_empty() => o,
-                _ => {
-                    let sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
-                    inner.run("try_acquire", &sql, true).await?
-                }
-            };
-            let Some(row) = out.rows.first() else {
-                return Ok((Attempt::Busy { retry_after: None }, None));
-            };
-            let ours = int(row, 0).unwrap_or(0) > 0;
-            let fence = int(row, 1).unwrap_or(0);
-            let remaining = int(row, 2);
-            if !ours {
-                return Ok((
-                    Attempt::Busy {
-                        retry_after: remaining.map(millis),
-                    },
-                    None,
-                ));
-            }
-            let hold = Acquisition {
-                inner: inner.clone(),
-                undo: Some((name, token)),
-            };
-            let fence = fence_from(KIND, fence)?;
-            Ok((Attempt::Acquired { fence }, Some(hold)))
-        })
-        .await?;
-        if let Some(hold) = hold {
-            hold.delivered();
-        }
-        Ok(attempt)
+        self.acquire(name, token, lease, false).await
+    }
+
+    /// A caller that will wait: its acquisitions take the doorbell in the same round trip.
+    async fn try_acquire_queued(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        self.acquire(name, token, lease, true).await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
@@ -653,11 +786,27 @@ impl Backend for MySqlBackend {
         }
     }
 
-    /// Only releases made through this backend (or its clones) fire the subscription; other
-    /// processes' releases are found by the registry's polling.
+    /// Releases made through this backend (or its clones) fire the subscription at once;
+    /// other processes' releases ring the lock's doorbell, on which a waiter connection
+    /// listens while anybody is subscribed.
     async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
         let _ = self.inner.signals.take_idle(1024);
-        Ok(self.inner.signals.subscribe(&channel(name)).0)
+        let ch = channel(name);
+        let sub = self.inner.signals.subscribe(&ch).0;
+        let i = &self.inner;
+        let (a, b) = i.ident(name)?;
+        let doorbell = doorbell_name(&i.qualified_table, &a, &b);
+        let sql = i.sql.doorbell_wait(
+            &MyLock {
+                region: &a,
+                key: &b,
+                token: "",
+            },
+            &doorbell,
+            LISTEN_WAIT_S,
+        );
+        i.doorbells.listen(doorbell, ch, sql, &i.signals);
+        Ok(sub)
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
@@ -682,5 +831,79 @@ impl Backend for MySqlBackend {
                 .transpose()
         })
         .await
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::*;
+    use crate::testkit::mysql::MariaDbServer;
+
+    /// Whether some session holds the doorbell of `name` (as the backend names it).
+    fn doorbell_held(
+        db: &crate::testkit::mysql::TestDatabase,
+        b: &MySqlBackend,
+        n: &LockName,
+    ) -> bool {
+        let bell = b.inner.doorbell(n).unwrap();
+        let rows = db.query(&format!("SELECT IS_USED_LOCK('{bell}')")).unwrap();
+        rows[0][0].is_some()
+    }
+
+    /// An uncontended hold rings nobody; once a waiter marked the lock wanted, the holder holds
+    /// the doorbell for exactly as long as it holds the lock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
+        let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+        let db = server.fresh_database().unwrap();
+        let holder = MySqlBackend::connect(db.url()).await.unwrap();
+        let waiter = MySqlBackend::connect(db.url()).await.unwrap();
+        let name = LockName::new("bell", "k").unwrap();
+        let lease = Duration::from_secs(10);
+        let (h, w) = (Token::random(), Token::random());
+
+        assert!(matches!(
+            holder.try_acquire_queued(&name, h, lease).await.unwrap(),
+            Attempt::Acquired { .. }
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !doorbell_held(&db, &holder, &name),
+            "an uncontended hold took the doorbell"
+        );
+        // The waiter finds it busy (and marks it wanted).
+        assert!(matches!(
+            waiter.try_acquire_queued(&name, w, lease).await.unwrap(),
+            Attempt::Busy { .. }
+        ));
+        assert!(holder.release(&name, h).await.unwrap().contended);
+
+        // Taken again while wanted: the doorbell is held with the lock, and given back with it.
+        assert!(matches!(
+            holder.try_acquire_queued(&name, h, lease).await.unwrap(),
+            Attempt::Acquired { .. }
+        ));
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !doorbell_held(&db, &holder, &name) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the wanted hold never took the doorbell"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut sub = waiter.subscribe(&name).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await; // the waiter's connection waits
+        assert!(holder.release(&name, h).await.unwrap().was_held);
+        assert!(
+            !doorbell_held(&db, &holder, &name),
+            "the release kept the doorbell"
+        );
+        tokio::time::timeout(Duration::from_millis(500), sub.released())
+            .await
+            .expect("the waiter was not rung");
+        assert!(matches!(
+            waiter.try_acquire_queued(&name, w, lease).await.unwrap(),
+            Attempt::Acquired { .. }
+        ));
     }
 }

@@ -1,0 +1,629 @@
+//! Release notifications for MySQL/MariaDB, which have no `NOTIFY`: a "doorbell" per lock made
+//! of a named user lock (`GET_LOCK`).
+//!
+//! - The **holder's** backend takes the lock's doorbell (`GET_LOCK(name, 0)`) on a dedicated
+//!   connection of its own while it holds a lock that others want, and gives it back
+//!   (`RELEASE_LOCK`) in the same round trip as the release, on that connection. A lock seen
+//!   contended lately (busy, or marked wanted by a waiter) is taken on that connection too,
+//!   with the doorbell in the same round trip; otherwise the acquisition runs on the pool and
+//!   the doorbell is taken afterwards, only if a waiter marked the row wanted. Uncontended
+//!   locks cost no doorbell statement at all.
+//! - A **waiter's** backend runs the dialect's `doorbell_wait` statement on a dedicated
+//!   connection per waited-for lock: it returns at once when the lock is free, and otherwise
+//!   waits in `GET_LOCK(name, 1 s)`, which the server completes the moment the holder gives the
+//!   doorbell back (or its connection dies), and gives the doorbell back in the same
+//!   statement. The waiter is woken within a round trip of the release instead of at its next
+//!   poll.
+//!
+//! The doorbell only says *when to look*; the lease table alone decides who holds the lock. A
+//! doorbell that is missing (the holder did not know it was wanted, its holder is another
+//! client such as Spring's `JdbcLockRegistry`, its connection was replaced) or rings early
+//! only costs a wasted attempt: the waiter then looks at the row, briefly while the lock is
+//! changing hands and backing off to every few milliseconds while it is not, and the
+//! registry's polling (which also notices expired leases) stays the fallback.
+//!
+//! Session-scoped `GET_LOCK`s are taken only on these dedicated connections, never on the
+//! pooled ones, so nothing leaks to the next borrower of a pooled connection.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, Row};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backend::ReleaseSignals;
+
+/// How long one waiter's `GET_LOCK` waits (seconds) before it checks whether anybody still
+/// listens.
+pub(crate) const LISTEN_WAIT_S: f64 = 1.0;
+/// When to try again to take a doorbell that a waiter was just giving back.
+const ARM_RETRY: Duration = Duration::from_millis(1);
+/// Most waiter connections per backend; more waited-for locks fall back to polling.
+const MAX_LISTENERS: usize = 32;
+/// Doorbell statements per batch of the holder's connection.
+const BATCH: usize = 256;
+/// How long a lock counts as contended after it was last seen busy or waited for.
+const CONTENDED_FOR: Duration = Duration::from_secs(2);
+/// Most locks remembered as contended.
+const MAX_CONTENDED: usize = 10_000;
+/// How often the holder's connection is checked while it holds doorbells.
+const PING: Duration = Duration::from_secs(1);
+/// Pauses between two looks at a lock whose holder does not hold the doorbell (yet): from the
+/// time a holder takes to ring after its acquisition up to a polling interval that costs little.
+const MIN_BACKOFF: Duration = Duration::from_micros(100);
+const MAX_BACKOFF: Duration = Duration::from_millis(8);
+/// After a ring the woken waiters race for the lock; until one of them commits, the row reads
+/// free, which is no reason to wake them again.
+const RING_SETTLE: Duration = Duration::from_millis(5);
+
+/// The doorbell of a lock: at most 64 characters (MySQL's limit) of `[0-9a-z-]`, unique per
+/// table (qualified by its database: user lock names are global to the server), region and
+/// key.
+pub(crate) fn doorbell_name(table: &str, region: &str, key: &str) -> String {
+    use md5::{Digest, Md5};
+    let mut h = Md5::new();
+    for part in [table, region, key] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    let d = h.finalize();
+    let mut s = String::from("distlock-");
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// What a statement run on a holder's connection returned: the matched rows and the
+/// `LAST_INSERT_ID(expr)` value of its first statement, and the rows of its last result set
+/// that had any.
+pub(crate) struct Executed {
+    pub(crate) affected: u64,
+    pub(crate) last_insert_id: Option<u64>,
+    pub(crate) rows: Vec<Row>,
+}
+
+/// What a statement run on a holder's connection does with the lock's doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ring {
+    /// The statement is a single-statement acquisition (`LAST_INSERT_ID` below the busy mark
+    /// means taken): take the doorbell in the same round trip if it was.
+    ArmIfAcquired,
+    /// The statement is a release: give the doorbell back in the same round trip.
+    Disarm,
+}
+
+type Reply = oneshot::Sender<std::result::Result<Executed, mysql_async::Error>>;
+
+enum Command {
+    Arm(String),
+    Exec {
+        doorbell: String,
+        sql: String,
+        ring: Ring,
+        reply: Reply,
+    },
+}
+
+/// One holder's connection: its command queue and its connection id (0 while disconnected).
+struct Ringer {
+    commands: mpsc::UnboundedSender<Command>,
+    id: Arc<AtomicU32>,
+}
+
+/// The doorbells of one backend instance.
+pub(crate) struct Doorbells {
+    opts: Opts,
+    /// The holder's connections; a lock always uses the same one (by its doorbell's name), so
+    /// that its doorbell is taken and given back on one session, in order.
+    ringers: Vec<Ringer>,
+    /// Doorbells with a waiter connection on them.
+    listening: Mutex<HashSet<String>>,
+    /// Doorbells taken (or being taken) for this backend's holds.
+    armed: Mutex<HashSet<String>>,
+    /// When this backend last saw each lock contended (busy, or waited for).
+    contended: Mutex<HashMap<String, Instant>>,
+}
+
+impl Doorbells {
+    /// Starts `n` holder's connection tasks (each connects on first use).
+    pub(crate) fn new(opts: Opts, n: usize) -> Arc<Self> {
+        let ringers = (0..n.max(1))
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let id = Arc::new(AtomicU32::new(0));
+                tokio::spawn(ringer(opts.clone(), rx, id.clone()));
+                Ringer { commands: tx, id }
+            })
+            .collect();
+        Arc::new(Doorbells {
+            opts,
+            ringers,
+            listening: Mutex::new(HashSet::new()),
+            armed: Mutex::new(HashSet::new()),
+            contended: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn ringer(&self, doorbell: &str) -> &Ringer {
+        let h = doorbell.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        });
+        &self.ringers[h % self.ringers.len()]
+    }
+
+    /// Whether a connection id is one of this backend's holder's connections.
+    fn is_ours(&self, id: u64) -> bool {
+        id != 0
+            && self
+                .ringers
+                .iter()
+                .any(|r| u64::from(r.id.load(Ordering::Acquire)) == id)
+    }
+
+    /// Notes that the lock of `doorbell` was busy or waited for.
+    pub(crate) fn note_contended(&self, doorbell: &str) {
+        let mut c = self.contended.lock().unwrap_or_else(|e| e.into_inner());
+        if c.len() >= MAX_CONTENDED {
+            c.retain(|_, t| t.elapsed() < CONTENDED_FOR);
+            if c.len() >= MAX_CONTENDED {
+                c.clear();
+            }
+        }
+        c.insert(doorbell.to_owned(), Instant::now());
+    }
+
+    /// Whether the lock of `doorbell` was contended lately: then an acquisition takes the
+    /// doorbell in the same round trip, on the holder's connection, instead of afterwards.
+    pub(crate) fn recently_contended(&self, doorbell: &str) -> bool {
+        let c = self.contended.lock().unwrap_or_else(|e| e.into_inner());
+        c.get(doorbell).is_some_and(|t| t.elapsed() < CONTENDED_FOR)
+    }
+
+    fn armed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.armed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this backend holds (or is taking) `doorbell`.
+    pub(crate) fn is_armed(&self, doorbell: &str) -> bool {
+        self.armed().contains(doorbell)
+    }
+
+    /// Holds `doorbell` while the lock is ours (after the acquisition committed), in the
+    /// background.
+    pub(crate) fn arm(&self, doorbell: String) {
+        let mut armed = self.armed();
+        armed.insert(doorbell.clone());
+        // Sent under the mutex, so that commands for one doorbell stay in order.
+        let _ = self.ringer(&doorbell).commands.send(Command::Arm(doorbell));
+    }
+
+    /// Runs `sql` on the holder's connection of `doorbell`, with the doorbell taken or given
+    /// back in the same round trip (see [`Ring`]). The statement runs to its end even if the
+    /// caller stops waiting.
+    pub(crate) async fn exec(
+        &self,
+        doorbell: &str,
+        sql: String,
+        ring: Ring,
+    ) -> std::result::Result<Executed, mysql_async::Error> {
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut armed = self.armed();
+            match ring {
+                Ring::ArmIfAcquired => armed.insert(doorbell.to_owned()),
+                Ring::Disarm => armed.remove(doorbell),
+            };
+            let sent = self.ringer(doorbell).commands.send(Command::Exec {
+                doorbell: doorbell.to_owned(),
+                sql,
+                ring,
+                reply,
+            });
+            if sent.is_err() {
+                return Err(gone());
+            }
+        }
+        let out = answer.await.unwrap_or_else(|_| Err(gone()));
+        if ring == Ring::ArmIfAcquired {
+            let taken = matches!(&out, Ok(e) if acquired(e));
+            if !taken {
+                self.armed().remove(doorbell);
+            }
+        }
+        out
+    }
+
+    /// Makes sure a waiter connection listens on `doorbell` and fires `channel` of `signals`
+    /// when it rings, for as long as `channel` has subscribers.
+    pub(crate) fn listen(
+        self: &Arc<Self>,
+        doorbell: String,
+        channel: String,
+        sql: String,
+        signals: &Arc<ReleaseSignals>,
+    ) {
+        let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        if listening.contains(&doorbell) || listening.len() >= MAX_LISTENERS {
+            return;
+        }
+        listening.insert(doorbell.clone());
+        tokio::spawn(listener(
+            Arc::downgrade(self),
+            doorbell,
+            channel,
+            sql,
+            Arc::downgrade(signals),
+        ));
+    }
+
+    /// Ends a listener when nobody waits any more; decided under the same mutex as
+    /// [`listen`](Self::listen) starts one, so a new waiter never finds a listener that is
+    /// about to stop.
+    fn keep_listening(&self, doorbell: &str, channel: &str, signals: &ReleaseSignals) -> bool {
+        let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        if signals.has_subscribers(channel) {
+            return true;
+        }
+        listening.remove(doorbell);
+        false
+    }
+}
+
+fn gone() -> mysql_async::Error {
+    mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::other(
+        "the doorbell connection task is gone",
+    )))
+}
+
+/// Whether a single-statement acquisition took the lock (see `MyOutcome`).
+fn acquired(e: &Executed) -> bool {
+    e.affected > 0 && e.last_insert_id.is_some_and(|v| v > 0 && v < BUSY)
+}
+
+/// `MyOutcome`'s mark: acquisitions report values below it.
+const BUSY: u64 = 1 << 62;
+
+/// The holder's connection: runs arm commands in order (batched into one statement when
+/// several are queued) and statements that take or give back a doorbell in the same round
+/// trip, and takes every
+/// armed doorbell again after a reconnect (a closed connection gave them all back). It never
+/// blocks on a doorbell: one that a waiter holds for an instant is tried again after
+/// [`ARM_RETRY`]. While it holds doorbells it checks its connection every [`PING`], so that one
+/// killed by the server is replaced (and its doorbells taken again) without waiting for the
+/// next command.
+async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<AtomicU32>) {
+    let mut conn: Option<Conn> = None;
+    let mut armed: HashSet<String> = HashSet::new();
+    // Armed doorbells whose GET_LOCK found them taken.
+    let mut retry: HashSet<String> = HashSet::new();
+    let mut queue: std::collections::VecDeque<Command> = std::collections::VecDeque::new();
+    // The session must be (re)checked before waiting for the next command.
+    let mut check = false;
+    loop {
+        if queue.is_empty() && !check {
+            let wait = if retry.is_empty() { PING } else { ARM_RETRY };
+            match tokio::time::timeout(wait, rx.recv()).await {
+                Ok(Some(c)) => queue.push_back(c),
+                Ok(None) => break,
+                Err(_) if armed.is_empty() => continue,
+                Err(_) => {}
+            }
+        }
+        check = false;
+        while queue.len() < BATCH {
+            match rx.try_recv() {
+                Ok(c) => queue.push_back(c),
+                Err(_) => break,
+            }
+        }
+        if conn.is_none() {
+            match Conn::new(opts.clone()).await {
+                Ok(c) => {
+                    id.store(c.id(), Ordering::Release);
+                    conn = Some(c);
+                    // A new session holds nothing: take every armed doorbell again.
+                    retry.extend(armed.iter().cloned());
+                }
+                Err(e) => {
+                    // Nobody can be rung meanwhile; waiters poll. Statements fail (their
+                    // callers retry); doorbells are taken again once connected.
+                    tracing::debug!(error = %e, "doorbell connection failed");
+                    for c in queue.drain(..) {
+                        match c {
+                            Command::Arm(n) => {
+                                armed.insert(n);
+                            }
+                            Command::Exec { reply, .. } => {
+                                let _ = reply.send(Err(mysql_async::Error::Io(
+                                    mysql_async::IoError::Io(std::io::Error::other(format!(
+                                        "no doorbell connection: {e}"
+                                    ))),
+                                )));
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    check = !armed.is_empty();
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        // Arms up to the next statement, as one batch (with pending retries).
+        let mut ops: Vec<String> = retry.drain().filter(|n| armed.contains(n)).collect();
+        while let Some(Command::Arm(n)) = queue.front() {
+            armed.insert(n.clone());
+            ops.push(n.clone());
+            queue.pop_front();
+        }
+        let mut failed = false;
+        if !ops.is_empty() || queue.is_empty() {
+            let check_only = ["1".to_owned()];
+            let chunks: Vec<&[String]> = if ops.is_empty() {
+                vec![&check_only[..]] // just check the session
+            } else {
+                ops.chunks(BATCH).collect()
+            };
+            for chunk in chunks {
+                let exprs: Vec<String> = chunk
+                    .iter()
+                    .map(|n| {
+                        if ops.is_empty() {
+                            n.clone()
+                        } else {
+                            arm_expr(n)
+                        }
+                    })
+                    .collect();
+                let sql = format!("SELECT {}", exprs.join(", "));
+                match c.query_first::<Row, _>(&sql).await {
+                    Ok(row) => {
+                        for (i, n) in chunk.iter().enumerate() {
+                            if !ops.is_empty() && !took(row.as_ref(), i) && armed.contains(n) {
+                                retry.insert(n.clone());
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "doorbell statement failed; reconnecting");
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !failed {
+            if let Some(Command::Exec {
+                doorbell,
+                sql,
+                ring,
+                reply,
+            }) = queue.front()
+            {
+                let full = match ring {
+                    Ring::ArmIfAcquired => format!(
+                        "{sql}; SELECT IF(ROW_COUNT() > 0 AND LAST_INSERT_ID() > 0 \
+                         AND LAST_INSERT_ID() < {BUSY}, {}, NULL)",
+                        arm_expr(doorbell)
+                    ),
+                    Ring::Disarm => format!("{sql}; DO RELEASE_LOCK('{doorbell}')"),
+                };
+                let (doorbell, ring) = (doorbell.clone(), *ring);
+                let _ = reply;
+                let out = run_statements(c, &full).await;
+                let Some(Command::Exec { reply, .. }) = queue.pop_front() else {
+                    unreachable!("the front command is a statement")
+                };
+                match &out {
+                    Ok(e) => match ring {
+                        Ring::ArmIfAcquired if acquired(e) => {
+                            armed.insert(doorbell.clone());
+                            if !took(e.rows.last(), 0) {
+                                retry.insert(doorbell);
+                            }
+                        }
+                        Ring::ArmIfAcquired => {}
+                        Ring::Disarm => {
+                            armed.remove(&doorbell);
+                        }
+                    },
+                    Err(_) => {
+                        if ring == Ring::Disarm {
+                            armed.remove(&doorbell);
+                        }
+                        failed = true;
+                    }
+                }
+                let _ = reply.send(out.map(|mut e| {
+                    if ring == Ring::ArmIfAcquired {
+                        e.rows.clear(); // the doorbell's own result
+                    }
+                    e
+                }));
+            }
+        }
+        if failed {
+            id.store(0, Ordering::Release);
+            if let Some(c) = conn.take() {
+                drop(c);
+            }
+            check = true;
+        }
+    }
+    if let Some(c) = conn {
+        let _ = c.disconnect().await;
+    }
+}
+
+/// Whether column `i` of a doorbell statement's row says the doorbell was taken.
+fn took(row: Option<&Row>, i: usize) -> bool {
+    row.and_then(|r| r.get_opt::<Option<i64>, usize>(i))
+        .and_then(|v| v.ok())
+        .flatten()
+        == Some(1)
+}
+
+/// Runs one or more statements; see [`Executed`].
+async fn run_statements(
+    c: &mut Conn,
+    sql: &str,
+) -> std::result::Result<Executed, mysql_async::Error> {
+    let mut result = c.query_iter(sql).await?;
+    let affected = result.affected_rows();
+    let last_insert_id = result.last_insert_id();
+    let mut rows = Vec::new();
+    loop {
+        let set: Vec<Row> = result.collect().await?;
+        if !set.is_empty() {
+            rows = set;
+        }
+        if result.is_empty() {
+            break;
+        }
+    }
+    Ok(Executed {
+        affected,
+        last_insert_id,
+        rows,
+    })
+}
+
+/// Takes a doorbell unless this session already holds it (`GET_LOCK` nests: a second one would
+/// need a second `RELEASE_LOCK`); never waits.
+fn arm_expr(n: &str) -> String {
+    format!("IF(IS_USED_LOCK('{n}') <=> CONNECTION_ID(), 1, GET_LOCK('{n}', 0))")
+}
+
+/// One waiter connection on one doorbell. `sql` is the dialect's `doorbell_wait` statement:
+/// it returns at once when the lock is free, else waits for the doorbell to be given back.
+async fn listener(
+    bells: Weak<Doorbells>,
+    doorbell: String,
+    channel: String,
+    sql: String,
+    signals: Weak<ReleaseSignals>,
+) {
+    let mut conn: Option<Conn> = None;
+    let mut backoff = Duration::ZERO;
+    // When the last ring came, and the lock's version right after it.
+    let mut last_ring: Option<(Instant, Option<i64>)> = None;
+    // The lock's version when this listener last woke the waiters for a free lock.
+    let mut last_fire: Option<Option<i64>> = None;
+    loop {
+        let (Some(b), Some(s)) = (bells.upgrade(), signals.upgrade()) else {
+            break;
+        };
+        if !b.keep_listening(&doorbell, &channel, &s) {
+            break;
+        }
+        if conn.is_none() {
+            match Conn::new(b.opts.clone()).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::debug!(error = %e, "doorbell listener cannot connect; polling");
+                    b.listening
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&doorbell);
+                    return;
+                }
+            }
+        }
+        drop(s);
+        let Some(c) = conn.as_mut() else { break };
+        let started = Instant::now();
+        let row: Option<Row> = match c.query_first(&sql).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "doorbell wait failed; reconnecting");
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let v = |i| {
+            row.as_ref()
+                .and_then(|r| r.get_opt::<Option<u64>, usize>(i))
+                .and_then(|x| x.ok())
+                .flatten()
+                .unwrap_or(0)
+        };
+        let (held_by, free, rang) = (v(0), v(1) == 1, v(2) == 1);
+        let version = row
+            .as_ref()
+            .and_then(|r| r.get_opt::<Option<i64>, usize>(3))
+            .and_then(|x| x.ok())
+            .flatten();
+        let own = b.is_ours(held_by);
+        drop(b);
+        let waited = started.elapsed() >= Duration::from_millis(2);
+        let fire = || {
+            if let Some(s) = signals.upgrade() {
+                s.fire(&channel);
+            }
+        };
+        if rang && own {
+            // Our own holder gave the doorbell back: its release woke this process already.
+            last_ring = Some((Instant::now(), version));
+            backoff = Duration::ZERO;
+        } else if rang && (waited || held_by != 0) {
+            // A holder gave the doorbell back after its release committed.
+            fire();
+            last_ring = Some((Instant::now(), version));
+            backoff = Duration::ZERO;
+        } else if free {
+            // Free without a ring: the holder's lease ran out, or it does not ring (Spring's
+            // registry), or a ring just woke the waiters, one of which is taking the lock
+            // (until it commits, the row still reads free, at the version of the ring). Look,
+            // unless it is that last case, and wait a little, so that a lock nobody takes
+            // costs no busy loop.
+            let settling =
+                last_ring.is_some_and(|(t, v)| v == version && t.elapsed() < RING_SETTLE);
+            if settling {
+                tokio::time::sleep(MIN_BACKOFF).await;
+                continue;
+            }
+            fire();
+            // Still the version of the last wake-up: nobody took the lock since, so back off;
+            // a new version means the lock is changing hands, and its next holder rings soon.
+            backoff = if last_fire == Some(version) {
+                next_backoff(backoff)
+            } else {
+                MIN_BACKOFF
+            };
+            last_fire = Some(version);
+            tokio::time::sleep(backoff).await;
+        } else if rang {
+            // Held but the doorbell was not: its holder has not taken it yet (or does not ring).
+            backoff = next_backoff(backoff);
+            tokio::time::sleep(backoff).await;
+        }
+        // Otherwise the wait timed out: nothing happened.
+    }
+    if let Some(c) = conn {
+        let _ = c.disconnect().await;
+    }
+}
+
+fn next_backoff(d: Duration) -> Duration {
+    (d * 2).clamp(MIN_BACKOFF, MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doorbell_names_fit_mysql_and_differ() {
+        let a = doorbell_name("distlock_locks", "lock", "k");
+        assert!(a.len() <= 64, "{a}");
+        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        assert_ne!(a, doorbell_name("distlock_locks", "lock", "k2"));
+        assert_ne!(a, doorbell_name("distlock_locks", "lockk", ""));
+        assert_ne!(a, doorbell_name("other", "lock", "k"));
+    }
+}
