@@ -203,7 +203,8 @@ struct Slot {
     sub: Mutex<Weak<()>>,
     /// The predecessor watch, while subscribed.
     watch: Mutex<Option<WatchHandle>>,
-    entry: tokio::sync::Mutex<Entry>,
+    /// Shared so that an attempt can take it before its task starts (see `attempt`).
+    entry: Arc<tokio::sync::Mutex<Entry>>,
 }
 
 impl Slot {
@@ -212,10 +213,10 @@ impl Slot {
             signal: Arc::new(ReleaseSignal::default()),
             sub: Mutex::new(Weak::new()),
             watch: Mutex::new(None),
-            entry: tokio::sync::Mutex::new(Entry {
+            entry: Arc::new(tokio::sync::Mutex::new(Entry {
                 touched: Some(Instant::now()),
                 ..Entry::default()
-            }),
+            })),
         }
     }
 
@@ -510,9 +511,12 @@ impl EtcdBackend {
         let shared = self.shared.clone();
         let name = name.clone();
         // In a task of its own: if the caller gives up mid-request, the outcome is still
-        // recorded, and a release that follows finds it (it waits for the entry lock).
+        // recorded, and a release that follows finds it (it waits for the entry lock). The lock
+        // is taken before the task starts: a release issued by a caller that gave up right
+        // after this returned must not run first and let the attempt create a key nobody
+        // gives back.
+        let mut e = slot.entry.clone().lock_owned().await;
         spawn_op(async move {
-            let mut e = slot.entry.lock().await;
             let res = shared
                 .attempt_locked(&slot, &mut e, name, token, lease, queued)
                 .await;
