@@ -591,6 +591,8 @@ impl My {
     /// free, so nobody waited, or after `wait_s` seconds), and the lock's version at the end
     /// (native layout: the fence; Spring: the creation time; NULL without a row), which tells
     /// a later look whether somebody took the lock meanwhile.
+    /// `OWN_RINGERS` in the statement is replaced by the connection ids of the caller's own
+    /// doorbell connections (a doorbell held by one of them is not waited for).
     pub(crate) fn doorbell_wait(&self, l: &MyLock<'_>, doorbell: &str, wait_s: f64) -> String {
         let t = &self.table;
         let w = self.where_lock(l);
@@ -607,7 +609,7 @@ impl My {
         };
         format!(
             "SELECT IFNULL(IS_USED_LOCK('{doorbell}'), 0), {free},
-                    IF({free}, 0,
+                    IF({free} OR IFNULL(IS_USED_LOCK('{doorbell}'), 0) IN (OWN_RINGERS), 0,
                        IF(GET_LOCK('{doorbell}', {wait_s}) = 1, RELEASE_LOCK('{doorbell}'), 0)),
                     (SELECT {version} FROM {t} WHERE {w})"
         )

@@ -8,12 +8,16 @@
 //!   with the doorbell in the same round trip; otherwise the acquisition runs on the pool and
 //!   the doorbell is taken afterwards, only if a waiter marked the row wanted. Uncontended
 //!   locks cost no doorbell statement at all.
-//! - A **waiter's** backend runs the dialect's `doorbell_wait` statement on a dedicated
-//!   connection per waited-for lock: it returns at once when the lock is free, and otherwise
-//!   waits in `GET_LOCK(name, 1 s)`, which the server completes the moment the holder gives the
-//!   doorbell back (or its connection dies), and gives the doorbell back in the same
-//!   statement. The waiter is woken within a round trip of the release instead of at its next
-//!   poll.
+//! - A **waiter's** backend has one listener connection per waited-for lock. The listeners of
+//!   all processes first queue for the lock's *turnstile* (`GET_LOCK` on a second name), which
+//!   the server grants in arrival order; only the listener holding it runs the dialect's
+//!   `doorbell_wait` statement, which returns at once when the lock is free, and otherwise waits
+//!   in `GET_LOCK(doorbell)` until the holder gives the doorbell back (or its connection dies),
+//!   giving it back in the same statement. A release therefore wakes one process, the next in
+//!   line, within a round trip, rather than every waiter at once (each of which would cost a
+//!   statement and an attempt). The turnstile is given back as soon as its process took the
+//!   lock or stopped waiting; a process that waits again queues behind the others, which makes
+//!   the handoff between processes first come, first served.
 //!
 //! The doorbell only says *when to look*; the lease table alone decides who holds the lock. A
 //! doorbell that is missing (the holder did not know it was wanted, its holder is another
@@ -26,19 +30,21 @@
 //! pooled ones, so nothing leaks to the next borrower of a pooled connection.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::backend::ReleaseSignals;
 
 /// How long one waiter's `GET_LOCK` waits (seconds) before it checks whether anybody still
-/// listens.
-pub(crate) const LISTEN_WAIT_S: f64 = 1.0;
+/// listens (a turnstile held by a listener whose waiter gave up waits that long at most).
+pub(crate) const LISTEN_WAIT_S: f64 = 0.5;
+/// How long an idle listener keeps its connection for the next wait.
+const IDLE_KEEP: Duration = Duration::from_secs(2);
 /// When to try again to take a doorbell that a waiter was just giving back.
 const ARM_RETRY: Duration = Duration::from_millis(1);
 /// Most waiter connections per backend; more waited-for locks fall back to polling.
@@ -108,6 +114,16 @@ enum Command {
     },
 }
 
+/// What a backend tells the listener of a doorbell.
+#[derive(Default)]
+struct Listening {
+    /// Somebody waits (again), or `acquired` was set.
+    wake: Notify,
+    /// This backend took the lock: the listener gives the turnstile back at once, so the next
+    /// process in line watches the doorbell (and this one queues again behind it).
+    acquired: AtomicBool,
+}
+
 /// One holder's connection: its command queue and its connection id (0 while disconnected).
 struct Ringer {
     commands: mpsc::UnboundedSender<Command>,
@@ -120,8 +136,9 @@ pub(crate) struct Doorbells {
     /// The holder's connections; a lock always uses the same one (by its doorbell's name), so
     /// that its doorbell is taken and given back on one session, in order.
     ringers: Vec<Ringer>,
-    /// Doorbells with a waiter connection on them.
-    listening: Mutex<HashSet<String>>,
+    /// Doorbells with a waiter connection on them, and how to tell an idle one that somebody
+    /// waits again.
+    listening: Mutex<HashMap<String, Arc<Listening>>>,
     /// Doorbells taken (or being taken) for this backend's holds.
     armed: Mutex<HashSet<String>>,
     /// When this backend last saw each lock contended (busy, or waited for).
@@ -142,7 +159,7 @@ impl Doorbells {
         Arc::new(Doorbells {
             opts,
             ringers,
-            listening: Mutex::new(HashSet::new()),
+            listening: Mutex::new(HashMap::new()),
             armed: Mutex::new(HashSet::new()),
             contended: Mutex::new(HashMap::new()),
         })
@@ -247,29 +264,54 @@ impl Doorbells {
         signals: &Arc<ReleaseSignals>,
     ) {
         let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
-        if listening.contains(&doorbell) || listening.len() >= MAX_LISTENERS {
+        if let Some(l) = listening.get(&doorbell) {
+            l.wake.notify_one();
             return;
         }
-        listening.insert(doorbell.clone());
+        if listening.len() >= MAX_LISTENERS {
+            return;
+        }
+        let wake = Arc::new(Listening::default());
+        listening.insert(doorbell.clone(), wake.clone());
         tokio::spawn(listener(
             Arc::downgrade(self),
             doorbell,
             channel,
             sql,
             Arc::downgrade(signals),
+            wake,
         ));
     }
 
-    /// Ends a listener when nobody waits any more; decided under the same mutex as
+    /// Ends an idle listener unless somebody waits again; decided under the same mutex as
     /// [`listen`](Self::listen) starts one, so a new waiter never finds a listener that is
     /// about to stop.
-    fn keep_listening(&self, doorbell: &str, channel: &str, signals: &ReleaseSignals) -> bool {
+    fn stop_listening(&self, doorbell: &str, channel: &str, signals: &ReleaseSignals) -> bool {
         let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
         if signals.has_subscribers(channel) {
-            return true;
+            return false;
         }
         listening.remove(doorbell);
-        false
+        true
+    }
+
+    /// This backend took the lock of `doorbell` (see [`Listening::acquired`]).
+    pub(crate) fn acquired(&self, doorbell: &str) {
+        let listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = listening.get(doorbell) {
+            l.acquired.store(true, Ordering::Release);
+            l.wake.notify_one();
+        }
+    }
+
+    /// The ids of this backend's doorbell connections, as an SQL list.
+    fn own_ringers(&self) -> String {
+        let ids: Vec<String> = self
+            .ringers
+            .iter()
+            .map(|r| r.id.load(Ordering::Acquire).to_string())
+            .collect();
+        ids.join(", ")
     }
 }
 
@@ -500,14 +542,24 @@ fn arm_expr(n: &str) -> String {
 
 /// One waiter connection on one doorbell. `sql` is the dialect's `doorbell_wait` statement:
 /// it returns at once when the lock is free, else waits for the doorbell to be given back.
+///
+/// The waiters of all processes queue for the lock's *turnstile*, another named lock: only the
+/// listener that holds it watches the doorbell and wakes its process, so a release wakes one
+/// process (in the order they came, as the server grants named locks) instead of all of them,
+/// each of which would take a statement and a round of attempts. The turnstile is given back
+/// as soon as nobody in this process waits any more (its waiter took the lock, or gave up).
+/// An idle listener keeps its connection for [`IDLE_KEEP`], for the next wait.
 async fn listener(
     bells: Weak<Doorbells>,
     doorbell: String,
     channel: String,
     sql: String,
     signals: Weak<ReleaseSignals>,
+    wake: Arc<Listening>,
 ) {
+    let turnstile = format!("distlockq{}", &doorbell["distlock".len()..]);
     let mut conn: Option<Conn> = None;
+    let mut have_turnstile = false;
     let mut backoff = Duration::ZERO;
     // When the last ring came, and the lock's version right after it.
     let mut last_ring: Option<(Instant, Option<i64>)> = None;
@@ -517,10 +569,39 @@ async fn listener(
         let (Some(b), Some(s)) = (bells.upgrade(), signals.upgrade()) else {
             break;
         };
-        if !b.keep_listening(&doorbell, &channel, &s) {
-            break;
+        let acquired = wake.acquired.swap(false, Ordering::AcqRel);
+        if acquired || !s.has_subscribers(&channel) {
+            if have_turnstile {
+                if let Some(c) = conn.as_mut() {
+                    if c.query_drop(format!("DO RELEASE_LOCK('{turnstile}')"))
+                        .await
+                        .is_err()
+                    {
+                        conn = None;
+                    }
+                }
+                have_turnstile = false;
+            }
+            if s.has_subscribers(&channel) {
+                continue; // another waiter of this process: queue again
+            }
+            drop((b, s));
+            if tokio::time::timeout(IDLE_KEEP, wake.wake.notified())
+                .await
+                .is_ok()
+            {
+                continue;
+            }
+            let (Some(b), Some(s)) = (bells.upgrade(), signals.upgrade()) else {
+                break;
+            };
+            if b.stop_listening(&doorbell, &channel, &s) {
+                break;
+            }
+            continue;
         }
         if conn.is_none() {
+            have_turnstile = false;
             match Conn::new(b.opts.clone()).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
@@ -535,8 +616,25 @@ async fn listener(
         }
         drop(s);
         let Some(c) = conn.as_mut() else { break };
+        if !have_turnstile {
+            let wait = LISTEN_WAIT_S;
+            match c
+                .query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{turnstile}', {wait})"))
+                .await
+            {
+                Ok(Some(Some(1))) => have_turnstile = true,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "turnstile wait failed; reconnecting");
+                    conn = None;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            continue;
+        }
         let started = Instant::now();
-        let row: Option<Row> = match c.query_first(&sql).await {
+        let statement = sql.replace("OWN_RINGERS", &b.own_ringers());
+        let row: Option<Row> = match c.query_first(&statement).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(error = %e, "doorbell wait failed; reconnecting");
@@ -584,7 +682,7 @@ async fn listener(
             let settling =
                 last_ring.is_some_and(|(t, v)| v == version && t.elapsed() < RING_SETTLE);
             if settling {
-                tokio::time::sleep(MIN_BACKOFF).await;
+                pause(&wake, MIN_BACKOFF).await;
                 continue;
             }
             fire();
@@ -596,17 +694,23 @@ async fn listener(
                 MIN_BACKOFF
             };
             last_fire = Some(version);
-            tokio::time::sleep(backoff).await;
-        } else if rang {
-            // Held but the doorbell was not: its holder has not taken it yet (or does not ring).
+            pause(&wake, backoff).await;
+        } else if rang || own {
+            // Held but the doorbell was not: its holder has not taken it yet (or does not
+            // ring); or held by this process, whose release wakes its waiters directly.
             backoff = next_backoff(backoff);
-            tokio::time::sleep(backoff).await;
+            pause(&wake, backoff).await;
         }
         // Otherwise the wait timed out: nothing happened.
     }
     if let Some(c) = conn {
         let _ = c.disconnect().await;
     }
+}
+
+/// Sleeps for `d`, or less if the backend has news for the listener.
+async fn pause(l: &Listening, d: Duration) {
+    let _ = tokio::time::timeout(d, l.wake.notified()).await;
 }
 
 fn next_backoff(d: Duration) -> Duration {

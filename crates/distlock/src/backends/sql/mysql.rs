@@ -615,6 +615,7 @@ impl MySqlBackend {
             // comes later finds it silent and looks at the row now and then instead. Armed
             // before the undo value exists, so that its release (if the caller went away)
             // gives the doorbell back after this takes it.
+            inner.doorbells.acquired(&doorbell);
             if wanted {
                 inner.doorbells.note_contended(&doorbell);
                 if !armed {
