@@ -209,6 +209,41 @@ async fn mariadb_doorbell_survives_killed_connections() {
     mariadb_doorbell_wakes(true).await;
 }
 
+/// Waiters in three processes (three backends) get the lock in the order they came: the
+/// turnstile wakes one process per release, the next in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_waiting_processes_are_served_in_arrival_order() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let holder = registry(my(db.url()).await, opts(5000));
+    let guard = holder.obtain("line").unwrap().lock().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        // No polling: only the doorbell and the turnstile can hand the lock on.
+        let reg = registry(
+            my(db.url()).await,
+            opts(5000).max_poll_interval(Duration::from_secs(10)),
+        );
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = reg.obtain("line").unwrap().lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            g.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    guard.release().await.unwrap();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .expect("a waiter was never served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+}
+
 /// Deleting the row underneath the holder: the holder learns it is lost, and the next holder's
 /// fence is still larger (it follows the server's clock).
 async fn deleted_row(url: &str, backend: fn(&str) -> BoxBackend, delete: impl Fn()) {

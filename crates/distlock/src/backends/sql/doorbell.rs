@@ -43,6 +43,10 @@ use crate::backend::ReleaseSignals;
 /// How long one waiter's `GET_LOCK` waits (seconds) before it checks whether anybody still
 /// listens (a turnstile held by a listener whose waiter gave up waits that long at most).
 pub(crate) const LISTEN_WAIT_S: f64 = 0.5;
+/// How long a listener stays in line for the turnstile. Giving up and queueing again would
+/// lose its place, so this is long: a listener whose waiters went away meanwhile passes the
+/// turnstile on as soon as it gets it.
+const TURNSTILE_WAIT_S: f64 = 30.0;
 /// How long an idle listener keeps its connection for the next wait.
 const IDLE_KEEP: Duration = Duration::from_secs(2);
 /// When to try again to take a doorbell that a waiter was just giving back.
@@ -617,7 +621,7 @@ async fn listener(
         drop(s);
         let Some(c) = conn.as_mut() else { break };
         if !have_turnstile {
-            let wait = LISTEN_WAIT_S;
+            let wait = TURNSTILE_WAIT_S;
             match c
                 .query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{turnstile}', {wait})"))
                 .await
