@@ -627,7 +627,13 @@ mod zookeeper {
         let contender = tokio::spawn({
             let b_guard = Arc::downgrade(&g);
             async move {
-                let mine = c.obtain("e").unwrap().lock().await.unwrap();
+                // Within a deadline, so that errors while there is no leader are retried.
+                let mine = c
+                    .obtain("e")
+                    .unwrap()
+                    .try_lock_for(Duration::from_secs(60))
+                    .await
+                    .unwrap();
                 // b must know it lost the lock (or have released it) before anybody else has it.
                 if let Some(g) = b_guard.upgrade() {
                     assert!(!g.is_held(), "two holders at once");

@@ -250,8 +250,23 @@ fn zk_err(e: zookeeper_client::Error) -> Error {
         | Z::ClientClosed
         | Z::Throttled
         | Z::NotReadOnly => Error::unavailable(KIND, e.to_string()),
+        // The client reports a failed socket (broken pipe, reset while the ensemble elects a
+        // leader) as a custom error around the I/O error: transient, like a connection loss.
+        Z::Custom(ref c) if is_io_error(c) => Error::unavailable(KIND, e.to_string()),
         other => Error::backend(KIND, other.to_string()),
     }
+}
+
+/// Whether `e` or one of its sources is an I/O error.
+fn is_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.downcast_ref::<std::io::Error>().is_some() || err.to_string().contains("os error") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn timed_out(what: &str, after: Duration) -> Error {
