@@ -346,8 +346,9 @@ pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
                 .lease(Duration::from_millis(200)),
         )
         .await;
-    let g = a.obtain("k").unwrap().lock().await.unwrap();
+    // The lease counts from when the request was sent, so measure from before it.
     let started = Instant::now();
+    let g = a.obtain("k").unwrap().lock().await.unwrap();
     within(Duration::from_secs(2), "lost signal", g.lost()).await;
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert!(matches!(g.ensure_held(), Err(Error::LockLost { .. })));

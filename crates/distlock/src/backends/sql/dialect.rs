@@ -292,6 +292,48 @@ impl MyLock<'_> {
     }
 }
 
+/// A statement with `?` placeholders, and the name of the value each one takes, in order
+/// (`region`, `key`, `tok`, `lease`, `want`, `half`). Prepared once per connection, so the
+/// server parses the long lease-table statements once instead of on every call.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    pub(crate) sql: String,
+    pub(crate) names: Vec<&'static str>,
+}
+
+impl Prepared {
+    const NAMES: [&'static str; 6] = ["region", "key", "tok", "lease", "want", "half"];
+
+    /// Turns `:name` markers into `?` and records the names.
+    fn new(template: &str) -> Prepared {
+        let mut sql = String::with_capacity(template.len());
+        let mut names = Vec::new();
+        let mut rest = template;
+        while let Some(i) = rest.find(':') {
+            sql.push_str(&rest[..i]);
+            let after = &rest[i + 1..];
+            let name = Self::NAMES.into_iter().find(|n| {
+                after.starts_with(n)
+                    && !after[n.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            });
+            match name {
+                Some(n) => {
+                    sql.push('?');
+                    names.push(n);
+                    rest = &after[n.len()..];
+                }
+                None => {
+                    sql.push(':');
+                    rest = after;
+                }
+            }
+        }
+        sql.push_str(rest);
+        Prepared { sql, names }
+    }
+}
+
 /// What a single-statement acquisition of [`My::acquire_existing`] reported through
 /// `LAST_INSERT_ID(expr)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,27 +446,54 @@ impl My {
         if self.spring {
             return None;
         }
-        let t = &self.table;
-        let tok = l.checked_token();
+        let tok = format!("'{}'", l.checked_token());
         let w = self.where_lock(l);
+        Some(self.acquire_existing_with(
+            &tok,
+            &w,
+            &lease_ms.to_string(),
+            &want_ms.to_string(),
+            &(want_ms / 2).to_string(),
+        ))
+    }
+
+    /// [`acquire_existing`](Self::acquire_existing) as a prepared statement (native layout).
+    pub(crate) fn acquire_existing_prepared(&self) -> Prepared {
+        Prepared::new(&self.acquire_existing_with(
+            ":tok",
+            "region = :region AND lock_key = :key",
+            ":lease",
+            ":want",
+            ":half",
+        ))
+    }
+
+    fn acquire_existing_with(
+        &self,
+        tok: &str,
+        w: &str,
+        lease_ms: &str,
+        want_ms: &str,
+        half: &str,
+    ) -> String {
+        let t = &self.table;
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
         // Same order of assignments as in `acquire`, for the same reason.
-        let free = format!("(token IS NULL OR token = '{tok}' OR expires_ms <= {floor})");
+        let free = format!("(token IS NULL OR token = {tok} OR expires_ms <= {floor})");
         let fence = format!("GREATEST(fence + 1, {MY_US})");
-        Some(format!(
+        format!(
             "UPDATE {t} SET
                  fence = IF({free}, {fence}, fence),
                  wanted_ms = IF({free} OR wanted_ms >= {ceil} + {half}, wanted_ms,
                                 {ceil} + {want_ms}),
                  created_ms = IF({free}, {ceil}, created_ms),
-                 token = IF({free}, '{tok}', token),
+                 token = IF({free}, {tok}, token),
                  expires_ms = IF({free}, {ceil} + {lease_ms}, expires_ms)
              WHERE {w} AND LAST_INSERT_ID(IF({free},
                  {fence} * 2 + IFNULL(wanted_ms > {floor}, 0),
                  {BUSY} + GREATEST(expires_ms - {ceil}, 0))) > 0",
-            half = want_ms / 2,
             BUSY = MyOutcome::BUSY,
-        ))
+        )
     }
 
     /// Two statements; the second returns one row (ours: 0/1, fence, remaining ms) or none.
@@ -488,10 +557,23 @@ impl My {
                  SELECT ROW_COUNT(), 0"
             );
         }
+        Self::release_with(t, &w, &format!("'{tok}'"))
+    }
+
+    /// [`release`](Self::release) as a prepared statement (native layout).
+    pub(crate) fn release_prepared(&self) -> Prepared {
+        Prepared::new(&Self::release_with(
+            &self.table,
+            "region = :region AND lock_key = :key",
+            ":tok",
+        ))
+    }
+
+    fn release_with(t: &str, w: &str, tok: &str) -> String {
         let floor = my_ms_floor();
         format!(
             "UPDATE {t} SET token = NULL
-             WHERE {w} AND token = '{tok}' AND expires_ms > {floor}
+             WHERE {w} AND token = {tok} AND expires_ms > {floor}
                AND LAST_INSERT_ID(1 + IFNULL(wanted_ms > {floor}, 0)) > 0"
         )
     }
@@ -735,6 +817,19 @@ mod tests {
             2000,
         );
         assert!(!sql.contains("DROP"), "{sql}");
+    }
+
+    #[test]
+    fn prepared_statements_take_their_values_in_order() {
+        let my = My::new(None, "t", false);
+        let p = my.release_prepared();
+        assert_eq!(p.names, ["region", "key", "tok"]);
+        assert_eq!(p.sql.matches('?').count(), 3);
+        // Time literals keep their colons.
+        assert!(p.sql.contains("'1970-01-01 00:00:00'"), "{}", p.sql);
+        let a = my.acquire_existing_prepared();
+        assert_eq!(a.sql.matches('?').count(), a.names.len());
+        assert!(a.names.contains(&"lease") && a.names.contains(&"half"));
     }
 
     #[test]

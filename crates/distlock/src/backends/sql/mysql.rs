@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, SslOpts};
+use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, SslOpts, Value};
 
-use super::dialect::{My, MyLock, MyOutcome};
+use super::dialect::{My, MyLock, MyOutcome, Prepared};
 use super::doorbell::{doorbell_name, Doorbells, Executed, Ring, LISTEN_WAIT_S};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
@@ -60,6 +60,9 @@ struct Inner {
     doorbells: Arc<Doorbells>,
     /// `database.table`, which names the doorbells (see [`Inner::doorbell`]).
     qualified_table: String,
+    /// The common acquisition and the release, prepared (native layout).
+    acquire_prepared: Prepared,
+    release_prepared: Prepared,
 }
 
 impl Drop for Inner {
@@ -230,6 +233,10 @@ impl MySqlBackend {
                 user,
                 password,
                 sql: My::new(options.schema.as_deref(), &options.table, options.spring),
+                acquire_prepared: My::new(options.schema.as_deref(), &options.table, false)
+                    .acquire_existing_prepared(),
+                release_prepared: My::new(options.schema.as_deref(), &options.table, false)
+                    .release_prepared(),
                 options,
                 ready: tokio::sync::Mutex::new(false),
                 ready_fast: AtomicBool::new(false),
@@ -284,6 +291,36 @@ async fn spawn<T: Send + 'static>(
             "the database task was cancelled (runtime shutting down)",
         )),
     }
+}
+
+/// Reads a whole result: see [`Outcome`].
+async fn outcome<P: mysql_async::prelude::Protocol>(
+    mut result: mysql_async::QueryResult<'_, '_, P>,
+) -> std::result::Result<Outcome, mysql_async::Error> {
+    let affected = result.affected_rows();
+    let last_insert_id = result.last_insert_id();
+    let mut rows = Vec::new();
+    loop {
+        let set: Vec<Row> = result.collect().await?;
+        if !set.is_empty() {
+            rows = set;
+        }
+        if result.is_empty() {
+            break;
+        }
+    }
+    Ok(Outcome {
+        affected,
+        last_insert_id,
+        rows,
+    })
+}
+
+/// A statement to run: text (one or more statements), or prepared with its values.
+#[derive(Clone, Copy)]
+enum Sql<'a> {
+    Text(&'a str),
+    Prepared(&'a Prepared, &'a [Value]),
 }
 
 /// What a multi-statement query returned: the affected rows of the first statement and the
@@ -388,33 +425,51 @@ impl Inner {
     async fn run_once(
         &self,
         conn: &mut Conn,
-        sql: &str,
+        sql: Sql<'_>,
     ) -> std::result::Result<Outcome, mysql_async::Error> {
         self.ensure_table(conn).await?;
-        let mut result = conn.query_iter(sql).await?;
-        let affected = result.affected_rows();
-        let last_insert_id = result.last_insert_id();
-        let mut rows = Vec::new();
-        loop {
-            let set: Vec<Row> = result.collect().await?;
-            if !set.is_empty() {
-                rows = set;
-            }
-            if result.is_empty() {
-                break;
+        match sql {
+            Sql::Text(text) => outcome(conn.query_iter(text).await?).await,
+            Sql::Prepared(p, values) => {
+                outcome(conn.exec_iter(p.sql.as_str(), values.to_vec()).await?).await
             }
         }
-        Ok(Outcome {
-            affected,
-            last_insert_id,
-            rows,
-        })
     }
 
     /// Runs `sql` (one or more statements, autocommit), retrying transient failures at once
     /// on another connection: always when the server rolled it back or no connection could be
     /// had, and after a broken connection only when `idempotent`.
     async fn run(&self, op: &'static str, sql: &str, idempotent: bool) -> Result<Outcome> {
+        self.run_sql(op, Sql::Text(sql), idempotent).await
+    }
+
+    /// [`run`](Self::run) for a prepared statement (see [`Prepared`]) and its values.
+    async fn run_prepared(
+        &self,
+        op: &'static str,
+        p: &Prepared,
+        lock: &MyLock<'_>,
+        lease_ms: i64,
+        idempotent: bool,
+    ) -> Result<Outcome> {
+        let values: Vec<Value> = p
+            .names
+            .iter()
+            .map(|n| match *n {
+                "region" => Value::Bytes(lock.region.as_bytes().to_vec()),
+                "key" => Value::Bytes(lock.key.as_bytes().to_vec()),
+                "tok" => Value::Bytes(lock.token.as_bytes().to_vec()),
+                "lease" => Value::Int(lease_ms),
+                "want" => Value::Int(WANT_WINDOW_MS),
+                "half" => Value::Int(WANT_WINDOW_MS / 2),
+                other => unreachable!("no value for `{other}`"),
+            })
+            .collect();
+        self.run_sql(op, Sql::Prepared(p, &values), idempotent)
+            .await
+    }
+
+    async fn run_sql(&self, op: &'static str, sql: Sql<'_>, idempotent: bool) -> Result<Outcome> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -498,8 +553,16 @@ impl Inner {
                 .await
                 .map(Outcome::from)
                 .map_err(|e| self.error("release", &e))?
-        } else {
+        } else if self.options.spring {
             self.run("release", &sql, false).await?
+        } else {
+            let lock = MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            };
+            self.run_prepared("release", &self.release_prepared, &lock, 0, false)
+                .await?
         };
         let (was_held, contended) = if self.options.spring {
             let row = out.rows.first();
@@ -560,12 +623,16 @@ impl MySqlBackend {
                         }
                         Err(e) if !matches!(classify(&e), Class::Permanent) => {
                             tracing::debug!(error = %e, "doorbell connection failed; using the pool");
-                            inner.run("try_acquire", &sql, true).await?
+                            inner
+                                .run_prepared("try_acquire", &inner.acquire_prepared, &lock, lease_ms(lease), true)
+                                .await?
                         }
                         Err(e) => return Err(inner.error("try_acquire", &e)),
                     }
                 } else {
-                    inner.run("try_acquire", &sql, true).await?
+                    inner
+                        .run_prepared("try_acquire", &inner.acquire_prepared, &lock, lease_ms(lease), true)
+                        .await?
                 };
                 if out.affected > 0 {
                     outcome = out.last_insert_id.and_then(MyOutcome::decode);
