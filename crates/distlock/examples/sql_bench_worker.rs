@@ -15,42 +15,14 @@
 //! Needs the `postgres` and `mysql` features:
 //! `cargo build --release -p distlock --features postgres,mysql --example sql_bench_worker`.
 
-use std::io::{BufRead, Write};
-use std::time::Duration;
+use std::io::Write;
+
+#[path = "support/worker.rs"]
+mod worker;
+use worker::{measure_cycles, parse_params, OpTimer};
 
 use distlock::{LockRegistry, RegistryOptions};
 use mysql_async::prelude::Queryable;
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes into the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn cpu_s() -> f64 {
-    // SAFETY: getrusage only writes into the struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
-}
-
-/// The flat JSON object of `--params`: string and number values only.
-fn parse_params(json: &str) -> Vec<(String, String)> {
-    let body = json.trim().trim_start_matches('{').trim_end_matches('}');
-    let mut out = Vec::new();
-    for item in body.split(',') {
-        if let Some((k, v)) = item.split_once(':') {
-            let unq = |s: &str| s.trim().trim_matches('"').to_owned();
-            out.push((unq(k), unq(v)));
-        }
-    }
-    out
-}
 
 struct Args {
     backend: String,
@@ -133,43 +105,6 @@ fn url(a: &Args) -> String {
     }
 }
 
-fn read_counter(path: &str) -> u64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn write_counter(path: &str, v: u64) {
-    std::fs::write(path, v.to_string()).expect("counter file");
-}
-
-fn wait_for_start() -> u64 {
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).expect("stdin");
-    let mut parts = line.split_whitespace();
-    let start = match (parts.next(), parts.next()) {
-        (Some("start"), Some(ns)) => ns.parse().unwrap_or_else(|_| mono_ns()),
-        _ => mono_ns(),
-    };
-    while mono_ns() < start {
-        let rem = start.saturating_sub(mono_ns());
-        if rem > 2_000_000 {
-            std::thread::sleep(Duration::from_nanos(rem - 1_000_000));
-        }
-    }
-    mono_ns()
-}
-
-fn ready(client: &str) {
-    println!(
-        r#"{{"ev":"ready","ready_ns":{},"pid":{},"client":"{client}"}}"#,
-        mono_ns(),
-        std::process::id()
-    );
-    std::io::stdout().flush().unwrap();
-}
-
 enum Rtt {
     Pg(tokio_postgres::Client, tokio_postgres::Statement),
     My(mysql_async::Conn, &'static str),
@@ -209,27 +144,12 @@ async fn baseline(a: &Args) {
     for _ in 0..a.warmup * 10 {
         rtt.op().await;
     }
-    ready(client_name(a));
-    let start = wait_for_start();
-    let end = start + (a.duration * 1e9) as u64;
-    let cpu0 = cpu_s();
-    let mut lat = Vec::with_capacity(200_000);
-    let mut now = start;
-    while now < end {
+    let mut timer = OpTimer::start(client_name(a), a.duration);
+    while timer.running() {
         rtt.op().await;
-        let t = mono_ns();
-        lat.push(t - now);
-        now = t;
+        timer.tick();
     }
-    let cpu = cpu_s() - cpu0;
-    let lat: Vec<String> = lat.iter().map(u64::to_string).collect();
-    println!(
-        r#"{{"ev":"result","lat_ns":[{}],"ops":{},"start_ns":{start},"finished_ns":{now},"cpu_s":{cpu:.4},"errors":0,"first_error":null,"proc_id":{},"pid":{}}}"#,
-        lat.join(","),
-        lat.len(),
-        a.proc_id,
-        std::process::id()
-    );
+    timer.finish(a.proc_id);
 }
 
 fn client_name(a: &Args) -> &'static str {
@@ -249,55 +169,8 @@ async fn cycles(a: &Args) {
         warm.lock().await.unwrap().release().await.unwrap();
     }
     let lock = reg.obtain(&a.key).unwrap();
-    ready(client_name(a));
-    let start = wait_for_start();
-    let end = start + (a.duration * 1e9) as u64;
-    let cpu0 = cpu_s();
-    let s2 = a.mode == "S2";
-    let mut cycles: Vec<[u64; 4]> = Vec::with_capacity(100_000);
-    let (mut errors, mut first_error) = (0u64, None::<String>);
-    loop {
-        let t0 = mono_ns();
-        if t0 >= end {
-            break;
-        }
-        let guard = match lock.lock().await {
-            Ok(g) => g,
-            Err(e) => {
-                errors += 1;
-                first_error.get_or_insert_with(|| format!("acquire: {e}"));
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                continue;
-            }
-        };
-        let t1 = mono_ns();
-        if s2 {
-            write_counter(&a.counter_file, read_counter(&a.counter_file) + 1);
-        }
-        let t2 = mono_ns();
-        if let Err(e) = guard.release().await {
-            errors += 1;
-            first_error.get_or_insert_with(|| format!("release: {e}"));
-        }
-        let t3 = mono_ns();
-        cycles.push([t0, t1, t2, t3]);
-    }
-    let cpu = cpu_s() - cpu0;
-    let cycles: Vec<String> = cycles
-        .iter()
-        .map(|c| format!("[{},{},{},{}]", c[0], c[1], c[2], c[3]))
-        .collect();
-    let first_error = match first_error {
-        Some(e) => format!("\"{}\"", e.replace('\\', "\\\\").replace('"', "'")),
-        None => "null".into(),
-    };
-    println!(
-        r#"{{"ev":"result","cycles":[{}],"start_ns":{start},"end_ns":{end},"finished_ns":{},"cpu_s":{cpu:.4},"errors":{errors},"first_error":{first_error},"proc_id":{},"pid":{},"extra":{{}},"round_trips":2}}"#,
-        cycles.join(","),
-        mono_ns(),
-        a.proc_id,
-        std::process::id()
-    );
+    let counter = (a.mode == "S2").then_some(a.counter_file.as_str());
+    measure_cycles(&lock, client_name(a), a.duration, a.proc_id, counter, 2).await;
 }
 
 fn main() {

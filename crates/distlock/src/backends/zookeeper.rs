@@ -1095,7 +1095,21 @@ impl Inner {
             token,
             armed: true,
         };
-        let res = self.attempt_inner(&parent, token, lease, queued).await;
+        // A connection that breaks (its server died, the ensemble is electing a leader) is
+        // replaced by the client within the request timeout; an attempt is safe to repeat for
+        // the same token (it finds its own node), so it is repeated until then.
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout;
+        let mut pause = Duration::from_millis(20);
+        let mut res = self.attempt_inner(&parent, token, lease, queued).await;
+        while let Err(e) = &res {
+            if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
+                break;
+            }
+            tracing::debug!(error = %e, "attempt failed on a broken connection; retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            res = self.attempt_inner(&parent, token, lease, queued).await;
+        }
         if res.is_ok() {
             guard.armed = false;
         }

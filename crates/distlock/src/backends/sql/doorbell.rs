@@ -87,10 +87,9 @@ pub(crate) fn doorbell_name(table: &str, region: &str, key: &str) -> String {
     s
 }
 
-/// What a statement run on a holder's connection returned: the matched rows and the
-/// `LAST_INSERT_ID(expr)` value of its first statement, and the rows of its last result set
-/// that had any.
-pub(crate) struct Executed {
+/// What a MySQL query returned: the matched rows and the `LAST_INSERT_ID(expr)` value of its
+/// first statement, and the rows of its last result set that had any.
+pub(crate) struct Outcome {
     pub(crate) affected: u64,
     pub(crate) last_insert_id: Option<u64>,
     pub(crate) rows: Vec<Row>,
@@ -106,7 +105,7 @@ pub(crate) enum Ring {
     Disarm,
 }
 
-type Reply = oneshot::Sender<std::result::Result<Executed, mysql_async::Error>>;
+type Reply = oneshot::Sender<std::result::Result<Outcome, mysql_async::Error>>;
 
 enum Command {
     Arm(String),
@@ -230,7 +229,7 @@ impl Doorbells {
         doorbell: &str,
         sql: String,
         ring: Ring,
-    ) -> std::result::Result<Executed, mysql_async::Error> {
+    ) -> std::result::Result<Outcome, mysql_async::Error> {
         let (reply, answer) = oneshot::channel();
         {
             let mut armed = self.armed();
@@ -326,7 +325,7 @@ fn gone() -> mysql_async::Error {
 }
 
 /// Whether a single-statement acquisition took the lock (see `MyOutcome`).
-fn acquired(e: &Executed) -> bool {
+fn acquired(e: &Outcome) -> bool {
     e.affected > 0 && e.last_insert_id.is_some_and(|v| v > 0 && v < BUSY)
 }
 
@@ -460,7 +459,10 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
                 };
                 let (doorbell, ring) = (doorbell.clone(), *ring);
                 let _ = reply;
-                let out = run_statements(c, &full).await;
+                let out = match c.query_iter(full.as_str()).await {
+                    Ok(r) => outcome(r).await,
+                    Err(e) => Err(e),
+                };
                 let Some(Command::Exec { reply, .. }) = queue.pop_front() else {
                     unreachable!("the front command is a statement")
                 };
@@ -513,12 +515,10 @@ fn took(row: Option<&Row>, i: usize) -> bool {
         == Some(1)
 }
 
-/// Runs one or more statements; see [`Executed`].
-async fn run_statements(
-    c: &mut Conn,
-    sql: &str,
-) -> std::result::Result<Executed, mysql_async::Error> {
-    let mut result = c.query_iter(sql).await?;
+/// Reads a whole result, text or binary protocol: see [`Outcome`].
+pub(crate) async fn outcome<P: mysql_async::prelude::Protocol>(
+    mut result: mysql_async::QueryResult<'_, '_, P>,
+) -> std::result::Result<Outcome, mysql_async::Error> {
     let affected = result.affected_rows();
     let last_insert_id = result.last_insert_id();
     let mut rows = Vec::new();
@@ -531,7 +531,7 @@ async fn run_statements(
             break;
         }
     }
-    Ok(Executed {
+    Ok(Outcome {
         affected,
         last_insert_id,
         rows,

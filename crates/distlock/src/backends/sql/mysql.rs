@@ -30,7 +30,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, SslOpts, Value};
 
 use super::dialect::{My, MyLock, MyOutcome, Prepared};
-use super::doorbell::{doorbell_name, Doorbells, Executed, Ring, LISTEN_WAIT_S};
+use super::doorbell::{doorbell_name, outcome, Doorbells, Outcome, Ring, LISTEN_WAIT_S};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
     SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
@@ -293,53 +293,11 @@ async fn spawn<T: Send + 'static>(
     }
 }
 
-/// Reads a whole result: see [`Outcome`].
-async fn outcome<P: mysql_async::prelude::Protocol>(
-    mut result: mysql_async::QueryResult<'_, '_, P>,
-) -> std::result::Result<Outcome, mysql_async::Error> {
-    let affected = result.affected_rows();
-    let last_insert_id = result.last_insert_id();
-    let mut rows = Vec::new();
-    loop {
-        let set: Vec<Row> = result.collect().await?;
-        if !set.is_empty() {
-            rows = set;
-        }
-        if result.is_empty() {
-            break;
-        }
-    }
-    Ok(Outcome {
-        affected,
-        last_insert_id,
-        rows,
-    })
-}
-
 /// A statement to run: text (one or more statements), or prepared with its values.
 #[derive(Clone, Copy)]
 enum Sql<'a> {
     Text(&'a str),
     Prepared(&'a Prepared, &'a [Value]),
-}
-
-/// What a multi-statement query returned: the affected rows of the first statement and the
-/// rows of the last result set that had any.
-struct Outcome {
-    affected: u64,
-    /// What `LAST_INSERT_ID(expr)` in the first statement was given.
-    last_insert_id: Option<u64>,
-    rows: Vec<Row>,
-}
-
-impl From<Executed> for Outcome {
-    fn from(e: Executed) -> Self {
-        Outcome {
-            affected: e.affected,
-            last_insert_id: e.last_insert_id,
-            rows: e.rows,
-        }
-    }
 }
 
 fn int(row: &Row, i: usize) -> Option<i64> {
@@ -551,7 +509,6 @@ impl Inner {
             self.doorbells
                 .exec(&doorbell, sql, Ring::Disarm)
                 .await
-                .map(Outcome::from)
                 .map_err(|e| self.error("release", &e))?
         } else if self.options.spring {
             self.run("release", &sql, false).await?
@@ -619,7 +576,7 @@ impl MySqlBackend {
                     {
                         Ok(e) => {
                             armed = true;
-                            Outcome::from(e)
+                            e
                         }
                         Err(e) if !matches!(classify(&e), Class::Permanent) => {
                             tracing::debug!(error = %e, "doorbell connection failed; using the pool");
