@@ -110,3 +110,56 @@ pub fn redact(url: &str) -> String {
         },
     }
 }
+
+/// Decodes `%XX` escapes of a URL part; `None` for a broken escape or a result that is not
+/// UTF-8.
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper"
+))]
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A duration parameter of a `kind` URL: `500ms`, `5s`, `2m`, or plain seconds.
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper"
+))]
+pub(crate) fn parse_duration(kind: &str, param: &str, value: &str) -> Result<std::time::Duration> {
+    use std::time::Duration;
+    let bad = || {
+        Error::config(format!(
+            "{kind} URL: the query parameter '{param}' must be a duration like 500ms, 5s or 1m, \
+             got {value:?}"
+        ))
+    };
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (digits, unit) = value.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}

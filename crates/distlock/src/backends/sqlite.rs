@@ -44,6 +44,7 @@ use crate::backend::{
 };
 use crate::backends::sql::dialect::Lite as Statements;
 use crate::error::{Error, Result};
+use crate::url::percent_decode;
 
 const KIND: &str = "sqlite";
 
@@ -576,24 +577,6 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteOptions)> {
         }
     }
     Ok((path, options))
-}
-
-/// Decodes `%XX` escapes; `None` for a broken escape or a result that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// A committed acquisition on its way back to the caller. If the caller's future was dropped

@@ -83,6 +83,7 @@ use crate::backend::{
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
+use crate::url::percent_decode;
 
 const KIND: &str = "zookeeper";
 /// Curator's lock name of `InterProcessMutex` (and Spring's `ZookeeperLockRegistry`).
@@ -355,46 +356,16 @@ pub fn encode_key(key: &str) -> String {
 
 /// Undoes [`encode_key`]; `None` when `component` is not valid percent-encoded UTF-8.
 pub fn decode_key(component: &str) -> Option<String> {
-    let bytes = component.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = component.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_decode(component)
 }
 
-fn percent_decode(s: &str) -> Option<String> {
-    decode_key(s)
-}
-
-/// `500ms`, `30s`, `2m` or plain seconds.
+/// `500ms`, `30s`, `2m` or plain seconds, and not zero.
 fn parse_duration(param: &str, value: &str) -> Result<Duration> {
-    let bad = || {
-        Error::config(format!(
-            "zk URL parameter {param}={value:?}: expected a duration such as 500ms, 30s or 2m"
-        ))
-    };
-    let (num, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => value.split_at(i),
-        None => (value, "s"),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        _ => return Err(bad()),
-    };
+    let d = crate::url::parse_duration("zk", param, value)?;
     if d.is_zero() {
-        return Err(bad());
+        return Err(Error::config(format!(
+            "zk URL: the query parameter '{param}' must not be zero"
+        )));
     }
     Ok(d)
 }

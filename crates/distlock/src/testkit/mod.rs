@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -106,6 +106,24 @@ fn spawn_with_parent_death_signal(command: &mut Command) -> io::Result<Child> {
 #[cfg(not(target_os = "linux"))]
 fn spawn_with_parent_death_signal(command: &mut Command) -> io::Result<Child> {
     command.spawn()
+}
+
+/// One server per test process, made by `start` on first use and kept in `slot` (a `static` of
+/// the caller). A start that fails is not remembered: the next caller tries again.
+pub(crate) fn shared<T>(
+    slot: &'static OnceLock<Mutex<Option<Arc<T>>>>,
+    start: impl FnOnce() -> io::Result<T>,
+) -> io::Result<Arc<T>> {
+    let mut slot = slot
+        .get_or_init(|| Mutex::new(None))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = slot.as_ref() {
+        return Ok(s.clone());
+    }
+    let s = Arc::new(start()?);
+    *slot = Some(s.clone());
+    Ok(s)
 }
 
 /// Removes directories `<prefix>-<pid>-…` (in the temp dir and in `/dev/shm`) whose process is

@@ -86,18 +86,7 @@ impl PostgresServer {
     /// install `postgresql`).
     pub fn machine_or_start() -> io::Result<Arc<PostgresServer>> {
         static SHARED: OnceLock<Mutex<Option<Arc<PostgresServer>>>> = OnceLock::new();
-        let slot = SHARED.get_or_init(|| Mutex::new(None));
-        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = slot.as_ref() {
-            return Ok(s.clone());
-        }
-        let server = match Self::machine() {
-            Some(s) => s,
-            None => Self::start()?,
-        };
-        let server = Arc::new(server);
-        *slot = Some(server.clone());
-        Ok(server)
+        super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
     }
 
     fn machine() -> Option<PostgresServer> {

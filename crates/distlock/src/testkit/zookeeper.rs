@@ -406,14 +406,7 @@ impl ZooKeeperServer {
     /// As for [`start`](Self::start).
     pub fn shared() -> io::Result<Arc<ZooKeeperServer>> {
         static SHARED: OnceLock<Mutex<Option<Arc<ZooKeeperServer>>>> = OnceLock::new();
-        let slot = SHARED.get_or_init(|| Mutex::new(None));
-        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = slot.as_ref() {
-            return Ok(s.clone());
-        }
-        let s = Arc::new(Self::start()?);
-        *slot = Some(s.clone());
-        Ok(s)
+        super::shared(&SHARED, Self::start)
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, Members> {

@@ -346,7 +346,7 @@ pub(crate) enum MyOutcome {
 
 impl MyOutcome {
     /// Busy outcomes are at or above this; fences (µs since 1970, doubled) stay far below.
-    const BUSY: u64 = 1 << 62;
+    pub(crate) const BUSY: u64 = 1 << 62;
 
     pub(crate) fn decode(v: u64) -> Option<MyOutcome> {
         if v == 0 {

@@ -38,6 +38,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use super::dialect::MyOutcome;
 use crate::backend::ReleaseSignals;
 
 /// How long one waiter's `GET_LOCK` waits (seconds) before it checks whether anybody still
@@ -106,6 +107,11 @@ pub(crate) enum Ring {
 }
 
 type Reply = oneshot::Sender<std::result::Result<Outcome, mysql_async::Error>>;
+
+/// The turnstile of a lock (see [`listener`]), named after its doorbell.
+fn turnstile_name(doorbell: &str) -> String {
+    doorbell.replacen("distlock-", "distlockq-", 1)
+}
 
 enum Command {
     Arm(String),
@@ -324,13 +330,14 @@ fn gone() -> mysql_async::Error {
     )))
 }
 
-/// Whether a single-statement acquisition took the lock (see `MyOutcome`).
+/// Whether a single-statement acquisition took the lock.
 fn acquired(e: &Outcome) -> bool {
-    e.affected > 0 && e.last_insert_id.is_some_and(|v| v > 0 && v < BUSY)
+    e.affected > 0
+        && matches!(
+            e.last_insert_id.and_then(MyOutcome::decode),
+            Some(MyOutcome::Acquired { .. })
+        )
 }
-
-/// `MyOutcome`'s mark: acquisitions report values below it.
-const BUSY: u64 = 1 << 62;
 
 /// The holder's connection: runs arm commands in order (batched into one statement when
 /// several are queued) and statements that take or give back a doorbell in the same round
@@ -452,7 +459,8 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
                 let full = match ring {
                     Ring::ArmIfAcquired => format!(
                         "{sql}; SELECT IF(ROW_COUNT() > 0 AND LAST_INSERT_ID() > 0 \
-                         AND LAST_INSERT_ID() < {BUSY}, {}, NULL)",
+                         AND LAST_INSERT_ID() < {}, {}, NULL)",
+                        MyOutcome::BUSY,
                         arm_expr(doorbell)
                     ),
                     Ring::Disarm => format!("{sql}; DO RELEASE_LOCK('{doorbell}')"),
@@ -561,7 +569,7 @@ async fn listener(
     signals: Weak<ReleaseSignals>,
     wake: Arc<Listening>,
 ) {
-    let turnstile = format!("distlockq{}", &doorbell["distlock".len()..]);
+    let turnstile = turnstile_name(&doorbell);
     let mut conn: Option<Conn> = None;
     let mut have_turnstile = false;
     let mut backoff = Duration::ZERO;

@@ -115,6 +115,8 @@ use std::time::Duration;
 
 use crate::backend::{LockName, Token};
 use crate::error::{Error, Result};
+use crate::url::parse_duration;
+use crate::url::percent_decode;
 
 pub(crate) mod dialect;
 #[cfg(feature = "mysql")]
@@ -379,27 +381,6 @@ pub(crate) fn channel(name: &LockName) -> String {
     format!("{}:{}:{}", name.prefix().len(), name.prefix(), name.key())
 }
 
-/// A duration parameter: `500ms`, `5s`, `2m`, or plain seconds as libpq writes it.
-pub(crate) fn parse_duration(kind: &str, param: &str, value: &str) -> Result<Duration> {
-    let bad = || {
-        Error::config(format!(
-            "{kind} URL: the query parameter '{param}' must be a duration like 500ms, 5s or 1m, \
-             got {value:?}"
-        ))
-    };
-    let split = value
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(value.len());
-    let (digits, unit) = value.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
-        _ => Err(bad()),
-    }
-}
-
 pub(crate) fn parse_bool(kind: &str, param: &str, value: &str) -> Result<bool> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
@@ -534,24 +515,6 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
         options,
         rest,
     })
-}
-
-/// Decodes `%XX` escapes; `None` for a broken escape or a result that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Removes every occurrence of `secret` (and its percent-encoded form) from a message.

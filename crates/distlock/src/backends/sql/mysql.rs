@@ -223,6 +223,8 @@ impl MySqlBackend {
             .or_else(|| opts.db_name().map(str::to_owned))
             .unwrap_or_default();
         let qualified_table = format!("{database}.{}", options.table);
+        // The prepared statements are those of the native layout (Spring's are sent as text).
+        let native = My::new(options.schema.as_deref(), &options.table, false);
         let backend = MySqlBackend {
             inner: Arc::new(Inner {
                 qualified_table,
@@ -233,10 +235,8 @@ impl MySqlBackend {
                 user,
                 password,
                 sql: My::new(options.schema.as_deref(), &options.table, options.spring),
-                acquire_prepared: My::new(options.schema.as_deref(), &options.table, false)
-                    .acquire_existing_prepared(),
-                release_prepared: My::new(options.schema.as_deref(), &options.table, false)
-                    .release_prepared(),
+                acquire_prepared: native.acquire_existing_prepared(),
+                release_prepared: native.release_prepared(),
                 options,
                 ready: tokio::sync::Mutex::new(false),
                 ready_fast: AtomicBool::new(false),
@@ -481,10 +481,10 @@ impl Inner {
         })
     }
 
-    /// The `GET_LOCK` name that rings when `name` is released.
-    fn doorbell(&self, name: &LockName) -> Result<String> {
-        let (a, b) = self.ident(name)?;
-        Ok(doorbell_name(&self.qualified_table, &a, &b))
+    /// The `GET_LOCK` name that rings when the lock of [`ident`](Self::ident) `(a, b)` is
+    /// released.
+    fn doorbell(&self, a: &str, b: &str) -> String {
+        doorbell_name(&self.qualified_table, a, b)
     }
 
     fn owner(&self, token: Token) -> String {
@@ -498,26 +498,22 @@ impl Inner {
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.ident(name)?;
         let owner = self.owner(token);
-        let sql = self.sql.release(&MyLock {
+        let lock = MyLock {
             region: &a,
             key: &b,
             token: &owner,
-        });
-        let doorbell = self.doorbell(name)?;
+        };
+        let doorbell = self.doorbell(&a, &b);
         let out = if self.doorbells.is_armed(&doorbell) {
             // Release and ring in one round trip, on the connection that holds the doorbell.
+            let sql = self.sql.release(&lock);
             self.doorbells
                 .exec(&doorbell, sql, Ring::Disarm)
                 .await
                 .map_err(|e| self.error("release", &e))?
         } else if self.options.spring {
-            self.run("release", &sql, false).await?
+            self.run("release", &self.sql.release(&lock), false).await?
         } else {
-            let lock = MyLock {
-                region: &a,
-                key: &b,
-                token: &owner,
-            };
             self.run_prepared("release", &self.release_prepared, &lock, 0, false)
                 .await?
         };
@@ -558,38 +554,44 @@ impl MySqlBackend {
                 key: &b,
                 token: &owner,
             };
-            let doorbell = inner.doorbell(&name)?;
+            let doorbell = inner.doorbell(&a, &b);
             let mut outcome = None;
             let mut armed = false;
-            if let Some(sql) = inner
-                .sql
-                .acquire_existing(&lock, lease_ms(lease), WANT_WINDOW_MS)
-            {
-                let out = if queued && inner.doorbells.recently_contended(&doorbell) {
+            if !inner.options.spring {
+                let mut rung = None;
+                if queued && inner.doorbells.recently_contended(&doorbell) {
                     // Take the doorbell in the same round trip, on the connection that will
                     // give it back with the release; a failed connection falls back to the
                     // pool (the statement is idempotent for the same token).
-                    match inner
-                        .doorbells
-                        .exec(&doorbell, sql.clone(), Ring::ArmIfAcquired)
-                        .await
+                    if let Some(sql) =
+                        inner
+                            .sql
+                            .acquire_existing(&lock, lease_ms(lease), WANT_WINDOW_MS)
                     {
-                        Ok(e) => {
-                            armed = true;
-                            e
+                        match inner
+                            .doorbells
+                            .exec(&doorbell, sql, Ring::ArmIfAcquired)
+                            .await
+                        {
+                            Ok(e) => {
+                                armed = true;
+                                rung = Some(e);
+                            }
+                            Err(e) if !matches!(classify(&e), Class::Permanent) => {
+                                tracing::debug!(error = %e, "doorbell connection failed; using the pool");
+                            }
+                            Err(e) => return Err(inner.error("try_acquire", &e)),
                         }
-                        Err(e) if !matches!(classify(&e), Class::Permanent) => {
-                            tracing::debug!(error = %e, "doorbell connection failed; using the pool");
-                            inner
-                                .run_prepared("try_acquire", &inner.acquire_prepared, &lock, lease_ms(lease), true)
-                                .await?
-                        }
-                        Err(e) => return Err(inner.error("try_acquire", &e)),
                     }
-                } else {
-                    inner
-                        .run_prepared("try_acquire", &inner.acquire_prepared, &lock, lease_ms(lease), true)
-                        .await?
+                }
+                let out = match rung {
+                    Some(out) => out,
+                    None => {
+                        let p = &inner.acquire_prepared;
+                        inner
+                            .run_prepared("try_acquire", p, &lock, lease_ms(lease), true)
+                            .await?
+                    }
                 };
                 if out.affected > 0 {
                     outcome = out.last_insert_id.and_then(MyOutcome::decode);
@@ -820,7 +822,7 @@ impl Backend for MySqlBackend {
         let sub = self.inner.signals.subscribe(&ch).0;
         let i = &self.inner;
         let (a, b) = i.ident(name)?;
-        let doorbell = doorbell_name(&i.qualified_table, &a, &b);
+        let doorbell = i.doorbell(&a, &b);
         let sql = i.sql.doorbell_wait(
             &MyLock {
                 region: &a,
@@ -870,7 +872,8 @@ mod tests {
         b: &MySqlBackend,
         n: &LockName,
     ) -> bool {
-        let bell = b.inner.doorbell(n).unwrap();
+        let (region, key) = b.inner.ident(n).unwrap();
+        let bell = b.inner.doorbell(&region, &key);
         let rows = db.query(&format!("SELECT IS_USED_LOCK('{bell}')")).unwrap();
         rows[0][0].is_some()
     }
