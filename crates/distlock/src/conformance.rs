@@ -92,6 +92,26 @@ impl Harness {
             .expect("valid options")
     }
 
+    /// The slowest of a few uncontended acquire-and-release cycles on this backend, measured
+    /// now: the unit by which the scenarios' time limits grow on a slow or loaded machine, so
+    /// that a limit checks the behaviour (no polling delay, no overrun) rather than the CPU.
+    async fn cycle_time(&self) -> Duration {
+        let reg = self.registry().await;
+        let lock = reg.obtain("pace").unwrap();
+        let mut slowest = Duration::ZERO;
+        for _ in 0..5 {
+            let started = Instant::now();
+            lock.try_lock().await.unwrap().release().await.unwrap();
+            slowest = slowest.max(started.elapsed());
+        }
+        slowest
+    }
+
+    /// `base` plus `cycles` of [`cycle_time`](Self::cycle_time).
+    async fn limit(&self, base: Duration, cycles: u32) -> Duration {
+        base + self.cycle_time().await * cycles
+    }
+
     async fn capabilities(&self) -> Capabilities {
         self.backend().await.capabilities()
     }
@@ -158,6 +178,7 @@ pub async fn mutual_exclusion_across_registries(h: &Harness) {
 pub async fn try_lock_fails_fast_when_held(h: &Harness) {
     let a = h.registry().await;
     let b = h.registry().await;
+    let limit = h.limit(Duration::from_secs(1), 20).await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
     let err = b.obtain("k").unwrap().try_lock().await.unwrap_err();
@@ -165,8 +186,8 @@ pub async fn try_lock_fails_fast_when_held(h: &Harness) {
     let err = a.obtain("k").unwrap().try_lock().await.unwrap_err();
     assert!(matches!(err, Error::NotAcquired { .. }), "got {err:?}");
     assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "try_lock waited {:?}",
+        started.elapsed() < limit,
+        "try_lock waited {:?} (limit {limit:?})",
         started.elapsed()
     );
     g.release().await.unwrap();
@@ -183,6 +204,7 @@ pub async fn try_lock_fails_fast_when_held(h: &Harness) {
 pub async fn try_lock_for_honours_deadline(h: &Harness) {
     let a = h.registry().await;
     let b = h.registry().await;
+    let limit = h.limit(Duration::from_millis(1500), 10).await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
     let err = b
@@ -198,8 +220,8 @@ pub async fn try_lock_for_honours_deadline(h: &Harness) {
         "gave up early after {waited:?}"
     );
     assert!(
-        waited < Duration::from_millis(1500),
-        "overran the deadline: {waited:?}"
+        waited < limit,
+        "overran the deadline: {waited:?} (limit {limit:?})"
     );
     g.release().await.unwrap();
 }
@@ -223,14 +245,17 @@ pub async fn blocking_lock_waits_for_release(h: &Harness) {
         .await
         .unwrap();
     let reaction = acquired - released;
-    let limit = if h.capabilities().await.notifies_release {
+    // A waiter woken by a notification reacts within a few round trips; one that polls within
+    // its polling period. Both grow with the machine's measured pace.
+    let base = if h.capabilities().await.notifies_release {
         300
     } else {
         500
     };
+    let limit = h.limit(Duration::from_millis(base), 10).await;
     assert!(
-        reaction < Duration::from_millis(limit),
-        "waiter reacted after {reaction:?}"
+        reaction < limit,
+        "waiter reacted after {reaction:?} (limit {limit:?})"
     );
 }
 
@@ -301,14 +326,17 @@ pub async fn lease_expiry_frees_lock(h: &Harness) {
     g2.release().await.unwrap();
 }
 
-/// With renewal, a guard keeps the lock well past its lease.
+/// With renewal, a guard keeps the lock well past its lease (three leases here).
 pub async fn renewal_keeps_lock_past_lease(h: &Harness) {
+    // Renewal runs at a third of the lease, so a renewal has two thirds of it to complete: the
+    // lease leaves room for a loaded machine's round trips and scheduling stalls.
+    let lease = Duration::from_secs(1).max(h.cycle_time().await * 30);
     let a = h
-        .registry_with(RegistryOptions::default().lease(Duration::from_millis(300)))
+        .registry_with(RegistryOptions::default().lease(lease))
         .await;
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(lease * 3).await;
     assert!(g.is_held(), "lost despite renewal");
     assert!(matches!(
         b.obtain("k").unwrap().try_lock().await,
@@ -321,13 +349,15 @@ pub async fn renewal_keeps_lock_past_lease(h: &Harness) {
 /// Deleting the lock on the server underneath a holder fires its lost signal within about one
 /// renewal period, and every later operation reports `LockLost`.
 pub async fn lost_signal_fires_when_key_deleted(h: &Harness) {
+    // Noticed by the next renewal (a third of the lease) or at the latest when the lease ends.
+    let limit = h.limit(Duration::from_secs(2), 10).await;
     let a = h.registry_with(short_lease()).await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     assert!(
         h.delete("k").await,
         "the harness has no deleter: give it one with Harness::with_deleter"
     );
-    within(Duration::from_millis(1500), "lost signal", g.lost()).await;
+    within(limit, "lost signal", g.lost()).await;
     assert!(!g.is_held());
     assert!(matches!(g.ensure_held(), Err(Error::LockLost { .. })));
     assert!(matches!(
@@ -588,11 +618,33 @@ pub async fn unused_handles_expire(h: &Harness) {
 
 /// Thousands of keys held at once by one registry, renewed in batches, all released.
 pub async fn thousands_of_keys_at_once(h: &Harness) {
-    let reg = h
-        .registry_with(RegistryOptions::default().lease(Duration::from_millis(1500)))
-        .await;
     let n = 2000;
-    let mut guards = Vec::with_capacity(n);
+    // The lease must outlast one renewal round of all n keys, whose cost is about that of
+    // acquiring them: measure acquisitions on this machine now, and give renewal (which starts
+    // at a third of the lease) several times that.
+    let calibrate = h.registry().await;
+    let sample = 100;
+    let started = Instant::now();
+    let mut held = Vec::with_capacity(sample);
+    for i in 0..sample {
+        held.push(
+            calibrate
+                .obtain(&format!("pace{i}"))
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap(),
+        );
+    }
+    let per_key = started.elapsed() / sample as u32;
+    for g in held {
+        g.release().await.unwrap();
+    }
+    let lease = Duration::from_millis(1500).max(per_key * n * 8);
+    let reg = h
+        .registry_with(RegistryOptions::default().lease(lease))
+        .await;
+    let mut guards = Vec::with_capacity(n as usize);
     for i in 0..n {
         guards.push(
             reg.obtain(&format!("many{i}"))
@@ -602,10 +654,11 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
                 .unwrap(),
         );
     }
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    // Past the lease: only renewal can have kept them.
+    tokio::time::sleep(lease + lease / 5).await;
     assert!(
         guards.iter().all(|g| g.is_held()),
-        "some of {n} locks were not renewed"
+        "some of {n} locks were not renewed (lease {lease:?})"
     );
     let other = h.registry().await;
     assert!(other.obtain("many1999").unwrap().try_lock().await.is_err());

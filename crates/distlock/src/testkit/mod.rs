@@ -10,6 +10,7 @@
 //! - [`proxy::FaultProxy`] sits between a client and a server and cuts, delays or pauses the
 //!   traffic on demand.
 //! - [`free_port`] finds a loopback port nobody listens on.
+//! - [`timing::scheduling_slack`] sizes a test's time limit by how late this machine runs now.
 
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
@@ -28,6 +29,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod timing;
 pub mod zookeeper;
 
 /// Returns a TCP port on 127.0.0.1 that was free a moment ago.
