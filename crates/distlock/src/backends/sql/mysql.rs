@@ -1,6 +1,6 @@
 //! MySQL / MariaDB backend: the lease table of the [`sql`](super) module over `mysql_async`.
 //! MySQL has no `NOTIFY`: waiters are woken through a `GET_LOCK` "doorbell" per lock that the
-//! holder's backend keeps on a dedicated connection (see [`doorbell`](super::doorbell)), and
+//! holder's backend keeps on a dedicated connection (see the `doorbell` module), and
 //! poll as a fallback (the registry does that, jittered, backing off); releases made through
 //! this backend wake waiters of the same process at once.
 //!
