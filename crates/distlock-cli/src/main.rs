@@ -34,8 +34,10 @@ mysql://user:pass@host:port/db, zk://host:port[,host:port][/root],
 etcd://host:port[,host:port]. Without one, locks live in a SQLite file
 distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
 
-run gives CMD DISTLOCK_KEY and DISTLOCK_FENCE, passes SIGINT, SIGTERM and SIGHUP on to it
-and releases the lock before exiting. If the lock is lost, CMD gets SIGTERM, then SIGKILL
+run: options come before CMD; CMD starts after -- or at the first word that is not an
+option, and an unknown option is a usage error. run gives CMD DISTLOCK_KEY and
+DISTLOCK_FENCE, passes SIGINT, SIGTERM and SIGHUP on to it and releases the lock before
+exiting. If the lock is lost, CMD gets SIGTERM, then SIGKILL
 after a grace period (DISTLOCK_KILL_GRACE, in ms; default 5000).
 
 Exit status of run: CMD's own (128+N if signal N ended it); 75 lock not acquired;
@@ -96,14 +98,9 @@ struct RunArgs {
     #[arg(long)]
     no_wait: bool,
 
-    /// The command and its arguments
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command and its arguments: after `--`, or from the first word that is not an
+    /// option (an unknown option is a usage error, never the command)
+    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
@@ -308,6 +305,41 @@ mod tests {
             let e = parse(args).expect_err(&format!("{args:?}"));
             assert_eq!(e.exit_code(), 2, "{args:?}");
         }
+    }
+
+    #[test]
+    fn cmd_begins_after_dash_dash_or_at_the_first_word_that_is_not_an_option() {
+        let command = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Run(run)) => Ok(run.command),
+            Ok(_) => panic!("run expected"),
+            Err(e) => Err(e.exit_code()),
+        };
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            command(&["run", "--key", "k", "--bogus", "--", "true"]),
+            Err(2)
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "--wiat", "5s", "--", "x"]),
+            Err(2)
+        );
+        assert_eq!(command(&["run", "--key", "k", "-x", "true"]), Err(2));
+        assert_eq!(
+            command(&["run", "--key", "k", "echo", "hi"]),
+            Ok(os(&["echo", "hi"]))
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "--", "--weird"]),
+            Ok(os(&["--weird"]))
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "--", "true", "--bogus"]),
+            Ok(os(&["true", "--bogus"]))
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "sh", "-c", "exit 3", "--key", "--"]),
+            Ok(os(&["sh", "-c", "exit 3", "--key", "--"]))
+        );
     }
 
     #[test]

@@ -1087,3 +1087,62 @@ fn etcd_mutual_exclusion() {
             .count()
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// `run`'s options and CMD (issue 8)
+
+#[test]
+fn unknown_run_options_are_usage_errors_never_the_command() {
+    let home = Home::new();
+    let out = home.run(&["run", "--key", "k", "--bogus", "--", "true"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(one_stderr_line(&out).contains("--bogus"), "{out:?}");
+
+    // A misspelled option before a real command: a usage error, and nothing runs.
+    let script = home.path("x");
+    std::fs::write(&script, "#!/bin/sh\ntouch \"$0.ran\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script_s = script.to_str().unwrap();
+    let out = home.run(&["run", "--key", "k", "--wiat", "5s", "--", script_s]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(one_stderr_line(&out).contains("--wiat"), "{out:?}");
+    assert!(!home.path("x.ran").exists(), "the command must not run");
+    // Spelled right, it runs.
+    let out = home.run(&["run", "--key", "k", "--wait", "5s", "--", script_s]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(home.path("x.ran").exists(), "{out:?}");
+}
+
+#[test]
+fn cmd_starts_after_dash_dash_or_at_the_first_word_that_is_not_an_option() {
+    let home = Home::new();
+    let out = home.run(&["run", "--key", "k", "echo", "hi"]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "hi\n"),
+        "{out:?}"
+    );
+
+    // After `--` everything is CMD, even what looks like an option.
+    let out = home.run(&["run", "--key", "k", "--", "--weird"]);
+    assert_eq!(out.code, Some(127), "{out:?}");
+    assert!(one_stderr_line(&out).contains("--weird"), "{out:?}");
+    let out = home.run(&[
+        "run",
+        "--key",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        r#"printf '%s|' "$@""#,
+        "sh",
+        "--bogus",
+        "--key",
+    ]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stdout, "--bogus|--key|", "{out:?}");
+
+    // Options after CMD's first word are CMD's.
+    let out = home.run(&["run", "--key", "k", "sh", "-c", "exit 3"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+}
