@@ -1272,7 +1272,8 @@ fn killing_distlock_kills_the_commands_whole_process_group() {
 
 /// Renewals stall (a partition between distlock and Redis): the group must be gone, SIGKILL
 /// included, when the lock can be taken again on the server. No clock race: the check happens
-/// at the moment a second client's `SET NX` succeeds.
+/// at the moment a second client's `SET NX` succeeds. With a 5 s lease the margin is 500 ms
+/// and the 500 ms grace fits: SIGTERM at 1 s left, SIGKILL at 500 ms left.
 #[test]
 fn failing_renewals_stop_the_group_before_the_lease_ends_on_the_server() {
     use distlock::testkit::proxy::FaultProxy;
@@ -1291,7 +1292,7 @@ fn failing_renewals_stop_the_group_before_the_lease_ends_on_the_server() {
             "--key",
             "ov",
             "--lease",
-            "3s",
+            "5s",
             "--",
             "sh",
             "-c",
