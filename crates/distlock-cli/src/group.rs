@@ -3,8 +3,9 @@
 //!
 //! * CMD's child calls `setpgid(0, 0)` before it executes CMD (and `distlock` calls it too, so
 //!   whichever runs first wins the race), so the group id is CMD's pid.
-//! * When `distlock` is the terminal's foreground job (stdin is a terminal and its group is the
-//!   terminal's foreground group), CMD's group becomes the foreground group before CMD runs, so
+//! * When `distlock` is the terminal's foreground job (stdin is its controlling terminal and
+//!   its group is the terminal's foreground group), CMD's group becomes the foreground group
+//!   before CMD runs, so
 //!   CMD can read the terminal and a Ctrl-C reaches CMD's group once (not `distlock`, which
 //!   would otherwise forward it a second time). `distlock` ignores SIGTTOU and SIGTTIN while
 //!   it holds the group (CMD gets the dispositions `distlock` started with) and takes the
@@ -34,13 +35,15 @@ use crate::watcher::{QUIT, WATCH_ARG};
 /// Variables `distlock` reads that may hold credentials: CMD never sees them.
 pub const SCRUBBED_ENV: &[&str] = &["DISTLOCK_BACKEND"];
 
-/// The terminal `distlock` handed to CMD's group, and what to restore afterwards.
+/// The controlling terminal on stdin, and what to restore afterwards.
 struct Terminal {
     /// Our own process group, which gets the foreground back.
     own: Pid,
     /// SIGTTOU and SIGTTIN as they were before `distlock` ignored them.
     saved: [(Signal, SigAction); 2],
-    /// Whether the foreground has been given back already.
+    /// Whether CMD's group got the foreground when it started.
+    gave: bool,
+    /// CMD has ended: the terminal is no longer handed to its group.
     returned: bool,
 }
 
@@ -49,15 +52,21 @@ fn stdin_fd() -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(0) }
 }
 
-/// True when stdin is a terminal whose foreground group is ours: only then may CMD's group
-/// take the foreground (a background `distlock` must not steal the terminal).
-fn own_foreground_terminal() -> Option<Pid> {
+/// When stdin is our controlling terminal: our group, and whether it is in the foreground
+/// (only then may CMD's group take the foreground: a background job must not steal it).
+fn controlling_terminal() -> Option<(Pid, bool)> {
     let fd = stdin_fd();
     if !nix::unistd::isatty(fd).unwrap_or(false) {
         return None;
     }
     let own = getpgrp();
-    (tcgetpgrp(fd).ok() == Some(own)).then_some(own)
+    let foreground = tcgetpgrp(fd).ok()?;
+    Some((own, foreground == own))
+}
+
+/// Whether `pgrp` is the terminal's foreground group.
+fn in_foreground(pgrp: Pid) -> bool {
+    tcgetpgrp(stdin_fd()).ok() == Some(pgrp)
 }
 
 fn set_disposition(sig: Signal, handler: SigHandler) -> Option<SigAction> {
@@ -102,14 +111,20 @@ impl Group {
             tracing::debug!(error = %e, "cannot become a child subreaper");
         }
         let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError(e.into()))?;
-        let watcher = spawn_watcher(read_end).map_err(SpawnError)?;
+        let watcher = spawn_watcher(read_end).map_err(|e| {
+            SpawnError(io::Error::other(format!(
+                "cannot start the watcher of its process group: {e}"
+            )))
+        })?;
         let mut watcher = Watcher {
             pid: watcher,
             pipe: Some(write_end),
             reaped: false,
         };
 
-        let terminal = own_foreground_terminal().map(|own| {
+        let controlling = controlling_terminal();
+        let take_terminal = controlling.is_some_and(|(_, foreground)| foreground);
+        let terminal = controlling.map(|(own, _)| {
             let ttou = set_disposition(Signal::SIGTTOU, SigHandler::SigIgn);
             let ttin = set_disposition(Signal::SIGTTIN, SigHandler::SigIgn);
             let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
@@ -119,10 +134,10 @@ impl Group {
                     (Signal::SIGTTOU, ttou.unwrap_or(default)),
                     (Signal::SIGTTIN, ttin.unwrap_or(default)),
                 ],
+                gave: take_terminal,
                 returned: false,
             }
         });
-        let take_terminal = terminal.is_some();
         let saved = terminal.as_ref().map(|t| t.saved);
         let pipe_fd = watcher.pipe.as_ref().map_or(-1, |p| p.as_raw_fd());
 
@@ -270,10 +285,15 @@ impl Group {
             return;
         };
         tracing::debug!("the command was stopped; stopping distlock too");
-        let _ = tcsetpgrp(stdin_fd(), own);
+        // Stopped in the foreground (Ctrl-Z): the shell gets the terminal back through us.
+        // Stopped in the background (SIGTTIN): leave the terminal alone.
+        if in_foreground(self.pid) {
+            let _ = tcsetpgrp(stdin_fd(), own);
+        }
         let _ = nix::sys::signal::raise(Signal::SIGTSTP);
-        // Continued.
-        if tcgetpgrp(stdin_fd()).ok() == Some(own) {
+        // Continued: in the foreground (`fg`) CMD gets the terminal; in the background (`bg`)
+        // it only continues.
+        if in_foreground(own) {
             let _ = tcsetpgrp(stdin_fd(), self.pid);
         }
         self.signal(Signal::SIGCONT);
@@ -290,9 +310,20 @@ impl Group {
         self.sigchld.recv().await;
     }
 
+    /// CMD has ended: if its group has the foreground (or CMD's pid is unknown after a failed
+    /// start, when it had been given the terminal), `distlock`'s group takes it back.
     fn take_terminal_back(&mut self) {
+        let cmd = self.pid;
         if let Some(t) = self.terminal.as_mut().filter(|t| !t.returned) {
             t.returned = true;
+            let cmd_has_it = if cmd.as_raw() > 0 {
+                in_foreground(cmd)
+            } else {
+                t.gave
+            };
+            if !cmd_has_it {
+                return;
+            }
             if let Err(e) = tcsetpgrp(stdin_fd(), t.own) {
                 tracing::debug!(error = %e, "cannot take the terminal back");
             }
@@ -346,6 +377,7 @@ fn spawn_watcher(read_end: OwnedFd) -> io::Result<Pid> {
     };
     let mut command = std::process::Command::new(exe);
     command
+        .arg0("distlock")
         .arg(WATCH_ARG)
         .env_clear()
         .stdin(Stdio::from(read_end))
