@@ -116,7 +116,7 @@ impl Group {
                 "cannot start the watcher of its process group: {e}"
             )))
         })?;
-        let mut watcher = Watcher {
+        let watcher = Watcher {
             pid: watcher,
             pipe: Some(write_end),
             reaped: false,
@@ -197,7 +197,6 @@ impl Group {
         if take_terminal {
             let _ = tcsetpgrp(stdin_fd(), pid);
         }
-        watcher.reaped = false;
         tracing::debug!(
             pid = pid.as_raw(),
             watcher = watcher.pid.as_raw(),
