@@ -7,16 +7,21 @@
 //!   demo [--workers N] [--hold DUR] [--key K]
 //! ```
 //!
+//! `run` starts CMD in a process group of its own and stops that group before the lease can
+//! end if renewals fail (see `run::KillPlan`); a watcher process kills it if `distlock` dies.
+//!
 //! Exit statuses: CMD's own for `run`; 75 lock not acquired; 76 lock lost while CMD ran;
 //! 2 usage error; 1 backend error; `status` exits 0 when held and 3 when free.
 
 mod config;
 mod demo;
 mod duration;
+mod group;
 mod run;
 mod signals;
 mod status;
 mod util;
+mod watcher;
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -34,12 +39,25 @@ mysql://user:pass@host:port/db, zk://host:port[,host:port][/root],
 etcd://host:port[,host:port]. Without one, locks live in a SQLite file
 distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
 
-run gives CMD DISTLOCK_KEY and DISTLOCK_FENCE, passes SIGINT, SIGTERM and SIGHUP on to it
-and releases the lock before exiting. If the lock is lost, CMD gets SIGTERM, then SIGKILL
-after a grace period (DISTLOCK_KILL_GRACE, in ms; default 5000).
+run: options come before CMD; CMD starts after -- or at the first word that is not an
+option, and an unknown option is a usage error. CMD runs in a process group of its own
+(given the terminal when distlock has it), gets DISTLOCK_KEY and DISTLOCK_FENCE but not
+DISTLOCK_BACKEND; SIGINT, SIGTERM and SIGHUP to distlock are passed on to CMD's group, and
+the lock is released once the whole group is gone. If distlock dies, even by SIGKILL, a
+watcher process kills CMD's group.
+
+Stopping CMD (grace: DISTLOCK_KILL_GRACE, in ms or like 2s; default 5000): if renewals fail,
+CMD's group gets SIGTERM when the lease left is grace + margin, and SIGKILL when it is margin
+(margin: a tenth of the lease, 50ms to 1s), so it is gone before the lease can end. The
+grace must fit in a third of the lease minus the margin; a longer one is cut to that for
+this purpose (-v says so). If the lock is lost before that (deleted, expired on the server),
+the group gets SIGTERM at once and SIGKILL after the full grace (at once if it already had
+SIGTERM). Processes CMD leaves in its group when it ends are stopped the same way before the
+lock is released. Ctrl-Z stops CMD and distlock; a stop longer than the lease loses the lock.
 
 Exit status of run: CMD's own (128+N if signal N ended it); 75 lock not acquired;
-76 lock lost while CMD ran; 127 CMD not found; 2 usage error; 1 backend error.
+76 lock lost while CMD ran, or CMD stopped because it was about to be lost; 127 CMD not
+found; 2 usage error; 1 backend error.
 status: 0 held, 3 free, 1 backend unreachable.";
 
 /// Distributed locks from the command line.
@@ -96,14 +114,9 @@ struct RunArgs {
     #[arg(long)]
     no_wait: bool,
 
-    /// The command and its arguments
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command and its arguments: after `--`, or from the first word that is not an
+    /// option (an unknown option is a usage error, never the command)
+    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
@@ -134,6 +147,9 @@ struct DemoArgs {
 }
 
 fn main() {
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(watcher::WATCH_ARG)) {
+        std::process::exit(watcher::main());
+    }
     let code = real_main();
     std::process::exit(code);
 }
@@ -308,6 +324,41 @@ mod tests {
             let e = parse(args).expect_err(&format!("{args:?}"));
             assert_eq!(e.exit_code(), 2, "{args:?}");
         }
+    }
+
+    #[test]
+    fn cmd_begins_after_dash_dash_or_at_the_first_word_that_is_not_an_option() {
+        let command = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Run(run)) => Ok(run.command),
+            Ok(_) => panic!("run expected"),
+            Err(e) => Err(e.exit_code()),
+        };
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            command(&["run", "--key", "k", "--bogus", "--", "true"]),
+            Err(2)
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "--wiat", "5s", "--", "x"]),
+            Err(2)
+        );
+        assert_eq!(command(&["run", "--key", "k", "-x", "true"]), Err(2));
+        assert_eq!(
+            command(&["run", "--key", "k", "echo", "hi"]),
+            Ok(os(&["echo", "hi"]))
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "--", "--weird"]),
+            Ok(os(&["--weird"]))
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "--", "true", "--bogus"]),
+            Ok(os(&["true", "--bogus"]))
+        );
+        assert_eq!(
+            command(&["run", "--key", "k", "sh", "-c", "exit 3", "--key", "--"]),
+            Ok(os(&["sh", "-c", "exit 3", "--key", "--"]))
+        );
     }
 
     #[test]

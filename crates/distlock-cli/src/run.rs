@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{Lock, LockGuard};
+use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::config::{exit_code, Failure, Global, EXIT_BACKEND, EXIT_LOST, EXIT_NOT_ACQUIRED};
 use crate::duration::{human, parse_duration};
+use crate::group::{Group, SpawnError};
 use crate::signals::Signals;
 use crate::util::{holder_fence, say, stderr_is_terminal};
 
@@ -85,15 +87,24 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     let fence = guard.fence();
     tracing::debug!(key, fence, "lock acquired; starting the command");
 
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(program_args)
-        .env("DISTLOCK_KEY", key)
-        .env("DISTLOCK_FENCE", fence.to_string())
-        .kill_on_drop(true);
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
+    let plan = KillPlan::new(req.lease, grace);
+    if plan.cut {
+        tracing::info!(
+            "DISTLOCK_KILL_GRACE {} does not fit a lease of {}: if renewals fail, the command gets \
+             SIGTERM {} and SIGKILL {} before the lease ends",
+            human(grace),
+            human(req.lease),
+            human(plan.early_grace + plan.margin),
+            human(plan.margin)
+        );
+    }
+    let env = [
+        ("DISTLOCK_KEY", key.to_owned()),
+        ("DISTLOCK_FENCE", fence.to_string()),
+    ];
+    let mut group = match Group::spawn(program, program_args, &env) {
+        Ok(group) => group,
+        Err(SpawnError(e)) => {
             let (code, what) = spawn_failure(&e);
             release(guard).await.ok();
             say(&format!("{}: {what}", program.to_string_lossy()));
@@ -101,19 +112,13 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
         }
     };
 
-    let outcome = supervise(child, &guard, grace, &mut signals).await;
+    let outcome = supervise(&mut group, &guard, &plan, &mut signals).await;
+    group.finish();
     let released = release(guard).await;
     match outcome {
         Supervised::Lost(status) => {
             tracing::debug!(?status, "the command ended after the lock was lost");
             Ok(EXIT_LOST)
-        }
-        Supervised::WaitFailed(e) => {
-            say(&format!(
-                "cannot wait for {}: {e}",
-                program.to_string_lossy()
-            ));
-            Ok(EXIT_BACKEND)
         }
         Supervised::Exited(status) => match released {
             Ok(()) => Ok(status_code(status)),
@@ -254,72 +259,214 @@ pub fn describe_holder(fence: Option<u64>, remaining: Option<Duration>) -> Strin
 }
 
 enum Supervised {
+    /// CMD ended (and its group is gone) while the lock was held.
     Exited(ExitStatus),
+    /// The lock was lost, or CMD was stopped because it was about to be lost.
     Lost(ExitStatus),
-    WaitFailed(io::Error),
 }
 
-/// Waits for the child while holding the lock: forwards signals, and stops the child when the
-/// lock is lost (SIGTERM, then SIGKILL after `grace`).
-async fn supervise(
-    mut child: tokio::process::Child,
-    guard: &LockGuard,
+/// When CMD's group is stopped if renewals fail: the rule of `run`.
+///
+/// With healthy renewals (at about a third of the lease) the lease left never drops much
+/// below two thirds of the lease. Only a lease left of a third of the lease or less means that
+/// renewals have been failing for a while, so that third is the budget of the stop:
+///
+/// * `margin` = a tenth of the lease, at least 50 ms and at most 1 s (never more than the
+///   budget): time for SIGKILL to take effect and for `distlock` to reap the group;
+/// * `early_grace` = `DISTLOCK_KILL_GRACE`, cut to `budget - margin` when it does not fit;
+/// * SIGTERM to the group when the lease left is `early_grace + margin` or less, SIGKILL when
+///   it is `margin` or less (or `early_grace` after the SIGTERM, whichever comes first).
+///
+/// So the group is gone before the client's view of the lease ends, and the client's view
+/// ends no later than the server's. If the lock is found lost before that (deleted on the
+/// server, or expired there), the next holder may already run: the group gets SIGTERM at once
+/// and SIGKILL after the full `DISTLOCK_KILL_GRACE`; if it had already got SIGTERM because
+/// the lock was about to be lost, SIGKILL follows at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KillPlan {
+    /// `DISTLOCK_KILL_GRACE` as configured.
     grace: Duration,
-    signals: &mut Signals,
-) -> Supervised {
-    let pid = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
-    let lost = guard.lost();
-    tokio::pin!(lost);
-    let kill_at = tokio::time::sleep(Duration::from_secs(86_400));
-    tokio::pin!(kill_at);
-    let mut was_lost = false;
-    let mut killed = false;
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                return match status {
-                    Ok(status) if was_lost => Supervised::Lost(status),
-                    Ok(status) => Supervised::Exited(status),
-                    Err(e) => Supervised::WaitFailed(e),
-                };
-            }
-            () = &mut lost, if !was_lost => {
-                was_lost = true;
-                say(&format!(
-                    "lock {:?} was lost while the command ran; sending it SIGTERM (SIGKILL after {})",
-                    guard.key(),
-                    human(grace)
-                ));
-                send(pid, libc::SIGTERM);
-                kill_at.as_mut().reset(Instant::now() + grace);
-            }
-            () = &mut kill_at, if was_lost && !killed => {
-                killed = true;
-                tracing::debug!("grace period over; killing the command");
-                let _ = child.start_kill();
-            }
-            sig = signals.recv() => {
-                tracing::debug!(signal = sig, "forwarding a signal to the command");
-                send(pid, sig);
-            }
+    /// The grace between SIGTERM and SIGKILL when renewals fail.
+    early_grace: Duration,
+    /// SIGKILL at the latest this long before the client's view of the lease ends.
+    margin: Duration,
+    /// Whether `early_grace` is shorter than `grace`.
+    cut: bool,
+}
+
+impl KillPlan {
+    fn new(lease: Duration, grace: Duration) -> KillPlan {
+        let budget = lease / 3;
+        let margin = (lease / 10)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1))
+            .min(budget);
+        let room = budget - margin;
+        KillPlan {
+            grace,
+            early_grace: grace.min(room),
+            margin,
+            cut: grace > room,
         }
+    }
+
+    /// SIGTERM once the lease left is this or less.
+    fn term_below(&self) -> Duration {
+        self.early_grace + self.margin
     }
 }
 
-/// Sends `sig` to the child (not yet reaped, so its pid cannot have been reused).
-fn send(pid: Option<libc::pid_t>, sig: i32) {
-    if let Some(pid) = pid {
-        // SAFETY: kill(2) has no memory effects; the pid is our own unreaped child.
-        unsafe {
-            libc::kill(pid, sig);
+/// The group is being stopped: when SIGKILL comes, and why.
+struct Stop {
+    /// SIGKILL at this instant at the latest.
+    kill_at: Instant,
+    /// SIGKILL was sent.
+    killed: bool,
+    /// Because the lock is about to be lost (the lease left decides SIGKILL too).
+    racing_the_lease: bool,
+}
+
+/// How often the group is looked at while it is being stopped or after CMD ended (SIGCHLD
+/// usually comes first).
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+/// How often otherwise, as a backstop.
+const IDLE_LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Waits for CMD's group while holding the lock: forwards signals to the group, stops the
+/// group (SIGTERM, then SIGKILL) as [`KillPlan`] says, and returns once every process of the
+/// group is gone. Processes CMD leaves behind in its group when it ends are stopped the same
+/// way (SIGTERM, SIGKILL after the grace) before the lock is released.
+async fn supervise(
+    group: &mut Group,
+    guard: &LockGuard,
+    plan: &KillPlan,
+    signals: &mut Signals,
+) -> Supervised {
+    let key = guard.key().to_owned();
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let mut was_lost = false;
+    let mut about_to_lose = false;
+    let mut stop: Option<Stop> = None;
+    loop {
+        let now = Instant::now();
+        if group.status().is_some() || stop.as_ref().is_some_and(|s| s.killed) {
+            if !group.alive() {
+                break;
+            }
+        } else {
+            group.reap();
         }
+        group.follow_job_control();
+        if !was_lost && !guard.is_held() {
+            was_lost = true;
+            on_lost(group, &key, plan, &mut stop, now);
+        }
+        if group.status().is_some() && stop.is_none() && group.alive() {
+            tracing::debug!("the command ended but left processes in its group; stopping them");
+            group.signal(Signal::SIGTERM);
+            stop = Some(Stop {
+                kill_at: now + plan.early_grace,
+                killed: false,
+                racing_the_lease: true,
+            });
+        }
+        let remaining = guard.remaining();
+        if !was_lost && stop.is_none() && remaining <= plan.term_below() {
+            about_to_lose = true;
+            let kill_in = plan.early_grace.min(remaining.saturating_sub(plan.margin));
+            say(&format!(
+                "lock {key:?} is about to be lost (renewals failed; lease left {}); stopping the \
+                 command: SIGTERM now, SIGKILL in {}",
+                human(remaining),
+                human(kill_in)
+            ));
+            group.signal(Signal::SIGTERM);
+            stop = Some(Stop {
+                kill_at: now + kill_in,
+                killed: false,
+                racing_the_lease: true,
+            });
+        }
+        if let Some(s) = stop.as_mut().filter(|s| !s.killed) {
+            if s.racing_the_lease && !was_lost {
+                s.kill_at = s.kill_at.min(now + remaining.saturating_sub(plan.margin));
+            }
+            if now >= s.kill_at {
+                tracing::debug!("killing the command's group");
+                group.signal(Signal::SIGKILL);
+                s.killed = true;
+            }
+        }
+        // When to look again without an event.
+        let mut wake = now
+            + if stop.is_some() || group.status().is_some() {
+                LOOK_EVERY
+            } else {
+                IDLE_LOOK_EVERY
+            };
+        match &stop {
+            Some(s) if !s.killed => wake = wake.min(s.kill_at),
+            None if !was_lost => wake = wake.min(now + remaining.saturating_sub(plan.term_below())),
+            _ => {}
+        }
+        tokio::select! {
+            () = group.child_event() => {}
+            () = &mut lost, if !was_lost => {
+                was_lost = true;
+                on_lost(group, &key, plan, &mut stop, Instant::now());
+            }
+            () = tokio::time::sleep_until(wake) => {}
+            sig = signals.recv() => {
+                tracing::debug!(signal = sig, "forwarding a signal to the command's group");
+                if let Ok(sig) = Signal::try_from(sig) {
+                    group.signal(sig);
+                }
+            }
+        }
+    }
+    let status = group
+        .status()
+        .unwrap_or_else(|| ExitStatus::from_raw(Signal::SIGKILL as i32));
+    if was_lost || about_to_lose {
+        Supervised::Lost(status)
+    } else {
+        Supervised::Exited(status)
+    }
+}
+
+/// The lock is gone: SIGTERM now and SIGKILL after the full grace, or SIGKILL at once if the
+/// group was already being stopped.
+fn on_lost(group: &Group, key: &str, plan: &KillPlan, stop: &mut Option<Stop>, now: Instant) {
+    match stop {
+        None => {
+            if group.status().is_none() {
+                say(&format!(
+                    "lock {key:?} was lost while the command ran; sending it SIGTERM (SIGKILL after {})",
+                    human(plan.grace)
+                ));
+            }
+            group.signal(Signal::SIGTERM);
+            *stop = Some(Stop {
+                kill_at: now + plan.grace,
+                killed: false,
+                racing_the_lease: false,
+            });
+        }
+        Some(s) if !s.killed => {
+            tracing::debug!("the lock was lost while the command was being stopped; killing it");
+            group.signal(Signal::SIGKILL);
+            s.killed = true;
+        }
+        Some(_) => {}
     }
 }
 
 /// Releases, bounded in time. `Err(LockLost)` when the lock had been lost.
 async fn release(guard: LockGuard) -> distlock::Result<()> {
     let key = guard.key().to_owned();
-    match tokio::time::timeout(RELEASE_TIMEOUT, guard.release()).await {
+    // Once the lease has ended the server lets the lock go by itself: no point waiting longer.
+    let limit = RELEASE_TIMEOUT.min(guard.remaining().max(Duration::from_millis(100)));
+    match tokio::time::timeout(limit, guard.release()).await {
         Ok(r) => {
             if let Err(e) = &r {
                 tracing::debug!(key, error = %e, code = exit_code(e), "release failed");
@@ -328,7 +475,7 @@ async fn release(guard: LockGuard) -> distlock::Result<()> {
         }
         Err(_) => Err(distlock::Error::Unavailable {
             backend: "release",
-            message: format!("no answer within {}", human(RELEASE_TIMEOUT)),
+            message: format!("no answer within {}", human(limit)),
         }),
     }
 }
@@ -352,10 +499,8 @@ fn spawn_failure(e: &io::Error) -> (i32, String) {
 }
 
 fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
+    match Signal::try_from(sig) {
+        Ok(sig @ (Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP)) => sig.as_str(),
         _ => "a signal",
     }
 }
@@ -368,8 +513,14 @@ mod tests {
     fn exit_status_mapping() {
         assert_eq!(status_code(ExitStatus::from_raw(0)), 0);
         assert_eq!(status_code(ExitStatus::from_raw(7 << 8)), 7);
-        assert_eq!(status_code(ExitStatus::from_raw(libc::SIGTERM)), 143);
-        assert_eq!(status_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+        assert_eq!(
+            status_code(ExitStatus::from_raw(Signal::SIGTERM as i32)),
+            143
+        );
+        assert_eq!(
+            status_code(ExitStatus::from_raw(Signal::SIGKILL as i32)),
+            137
+        );
     }
 
     #[test]
@@ -382,6 +533,46 @@ mod tests {
             spawn_failure(&io::Error::from(io::ErrorKind::PermissionDenied)).0,
             126
         );
+    }
+
+    #[test]
+    fn the_kill_plan_fits_the_grace_into_a_third_of_the_lease() {
+        let ms = Duration::from_millis;
+        // The defaults: 30 s lease, 5 s grace fits; SIGTERM at 6 s left, SIGKILL at 1 s.
+        let plan = KillPlan::new(Duration::from_secs(30), ms(5000));
+        assert_eq!(
+            (plan.early_grace, plan.margin, plan.cut),
+            (ms(5000), ms(1000), false)
+        );
+        assert_eq!(plan.term_below(), ms(6000));
+        // 3 s lease: margin 300 ms, room for 700 ms of grace.
+        let plan = KillPlan::new(Duration::from_secs(3), ms(500));
+        assert_eq!(
+            (plan.early_grace, plan.margin, plan.cut),
+            (ms(500), ms(300), false)
+        );
+        let plan = KillPlan::new(Duration::from_secs(3), ms(5000));
+        assert_eq!(
+            (plan.early_grace, plan.margin, plan.cut),
+            (ms(700), ms(300), true)
+        );
+        assert_eq!(plan.grace, ms(5000), "the full grace after a loss");
+        // Very short leases: the margin never exceeds the budget, the grace may be zero.
+        let plan = KillPlan::new(ms(90), ms(5000));
+        assert_eq!((plan.early_grace, plan.margin), (ms(0), ms(30)));
+        // Whatever the lease, SIGTERM comes only below a third of it: healthy renewal (at a
+        // third of the lease) keeps the lease left above two thirds.
+        for lease_ms in [
+            1, 10, 100, 400, 1000, 3000, 10_000, 30_000, 600_000, 86_400_000,
+        ] {
+            for grace_ms in [0, 1, 700, 5000, 60_000] {
+                let lease = ms(lease_ms);
+                let plan = KillPlan::new(lease, ms(grace_ms));
+                assert!(plan.term_below() <= lease / 3, "{lease_ms} {grace_ms}");
+                assert!(plan.early_grace <= ms(grace_ms));
+                assert_eq!(plan.cut, plan.early_grace < ms(grace_ms));
+            }
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::task::Poll;
 
+use nix::sys::signal::Signal as Sig;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// SIGINT, SIGTERM and SIGHUP, received as events instead of ending the process.
@@ -13,9 +14,9 @@ impl Signals {
     pub fn install() -> Self {
         let mut streams = Vec::new();
         for (kind, number) in [
-            (SignalKind::interrupt(), libc::SIGINT),
-            (SignalKind::terminate(), libc::SIGTERM),
-            (SignalKind::hangup(), libc::SIGHUP),
+            (SignalKind::interrupt(), Sig::SIGINT as i32),
+            (SignalKind::terminate(), Sig::SIGTERM as i32),
+            (SignalKind::hangup(), Sig::SIGHUP as i32),
         ] {
             match signal(kind) {
                 Ok(s) => streams.push((number, s)),

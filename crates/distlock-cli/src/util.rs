@@ -33,8 +33,7 @@ pub fn one_line(message: &str) -> String {
 
 /// True when stderr is a terminal.
 pub fn stderr_is_terminal() -> bool {
-    // SAFETY: isatty only inspects the file descriptor.
-    unsafe { libc::isatty(libc::STDERR_FILENO) == 1 }
+    nix::unistd::isatty(std::io::stderr()).unwrap_or(false)
 }
 
 /// `s` as a JSON string literal, quotes included.

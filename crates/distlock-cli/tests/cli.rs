@@ -1087,3 +1087,377 @@ fn etcd_mutual_exclusion() {
             .count()
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// `run`'s options and CMD (issue 8)
+
+#[test]
+fn unknown_run_options_are_usage_errors_never_the_command() {
+    let home = Home::new();
+    let out = home.run(&["run", "--key", "k", "--bogus", "--", "true"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(one_stderr_line(&out).contains("--bogus"), "{out:?}");
+
+    // A misspelled option before a real command: a usage error, and nothing runs.
+    let script = home.path("x");
+    std::fs::write(&script, "#!/bin/sh\ntouch \"$0.ran\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script_s = script.to_str().unwrap();
+    let out = home.run(&["run", "--key", "k", "--wiat", "5s", "--", script_s]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(one_stderr_line(&out).contains("--wiat"), "{out:?}");
+    assert!(!home.path("x.ran").exists(), "the command must not run");
+    // Spelled right, it runs.
+    let out = home.run(&["run", "--key", "k", "--wait", "5s", "--", script_s]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(home.path("x.ran").exists(), "{out:?}");
+}
+
+#[test]
+fn cmd_starts_after_dash_dash_or_at_the_first_word_that_is_not_an_option() {
+    let home = Home::new();
+    let out = home.run(&["run", "--key", "k", "echo", "hi"]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "hi\n"),
+        "{out:?}"
+    );
+
+    // After `--` everything is CMD, even what looks like an option.
+    let out = home.run(&["run", "--key", "k", "--", "--weird"]);
+    assert_eq!(out.code, Some(127), "{out:?}");
+    assert!(one_stderr_line(&out).contains("--weird"), "{out:?}");
+    let out = home.run(&[
+        "run",
+        "--key",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        r#"printf '%s|' "$@""#,
+        "sh",
+        "--bogus",
+        "--key",
+    ]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stdout, "--bogus|--key|", "{out:?}");
+
+    // Options after CMD's first word are CMD's.
+    let out = home.run(&["run", "--key", "k", "sh", "-c", "exit 3"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CMD's process group (issue 9)
+
+/// True while `pid` exists and is not a zombie (a zombie runs nothing; its reaper may be slow).
+fn running(pid: libc::pid_t) -> bool {
+    if !process_exists(pid) {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next()),
+            Some("Z" | "X")
+        ),
+        Err(_) => false,
+    }
+}
+
+/// The pids in a file written by a test's CMD, one or more per line.
+fn read_pids(path: &Path) -> Vec<libc::pid_t> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect()
+}
+
+/// Kills what a failed test left running.
+struct KillOnDrop(Vec<libc::pid_t>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if running(pid) {
+                // SAFETY: kill(2) on a process the test started (through distlock).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Polls `done` every 10 ms for at most `bound`; true if it became true.
+fn eventually(bound: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// CMD writes its pid and that of a background job, then waits for the job.
+const SH_WITH_A_BACKGROUND_JOB: &str =
+    r#"sleep 1000 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"; wait"#;
+
+#[test]
+fn a_lost_lock_stops_the_commands_whole_process_group() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let home = Home::new();
+    let pids = home.path("pids");
+    let mut proc = Proc::spawn(&mut home.cmd(&[
+        "--backend",
+        &url,
+        "run",
+        "--key",
+        "grp",
+        "--lease",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        SH_WITH_A_BACKGROUND_JOB,
+        "sh",
+        pids.to_str().unwrap(),
+    ]));
+    wait_for_file(&pids, &mut proc);
+    let group = KillOnDrop(read_pids(&pids));
+    assert!(group.0.iter().all(|&p| running(p)), "{:?}", group.0);
+    assert_eq!(server.cli(&["DEL", "lock:grp"]).unwrap(), "1");
+    let out = proc.wait(TIMEOUT);
+    assert_eq!(out.code, Some(76), "{out:?}");
+    // distlock reaps the whole group before it exits: not even a zombie is left.
+    let alive: Vec<_> = group.0.iter().filter(|&&p| process_exists(p)).collect();
+    assert!(
+        alive.is_empty(),
+        "still there after exit 76: {alive:?} {out:?}"
+    );
+}
+
+#[test]
+fn killing_distlock_kills_the_commands_whole_process_group() {
+    let home = Home::new();
+    let pids = home.path("pids");
+    let mut proc = Proc::spawn(&mut home.cmd(&[
+        "run",
+        "--key",
+        "die",
+        "--",
+        "sh",
+        "-c",
+        SH_WITH_A_BACKGROUND_JOB,
+        "sh",
+        pids.to_str().unwrap(),
+    ]));
+    wait_for_file(&pids, &mut proc);
+    let group = KillOnDrop(read_pids(&pids));
+    assert_eq!(group.0.len(), 2);
+    proc.signal(libc::SIGKILL);
+    let out = proc.wait(TIMEOUT);
+    assert_eq!(out.code, None, "killed: {out:?}");
+    // The watcher acts on end-of-file at once; the bound only absorbs a loaded machine.
+    let gone = eventually(Duration::from_secs(10), || {
+        group.0.iter().all(|&p| !running(p))
+    });
+    assert!(gone, "CMD's group outlived distlock: {:?}", group.0);
+}
+
+/// Renewals stall (a partition between distlock and Redis): the group must be gone, SIGKILL
+/// included, when the lock can be taken again on the server. No clock race: the check happens
+/// at the moment a second client's `SET NX` succeeds. With a 5 s lease the margin is 500 ms
+/// and the 500 ms grace fits: SIGTERM at 1 s left, SIGKILL at 500 ms left.
+#[test]
+fn failing_renewals_stop_the_group_before_the_lease_ends_on_the_server() {
+    use distlock::testkit::proxy::FaultProxy;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = RedisServer::start().expect("redis-server");
+    let proxy = rt.block_on(FaultProxy::start(server.addr())).unwrap();
+    let url = format!("redis://{}", proxy.addr());
+    let home = Home::new();
+    let pids = home.path("pids");
+    // Everything in the group ignores SIGTERM: only SIGKILL ends it.
+    let mut proc = Proc::spawn(
+        home.cmd(&[
+            "--backend",
+            &url,
+            "run",
+            "--key",
+            "ov",
+            "--lease",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            &format!("trap '' TERM; {SH_WITH_A_BACKGROUND_JOB}"),
+            "sh",
+            pids.to_str().unwrap(),
+        ])
+        .env("DISTLOCK_KILL_GRACE", "500"),
+    );
+    wait_for_file(&pids, &mut proc);
+    let group = KillOnDrop(read_pids(&pids));
+    assert_eq!(server.cli(&["EXISTS", "lock:ov"]).unwrap(), "1");
+    proxy.pause();
+    let started = Instant::now();
+    loop {
+        let taken = server
+            .cli(&["SET", "lock:ov", "next-holder", "NX", "PX", "60000"])
+            .unwrap();
+        if taken == "OK" {
+            break;
+        }
+        assert!(started.elapsed() < TIMEOUT, "the lease never ended");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let alive: Vec<_> = group.0.iter().filter(|&&p| process_exists(p)).collect();
+    proxy.cut();
+    let out = proc.wait(TIMEOUT);
+    assert!(
+        alive.is_empty(),
+        "processes of the first holder's group alive when the next holder got the lock: \
+         {alive:?} {out:?}"
+    );
+    assert_eq!(out.code, Some(76), "{out:?}");
+    assert!(
+        one_stderr_line(&out).contains("about to be lost"),
+        "{out:?}"
+    );
+    drop(proxy);
+}
+
+#[test]
+fn a_terminal_ctrl_c_reaches_the_command_once_and_it_can_read_the_terminal() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let home = Home::new();
+    let dir = home.dir.path().to_str().unwrap().to_owned();
+    let script = r#"
+        n=0
+        trap 'n=$((n+1)); echo $n > "$1/ints"' INT
+        cat /proc/$$/stat > "$1/stat"
+        touch "$1/ready"
+        while [ ! -e "$1/go" ]; do sleep 0.05; done
+        read line
+        echo "line=$line ints=$n" > "$1/out.tmp"; mv "$1/out.tmp" "$1/out"
+    "#;
+    let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
+    let mut cmd = home.cmd(&["run", "--key", "tty", "--", "sh", "-c", script, "sh", &dir]);
+    cmd.stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stderr(Stdio::from(pty.slave.try_clone().unwrap()));
+    // SAFETY: setsid and ioctl are async-signal-safe; the terminal becomes distlock's
+    // controlling terminal, with distlock's group in the foreground, as in an interactive shell.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn distlock");
+    drop(cmd);
+    drop(pty.slave);
+    let mut master = std::fs::File::from(pty.master);
+    let mut reader = master.try_clone().unwrap();
+    let echoed = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = reader.read_to_end(&mut all); // ends with EIO once every slave fd is closed
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let _guard = scopeguard_kill(&child);
+    let wait_for = |name: &str, child: &mut Child| {
+        let path = home.path(name);
+        let ok = eventually(TIMEOUT, || {
+            path.exists() || child.try_wait().ok().flatten().is_some()
+        });
+        assert!(ok && path.exists(), "no {name}");
+    };
+    wait_for("ready", &mut child);
+    master.write_all(&[0x03]).unwrap(); // Ctrl-C
+    wait_for("ints", &mut child);
+    // A second delivery (distlock forwarding what the terminal already sent) would come at once.
+    std::thread::sleep(Duration::from_millis(500));
+    // Ctrl-Z stops CMD's group; distlock follows it (here, as the leader of an orphaned group,
+    // the kernel continues it at once, as POSIX says) and continues CMD: nothing stays stuck.
+    master.write_all(&[0x1a]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(home.path("go"), "").unwrap();
+    master.write_all(b"hello\n").unwrap();
+    let finished = eventually(TIMEOUT, || child.try_wait().ok().flatten().is_some());
+    if !finished {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("CMD did not finish: stopped (SIGTTIN on its read, or Ctrl-Z not followed)?");
+    }
+    let status = child.wait().unwrap();
+    drop(master);
+    let out = std::fs::read_to_string(home.path("out")).unwrap_or_default();
+    let terminal = echoed.join().unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{out:?} {terminal:?}");
+    assert_eq!(out.trim(), "line=hello ints=1", "terminal: {terminal:?}");
+
+    // Why exactly once: CMD leads a process group of its own, and that group, not distlock's,
+    // is the terminal's foreground group (so the terminal signals CMD and never distlock).
+    let stat = std::fs::read_to_string(home.path("stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let (pgrp, tpgid): (i64, i64) = (fields[2].parse().unwrap(), fields[5].parse().unwrap());
+    let sh: i64 = stat.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(pgrp, sh, "CMD leads its own group: {stat}");
+    assert_ne!(pgrp, i64::from(child.id()), "not distlock's group: {stat}");
+    assert_eq!(tpgid, pgrp, "CMD's group has the terminal: {stat}");
+}
+
+/// Kills the child if the test fails before it ended.
+fn scopeguard_kill(child: &Child) -> KillOnDrop {
+    KillOnDrop(vec![libc::pid_t::try_from(child.id()).unwrap()])
+}
+
+#[test]
+fn the_commands_environment_has_no_backend_url() {
+    let home = Home::new();
+    let url = format!("sqlite://{}/e.db", home.dir.path().display());
+    let out = Proc::spawn(
+        home.cmd(&[
+            "run",
+            "--key",
+            "env",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "backend=${DISTLOCK_BACKEND-unset} key=$DISTLOCK_KEY"; env"#,
+        ])
+        .env("DISTLOCK_BACKEND", &url),
+    )
+    .wait(TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.starts_with("backend=unset key=env\n"), "{out:?}");
+    assert!(!out.stdout.contains(&url), "{out:?}");
+    assert!(home.path("e.db").exists(), "distlock itself used it");
+}
+
+#[test]
+fn the_command_inherits_no_file_descriptor_of_distlock() {
+    let home = Home::new();
+    // `ls` lists its own descriptors: what it inherited, plus the directory it reads.
+    let list = "exec ls /proc/self/fd";
+    let direct =
+        Proc::spawn(Command::new("sh").args(["-c", list]).stdin(Stdio::null())).wait(TIMEOUT);
+    let via = home.run(&["run", "--key", "fd", "--", "sh", "-c", list]);
+    assert_eq!(via.code, Some(0), "{via:?}");
+    assert_eq!(via.stdout, direct.stdout, "{via:?} vs {direct:?}");
+}
