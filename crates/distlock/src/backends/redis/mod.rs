@@ -290,8 +290,12 @@ fn from_value(v: Value) -> Reply {
     }
 }
 
+/// A duration in whole milliseconds for `PX`/`PEXPIRE`, rounded up: a lease is never sent
+/// shorter than asked, and never as zero.
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 impl RedisBackend {
@@ -854,6 +858,16 @@ impl Backend for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leases_are_rounded_up_to_whole_milliseconds() {
+        assert_eq!(ms(Duration::from_micros(1500)), 2);
+        assert_eq!(ms(Duration::from_nanos(1_000_001)), 2);
+        assert_eq!(ms(Duration::from_millis(1)), 1);
+        assert_eq!(ms(Duration::from_millis(30_000)), 30_000);
+        assert_eq!(ms(Duration::ZERO), 1);
+        assert_eq!(ms(Duration::MAX), u64::MAX);
+    }
 
     #[test]
     fn crc16_matches_redis_reference_value() {
