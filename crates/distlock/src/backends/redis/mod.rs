@@ -398,6 +398,13 @@ impl RedisBackend {
         }
     }
 
+    /// How many wake-up channels this backend keeps track of (lock keys listened to, waiters'
+    /// own channels): for tests that check the table stays bounded.
+    #[doc(hidden)]
+    pub fn wake_channels(&self) -> usize {
+        self.signals.len()
+    }
+
     async fn connection(&self) -> Result<MultiplexedConnection> {
         if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Ok(c.clone());
@@ -831,7 +838,9 @@ impl Backend for RedisBackend {
     }
 
     async fn subscribe_waiter(&self, name: &LockName, token: Token) -> Result<ReleaseSubscription> {
-        let (mine, _) = self.signals.subscribe(&token.to_string());
+        // One channel per waiting acquisition: it goes with the subscription, so the table
+        // does not grow with every contended acquisition.
+        let mine = self.signals.subscribe_transient(&token.to_string());
         Ok(self.subscribe(name).await?.merge(mine))
     }
 
