@@ -60,15 +60,24 @@ end
 /// {1, fence} when acquired, {0, pttl} when busy. Only the head of the wait queue (or anyone,
 /// when nobody waits) may take a free lock.
 ///
+/// A lock already held with the caller's token is the caller's: an earlier attempt succeeded
+/// but its reply was lost. That counts as acquired, with the lease set anew from now (the
+/// client counts it from this attempt) and a new fence. `pcall`, because a foreign holder may
+/// have left another type at the key (a Redisson hash), which `GET` refuses.
+///
 /// The fence counter starts at the server's clock in microseconds whenever it is missing
 /// (first use, expiry after a day unused, a restart that lost the data) and counts up from
 /// there, so it keeps increasing across data loss unless the clock steps back or the key saw
 /// more than a million acquisitions a second.
 const ACQUIRE: &str = r"
-if (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not won and redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if won then
   if head then
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[4], head)
+    redis.call('ZREM', KEYS[3], ARGV[4])
+    redis.call('HDEL', KEYS[4], ARGV[4])
   end
   local f = redis.call('INCR', KEYS[2])
   if f < 1000000000000 then
