@@ -281,7 +281,7 @@ fn server_err(text: String) -> Error {
 
 fn resp_err(e: RespError) -> Error {
     match e {
-        RespError::Io(e) => Error::unavailable(KIND, e.to_string()),
+        RespError::Io(e) | RespError::Unsent(e) => Error::unavailable(KIND, e.to_string()),
         RespError::Server(text) => server_err(text),
     }
 }

@@ -52,6 +52,9 @@ pub(crate) struct ConnInfo {
 #[derive(Debug)]
 pub(crate) enum RespError {
     Io(io::Error),
+    /// Writing the request failed, so no complete command reached the server (an idle
+    /// connection that went stale, or one whose runtime is gone).
+    Unsent(io::Error),
     Server(String),
 }
 
@@ -90,14 +93,27 @@ impl Pool {
         &self,
         cmds: &[C],
     ) -> Result<Vec<Reply>, RespError> {
-        let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut conn = match conn {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = idle.is_some();
+        let mut conn = match idle {
             Some(c) => c,
             None => self.connect().await?,
         };
-        let replies = tokio::time::timeout(self.info.response_timeout, conn.exchange(cmds))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no reply in time"))??;
+        let timeout = self.info.response_timeout;
+        let no_reply = || io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
+        let replies = match tokio::time::timeout(timeout, conn.exchange(cmds)).await {
+            Ok(Err(RespError::Unsent(e))) if reused => {
+                // An idle connection can go stale (its runtime was shut down, the server
+                // closed it): nothing was sent, so the request goes out on a new one.
+                tracing::debug!(error = %e, "idle connection unusable; reconnecting");
+                self.clear();
+                conn = self.connect().await?;
+                tokio::time::timeout(timeout, conn.exchange(cmds))
+                    .await
+                    .map_err(|_| no_reply())??
+            }
+            r => r.map_err(|_| no_reply())??,
+        };
         // Only a connection whose replies were all read goes back: it is in step again.
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
@@ -159,7 +175,10 @@ impl Conn {
         for cmd in cmds {
             encode(&mut self.out, cmd.as_ref());
         }
-        self.stream.write_all(&self.out).await?;
+        self.stream
+            .write_all(&self.out)
+            .await
+            .map_err(RespError::Unsent)?;
         let mut replies = Vec::with_capacity(cmds.len());
         while replies.len() < cmds.len() {
             replies.push(self.read_reply().await?);
