@@ -82,6 +82,12 @@ impl Hold {
         self.times().lease
     }
 
+    /// When the lease ends as far as the client can tell (it counts from before the request
+    /// that set it, so this is never after the server's end).
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.times().valid_until
+    }
+
     /// The lease left as far as the client can tell (zero once lost).
     pub(crate) fn remaining(&self) -> Duration {
         if self.lost.load(Ordering::Acquire) {
