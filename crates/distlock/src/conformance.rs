@@ -646,7 +646,10 @@ pub async fn failed_acquisitions_leave_the_lock_free(h: &Harness) {
 
     let r = tokio::time::timeout(Duration::from_millis(150), reg.obtain("f").unwrap().lock()).await;
     assert!(r.is_err(), "lock() returned although its reply was late");
-    free_for_other("after lock() was cancelled with the reply in flight").await;
+    // Look only once the request has surely reached the server: a release sent at the
+    // cancellation would have come before it, and freed nothing.
+    tokio::time::sleep(late + late / 2).await;
+    free_for_other("after lock() was cancelled with the request on its way").await;
 
     faulty.set(ReplyFault::None);
     let g = within(
