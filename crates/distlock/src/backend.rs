@@ -228,6 +228,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// One attempt to take the lock for `token` with the given lease. Never waits for the lock.
+    ///
+    /// The registry retries an attempt that failed (a timeout, a broken connection) with the
+    /// same token, and the failed one may have succeeded on the server: a lock already held
+    /// with `token` should count as acquired, with the lease set anew and a new fence, rather
+    /// than as busy. Whatever an attempt did, the registry gives the token back with
+    /// [`Backend::release`] when the acquisition ends without a guard, and only once the
+    /// attempt's future has completed; a backend whose request can still take effect after its
+    /// future completed (a statement left running on a dropped connection) must prevent that
+    /// or document it.
     async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt>;
 
     /// Frees the lock if and only if it is held with `token`, and wakes waiters.
