@@ -228,6 +228,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// One attempt to take the lock for `token` with the given lease. Never waits for the lock.
+    ///
+    /// The registry retries an attempt that failed (a timeout, a broken connection) with the
+    /// same token, and the failed one may have succeeded on the server: a lock already held
+    /// with `token` should count as acquired, with the lease set anew and a new fence, rather
+    /// than as busy. Whatever an attempt did, the registry gives the token back with
+    /// [`Backend::release`] when the acquisition ends without a guard, and only once the
+    /// attempt's future has completed; a backend whose request can still take effect after its
+    /// future completed (a statement left running on a dropped connection) must prevent that
+    /// or document it.
     async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt>;
 
     /// Frees the lock if and only if it is held with `token`, and wakes waiters.
@@ -372,9 +381,14 @@ impl ReleaseSubscription {
 
 /// Release signals by channel name with subscriber counts: the bookkeeping every notifying
 /// backend needs (which channels to listen on, whom to wake when a message arrives).
+///
+/// Entries made by [`subscribe`](Self::subscribe) stay until [`take_idle`](Self::take_idle)
+/// forgets them; those made by [`subscribe_transient`](Self::subscribe_transient) (one per
+/// waiter, say) go with their last subscription, so the table stays bounded by the live
+/// subscriptions plus the idle channels a backend chooses to keep.
 #[derive(Debug, Default)]
 pub struct ReleaseSignals {
-    map: Mutex<HashMap<String, SignalEntry>>,
+    map: Arc<Mutex<HashMap<String, SignalEntry>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -408,6 +422,38 @@ impl ReleaseSignals {
             ReleaseSubscription::new(entry.signal, Some(Box::new(entry.subscribers))),
             fresh,
         )
+    }
+
+    /// Subscribes to `channel` for as long as the returned subscription (or another one of the
+    /// same channel) lives: the last one to go removes the channel's entry. For channels that
+    /// are used once, such as a waiter's own wake-up channel, so that they do not pile up.
+    pub fn subscribe_transient(&self, channel: &str) -> ReleaseSubscription {
+        let entry = self
+            .lock()
+            .entry(channel.to_owned())
+            .or_insert_with(|| SignalEntry {
+                signal: Arc::new(ReleaseSignal::default()),
+                subscribers: Arc::new(()),
+            })
+            .clone();
+        ReleaseSubscription::new(
+            entry.signal,
+            Some(Box::new(TransientEntry {
+                map: Arc::downgrade(&self.map),
+                channel: channel.to_owned(),
+                subscribers: Some(entry.subscribers),
+            })),
+        )
+    }
+
+    /// How many channels have an entry (live or idle).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no channel has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     /// Wakes the subscribers of `channel`, if any: a release message arrived.
@@ -448,13 +494,77 @@ impl ReleaseSignals {
         names
     }
 
-    /// Wakes every subscriber and returns the channels that still have listeners: after a
-    /// reconnect the server forgot them, so the backend subscribes again and waiters re-check.
-    pub fn fire_all(&self) -> Vec<String> {
+    /// Wakes every subscriber (after a reconnect the server forgot the subscriptions, so
+    /// waiters re-check and the backend listens again) and returns how many channels were woken.
+    ///
+    /// Nothing is copied while the table is locked: each signal is fired in place, which only
+    /// bumps its counter and schedules its waiting tasks.
+    pub fn fire_all(&self) -> usize {
         let map = self.lock();
         for e in map.values() {
             e.signal.fire();
         }
-        map.keys().cloned().collect()
+        map.len()
+    }
+}
+
+/// A subscription's hold on a transient channel: the last one to go removes the entry.
+struct TransientEntry {
+    map: std::sync::Weak<Mutex<HashMap<String, SignalEntry>>>,
+    channel: String,
+    subscribers: Option<Arc<()>>,
+}
+
+impl Drop for TransientEntry {
+    fn drop(&mut self) {
+        let (Some(map), Some(mine)) = (self.map.upgrade(), self.subscribers.take()) else {
+            return;
+        };
+        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the table's lock, so no new subscriber can appear between the check and the
+        // removal: only the map's reference and ours are left.
+        if map
+            .get(&self.channel)
+            .is_some_and(|e| Arc::ptr_eq(&e.subscribers, &mine) && Arc::strong_count(&mine) == 2)
+        {
+            map.remove(&self.channel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_channels_go_with_their_last_subscription() {
+        let signals = ReleaseSignals::default();
+        let (keep, _) = signals.subscribe("lock:a");
+        for i in 0..1000 {
+            let one = signals.subscribe_transient(&format!("waiter:{i}"));
+            let two = signals.subscribe_transient(&format!("waiter:{i}"));
+            drop(one);
+            assert_eq!(signals.len(), 2, "dropped while another subscription lives");
+            drop(two);
+        }
+        assert_eq!(signals.len(), 1, "only the lasting channel is left");
+        drop(keep);
+        assert_eq!(signals.len(), 1, "lasting channels wait for take_idle");
+        assert_eq!(signals.take_idle(0), vec!["lock:a".to_owned()]);
+        assert!(signals.is_empty());
+    }
+
+    #[tokio::test]
+    async fn fire_all_wakes_every_subscription() {
+        let signals = ReleaseSignals::default();
+        let (mut a, _) = signals.subscribe("lock:a");
+        let mut b = signals.subscribe_transient("waiter:b");
+        assert_eq!(signals.fire_all(), 2);
+        tokio::time::timeout(Duration::from_secs(1), a.released())
+            .await
+            .expect("a woken");
+        tokio::time::timeout(Duration::from_secs(1), b.released())
+            .await
+            .expect("b woken");
     }
 }

@@ -130,16 +130,25 @@ impl LockGuard {
 
     /// Sets the lease to `lease` from now, owner-checked on the server, and renews at that
     /// lease from then on.
+    ///
+    /// Bounded by the lease it extends: a request that has not answered when the current
+    /// lease ends (as the client counts it) marks the lock lost and fails with
+    /// [`Error::LockLost`].
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         check_lease(lease)?;
         self.ensure_held()?;
         let sent = Instant::now();
-        let ok = self
+        let request = self
             .registry
             .backend
             .extend(&self.hold.name, self.hold.token, lease)
-            .instrument(tracing::debug_span!("distlock.extend", key = %self.key()))
-            .await?;
+            .instrument(tracing::debug_span!("distlock.extend", key = %self.key()));
+        let Ok(reply) = tokio::time::timeout_at(self.hold.valid_until(), request).await else {
+            self.hold
+                .mark_lost("the extension did not answer before the lease ended");
+            return Err(self.lost_error());
+        };
+        let ok = reply?;
         if ok {
             self.hold.confirm(sent, lease);
             Ok(())

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -447,9 +449,14 @@ impl Lock {
     /// waited out; [`try_lock_for`](Self::try_lock_for) retries transient errors
     /// ([`Error::is_retryable`]) within its timeout instead.
     ///
+    /// Whatever way an acquisition ends without a guard (an error, a timeout, cancellation),
+    /// it leaves no lock held: if any of its attempts may have succeeded on the server without
+    /// the reply arriving, its token is released in the background, after that attempt ended.
+    ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves no waiter entry behind and no lock held (a remote
-    /// acquisition that was in flight is given back in the background).
+    /// attempt that was in flight is driven to its end in the background and then given back,
+    /// so the release cannot overtake it).
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire(Wait::Forever).await
     }
@@ -464,11 +471,17 @@ impl Lock {
     }
 
     /// Waits at most `timeout` for the lock, else fails with [`Error::NotAcquired`]. Transient
-    /// backend errors are retried within the timeout.
+    /// backend errors are retried within the timeout. The timeout also bounds a request in
+    /// flight: a reply due after it is not waited for (the attempt is undone in the
+    /// background, as for a cancelled [`lock`](Self::lock)). A zero timeout is
+    /// [`try_lock`](Self::try_lock).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock_for(&self, timeout: Duration) -> Result<LockGuard> {
+        if timeout.is_zero() {
+            return self.acquire(Wait::No).await;
+        }
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.acquire(Wait::Until(deadline)).await,
             None => self.acquire(Wait::Forever).await,
@@ -604,25 +617,42 @@ impl Lock {
             sub = backend.subscribe_waiter(name, token).await.ok();
         }
 
+        // Armed once an attempt ended without telling us its outcome (an error, a lost reply):
+        // the lock may then be ours on the server, so however this acquisition ends without a
+        // guard (returned, or dropped at any await below), the token is given back.
+        let mut uncertain = Abandoned {
+            registry: reg,
+            name,
+            token,
+            armed: false,
+        };
         loop {
             let sent = Instant::now();
-            let in_flight = InFlight {
-                registry: reg,
-                name,
-                token,
-                armed: true,
+            let mut in_flight = InFlight::start(reg, name, token, self.lease, waits);
+            // `try_lock_for` bounds its attempts too: a reply that comes after the deadline
+            // is not waited for (the attempt finishes in the background, then is undone).
+            let attempt = match wait {
+                Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
+                    Ok(a) => a,
+                    Err(_) => {
+                        // The in-flight attempt's undo releases and leaves the queue, after it.
+                        queued.joined = false;
+                        uncertain.armed = false;
+                        drop(in_flight);
+                        local.contended = true;
+                        return Err(self.not_acquired(started));
+                    }
+                },
+                _ => in_flight.outcome().await,
             };
-            let attempt = if waits {
-                backend.try_acquire_queued(name, token, self.lease).await
-            } else {
-                backend.try_acquire(name, token, self.lease).await
-            };
-            in_flight.disarm();
+            in_flight.finished();
+            uncertain.armed |= attempt.is_err();
             let retry_after = match attempt {
                 Ok(Attempt::Acquired {
                     fence: backend_fence,
                 }) => {
                     queued.joined = false;
+                    uncertain.armed = false;
                     local.contended = was_busy;
                     let hold = Arc::new(Hold::new(
                         backend.kind(),
@@ -777,27 +807,105 @@ impl Drop for WaiterEntry<'_> {
     }
 }
 
-/// Armed while a remote attempt is in flight: if the future is dropped there, the attempt may
-/// have succeeded on the server, so the token is released (owner-checked, harmless otherwise).
-struct InFlight<'a> {
+/// Gives back, in the background, a token that an earlier attempt may have acquired without
+/// the reply saying so, unless disarmed by the acquisition that got its guard.
+struct Abandoned<'a> {
     registry: &'a Inner,
     name: &'a LockName,
     token: Token,
     armed: bool,
 }
 
-impl InFlight<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for InFlight<'_> {
+impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.registry
                 .release_in_background(self.name.clone(), self.token);
         }
+    }
+}
+
+/// The outcome of one remote attempt, boxed so that it can outlive the acquisition future.
+type AttemptFuture = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
+
+/// One remote attempt in flight. If the acquisition ends before the attempt does (its future
+/// is dropped, or `try_lock_for`'s deadline passes), the attempt may still succeed on the
+/// server: it is then driven to its end in the background and only after that is its token
+/// released and its place in the wait queue given back, so the undo can never overtake it.
+struct InFlight<'a> {
+    registry: &'a Inner,
+    name: &'a LockName,
+    token: Token,
+    queued: bool,
+    attempt: Option<AttemptFuture>,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(
+        registry: &'a Inner,
+        name: &'a LockName,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Self {
+        let backend = registry.backend.clone();
+        let owned_name = name.clone();
+        let attempt: AttemptFuture = Box::pin(async move {
+            if queued {
+                backend.try_acquire_queued(&owned_name, token, lease).await
+            } else {
+                backend.try_acquire(&owned_name, token, lease).await
+            }
+        });
+        InFlight {
+            registry,
+            name,
+            token,
+            queued,
+            attempt: Some(attempt),
+        }
+    }
+
+    /// Drives the attempt; cancel safe (the attempt stays here, see Drop).
+    async fn outcome(&mut self) -> Result<Attempt> {
+        match self.attempt.as_mut() {
+            Some(attempt) => attempt.await,
+            None => Err(Error::backend(
+                "registry",
+                "attempt polled after it finished",
+            )),
+        }
+    }
+
+    /// The attempt ended and its outcome was seen: nothing to undo here.
+    fn finished(mut self) {
+        self.attempt = None;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some(attempt) = self.attempt.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(lock = ?self.name, "acquisition dropped outside a runtime; the lease will expire");
+            return;
+        };
+        let backend = self.registry.backend.clone();
+        let (name, token, queued) = (self.name.clone(), self.token, self.queued);
+        rt.spawn(async move {
+            // Finish the attempt first: a release sent beside it could reach the server first.
+            // Release even after `Busy`: an earlier attempt with this token may have been the
+            // one that succeeded (owner-checked, so harmless otherwise).
+            let _ = attempt.await;
+            if let Err(e) = backend.release(&name, token).await {
+                tracing::debug!(lock = ?name, error = %e, "undoing an abandoned acquisition failed; the lease will expire");
+            }
+            if queued {
+                let _ = backend.leave_queue(&name, token).await;
+            }
+        });
     }
 }
 

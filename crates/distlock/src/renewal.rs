@@ -82,6 +82,12 @@ impl Hold {
         self.times().lease
     }
 
+    /// When the lease ends as far as the client can tell (it counts from before the request
+    /// that set it, so this is never after the server's end).
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.times().valid_until
+    }
+
     /// The lease left as far as the client can tell (zero once lost).
     pub(crate) fn remaining(&self) -> Duration {
         if self.lost.load(Ordering::Acquire) {
@@ -157,7 +163,10 @@ pub(crate) struct Renewer {
     renew: bool,
     holds: Mutex<HashMap<u64, Arc<Hold>>>,
     wake: Arc<Notify>,
-    started: AtomicBool,
+    /// Alive while the renewal task exists. The task lives on the runtime of the hold that
+    /// started it and dies with that runtime; the next registration then starts it anew on its
+    /// own runtime.
+    task: Mutex<Weak<()>>,
     /// When the task will look next (ms since `epoch`); a new hold due earlier wakes it.
     next_pass_ms: AtomicU64,
     epoch: Instant,
@@ -176,14 +185,16 @@ impl Renewer {
             renew,
             holds: Mutex::new(HashMap::new()),
             wake: Arc::new(Notify::new()),
-            started: AtomicBool::new(false),
+            task: Mutex::new(Weak::new()),
             next_pass_ms: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
         }
     }
 
     /// Starts watching `hold`: renewing it (when renewal is on) and marking it lost when its
-    /// lease runs out unconfirmed. Needs a Tokio runtime (the caller runs in one).
+    /// lease runs out unconfirmed. Needs a Tokio runtime (the caller runs in one): if the
+    /// renewal task is not running (first hold, or its runtime was shut down since), it is
+    /// started on the caller's.
     pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
         let t = hold.times();
         let due = if self.renew {
@@ -195,16 +206,31 @@ impl Renewer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(hold.id, hold);
-        if !self.started.swap(true, Ordering::AcqRel) {
-            let weak = Arc::downgrade(self);
-            let wake = self.wake.clone();
-            tokio::spawn(run(weak, wake).instrument(tracing::debug_span!("distlock.renewal")));
-        }
+        let started = self.ensure_task();
         // Waking the task costs a task switch per acquisition; only do it when the new hold is
         // due before the task's next look.
-        if self.ms_since_epoch(due) < self.next_pass_ms.load(Ordering::Acquire) {
+        if !started && self.ms_since_epoch(due) < self.next_pass_ms.load(Ordering::Acquire) {
             self.wake.notify_one();
         }
+    }
+
+    /// Starts the renewal task on the caller's runtime unless it is alive. Returns whether it
+    /// started it (a new task makes a pass at once, so it needs no wake-up).
+    fn ensure_task(self: &Arc<Self>) -> bool {
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if task.strong_count() > 0 {
+            return false;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let alive = Arc::new(());
+        *task = Arc::downgrade(&alive);
+        // A task of a runtime that shut down left its last look behind: forget it.
+        self.next_pass_ms.store(u64::MAX, Ordering::Release);
+        let (weak, wake) = (Arc::downgrade(self), self.wake.clone());
+        rt.spawn(run(weak, wake, alive).instrument(tracing::debug_span!("distlock.renewal")));
+        true
     }
 
     fn ms_since_epoch(&self, at: Instant) -> u64 {
@@ -300,7 +326,9 @@ fn retry_delay(hold: &Hold) -> Duration {
     (hold.remaining() / 4).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
-async fn run(weak: Weak<Renewer>, wake: Arc<Notify>) {
+/// The renewal task. `_alive` goes when the task does, also when its runtime drops it
+/// unfinished; that is how [`Renewer::ensure_task`] knows to start another.
+async fn run(weak: Weak<Renewer>, wake: Arc<Notify>, _alive: Arc<()>) {
     loop {
         let Some(renewer) = weak.upgrade() else {
             return;

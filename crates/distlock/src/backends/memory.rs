@@ -82,7 +82,9 @@ impl Backend for MemoryBackend {
             expires: now,
             fence: 0,
         });
-        if entry.token.is_some() && entry.expires > now {
+        // Held with this very token: an earlier attempt of the same acquisition got it.
+        let mine = entry.token == Some(token);
+        if entry.token.is_some() && entry.expires > now && !mine {
             return Ok(Attempt::Busy {
                 retry_after: Some(entry.expires - now),
             });

@@ -60,15 +60,24 @@ end
 /// {1, fence} when acquired, {0, pttl} when busy. Only the head of the wait queue (or anyone,
 /// when nobody waits) may take a free lock.
 ///
+/// A lock already held with the caller's token is the caller's: an earlier attempt succeeded
+/// but its reply was lost. That counts as acquired, with the lease set anew from now (the
+/// client counts it from this attempt) and a new fence. `pcall`, because a foreign holder may
+/// have left another type at the key (a Redisson hash), which `GET` refuses.
+///
 /// The fence counter starts at the server's clock in microseconds whenever it is missing
 /// (first use, expiry after a day unused, a restart that lost the data) and counts up from
 /// there, so it keeps increasing across data loss unless the clock steps back or the key saw
 /// more than a million acquisitions a second.
 const ACQUIRE: &str = r"
-if (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not won and redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if won then
   if head then
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[4], head)
+    redis.call('ZREM', KEYS[3], ARGV[4])
+    redis.call('HDEL', KEYS[4], ARGV[4])
   end
   local f = redis.call('INCR', KEYS[2])
   if f < 1000000000000 then
@@ -272,7 +281,7 @@ fn server_err(text: String) -> Error {
 
 fn resp_err(e: RespError) -> Error {
     match e {
-        RespError::Io(e) => Error::unavailable(KIND, e.to_string()),
+        RespError::Io(e) | RespError::Unsent(e) => Error::unavailable(KIND, e.to_string()),
         RespError::Server(text) => server_err(text),
     }
 }
@@ -290,8 +299,12 @@ fn from_value(v: Value) -> Reply {
     }
 }
 
+/// A duration in whole milliseconds for `PX`/`PEXPIRE`, rounded up: a lease is never sent
+/// shorter than asked, and never as zero.
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 impl RedisBackend {
@@ -392,6 +405,13 @@ impl RedisBackend {
             Reply::Error(e) => Err(server_err(e)),
             _ => Ok(backend),
         }
+    }
+
+    /// How many wake-up channels this backend keeps track of (lock keys listened to, waiters'
+    /// own channels): for tests that check the table stays bounded.
+    #[doc(hidden)]
+    pub fn wake_channels(&self) -> usize {
+        self.signals.len()
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection> {
@@ -827,7 +847,9 @@ impl Backend for RedisBackend {
     }
 
     async fn subscribe_waiter(&self, name: &LockName, token: Token) -> Result<ReleaseSubscription> {
-        let (mine, _) = self.signals.subscribe(&token.to_string());
+        // One channel per waiting acquisition: it goes with the subscription, so the table
+        // does not grow with every contended acquisition.
+        let mine = self.signals.subscribe_transient(&token.to_string());
         Ok(self.subscribe(name).await?.merge(mine))
     }
 
@@ -854,6 +876,16 @@ impl Backend for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leases_are_rounded_up_to_whole_milliseconds() {
+        assert_eq!(ms(Duration::from_micros(1500)), 2);
+        assert_eq!(ms(Duration::from_nanos(1_000_001)), 2);
+        assert_eq!(ms(Duration::from_millis(1)), 1);
+        assert_eq!(ms(Duration::from_millis(30_000)), 30_000);
+        assert_eq!(ms(Duration::ZERO), 1);
+        assert_eq!(ms(Duration::MAX), u64::MAX);
+    }
 
     #[test]
     fn crc16_matches_redis_reference_value() {

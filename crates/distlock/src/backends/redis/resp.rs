@@ -52,6 +52,9 @@ pub(crate) struct ConnInfo {
 #[derive(Debug)]
 pub(crate) enum RespError {
     Io(io::Error),
+    /// Writing the request failed, so no complete command reached the server (an idle
+    /// connection that went stale, or one whose runtime is gone).
+    Unsent(io::Error),
     Server(String),
 }
 
@@ -90,14 +93,27 @@ impl Pool {
         &self,
         cmds: &[C],
     ) -> Result<Vec<Reply>, RespError> {
-        let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut conn = match conn {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = idle.is_some();
+        let mut conn = match idle {
             Some(c) => c,
             None => self.connect().await?,
         };
-        let replies = tokio::time::timeout(self.info.response_timeout, conn.exchange(cmds))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no reply in time"))??;
+        let timeout = self.info.response_timeout;
+        let no_reply = || io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
+        let replies = match tokio::time::timeout(timeout, conn.exchange(cmds)).await {
+            Ok(Err(RespError::Unsent(e))) if reused => {
+                // An idle connection can go stale (its runtime was shut down, the server
+                // closed it): nothing was sent, so the request goes out on a new one.
+                tracing::debug!(error = %e, "idle connection unusable; reconnecting");
+                self.clear();
+                conn = self.connect().await?;
+                tokio::time::timeout(timeout, conn.exchange(cmds))
+                    .await
+                    .map_err(|_| no_reply())??
+            }
+            r => r.map_err(|_| no_reply())??,
+        };
         // Only a connection whose replies were all read goes back: it is in step again.
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
@@ -159,7 +175,10 @@ impl Conn {
         for cmd in cmds {
             encode(&mut self.out, cmd.as_ref());
         }
-        self.stream.write_all(&self.out).await?;
+        self.stream
+            .write_all(&self.out)
+            .await
+            .map_err(RespError::Unsent)?;
         let mut replies = Vec::with_capacity(cmds.len());
         while replies.len() < cmds.len() {
             replies.push(self.read_reply().await?);
@@ -219,14 +238,26 @@ fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Parses one reply from the front of `buf`: `Ok(None)` when it is not complete yet.
+/// Longest bulk string accepted: Redis's own `proto-max-bulk-len` default.
+const MAX_BULK_LEN: usize = 512 * 1024 * 1024;
+/// Deepest nesting of arrays accepted; lock replies nest one level.
+const MAX_DEPTH: usize = 32;
+
+/// Parses one reply from the front of `buf`: `Ok(None)` when it is not complete yet. Malformed
+/// input (a bad type byte or number, a length beyond [`MAX_BULK_LEN`], nesting beyond
+/// [`MAX_DEPTH`]) is an error, never a panic.
 fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
+    parse_at(buf, 0)
+}
+
+fn parse_at(buf: &[u8], depth: usize) -> Result<Option<(Reply, usize)>, String> {
     let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
         return Ok(None);
     };
-    let Some(&kind) = buf.first() else {
-        return Ok(None);
-    };
+    if end == 0 {
+        return Err("empty reply line".into());
+    }
+    let kind = buf[0];
     let line = &buf[1..end];
     let text = || String::from_utf8_lossy(line).into_owned();
     let number = || -> Result<i64, String> {
@@ -245,13 +276,21 @@ fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
             if n < 0 {
                 return Ok(Some((Reply::Bulk(None), after)));
             }
-            let n = usize::try_from(n).map_err(|e| e.to_string())?;
-            if buf.len() < after + n + 2 {
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_BULK_LEN)
+                .ok_or_else(|| format!("bulk length {n} is too large"))?;
+            // `after + n + 2` cannot overflow: n is bounded and `after` is within `buf`.
+            let total = after + n + 2;
+            if buf.len() < total {
                 return Ok(None);
+            }
+            if &buf[after + n..total] != b"\r\n" {
+                return Err("bulk string not terminated by CRLF".into());
             }
             Ok(Some((
                 Reply::Bulk(Some(buf[after..after + n].to_vec())),
-                after + n + 2,
+                total,
             )))
         }
         b'*' => {
@@ -259,10 +298,13 @@ fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
             if n < 0 {
                 return Ok(Some((Reply::Array(None), after)));
             }
+            if depth >= MAX_DEPTH {
+                return Err(format!("arrays nested deeper than {MAX_DEPTH}"));
+            }
             let mut items = Vec::with_capacity(usize::try_from(n).unwrap_or(0).min(1024));
             let mut at = after;
             for _ in 0..n {
-                match parse(&buf[at..])? {
+                match parse_at(&buf[at..], depth + 1)? {
                     Some((item, used)) => {
                         items.push(item);
                         at += used;
@@ -279,6 +321,8 @@ fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     #[test]
     fn parses_every_reply_type_and_waits_for_incomplete_input() {
@@ -303,6 +347,125 @@ mod tests {
         }
         assert!(parse(b"?x\r\n").is_err());
         assert!(parse(b":abc\r\n").is_err());
+    }
+
+    #[test]
+    fn huge_or_malformed_lengths_are_errors_not_panics() {
+        let max = format!("${}\r\nx", i64::MAX);
+        assert!(parse(max.as_bytes()).is_err());
+        let near = format!("${}\r\n", usize::MAX - 1);
+        assert!(parse(near.as_bytes()).is_err());
+        assert!(parse(b"$536870913\r\n").is_err());
+        assert_eq!(
+            parse(b"$536870912\r\n").unwrap(),
+            None,
+            "allowed, incomplete"
+        );
+        assert!(parse(b"\r\n").is_err());
+        assert!(parse(b"$3\r\nabcXY").is_err());
+        let deep = "*1\r\n".repeat(10_000) + ":1\r\n";
+        assert!(parse(deep.as_bytes()).is_err());
+        let long = format!("*{}\r\n:1\r\n", i64::MAX);
+        assert_eq!(parse(long.as_bytes()).unwrap(), None);
+    }
+
+    /// Encodes a reply the way a server does.
+    fn wire(reply: &Reply, out: &mut Vec<u8>) {
+        match reply {
+            Reply::Int(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+            Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
+            Reply::Bulk(Some(b)) => {
+                header(out, b'$', b.len());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Simple(s) => out.extend_from_slice(format!("+{s}\r\n").as_bytes()),
+            Reply::Error(s) => out.extend_from_slice(format!("-{s}\r\n").as_bytes()),
+            Reply::Array(None) => out.extend_from_slice(b"*-1\r\n"),
+            Reply::Array(Some(items)) => {
+                header(out, b'*', items.len());
+                for i in items {
+                    wire(i, out);
+                }
+            }
+        }
+    }
+
+    fn reply_strategy() -> impl Strategy<Value = Reply> {
+        let line = "[a-zA-Z0-9 :_-]{0,12}";
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(Reply::Int),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))
+                .prop_map(Reply::Bulk),
+            line.prop_map(Reply::Simple),
+            line.prop_map(Reply::Error),
+            Just(Reply::Array(None)),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            proptest::collection::vec(inner, 0..6).prop_map(|v| Reply::Array(Some(v)))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Whatever the server (or a man in the middle) sends, the parser answers with a
+        /// reply, "incomplete" or an error.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(Some((_, used))) = parse(&bytes) {
+                prop_assert!(used <= bytes.len());
+            }
+        }
+
+        #[test]
+        fn bytes_shaped_like_replies_never_panic(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just(b"\r\n".to_vec()),
+                    "[-+:$*?]-?[0-9]{0,20}".prop_map(String::into_bytes),
+                    proptest::collection::vec(any::<u8>(), 0..8),
+                ],
+                0..24,
+            )
+        ) {
+            let bytes = parts.concat();
+            if let Ok(Some((_, used))) = parse(&bytes) {
+                prop_assert!(used <= bytes.len());
+            }
+        }
+
+        #[test]
+        fn valid_frames_split_anywhere_parse_back_whole(
+            replies in proptest::collection::vec(reply_strategy(), 1..4),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let mut bytes = Vec::new();
+            for r in &replies {
+                wire(r, &mut bytes);
+            }
+            // Arbitrary split: the first part alone is incomplete or whole replies, never an
+            // error; the rest completes it.
+            let cut = cut.index(bytes.len() + 1);
+            let mut at = 0;
+            let mut parsed = Vec::new();
+            while let Some((r, used)) = parse(&bytes[at..cut]).map_err(TestCaseError::fail)? {
+                parsed.push(r);
+                at += used;
+            }
+            while at < bytes.len() {
+                let (r, used) = parse(&bytes[at..])
+                    .map_err(TestCaseError::fail)?
+                    .ok_or_else(|| TestCaseError::fail("complete input reported incomplete"))?;
+                parsed.push(r);
+                at += used;
+            }
+            prop_assert_eq!(parsed, replies);
+        }
     }
 
     #[test]
