@@ -4,7 +4,7 @@ imported, not changed), in the same run as its baselines and its etcd recipes, a
 throwaway etcd started by the harness's servers.py (same flags: fsync on, default snapshots).
 
   baseline  range and put of one key through the harness's client (JSON gateway, http.client)
-            and through distlock's client library (etcd-client over gRPC, examples/etcd_bench_worker)
+            and through distlock's own gRPC client (tonic, examples/etcd_bench_worker)
   S1        one client, one key: acquire + release back to back (distlock; the harness's v3lock
             RPC and concurrency.Mutex recipe)
   S2        4 processes, one key, blocking acquire, non-atomic counter-file increment, release

@@ -36,7 +36,7 @@ const AFTER_HELP: &str = "\
 Backends (--backend or DISTLOCK_BACKEND): memory://, sqlite:///abs/path.db,
 redis://[user:pass@]host:port[/db], rediss://..., postgres://user:pass@host:port/db,
 mysql://user:pass@host:port/db, zk://host:port[,host:port][/root],
-etcd://host:port[,host:port]. Without one, locks live in a SQLite file
+etcd://host:port[,host:port], etcds://...[?ca_file=/path/ca.pem]. Without one, locks live in a SQLite file
 distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
 
 run: options come before CMD; CMD starts after -- or at the first word that is not an

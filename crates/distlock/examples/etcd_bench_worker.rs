@@ -7,8 +7,8 @@
 //! 3. loop for `--duration` seconds, timestamps in memory only;
 //! 4. print `{"ev":"result",...}` and exit 0.
 //!
-//! Modes: `baseline` (`--op read|write`: a range or a put of one key through `etcd-client`, the
-//! gRPC client distlock uses), `S1` (acquire + release), `S2` (acquire, read and write the
+//! Modes: `baseline` (`--op read|write`: a range or a put of one key through the gRPC client of
+//! distlock's etcd backend, `EtcdBackend::raw_get` / `raw_put`), `S1` (acquire + release), `S2` (acquire, read and write the
 //! counter file, release). `--recipe distlock` (a `LockRegistry` over `EtcdBackend`);
 //! `--params` is the harness's JSON connection parameters (`{"host": .., "port": ..}`).
 //!
@@ -77,21 +77,20 @@ fn endpoint(a: &Args) -> String {
     format!("{}:{}", p("host"), p("port"))
 }
 
-const CLIENT: &str = "distlock (etcd-client 0.21, gRPC)";
+const CLIENT: &str = "distlock (tonic gRPC)";
 
 async fn baseline(a: &Args) {
-    let client = etcd_client::Client::connect([format!("http://{}", endpoint(a))], None)
+    let client = EtcdBackend::connect(&format!("etcd://{}", endpoint(a)))
         .await
         .expect("connect");
-    let mut kv = client.kv_client();
     let write = a.op != "read";
     let key = "/bench/rtt";
-    kv.put(key, "x", None).await.unwrap();
-    let mut op = async || {
+    client.raw_put(key, "x").await.unwrap();
+    let op = async || {
         if write {
-            kv.put(key, "x", None).await.map(|_| ()).unwrap();
+            client.raw_put(key, "x").await.unwrap();
         } else {
-            kv.get(key, None).await.map(|_| ()).unwrap();
+            client.raw_get(key).await.map(|_| ()).unwrap();
         }
     };
     for _ in 0..a.warmup * 10 {

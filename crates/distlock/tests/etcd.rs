@@ -1,8 +1,8 @@
-//! etcd backend against real etcd servers (Debian `etcd-server` 3.4, `etcdctl` from
-//! `etcd-client`): the `concurrency.Mutex` layout and `etcdctl lock` interop, predecessor-only
-//! wake-ups and FIFO order, faults (server killed mid-hold, lease revoked underneath, a
-//! waiter's key lost while it waits), a three-node cluster losing a follower and its leader,
-//! authentication and TLS.
+//! etcd backend against real etcd servers (Debian `etcd-server` 3.4, and `etcdctl` from the
+//! Debian package `etcd-client`): the `concurrency.Mutex` layout and `etcdctl lock` interop,
+//! predecessor-only wake-ups and FIFO order, faults (server killed mid-hold, lease revoked
+//! underneath, a waiter's key lost while it waits), a three-node cluster losing a follower and
+//! its leader, authentication and TLS.
 //!
 //! Tests that do not stop their server share one per test process and keep apart by prefix.
 

@@ -1,7 +1,6 @@
 //! `etcd://` and `etcds://` URLs, and the TLS settings they lead to.
 
-use etcd_client as ec;
-
+use super::client::TlsSettings;
 use super::EtcdOptions;
 use crate::error::{Error, Result};
 
@@ -120,41 +119,26 @@ impl ParsedUrl {
     }
 }
 
+/// The TLS material of an `etcds://` URL: the URL's files first, then the options'.
 #[cfg(feature = "etcd-tls")]
-pub(super) fn tls_options(
-    co: ec::ConnectOptions,
-    parsed: &ParsedUrl,
-    options: &EtcdOptions,
-) -> Result<ec::ConnectOptions> {
+pub(super) fn tls_settings(parsed: &ParsedUrl, options: &EtcdOptions) -> Result<TlsSettings> {
     let read = |path: &str| {
         std::fs::read(path)
             .map_err(|e| Error::config(format!("etcd URL: cannot read {path:?}: {e}")))
     };
-    let mut tls = ec::TlsOptions::new();
-    let ca = match &parsed.ca_file {
+    let ca_pem = match &parsed.ca_file {
         Some(f) => Some(read(f)?),
         None => options.tls_ca_pem.clone(),
-    };
-    tls = match ca {
-        Some(pem) => tls.ca_certificate(ec::Certificate::from_pem(pem)),
-        None => tls.with_webpki_roots(),
     };
     let identity = match (&parsed.cert_file, &parsed.key_file) {
         (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
         _ => options.tls_client_identity_pem.clone(),
     };
-    if let Some((cert, key)) = identity {
-        tls = tls.identity(ec::Identity::from_pem(cert, key));
-    }
-    Ok(co.with_tls(tls))
+    Ok(TlsSettings { ca_pem, identity })
 }
 
 #[cfg(not(feature = "etcd-tls"))]
-pub(super) fn tls_options(
-    _co: ec::ConnectOptions,
-    _parsed: &ParsedUrl,
-    _options: &EtcdOptions,
-) -> Result<ec::ConnectOptions> {
+pub(super) fn tls_settings(_parsed: &ParsedUrl, _options: &EtcdOptions) -> Result<TlsSettings> {
     Err(Error::Unsupported {
         backend: super::KIND,
         what: "etcds:// (TLS) needs distlock's cargo feature `etcd-tls`".into(),

@@ -62,7 +62,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client as ec;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
@@ -73,10 +72,14 @@ use crate::backend::{
 use crate::error::{Error, Result};
 
 mod address;
+mod client;
+mod pb;
 mod session;
 mod watch;
 
-use self::address::{tls_options, ParsedUrl};
+use self::address::{tls_settings, ParsedUrl};
+use self::client::{is_connect_error, is_lease_not_found, map_err, Client, RpcError, Settings};
+use self::pb::range_request::SortOrder;
 use self::session::{run_keeper, KaCmd, Session};
 use self::watch::{run_watch_hub, SubKeep, WatchHandle, WatchHub};
 
@@ -171,7 +174,7 @@ impl fmt::Debug for EtcdBackend {
 struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
     me: Weak<Shared>,
-    client: ec::Client,
+    client: Client,
     /// `etcd://host:port,...` without credentials, for messages.
     target: String,
     opts: EtcdOptions,
@@ -299,48 +302,6 @@ struct View {
     pred: Option<Contender>,
 }
 
-fn map_err(e: ec::Error) -> Error {
-    let text = e.to_string();
-    match &e {
-        ec::Error::GRpcStatus(status) => {
-            use tonic_code::*;
-            let msg = status.message();
-            let code = status.code() as i32;
-            if code == UNAUTHENTICATED
-                || code == PERMISSION_DENIED
-                || msg.contains("authentication failed")
-                || msg.contains("permission denied")
-                || msg.contains("user name is empty")
-            {
-                return Error::backend(KIND, format!("authentication or permission failed: {msg}"));
-            }
-            if code == INVALID_ARGUMENT || code == FAILED_PRECONDITION || code == OUT_OF_RANGE {
-                return Error::backend(KIND, msg.to_owned());
-            }
-            Error::unavailable(KIND, msg.to_owned())
-        }
-        ec::Error::InvalidArgs(_) | ec::Error::InvalidUri(_) => Error::config(text),
-        _ => Error::unavailable(KIND, text),
-    }
-}
-
-/// gRPC status codes (tonic's `Code` as numbers, so no direct dependency on tonic is needed).
-mod tonic_code {
-    pub(super) const INVALID_ARGUMENT: i32 = 3;
-    pub(super) const PERMISSION_DENIED: i32 = 7;
-    pub(super) const FAILED_PRECONDITION: i32 = 9;
-    pub(super) const OUT_OF_RANGE: i32 = 11;
-    pub(super) const UNAUTHENTICATED: i32 = 16;
-}
-
-fn is_lease_not_found(e: &ec::Error) -> bool {
-    match e {
-        ec::Error::GRpcStatus(s) => s.message().contains("lease not found"),
-        ec::Error::LeaseKeepAliveError(m) => m.contains("lease not found"),
-        _ => false,
-    }
-}
-
 /// The session TTL class of a lock lease: 1.5 × the lease in whole seconds, at least `min`.
 fn class_of(lease: Duration, min: Duration) -> i64 {
     let want = lease.as_secs_f64() * 1.5;
@@ -362,39 +323,32 @@ fn is_direct_child(dir: &[u8], key: &[u8]) -> bool {
 }
 
 /// The keys directly below `dir` (not those of a lock whose key extends this one's with `/`).
-fn direct_children(dir: &[u8], kvs: &[ec::KeyValue]) -> Vec<Contender> {
+fn direct_children(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Contender> {
     kvs.iter()
-        .filter(|kv| is_direct_child(dir, kv.key()))
+        .filter(|kv| is_direct_child(dir, &kv.key))
         .map(|kv| Contender {
-            key: kv.key().to_vec(),
-            rev: kv.create_revision(),
-            lease: kv.lease(),
+            key: kv.key.clone(),
+            rev: kv.create_revision,
+            lease: kv.lease,
         })
         .collect()
 }
 
-fn first_range(resps: &[ec::TxnOpResponse], i: usize) -> Option<&ec::GetResponse> {
-    match resps.get(i) {
-        Some(ec::TxnOpResponse::Get(g)) => Some(g),
-        _ => None,
+/// The first contenders of `dir`, oldest first.
+fn ascending(dir: &str) -> pb::RangeRequest {
+    pb::RangeRequest {
+        limit: PEEK,
+        ..pb::range_by_create(dir.as_bytes(), SortOrder::Ascend)
     }
 }
 
-fn ascending() -> ec::GetOptions {
-    ec::GetOptions::new()
-        .with_prefix()
-        .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
-        .with_keys_only()
-        .with_limit(PEEK)
-}
-
-fn before(rev: i64) -> ec::GetOptions {
-    ec::GetOptions::new()
-        .with_prefix()
-        .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
-        .with_max_create_revision(rev - 1)
-        .with_keys_only()
-        .with_limit(PEEK)
+/// The contenders of `dir` created before revision `rev`, youngest first.
+fn before(dir: &str, rev: i64) -> pb::RangeRequest {
+    pb::RangeRequest {
+        limit: PEEK,
+        max_create_revision: rev - 1,
+        ..pb::range_by_create(dir.as_bytes(), SortOrder::Descend)
+    }
 }
 
 impl EtcdBackend {
@@ -408,24 +362,10 @@ impl EtcdBackend {
     /// Connects with explicit options.
     pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
         let parsed = ParsedUrl::parse(url)?;
-        let endpoints: Vec<String> = parsed
-            .hosts
-            .iter()
-            .map(|h| format!("{}://{h}", if parsed.tls { "https" } else { "http" }))
-            .collect();
-        let mut co = ec::ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(false)
-            .with_require_leader(true);
-        if let Some((user, password)) = &parsed.user {
-            co = co
-                .with_user(user.clone(), password.clone())
-                .with_auto_token_refresh(true);
-        }
-        if parsed.tls {
-            co = tls_options(co, &parsed, &options)?;
-        }
+        let tls = match parsed.tls {
+            true => Some(tls_settings(&parsed, &options)?),
+            false => None,
+        };
         let target = format!(
             "{}://{}",
             if parsed.tls { "etcds" } else { "etcd" },
@@ -437,30 +377,27 @@ impl EtcdBackend {
                 format!("cannot reach {target} within {:?}", options.connect_timeout),
             )
         };
+        let failed = |e: RpcError| match e {
+            RpcError::TimedOut => unreachable(),
+            e if is_connect_error(&e) => unreachable(),
+            e => map_err(e),
+        };
         // Logging in (with a user) is a request: retried, like all, when it could not connect.
-        let client = with_retry(options.connect_timeout, || {
-            ec::Client::connect(endpoints.clone(), Some(co.clone()))
+        let client = Client::connect(Settings {
+            hosts: parsed.hosts.clone(),
+            tls,
+            user: parsed.user.clone(),
+            connect_timeout: options.connect_timeout,
+            request_timeout: options.request_timeout,
         })
         .await
-        .map_err(|e| match e {
-            ec::Error::Internal(_) => unreachable(),
-            e if is_connect_error(&e) => unreachable(),
-            e => map_err(e),
-        })?;
+        .map_err(failed)?;
         // One request now, so that a wrong address or password is reported by `connect`.
-        let mc = client.maintenance_client();
-        with_retry(options.connect_timeout, || {
-            let mut mc = mc.clone();
-            async move { mc.status().await }
-        })
-        .await
-        .map_err(|e| match e {
-            ec::Error::Internal(_) => unreachable(),
-            e if is_connect_error(&e) => unreachable(),
-            e => map_err(e),
-        })?;
+        client
+            .status(options.connect_timeout)
+            .await
+            .map_err(failed)?;
         let (watch_tx, watch_rx) = mpsc::unbounded_channel();
-        let options_timeout = options.request_timeout;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
             watches: WatchHub { tx: watch_tx },
@@ -474,7 +411,7 @@ impl EtcdBackend {
             reaper_next_ms: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
         });
-        tokio::spawn(run_watch_hub(client, watch_rx, options_timeout));
+        tokio::spawn(run_watch_hub(client, watch_rx));
         tokio::spawn(run_reaper(
             Arc::downgrade(&shared),
             shared.reaper_wake.clone(),
@@ -490,14 +427,32 @@ impl EtcdBackend {
         let Some(holder) = s.holder(&dir).await? else {
             return Ok(false);
         };
-        let txn = ec::Txn::new()
-            .when(vec![ec::Compare::create_revision(
-                holder.key.clone(),
-                ec::CompareOp::Equal,
-                holder.rev,
-            )])
-            .and_then(vec![ec::TxnOp::delete(holder.key, None)]);
-        Ok(s.txn(txn).await?.succeeded())
+        let txn = pb::txn(
+            vec![pb::create_revision_is(&holder.key, holder.rev)],
+            vec![pb::op_delete(&holder.key)],
+            vec![],
+        );
+        Ok(s.txn(txn).await?.succeeded)
+    }
+
+    /// One put of `value` at `key` (no lease) through the backend's gRPC client: the
+    /// baseline of the benchmark workers. Not part of the API.
+    #[doc(hidden)]
+    pub async fn raw_put(&self, key: &str, value: &str) -> Result<()> {
+        let req = pb::PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            ..pb::PutRequest::default()
+        };
+        self.shared.client.put(req).await.map_err(map_err)
+    }
+
+    /// One (linearizable) read of `key` through the backend's gRPC client; see
+    /// [`raw_put`](Self::raw_put). Not part of the API.
+    #[doc(hidden)]
+    pub async fn raw_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let resp = self.shared.range(pb::range_key(key.as_bytes())).await?;
+        Ok(resp.kvs.into_iter().next().map(|kv| kv.value))
     }
 
     async fn attempt(
@@ -540,42 +495,6 @@ impl EtcdBackend {
             shared.finish_locked(&slot, &mut e, token).await
         })
         .await
-    }
-}
-
-/// Whether a request failed because no connection could be made: it never reached a server,
-/// so it can go to another endpoint (the client's balancer still offers a member that is down).
-fn is_connect_error(e: &ec::Error) -> bool {
-    match e {
-        ec::Error::TransportError(_) => true,
-        ec::Error::GRpcStatus(s) => {
-            let m = s.message();
-            s.code() as i32 == 14 && (m.contains("connect") || m.contains("Connection refused"))
-        }
-        _ => false,
-    }
-}
-
-/// Runs `op` within `limit`, again as long as it fails to connect (see [`is_connect_error`]).
-async fn with_retry<T, F, Fut>(limit: Duration, mut op: F) -> std::result::Result<T, ec::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<T, ec::Error>>,
-{
-    let deadline = Instant::now() + limit;
-    let mut tries = 0u64;
-    loop {
-        match tokio::time::timeout_at(deadline, op()).await {
-            Err(_) => return Err(ec::Error::Internal("request timed out".into())),
-            Ok(Err(e)) if is_connect_error(&e) && Instant::now() < deadline => {
-                tries += 1;
-                if tries > 3 {
-                    let pause = Duration::from_millis(10 * tries.min(20));
-                    tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
-                }
-            }
-            Ok(r) => return r,
-        }
     }
 }
 
@@ -623,43 +542,30 @@ impl Shared {
         }
     }
 
-    async fn txn(&self, txn: ec::Txn) -> Result<ec::TxnResponse> {
-        self.txn_raw(txn).await.map_err(map_err)
+    async fn txn(&self, txn: pb::TxnRequest) -> Result<pb::TxnResponse> {
+        self.client.txn(txn).await.map_err(map_err)
     }
 
-    async fn get(&self, key: &str, opts: ec::GetOptions) -> Result<ec::GetResponse> {
-        let kv = self.client.kv_client();
-        with_retry(self.opts.request_timeout, || {
-            let mut kv = kv.clone();
-            let opts = opts.clone();
-            async move { kv.get(key, Some(opts)).await }
-        })
-        .await
-        .map_err(map_err)
+    async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
+        self.client.range(req).await.map_err(map_err)
     }
 
     /// Every contender of `dir`, oldest first (for queues whose head the short ranges missed).
     async fn all_contenders(&self, dir: &str) -> Result<Vec<Contender>> {
         let resp = self
-            .get(
-                dir,
-                ec::GetOptions::new()
-                    .with_prefix()
-                    .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
-                    .with_keys_only(),
-            )
+            .range(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend))
             .await?;
-        Ok(direct_children(dir.as_bytes(), resp.kvs()))
+        Ok(direct_children(dir.as_bytes(), &resp.kvs))
     }
 
     async fn holder(&self, dir: &str) -> Result<Option<Contender>> {
-        let resp = self.get(dir, ascending()).await?;
-        match direct_children(dir.as_bytes(), resp.kvs())
+        let resp = self.range(ascending(dir)).await?;
+        match direct_children(dir.as_bytes(), &resp.kvs)
             .into_iter()
             .next()
         {
             Some(c) => Ok(Some(c)),
-            None if resp.more() => Ok(self.all_contenders(dir).await?.into_iter().next()),
+            None if resp.more => Ok(self.all_contenders(dir).await?.into_iter().next()),
             None => Ok(None),
         }
     }
@@ -670,14 +576,14 @@ impl Shared {
         &self,
         dir: &str,
         mine: &Contender,
-        asc: &ec::GetResponse,
-        desc: Option<&ec::GetResponse>,
+        asc: &pb::RangeResponse,
+        desc: Option<&pb::RangeResponse>,
     ) -> Result<View> {
         let d = dir.as_bytes();
-        let listed = direct_children(d, asc.kvs());
+        let listed = direct_children(d, &asc.kvs);
         let mut holder = listed.first().cloned();
         let mut pred = match desc {
-            Some(desc) => direct_children(d, desc.kvs()).into_iter().next(),
+            Some(desc) => direct_children(d, &desc.kvs).into_iter().next(),
             None => listed
                 .iter()
                 .take_while(|c| c.rev < mine.rev)
@@ -685,9 +591,9 @@ impl Shared {
                 .cloned(),
         };
         let listed_mine = listed.iter().any(|c| c.rev >= mine.rev);
-        let complete = holder.is_some() && (desc.is_some() || listed_mine || !asc.more());
+        let complete = holder.is_some() && (desc.is_some() || listed_mine || !asc.more);
         let desc_missed =
-            desc.is_some_and(|r| pred.is_none() && r.more()) && holder.as_ref() != Some(mine);
+            desc.is_some_and(|r| pred.is_none() && r.more) && holder.as_ref() != Some(mine);
         if !complete || desc_missed {
             let all = self.all_contenders(dir).await?;
             holder = all.first().cloned();
@@ -756,24 +662,18 @@ impl Shared {
 
     async fn grant(&self, class: i64) -> Result<Arc<Session>> {
         let sent = Instant::now();
-        let lc = self.client.lease_client();
-        let resp = with_retry(self.opts.request_timeout, || {
-            let mut lc = lc.clone();
-            async move { lc.grant(class, None).await }
-        })
-        .await
-        .map_err(map_err)?;
-        if !resp.error().is_empty() || resp.ttl() <= 0 {
+        let resp = self.client.lease_grant(class).await.map_err(map_err)?;
+        if !resp.error.is_empty() || resp.ttl <= 0 {
             return Err(Error::backend(
                 KIND,
-                format!("lease grant failed: {}", resp.error()),
+                format!("lease grant failed: {}", resp.error),
             ));
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let s = Arc::new(Session {
-            id: resp.id(),
+            id: resp.id,
             class,
-            ttl: Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(1)),
+            ttl: Duration::from_secs(u64::try_from(resp.ttl).unwrap_or(1)),
             dead: AtomicBool::new(false),
             users: Mutex::new(HashMap::new()),
             attached: AtomicUsize::new(0),
@@ -861,26 +761,20 @@ impl Shared {
                 let Some(attached) = e.attached.clone() else {
                     return Err(Error::backend(KIND, "internal: no session for the key"));
                 };
-                let txn = ec::Txn::new()
-                    .when(vec![ec::Compare::create_revision(
-                        e.key.clone(),
-                        ec::CompareOp::Equal,
-                        0,
-                    )])
-                    .and_then(vec![
-                        ec::TxnOp::put(
-                            e.key.clone(),
-                            token_hex.clone(),
-                            Some(ec::PutOptions::new().with_lease(attached.id)),
-                        ),
-                        ec::TxnOp::get(e.dir.clone(), Some(ascending())),
-                    ])
-                    .or_else(vec![
-                        ec::TxnOp::get(e.key.clone(), None),
-                        ec::TxnOp::get(e.dir.clone(), Some(ascending())),
-                    ]);
+                let key = e.key.as_bytes();
+                let txn = pb::txn(
+                    vec![pb::create_revision_is(key, 0)],
+                    vec![
+                        pb::op_put(key, &token_hex, attached.id),
+                        pb::op_range(ascending(&e.dir)),
+                    ],
+                    vec![
+                        pb::op_range(pb::range_key(key)),
+                        pb::op_range(ascending(&e.dir)),
+                    ],
+                );
                 e.maybe_created = true;
-                let resp = match self.txn_raw(txn).await {
+                let resp = match self.client.txn(txn).await {
                     Ok(r) => r,
                     Err(err) if is_lease_not_found(&err) => {
                         e.maybe_created = false;
@@ -889,13 +783,12 @@ impl Shared {
                     }
                     Err(err) => return Err(map_err(err)),
                 };
-                let resps = resp.op_responses();
-                let rev = if resp.succeeded() {
-                    resp.header().map_or(0, |h| h.revision())
+                let rev = if resp.succeeded {
+                    resp.header.as_ref().map_or(0, |h| h.revision)
                 } else {
-                    let kv = first_range(&resps, 0).and_then(|g| g.kvs().first());
+                    let kv = pb::range_at(&resp, 0).and_then(|g| g.kvs.first());
                     match kv {
-                        Some(kv) if kv.value() == token_hex.as_slice() => kv.create_revision(),
+                        Some(kv) if kv.value == token_hex => kv.create_revision,
                         Some(_) => {
                             e.maybe_created = false;
                             return Err(Error::backend(
@@ -918,7 +811,7 @@ impl Shared {
                     rev,
                     lease: attached.id,
                 };
-                let Some(asc) = first_range(&resps, 1) else {
+                let Some(asc) = pb::range_at(&resp, 1) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
                 let view = self.view(&e.dir, &mine, asc, None).await?;
@@ -926,25 +819,22 @@ impl Shared {
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
                 // queue around it.
-                let txn = ec::Txn::new()
-                    .when(vec![ec::Compare::create_revision(
-                        e.key.clone(),
-                        ec::CompareOp::Equal,
-                        e.create_rev,
-                    )])
-                    .and_then(vec![
-                        ec::TxnOp::get(e.dir.clone(), Some(ascending())),
-                        ec::TxnOp::get(e.dir.clone(), Some(before(e.create_rev))),
-                    ]);
+                let txn = pb::txn(
+                    vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
+                    vec![
+                        pb::op_range(ascending(&e.dir)),
+                        pb::op_range(before(&e.dir, e.create_rev)),
+                    ],
+                    vec![],
+                );
                 let resp = self.txn(txn).await?;
-                if !resp.succeeded() {
+                if !resp.succeeded {
                     tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
                     e.phase = Phase::New;
                     e.create_rev = 0;
                     continue;
                 }
-                let resps = resp.op_responses();
-                let (Some(asc), Some(desc)) = (first_range(&resps, 0), first_range(&resps, 1))
+                let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
                 else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
@@ -1022,16 +912,6 @@ impl Shared {
         }
     }
 
-    async fn txn_raw(&self, txn: ec::Txn) -> std::result::Result<ec::TxnResponse, ec::Error> {
-        let kv = self.client.kv_client();
-        with_retry(self.opts.request_timeout, || {
-            let mut kv = kv.clone();
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })
-        .await
-    }
-
     async fn watch_pred(&self, slot: &Arc<Slot>, pred: Contender) -> Result<()> {
         if let Some(old) = slot.take_watch() {
             self.watches.cancel(old);
@@ -1059,14 +939,13 @@ impl Shared {
         if e.key.is_empty() {
             return Ok(false);
         }
-        let txn = ec::Txn::new()
-            .when(vec![ec::Compare::value(
-                e.key.clone(),
-                ec::CompareOp::Equal,
-                token.to_hex_bytes().to_vec(),
-            )])
-            .and_then(vec![ec::TxnOp::delete(e.key.clone(), None)]);
-        Ok(self.txn(txn).await?.succeeded())
+        let key = e.key.as_bytes();
+        let txn = pb::txn(
+            vec![pb::value_is(key, &token.to_hex_bytes())],
+            vec![pb::op_delete(key)],
+            vec![],
+        );
+        Ok(self.txn(txn).await?.succeeded)
     }
 
     /// The key is gone from the server: free its name for other tokens of this instance.
@@ -1168,24 +1047,26 @@ impl Shared {
         let kas =
             futures_util::future::join_all(sessions.iter().map(|s| s.keep_alive_now(timeout)));
         let checks = futures_util::future::join_all(live.chunks(CHECK_CHUNK).map(|chunk| {
-            let ops: Vec<ec::TxnOp> = chunk
+            let ops: Vec<pb::RequestOp> = chunk
                 .iter()
                 .map(|(_, _, key, _, _)| {
-                    ec::TxnOp::get(key.clone(), Some(ec::GetOptions::new().with_keys_only()))
+                    pb::op_range(pb::RangeRequest {
+                        keys_only: true,
+                        ..pb::range_key(key.as_bytes())
+                    })
                 })
                 .collect();
-            self.txn(ec::Txn::new().and_then(ops))
+            self.txn(pb::txn(vec![], ops, vec![]))
         }));
         let (kas, checks) = futures_util::future::join(kas, checks).await;
         let ka_of: HashMap<i64, &Result<bool>> =
             sessions.iter().map(|s| s.id).zip(kas.iter()).collect();
         for (chunk, check) in live.chunks(CHECK_CHUNK).zip(checks) {
-            let resps = check.as_ref().map(|r| r.op_responses());
             for (j, (i, slot, key, rev, s)) in chunk.iter().enumerate() {
-                let exists = match &resps {
-                    Ok(resps) => Ok(first_range(resps, j).is_some_and(|g| {
-                        g.kvs().first().is_some_and(|kv| {
-                            kv.key() == key.as_bytes() && kv.create_revision() == *rev
+                let exists = match &check {
+                    Ok(resp) => Ok(pb::range_at(resp, j).is_some_and(|g| {
+                        g.kvs.first().is_some_and(|kv| {
+                            kv.key == key.as_bytes() && kv.create_revision == *rev
                         })
                     })),
                     Err(err) => Err(err.to_string()),
@@ -1250,19 +1131,14 @@ impl Shared {
             // The new lease outlives the session: attach the key to a longer one (its name,
             // create revision and place stay the same).
             let longer = self.session_at_least(class).await?;
-            let txn = ec::Txn::new()
-                .when(vec![ec::Compare::value(
-                    key.clone(),
-                    ec::CompareOp::Equal,
-                    token.to_hex_bytes().to_vec(),
-                )])
-                .and_then(vec![ec::TxnOp::put(
-                    key.clone(),
-                    token.to_hex_bytes().to_vec(),
-                    Some(ec::PutOptions::new().with_lease(longer.id)),
-                )]);
+            let hex = token.to_hex_bytes();
+            let txn = pb::txn(
+                vec![pb::value_is(key.as_bytes(), &hex)],
+                vec![pb::op_put(key.as_bytes(), &hex, longer.id)],
+                vec![],
+            );
             let ok = match self.txn(txn).await {
-                Ok(r) => r.succeeded(),
+                Ok(r) => r.succeeded,
                 Err(err) => {
                     longer.attached.fetch_sub(1, Ordering::AcqRel);
                     return Err(err);
@@ -1282,17 +1158,17 @@ impl Shared {
             }
             attached = longer;
         }
-        let check = ec::Txn::new().when(vec![ec::Compare::create_revision(
-            key,
-            ec::CompareOp::Equal,
-            rev,
-        )]);
+        let check = pb::txn(
+            vec![pb::create_revision_is(key.as_bytes(), rev)],
+            vec![],
+            vec![],
+        );
         let (alive, exists) = futures_util::future::join(
             attached.keep_alive_now(self.opts.request_timeout),
             self.txn(check),
         )
         .await;
-        let (alive, exists) = (alive?, exists?.succeeded());
+        let (alive, exists) = (alive?, exists?.succeeded);
         if !alive {
             self.session_died(&attached);
         }
@@ -1516,14 +1392,8 @@ impl Backend for EtcdBackend {
         };
         let mut remaining = None;
         if holder.lease != 0 {
-            let lc = s.client.lease_client();
-            let ttl = with_retry(s.opts.request_timeout, || {
-                let mut lc = lc.clone();
-                async move { lc.time_to_live(holder.lease, None).await }
-            })
-            .await;
-            if let Ok(r) = ttl {
-                remaining = u64::try_from(r.ttl()).ok().map(Duration::from_secs);
+            if let Ok(r) = s.client.lease_time_to_live(holder.lease).await {
+                remaining = u64::try_from(r.ttl).ok().map(Duration::from_secs);
             }
         }
         Ok(Some(LockInfo {

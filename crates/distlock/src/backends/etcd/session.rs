@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use etcd_client as ec;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{is_lease_not_found, map_err, with_retry, Shared, KIND, SESSION_IDLE};
+use super::client::{is_lease_not_found, map_err, Client, KeepAliveStream, LeaseKeeper};
+use super::pb::LeaseKeepAliveResponse;
+use super::{Shared, KIND, SESSION_IDLE};
 use crate::backend::Token;
 use crate::error::{Error, Result};
 
@@ -104,7 +105,7 @@ impl Session {
 
 /// Keeps one session lease alive: a keep-alive every fifth of the TTL and on demand.
 pub(super) async fn run_keeper(
-    client: ec::Client,
+    client: Client,
     session: Arc<Session>,
     shared: Weak<Shared>,
     mut rx: mpsc::UnboundedReceiver<KaCmd>,
@@ -112,7 +113,7 @@ pub(super) async fn run_keeper(
 ) {
     type Waiters = Vec<oneshot::Sender<Result<bool>>>;
     let period = (session.ttl / 5).max(Duration::from_millis(50));
-    let mut conn: Option<(ec::LeaseKeeper, ec::LeaseKeepAliveStream)> = None;
+    let mut conn: Option<(LeaseKeeper, KeepAliveStream)> = None;
     let mut inflight: VecDeque<(Instant, Waiters)> = VecDeque::new();
     let mut waiting: Waiters = Vec::new();
     let mut next_send = Instant::now() + period;
@@ -121,7 +122,7 @@ pub(super) async fn run_keeper(
     enum Ev {
         Cmd(Option<KaCmd>),
         Tick,
-        Resp(std::result::Result<Option<ec::LeaseKeepAliveResponse>, ec::Error>),
+        Resp(std::result::Result<Option<LeaseKeepAliveResponse>, tonic::Status>),
         Stalled,
     }
 
@@ -192,7 +193,7 @@ pub(super) async fn run_keeper(
             }
             Ev::Resp(Ok(Some(resp))) => {
                 let (sent, waiters) = inflight.pop_front().unwrap_or((Instant::now(), Vec::new()));
-                if resp.ttl() > 0 {
+                if resp.ttl > 0 {
                     session.confirm(sent);
                     answer(waiters, &Ok(true));
                 } else {
@@ -229,34 +230,25 @@ pub(super) async fn run_keeper(
                     next_send = Instant::now() + Duration::from_millis(200);
                 }
             },
-            None => {
-                let lc = client.lease_client();
-                let id = session.id;
-                let opened = with_retry(request_timeout, || {
-                    let mut lc = lc.clone();
-                    async move { lc.keep_alive(id).await }
-                })
-                .await;
-                match opened {
-                    Ok(c) => {
-                        conn = Some(c);
-                        session.confirm(t0);
-                        answer(std::mem::take(&mut waiting), &Ok(true));
-                    }
-                    Err(e) if is_lease_not_found(&e) => {
-                        answer(std::mem::take(&mut waiting), &Ok(false));
-                        if let Some(shared) = shared.upgrade() {
-                            shared.session_died(&session);
-                        } else {
-                            session.dead.store(true, Ordering::Release);
-                        }
-                    }
-                    Err(e) => {
-                        answer(std::mem::take(&mut waiting), &Err(map_err(e)));
-                        next_send = Instant::now() + Duration::from_millis(200).min(period);
+            None => match client.lease_keep_alive(session.id).await {
+                Ok(c) => {
+                    conn = Some(c);
+                    session.confirm(t0);
+                    answer(std::mem::take(&mut waiting), &Ok(true));
+                }
+                Err(e) if is_lease_not_found(&e) => {
+                    answer(std::mem::take(&mut waiting), &Ok(false));
+                    if let Some(shared) = shared.upgrade() {
+                        shared.session_died(&session);
+                    } else {
+                        session.dead.store(true, Ordering::Release);
                     }
                 }
-            }
+                Err(e) => {
+                    answer(std::mem::take(&mut waiting), &Err(map_err(e)));
+                    next_send = Instant::now() + Duration::from_millis(200).min(period);
+                }
+            },
         }
     }
     // Closing (backend dropped, or idle): revoke, which deletes any key still attached.
@@ -271,13 +263,7 @@ pub(super) async fn run_keeper(
     }
     drop(conn);
     if !dead {
-        let lc = client.lease_client();
-        let id = session.id;
-        let _ = with_retry(request_timeout, || {
-            let mut lc = lc.clone();
-            async move { lc.revoke(id).await }
-        })
-        .await;
+        let _ = client.lease_revoke(session.id).await;
         tracing::debug!(lease = %format!("{:x}", session.id), "etcd session lease revoked");
     }
 }

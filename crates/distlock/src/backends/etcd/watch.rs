@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client as ec;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{map_err, with_retry, Slot, KIND};
+use super::client::{map_err, Client, WatchSender, WatchStream};
+use super::pb::{EventType, WatchResponse};
+use super::{Slot, KIND};
 use crate::backend::ReleaseSignal;
 use crate::error::{Error, Result};
 
@@ -98,21 +99,17 @@ pub(super) struct PendingWatch {
     pub(super) done: oneshot::Sender<Result<(u64, i64)>>,
 }
 
-pub(super) async fn run_watch_hub(
-    client: ec::Client,
-    mut rx: mpsc::UnboundedReceiver<WatchCmd>,
-    request_timeout: Duration,
-) {
+pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceiver<WatchCmd>) {
     let mut generation: u64 = 0;
-    let mut sender: Option<ec::WatchRequestSender> = None;
-    let mut stream: Option<ec::WatchResponseStream> = None;
+    let mut sender: Option<WatchSender> = None;
+    let mut stream: Option<WatchStream> = None;
     let mut active: HashMap<i64, Watched> = HashMap::new();
     // Create requests in the order sent: the server confirms them in that order.
     let mut pending: VecDeque<PendingWatch> = VecDeque::new();
 
     enum Ev {
         Cmd(Option<WatchCmd>),
-        Msg(std::result::Result<Option<ec::WatchResponse>, ec::Error>),
+        Msg(std::result::Result<Option<WatchResponse>, tonic::Status>),
     }
 
     loop {
@@ -135,16 +132,9 @@ pub(super) async fn run_watch_hub(
                 done,
             })) => {
                 let res = match sender.as_mut() {
-                    Some(s) => s.watch(key, Some(ec::WatchOptions::new())).await,
-                    None => match with_retry(request_timeout, || {
-                        let mut wc = client.watch_client();
-                        let key = key.clone();
-                        async move { wc.watch(key, Some(ec::WatchOptions::new())).await }
-                    })
-                    .await
-                    {
-                        Ok(ws) => {
-                            let (s, r) = ws.split();
+                    Some(s) => s.watch(key).await,
+                    None => match client.watch(key).await {
+                        Ok((s, r)) => {
                             sender = Some(s);
                             stream = Some(r);
                             generation += 1;
@@ -178,13 +168,13 @@ pub(super) async fn run_watch_hub(
                 false
             }
             Ev::Msg(Ok(Some(resp))) => {
-                let id = resp.watch_id();
-                if resp.created() {
+                let id = resp.watch_id;
+                if resp.created {
                     if let Some(p) = pending.pop_front() {
-                        if resp.canceled() || id < 0 {
+                        if resp.canceled || id < 0 {
                             let _ = p.done.send(Err(Error::unavailable(
                                 KIND,
-                                format!("watch refused: {}", resp.cancel_reason()),
+                                format!("watch refused: {}", resp.cancel_reason),
                             )));
                         } else {
                             active.insert(
@@ -203,16 +193,16 @@ pub(super) async fn run_watch_hub(
                             }
                         }
                     }
-                } else if resp.canceled() {
+                } else if resp.canceled {
                     if let Some(w) = active.remove(&id) {
                         w.broken.store(true, Ordering::Release);
                         w.signal.fire();
                     }
                 }
                 if let Some(w) = active.get(&id) {
-                    let gone = resp.events().iter().any(|ev| {
-                        ev.event_type() == ec::EventType::Delete
-                            || ev.kv().map(|kv| kv.create_revision()) != Some(w.rev)
+                    let gone = resp.events.iter().any(|ev| {
+                        ev.r#type() == EventType::Delete
+                            || ev.kv.as_ref().map(|kv| kv.create_revision) != Some(w.rev)
                     });
                     if gone {
                         w.signal.fire();
