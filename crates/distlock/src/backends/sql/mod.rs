@@ -118,6 +118,8 @@ use crate::error::{Error, Result};
 use crate::url::parse_duration;
 use crate::url::percent_decode;
 
+#[cfg(feature = "postgres")]
+mod auth_guard;
 pub(crate) mod dialect;
 #[cfg(feature = "mysql")]
 mod doorbell;
@@ -134,6 +136,8 @@ pub const SPRING_TABLE: &str = "INT_LOCK";
 pub const DEFAULT_POOL_SIZE: usize = 8;
 /// Default of [`SqlOptions::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`SqlOptions::request_timeout`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a waiter's `wanted_ms` stamp lasts; it is renewed when less than half is left.
 pub(crate) const WANT_WINDOW_MS: i64 = 2000;
@@ -175,6 +179,16 @@ pub struct SqlOptions {
     pub pool_size: usize,
     /// Limit of one connection attempt (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
+    /// Limit of one whole call (waiting for a pooled connection, connecting, every retry and
+    /// the server's reply; default [`DEFAULT_REQUEST_TIMEOUT`]). A renewal is also limited by
+    /// the lease it renews. A connection whose statement did not answer in time is closed,
+    /// never reused. See the [module docs](self#deadlines).
+    pub request_timeout: Duration,
+    /// Send a password even where it could be read or replayed: in cleartext (or as an MD5
+    /// digest on PostgreSQL) over a connection whose server certificate was not verified, or
+    /// at all to a MySQL server that is not verified. Off by default; see the
+    /// [module docs](self#passwords-and-tls).
+    pub allow_insecure_auth: bool,
 }
 
 impl Default for SqlOptions {
@@ -187,6 +201,8 @@ impl Default for SqlOptions {
             create_table: true,
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            allow_insecure_auth: false,
         }
     }
 }
@@ -242,6 +258,26 @@ impl SqlOptions {
         self
     }
 
+    /// Sets the limit of one whole call (see [`SqlOptions::request_timeout`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Allows sending a password where it could be read (see
+    /// [`SqlOptions::allow_insecure_auth`]).
+    pub fn allow_insecure_auth(mut self, allow: bool) -> Self {
+        self.allow_insecure_auth = allow;
+        self
+    }
+
+    /// The limit of a renewal: the request timeout, and never past the lease it renews.
+    pub(crate) fn renewal_timeout(&self, lease: Duration) -> Duration {
+        self.request_timeout
+            .min(lease)
+            .max(Duration::from_millis(1))
+    }
+
     pub(crate) fn validate(&self, kind: &str) -> Result<()> {
         validate_ident(kind, "table", &self.table)?;
         if let Some(schema) = &self.schema {
@@ -260,6 +296,12 @@ impl SqlOptions {
             return Err(Error::config(format!(
                 "{kind}: connect_timeout must be between 1 ms and 1 hour, got {:?}",
                 self.connect_timeout
+            )));
+        }
+        if self.request_timeout.is_zero() || self.request_timeout > Duration::from_secs(3600) {
+            return Err(Error::config(format!(
+                "{kind}: request_timeout must be between 1 ms and 1 hour, got {:?}",
+                self.request_timeout
             )));
         }
         Ok(())
@@ -492,6 +534,8 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
                 })?
             }
             "connect_timeout" => options.connect_timeout = parse_duration(kind, &name, &value)?,
+            "request_timeout" => options.request_timeout = parse_duration(kind, &name, &value)?,
+            "allow_insecure_auth" => options.allow_insecure_auth = parse_bool(kind, &name, &value)?,
             _ => rest.push((name, value)),
         }
     }
