@@ -103,7 +103,8 @@
 //!   password without revealing it (an impostor learns no more than a value to run guesses
 //!   against, which a strong password defeats); `trust` and client certificates send no
 //!   password at all.
-//! - **MySQL/MariaDB** (`ssl-mode`, default `preferred`): the server chooses the
+//! - **MySQL/MariaDB** (`ssl-mode`; default `preferred` when the URL has a password, else
+//!   `disabled`, since there is nothing secret to send): the server chooses the
 //!   authentication method, and some reveal the password (`mysql_clear_password`;
 //!   `caching_sha2_password`'s full authentication, which sends it in clear over TLS or
 //!   encrypts it with an RSA key fetched from the same, unverified server). The driver cannot
@@ -112,8 +113,9 @@
 //!   host name) when the URL has a password, and refuses to connect with a password when the
 //!   server offers no TLS (the driver stops before anything of the password is sent);
 //!   `disabled` and `required` (encrypted, not verified) with a password are refused as a
-//!   configuration error. Without a password (or with an empty one), `preferred` uses TLS
-//!   when offered without checking the certificate, since there is nothing secret to send.
+//!   configuration error. Without a password (or with an empty one), an explicit `preferred`
+//!   uses TLS when offered without checking the certificate. `preferred` finds out whether
+//!   the server offers TLS with one extra connection when the backend connects.
 //!   Note: the driver's (`mysql_async`) rustls verifier also checks the host name in
 //!   `verify_ca` mode, so `verify_ca` currently behaves as `verify_identity`.
 //! - `allow_insecure_auth=true` lifts these limits (and lets MySQL use
@@ -165,7 +167,7 @@
 //! | `sslmode` (PostgreSQL) | `prefer` | `disable`, `prefer` (TLS if offered, certificate checked), `require` (TLS, certificate checked; one that fails still encrypts, unverified), `verify-ca`, `verify-full` |
 //! | `sslrootcert` (PostgreSQL) | the Mozilla roots | PEM file of the CA to verify against |
 //! | `sslcert`, `sslkey` (PostgreSQL) | none | client certificate chain and key, PEM |
-//! | `ssl-mode` (MySQL) | `preferred` | `disabled`, `preferred` (TLS if offered; verified when the URL has a password), `required` (encrypted, not verified), `verify_ca`, `verify_identity` |
+//! | `ssl-mode` (MySQL) | `preferred` with a password, else `disabled` | `disabled`, `preferred` (TLS if offered; verified when the URL has a password, which is then refused without TLS), `required` (encrypted, not verified), `verify_ca`, `verify_identity` |
 //! | `ssl-ca` (MySQL) | the Mozilla roots | PEM file of the CA to verify against |
 //! | `ssl-cert`, `ssl-key` (MySQL) | none | client certificate chain and key, PEM |
 //! | `application_name` (PostgreSQL) | `distlock` | shown in `pg_stat_activity` |

@@ -1,6 +1,6 @@
 //! MySQL / MariaDB backend: the lease table of the [`sql`](super) module over `mysql_async`.
 //! MySQL has no `NOTIFY`: waiters are woken through a `GET_LOCK` "doorbell" per lock that the
-//! holder's backend keeps on a dedicated connection (see [`doorbell`](super::doorbell)), and
+//! holder's backend keeps on a dedicated connection (see `doorbell.rs`), and
 //! poll as a fallback (the registry does that, jittered, backing off); releases made through
 //! this backend wake waiters of the same process at once.
 //!
@@ -154,11 +154,11 @@ impl MySqlBackend {
     /// opened and checked at once, so that a wrong address or password is reported here.
     pub async fn connect(url: &str) -> Result<Self> {
         let parsed = parse_url(KIND, SCHEMES, url)?;
-        let mut mode = "preferred".to_owned();
+        let mut mode = None;
         let (mut ca, mut cert, mut key) = (None, None, None);
         for (name, value) in &parsed.rest {
             match name.as_str() {
-                "ssl-mode" | "ssl_mode" | "sslmode" => mode = value.to_ascii_lowercase(),
+                "ssl-mode" | "ssl_mode" | "sslmode" => mode = Some(value.to_ascii_lowercase()),
                 "ssl-ca" | "ssl_ca" => ca = Some(value.clone()),
                 "ssl-cert" | "ssl_cert" => cert = Some(value.clone()),
                 "ssl-key" | "ssl_key" => key = Some(value.clone()),
@@ -172,7 +172,14 @@ impl MySqlBackend {
                 }
             }
         }
-        let mode = SslMode::parse(&mode)?;
+        let secret = parsed.password.as_deref().is_some_and(|p| !p.is_empty());
+        let mode = match &mode {
+            Some(m) => SslMode::parse(m)?,
+            // No password, nothing secret to protect: plain TCP, as MySQL's clients did before
+            // 5.7 (an explicit `preferred` uses TLS when the server offers it).
+            None if !secret => SslMode::Disabled,
+            None => SslMode::Preferred,
+        };
         let identity = match (cert, key) {
             (None, None) => None,
             (Some(c), Some(k)) => Some(mysql_async::ClientIdentity::new(
@@ -205,7 +212,6 @@ impl MySqlBackend {
         // module docs): the server picks the authentication method, and some reveal the
         // password (`mysql_clear_password`; `caching_sha2_password`'s full authentication,
         // which sends it in clear over TLS, or encrypted with a key fetched from the server).
-        let secret = parsed.password.as_deref().is_some_and(|p| !p.is_empty());
         let insecure_ok = !secret || parsed.options.allow_insecure_auth;
         let refuse = |why: &str| {
             Error::config(format!(
