@@ -7,10 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
 use distlock::backends::mysql::MySqlBackend;
 use distlock::backends::postgres::PostgresBackend;
+use distlock::backends::sql::DEFAULT_REQUEST_TIMEOUT;
 use distlock::testkit::mysql::MariaDbServer;
 use distlock::testkit::postgres::PostgresServer;
+use distlock::testkit::proxy::FaultProxy;
 use distlock::{Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token};
 
 fn opts(lease_ms: u64) -> RegistryOptions {
@@ -465,72 +470,9 @@ async fn postgres_passwords_and_tls() {
     assert!(!format!("{err:?}").contains("not-the-password"));
 
     // TLS: a test CA and a server certificate for "localhost", switched on with a reload.
-    let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n);
-    let (ca, cert, key) = (p("ca.crt"), p("server.crt"), p("server.key"));
-    std::fs::write(
-        p("ext"),
-        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    let openssl = |args: &[&str]| {
-        let status = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir.path())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("openssl (apt-get install openssl)");
-        assert!(status.success(), "openssl {args:?}");
-    };
-    let subj_ca = "/CN=distlock test CA";
-    openssl(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", subj_ca, "-keyout",
-        "ca.key", "-out", "ca.crt",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "ext",
-        "-out",
-        "server.crt",
-    ]);
-    let data_dir = db.query("SHOW data_directory").unwrap()[0][0]
-        .clone()
-        .unwrap();
-    for (from, to) in [(&cert, "server.crt"), (&key, "server.key")] {
-        let dest = std::path::Path::new(&data_dir).join(to);
-        std::fs::copy(from, &dest).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let owner = std::fs::metadata(&data_dir).unwrap();
-        use std::os::unix::fs::MetadataExt;
-        std::os::unix::fs::chown(&dest, Some(owner.uid()), Some(owner.gid())).unwrap();
-    }
-    db.query("ALTER SYSTEM SET ssl = on").unwrap();
-    db.query("SELECT pg_reload_conf()").unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ca = TestCa::new("certuser");
+    pg_enable_tls(&db, &ca);
+    let ca = ca.path("ca.crt");
 
     let encrypted = |mode: &str| format!("{}?sslmode={mode}&application_name=tls-{mode}", db.url());
     let tls = PostgresBackend::connect(&encrypted("require"))
@@ -593,6 +535,9 @@ async fn mariadb_wrong_password_is_a_clear_error() {
         let mut u = base.clone();
         u.set_username(&user).unwrap();
         u.set_password(Some(pw)).unwrap();
+        // The machine's server offers no TLS: sending a password there needs the opt-in.
+        u.query_pairs_mut()
+            .append_pair("allow_insecure_auth", "true");
         u.to_string()
     };
     let good = MySqlBackend::connect(&with("right-pw")).await;
@@ -605,4 +550,539 @@ async fn mariadb_wrong_password_is_a_clear_error() {
     let text = err.to_string();
     assert!(text.contains("access denied"), "{text}");
     assert!(!text.contains("wrong-pw") && !format!("{err:?}").contains("wrong-pw"));
+}
+
+/// A private CA made by `openssl` for one test, with a server certificate for `localhost` and
+/// a client certificate whose common name is a database user. Files: `ca.crt`, `server.crt`,
+/// `server.key`, `client.crt`, `client.key`, readable by every user (a throwaway server may
+/// run as `mysql` or `postgres`).
+struct TestCa {
+    dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    fn new(client_user: &str) -> TestCa {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(
+            p("ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        std::fs::write(p("client-ext"), "basicConstraints=CA:FALSE\n").unwrap();
+        let openssl = |args: &[&str]| {
+            let status = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .expect("openssl (apt-get install openssl)");
+            assert!(status.success(), "openssl {args:?}");
+        };
+        let subj_ca = "/CN=distlock test CA";
+        openssl(&[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", subj_ca,
+            "-keyout", "ca.key", "-out", "ca.crt",
+        ]);
+        let client_subj = format!("/CN={client_user}");
+        for (name, subj, ext) in [
+            ("server", "/CN=localhost", "ext"),
+            ("client", client_subj.as_str(), "client-ext"),
+        ] {
+            let (key, csr, crt) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+            );
+            openssl(&[
+                "req", "-newkey", "rsa:2048", "-nodes", "-subj", subj, "-keyout", &key, "-out",
+                &csr,
+            ]);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                ext,
+                "-out",
+                &crt,
+            ]);
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for n in [
+            "ca.crt",
+            "server.crt",
+            "server.key",
+            "client.crt",
+            "client.key",
+        ] {
+            std::fs::set_permissions(p(n), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        TestCa { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Switches TLS on in a throwaway PostgreSQL server with the CA's server certificate (and the
+/// CA for client certificates), with a reload.
+fn pg_enable_tls(db: &distlock::testkit::postgres::TestDatabase, ca: &TestCa) {
+    let data_dir = db.query("SHOW data_directory").unwrap()[0][0]
+        .clone()
+        .unwrap();
+    for (from, to) in [
+        ("server.crt", "server.crt"),
+        ("server.key", "server.key"),
+        ("ca.crt", "root.crt"),
+    ] {
+        let dest = Path::new(&data_dir).join(to);
+        std::fs::copy(ca.path(from), &dest).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let owner = std::fs::metadata(&data_dir).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        std::os::unix::fs::chown(&dest, Some(owner.uid()), Some(owner.gid())).unwrap();
+    }
+    db.query("ALTER SYSTEM SET ssl = on").unwrap();
+    db.query("ALTER SYSTEM SET ssl_ca_file = 'root.crt'")
+        .unwrap();
+    db.query("SELECT pg_reload_conf()").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// `url` with its host and port replaced (its user, password and parameters kept).
+fn with_host(url: &str, host: &str, port: u16) -> url::Url {
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_host(Some(host)).unwrap();
+    u.set_port(Some(port)).unwrap();
+    u
+}
+
+fn server_addr(url: &str) -> std::net::SocketAddr {
+    let u = url::Url::parse(url).unwrap();
+    let port = u
+        .port()
+        .unwrap_or(if u.scheme() == "mysql" { 3306 } else { 5432 });
+    format!("{}:{port}", u.host_str().unwrap()).parse().unwrap()
+}
+
+fn pg_sessions(db: &distlock::testkit::postgres::TestDatabase) -> BTreeSet<String> {
+    db.query(&format!(
+        "SELECT pid::text FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
+        db.name()
+    ))
+    .unwrap()
+    .into_iter()
+    .filter_map(|r| r[0].clone())
+    .collect()
+}
+
+fn my_sessions(db: &distlock::testkit::mysql::TestDatabase) -> BTreeSet<String> {
+    db.query(&format!(
+        "SELECT id FROM information_schema.processlist WHERE db = '{}' AND id <> CONNECTION_ID()",
+        db.name()
+    ))
+    .unwrap()
+    .into_iter()
+    .filter_map(|r| r[0].clone())
+    .collect()
+}
+
+/// With the network to the server stalled (packets held, nothing closed), `try_lock_for(1 s)`
+/// returns within its wait plus the request timeout instead of blocking for minutes; the
+/// stalled connection is closed, not reused, and once the network is back the next call works
+/// on a fresh connection.
+async fn stalled_server_bounds_try_lock_for(
+    url: &str,
+    backend: fn(&str) -> BoxBackend,
+    sessions: impl Fn() -> BTreeSet<String>,
+) {
+    let proxy = FaultProxy::start(server_addr(url)).await.unwrap();
+    let via = with_host(url, "127.0.0.1", proxy.addr().port()).to_string();
+    let reg = registry(backend(&via).await, opts(30_000));
+    // The round trip through the proxy, for the bound.
+    let mut round_trip = Duration::ZERO;
+    for _ in 0..3 {
+        let t = tokio::time::Instant::now();
+        let g = reg.obtain("warm").unwrap().try_lock().await.unwrap();
+        g.release().await.unwrap();
+        round_trip = round_trip.max(t.elapsed() / 2);
+    }
+    let before = sessions();
+    assert!(!before.is_empty());
+
+    proxy.pause();
+    let wait = Duration::from_secs(1);
+    let bound = wait + DEFAULT_REQUEST_TIMEOUT + Duration::from_secs(1) + round_trip * 20;
+    let started = tokio::time::Instant::now();
+    let lock = reg.obtain("k").unwrap();
+    let outcome =
+        tokio::time::timeout(bound + Duration::from_secs(20), lock.try_lock_for(wait)).await;
+    let took = started.elapsed();
+    let result = outcome.unwrap_or_else(|_| {
+        panic!("try_lock_for({wait:?}) still blocked after {took:?} with the server stalled")
+    });
+    assert!(
+        took <= bound,
+        "try_lock_for({wait:?}) took {took:?} with the server stalled (bound {bound:?})"
+    );
+    assert!(
+        matches!(&result, Err(e) if e.is_retryable()),
+        "{:?}",
+        result.map(|g| g.fence())
+    );
+
+    proxy.resume();
+    let g = tokio::time::timeout(
+        Duration::from_secs(10),
+        lock.try_lock_for(Duration::from_secs(5)),
+    )
+    .await
+    .expect("the next call hangs after the stall ended")
+    .expect("the next call works after the stall ended");
+    g.release().await.unwrap();
+    stalled_session_is_gone(&before, sessions).await;
+}
+
+/// Waits until one of the sessions seen `before` a stall has ended on the server: the client
+/// closed the stalled connection (the proxy passes the close on once it forwards again)
+/// instead of using it again.
+async fn stalled_session_is_gone(
+    before: &BTreeSet<String>,
+    sessions: impl Fn() -> BTreeSet<String>,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let after = sessions();
+        if before.iter().any(|s| !after.contains(s)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stalled connection was kept: sessions before {before:?}, after {after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_try_lock_for_is_bounded_when_the_server_stalls() {
+    let server = PostgresServer::machine_or_start().expect("postgresql");
+    let db = server.fresh_database().unwrap();
+    stalled_server_bounds_try_lock_for(db.url(), pg_boxed, || pg_sessions(&db)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_try_lock_for_is_bounded_when_the_server_stalls() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    stalled_server_bounds_try_lock_for(db.url(), my_boxed, || my_sessions(&db)).await;
+}
+
+/// A holder whose renewals meet a stalled server is told it lost the lock no later than its
+/// own reckoning of the lease ends; the connection of the stalled renewal is closed, not
+/// reused, and the backend works again once the network is back.
+async fn stalled_renewal_is_lost_by_the_lease_end(
+    url: &str,
+    backend: fn(&str) -> BoxBackend,
+    sessions: impl Fn() -> BTreeSet<String>,
+) {
+    let proxy = FaultProxy::start(server_addr(url)).await.unwrap();
+    let via = with_host(url, "127.0.0.1", proxy.addr().port()).to_string();
+    let lease = Duration::from_millis(1500);
+    let reg = registry(backend(&via).await, opts(1500));
+    let lock = reg.obtain("held").unwrap();
+    let asked = tokio::time::Instant::now();
+    let guard = lock.lock().await.unwrap();
+    let before = sessions();
+    proxy.pause();
+    // The client counts the lease from before its request: it ends by `asked + lease`. A few
+    // milliseconds allow for the timer that reports it.
+    tokio::time::timeout_at(asked + lease + Duration::from_millis(50), guard.lost())
+        .await
+        .expect("the holder was not told by the end of its lease");
+    assert!(!guard.is_held());
+    drop(guard);
+    // Stay stalled until the renewal's own limit (its lease, counted from when it was sent
+    // at about a third of the first lease) has passed for sure.
+    tokio::time::sleep_until(asked + lease * 2).await;
+    proxy.resume();
+    let next = tokio::time::timeout(
+        Duration::from_secs(10),
+        lock.try_lock_for(Duration::from_secs(5)),
+    )
+    .await
+    .expect("the backend hangs after the stall")
+    .expect("the backend works after the stall");
+    next.release().await.unwrap();
+    stalled_session_is_gone(&before, sessions).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stalled_renewal_is_lost_by_the_lease_end() {
+    let server = PostgresServer::machine_or_start().expect("postgresql");
+    let db = server.fresh_database().unwrap();
+    stalled_renewal_is_lost_by_the_lease_end(db.url(), pg_boxed, || pg_sessions(&db)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_stalled_renewal_is_lost_by_the_lease_end() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    stalled_renewal_is_lost_by_the_lease_end(db.url(), my_boxed, || my_sessions(&db)).await;
+}
+
+/// A server that asks for the password in cleartext gets it only over TLS whose certificate
+/// was verified, or with the URL's explicit `allow_insecure_auth=true`; the refusal is a
+/// permanent error that names the way out and never the password. Client certificates work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cleartext_passwords_go_only_to_verified_servers() {
+    let server = Arc::new(PostgresServer::start().expect("postgresql"));
+    let db = server.fresh_database().unwrap();
+    let secret = url::Url::parse(db.url())
+        .unwrap()
+        .password()
+        .unwrap()
+        .to_owned();
+    let data_dir = db.query("SHOW data_directory").unwrap()[0][0]
+        .clone()
+        .unwrap();
+    let hba = Path::new(&data_dir).join("pg_hba.conf");
+    let old = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!(
+            "hostssl all certuser 127.0.0.1/32 cert\n\
+             host all all 127.0.0.1/32 password\n\
+             host all all ::1/128 password\n{old}"
+        ),
+    )
+    .unwrap();
+    db.query("CREATE ROLE certuser LOGIN SUPERUSER").unwrap();
+    db.query("SELECT pg_reload_conf()").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let secret = &secret;
+    let refused = |url: String| async move {
+        let err = PostgresBackend::connect(&url)
+            .await
+            .expect_err("the password must not be sent");
+        let text = format!("{err} {err:?}");
+        assert!(matches!(err, Error::Backend { .. }), "{url}: {err:?}");
+        assert!(text.contains("refused to send the password"), "{text}");
+        assert!(text.contains("allow_insecure_auth"), "{text}");
+        assert!(!text.contains(secret.as_str()), "{text}");
+    };
+    let port = url::Url::parse(db.url()).unwrap().port().unwrap();
+    let at = |host: &str, query: &str| {
+        let mut u = with_host(db.url(), host, port);
+        u.set_query(Some(query));
+        u.to_string()
+    };
+    // No TLS on the server yet: plain TCP, whatever the mode.
+    refused(at("127.0.0.1", "sslmode=disable")).await;
+    refused(db.url().to_owned()).await;
+    PostgresBackend::connect(&at("127.0.0.1", "sslmode=disable&allow_insecure_auth=true"))
+        .await
+        .expect("the explicit opt-in sends it");
+
+    let ca = TestCa::new("certuser");
+    pg_enable_tls(&db, &ca);
+    let root = ca.path("ca.crt").display().to_string();
+    // Encrypted, but the certificate is not verified: still refused.
+    refused(at("127.0.0.1", "sslmode=require")).await;
+    refused(at("localhost", "sslmode=prefer")).await;
+    // Verified (the certificate names localhost): sent.
+    for mode in ["prefer", "require", "verify-full"] {
+        let b = PostgresBackend::connect(&at(
+            "localhost",
+            &format!("sslmode={mode}&sslrootcert={root}"),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("sslmode={mode} with the CA: {e}"));
+        let name = LockName::new("lock", "verified").unwrap();
+        let token = Token::random();
+        assert!(matches!(
+            b.try_acquire(&name, token, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            Attempt::Acquired { .. }
+        ));
+        assert!(b.release(&name, token).await.unwrap().was_held);
+    }
+
+    // A client certificate instead of a password.
+    let cert_url = |with_cert: bool| {
+        let mut u = with_host(db.url(), "localhost", port);
+        u.set_username("certuser").unwrap();
+        u.set_password(None).unwrap();
+        let mut q = format!("sslmode=verify-full&sslrootcert={root}");
+        if with_cert {
+            q.push_str(&format!(
+                "&sslcert={}&sslkey={}",
+                ca.path("client.crt").display(),
+                ca.path("client.key").display()
+            ));
+        }
+        u.set_query(Some(&q));
+        u.to_string()
+    };
+    PostgresBackend::connect(&cert_url(true))
+        .await
+        .expect("the client certificate is accepted");
+    PostgresBackend::connect(&cert_url(false))
+        .await
+        .expect_err("no client certificate, no access");
+}
+
+/// MariaDB: a password is not sent to a server that offers no TLS, unless the URL opts in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_passwords_are_not_sent_to_unverified_servers() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let user = format!("dl{:08x}", rand::random::<u32>());
+    db.query(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY 'plain-secret'; \
+         GRANT ALL ON `{}`.* TO '{user}'@'%'",
+        db.name()
+    ))
+    .unwrap();
+    let with = |query: &str| {
+        let mut u = url::Url::parse(db.url()).unwrap();
+        u.set_username(&user).unwrap();
+        u.set_password(Some("plain-secret")).unwrap();
+        u.set_query(Some(query));
+        u.to_string()
+    };
+    let mut errors = Vec::new();
+    for query in [
+        "",
+        "ssl-mode=preferred",
+        "ssl-mode=disabled",
+        "ssl-mode=required",
+    ] {
+        errors.push(MySqlBackend::connect(&with(query)).await.err());
+    }
+    let opted_in = MySqlBackend::connect(&with("allow_insecure_auth=true")).await;
+    let _ = db.query(&format!("DROP USER '{user}'@'%'"));
+    for err in errors {
+        let err = err.expect("the password must not be sent");
+        let text = format!("{err} {err:?}");
+        assert!(!err.is_retryable(), "{text}");
+        assert!(text.contains("refusing to send the password"), "{text}");
+        assert!(text.contains("allow_insecure_auth"), "{text}");
+        assert!(!text.contains("plain-secret"), "{text}");
+    }
+    opted_in.expect("the explicit opt-in sends it");
+}
+
+/// MariaDB over TLS with a private CA: verified modes work, a certificate that cannot be
+/// verified gets no password, `required` (not verified) needs the opt-in, and a user that
+/// must show a client certificate can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_tls_with_a_private_ca_and_client_certificates() {
+    let ca = TestCa::new("certuser");
+    let arg = |name: &str, file: &str| format!("--{name}={}", ca.path(file).display());
+    let (c, k, a) = (
+        arg("ssl-cert", "server.crt"),
+        arg("ssl-key", "server.key"),
+        arg("ssl-ca", "ca.crt"),
+    );
+    let server = Arc::new(MariaDbServer::start_with_args(&[&c, &k, &a]).expect("mariadb-server"));
+    let db = server.fresh_database().unwrap();
+    db.query(&format!(
+        "CREATE USER 'pwuser'@'%' IDENTIFIED BY 'tls-secret' REQUIRE SSL; \
+         GRANT ALL ON `{0}`.* TO 'pwuser'@'%'; \
+         CREATE USER 'certuser'@'%' REQUIRE X509; \
+         GRANT ALL ON `{0}`.* TO 'certuser'@'%'",
+        db.name()
+    ))
+    .unwrap();
+    let root = ca.path("ca.crt").display().to_string();
+    let port = url::Url::parse(db.url()).unwrap().port().unwrap();
+    let at = |host: &str, user: &str, password: Option<&str>, query: &str| {
+        let mut u = with_host(db.url(), host, port);
+        u.set_username(user).unwrap();
+        u.set_password(password).unwrap();
+        u.set_query(Some(query));
+        u.to_string()
+    };
+    // The certificate names localhost. (mysql_async's rustls verifier checks the name even
+    // with verify_ca, so that mode needs the name as well.)
+    let with =
+        |user: &str, password: Option<&str>, query: &str| at("localhost", user, password, query);
+    let pw = |query: &str| with("pwuser", Some("tls-secret"), query);
+    let works = |url: String| async move {
+        let b = MySqlBackend::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let name = LockName::new("lock", "tls").unwrap();
+        let token = Token::random();
+        assert!(matches!(
+            b.try_acquire(&name, token, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            Attempt::Acquired { .. }
+        ));
+        assert!(b.release(&name, token).await.unwrap().was_held);
+    };
+    // The user requires TLS, so every success below went over TLS.
+    works(pw(&format!("ssl-mode=verify_ca&ssl-ca={root}"))).await;
+    works(pw(&format!("ssl-mode=verify_identity&ssl-ca={root}"))).await;
+    works(pw(&format!("ssl-mode=preferred&ssl-ca={root}"))).await;
+    works(pw("ssl-mode=required&allow_insecure_auth=true")).await;
+    // The certificate names localhost, not 127.0.0.1; nor is it signed by a public CA.
+    for (host, query) in [
+        (
+            "127.0.0.1",
+            format!("ssl-mode=verify_identity&ssl-ca={root}"),
+        ),
+        ("localhost", "ssl-mode=preferred".to_owned()),
+        ("localhost", "ssl-mode=verify_ca".to_owned()),
+    ] {
+        let err = MySqlBackend::connect(&at(host, "pwuser", Some("tls-secret"), &query))
+            .await
+            .expect_err("a certificate that cannot be verified gets no password");
+        let text = format!("{err} {err:?}");
+        assert!(matches!(err, Error::Backend { .. }), "{query}: {text}");
+        assert!(text.contains("TLS"), "{query}: {text}");
+        assert!(!text.contains("tls-secret"), "{text}");
+    }
+    match MySqlBackend::connect(&pw("ssl-mode=required")).await {
+        Err(Error::InvalidConfig(m)) => {
+            assert!(
+                m.contains("allow_insecure_auth") && !m.contains("tls-secret"),
+                "{m}"
+            )
+        }
+        other => panic!(
+            "ssl-mode=required sent the password: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    // A client certificate instead of a password.
+    let client = format!(
+        "ssl-mode=verify_ca&ssl-ca={root}&ssl-cert={}&ssl-key={}",
+        ca.path("client.crt").display(),
+        ca.path("client.key").display()
+    );
+    works(with("certuser", None, &client)).await;
+    MySqlBackend::connect(&with(
+        "certuser",
+        None,
+        &format!("ssl-mode=verify_ca&ssl-ca={root}"),
+    ))
+    .await
+    .expect_err("no client certificate, no access");
 }

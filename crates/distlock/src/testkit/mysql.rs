@@ -45,6 +45,8 @@ struct Owned {
     port: u16,
     ids: Option<(u32, u32)>,
     child: Option<Child>,
+    /// More server options, such as the TLS files.
+    extra_args: Vec<String>,
 }
 
 impl fmt::Debug for MariaDbServer {
@@ -118,6 +120,16 @@ impl MariaDbServer {
     /// When the MariaDB binaries are missing (`apt-get install mariadb-server`), or the server
     /// does not come up within 30 seconds (the message includes its log).
     pub fn start() -> io::Result<MariaDbServer> {
+        Self::start_with_args(&[])
+    }
+
+    /// [`start`](Self::start) with more `mariadbd` options, such as
+    /// `--ssl-cert=/path/server.crt` (files the server reads must be readable by the `mysql`
+    /// user when the tests run as root).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_with_args(args: &[&str]) -> io::Result<MariaDbServer> {
         remove_leftover_dirs(DIR_PREFIX);
         let sbin = [PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")];
         let missing = || {
@@ -181,6 +193,7 @@ impl MariaDbServer {
             port: 0,
             ids,
             child: None,
+            extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         let mut last = None;
         for _ in 0..5 {
@@ -320,6 +333,7 @@ impl Owned {
                 "--innodb-buffer-pool-size=32M",
                 "--max-connections=300",
             ])
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));

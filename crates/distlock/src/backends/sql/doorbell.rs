@@ -155,13 +155,15 @@ pub(crate) struct Doorbells {
 }
 
 impl Doorbells {
-    /// Starts `n` holder's connection tasks (each connects on first use).
-    pub(crate) fn new(opts: Opts, n: usize) -> Arc<Self> {
+    /// Starts `n` holder's connection tasks (each connects on first use). Every connection
+    /// attempt and statement of theirs is limited to `limit`; a connection that did not
+    /// answer in time is closed and replaced.
+    pub(crate) fn new(opts: Opts, n: usize, limit: Duration) -> Arc<Self> {
         let ringers = (0..n.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let id = Arc::new(AtomicU32::new(0));
-                tokio::spawn(ringer(opts.clone(), rx, id.clone()));
+                tokio::spawn(ringer(opts.clone(), rx, id.clone(), limit));
                 Ringer { commands: tx, id }
             })
             .collect();
@@ -347,7 +349,12 @@ fn acquired(e: &Outcome) -> bool {
 /// [`ARM_RETRY`]. While it holds doorbells it checks its connection every [`PING`], so that one
 /// killed by the server is replaced (and its doorbells taken again) without waiting for the
 /// next command.
-async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<AtomicU32>) {
+async fn ringer(
+    opts: Opts,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    id: Arc<AtomicU32>,
+    limit: Duration,
+) {
     let mut conn: Option<Conn> = None;
     let mut armed: HashSet<String> = HashSet::new();
     // Armed doorbells whose GET_LOCK found them taken.
@@ -373,7 +380,7 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
             }
         }
         if conn.is_none() {
-            match Conn::new(opts.clone()).await {
+            match bounded(limit, Conn::new(opts.clone())).await {
                 Ok(c) => {
                     id.store(c.id(), Ordering::Release);
                     conn = Some(c);
@@ -432,7 +439,7 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
                     })
                     .collect();
                 let sql = format!("SELECT {}", exprs.join(", "));
-                match c.query_first::<Row, _>(&sql).await {
+                match bounded(limit, c.query_first::<Row, _>(&sql)).await {
                     Ok(row) => {
                         for (i, n) in chunk.iter().enumerate() {
                             if !ops.is_empty() && !took(row.as_ref(), i) && armed.contains(n) {
@@ -467,10 +474,13 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
                 };
                 let (doorbell, ring) = (doorbell.clone(), *ring);
                 let _ = reply;
-                let out = match c.query_iter(full.as_str()).await {
-                    Ok(r) => outcome(r).await,
-                    Err(e) => Err(e),
-                };
+                let out = bounded(limit, async {
+                    match c.query_iter(full.as_str()).await {
+                        Ok(r) => outcome(r).await,
+                        Err(e) => Err(e),
+                    }
+                })
+                .await;
                 let Some(Command::Exec { reply, .. }) = queue.pop_front() else {
                     unreachable!("the front command is a statement")
                 };
@@ -505,7 +515,7 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
         if failed {
             id.store(0, Ordering::Release);
             if let Some(c) = conn.take() {
-                drop(c);
+                super::mysql::discard(c);
             }
             check = true;
         }
@@ -513,6 +523,21 @@ async fn ringer(opts: Opts, mut rx: mpsc::UnboundedReceiver<Command>, id: Arc<At
     if let Some(c) = conn {
         let _ = c.disconnect().await;
     }
+}
+
+/// `fut`, or a timeout error after `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = std::result::Result<T, mysql_async::Error>>,
+) -> std::result::Result<T, mysql_async::Error> {
+    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
+        Err(mysql_async::Error::Io(mysql_async::IoError::Io(
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no reply within {limit:?}"),
+            ),
+        )))
+    })
 }
 
 /// Whether column `i` of a doorbell statement's row says the doorbell was taken.

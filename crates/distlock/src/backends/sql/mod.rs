@@ -65,6 +65,67 @@
 //!   those within the caller's deadline. A wrong password is an [`Error::Backend`] that says so,
 //!   without the password.
 //!
+//! # Deadlines
+//!
+//! Every call (an acquisition attempt, a release, a renewal, an inspection) runs as a task of
+//! its own and is bounded as a whole by [`SqlOptions::request_timeout`] (URL
+//! `request_timeout`, default 5 s): waiting for a pooled connection, connecting, the retries
+//! above and the server's reply all count. A renewal is bounded by the lease it renews as well
+//! (the registry also stops waiting for it when the lease it protects ends). A call that runs
+//! out of time fails with the retryable [`Error::Unavailable`], and the connection it was
+//! using is closed, never handed back to the pool, where a stalled connection or a late reply
+//! would reach the next call. So with the network stalled, `try_lock_for(d)` returns after at
+//! most about `max(d, request_timeout)`. The backend does not see the caller's own deadline
+//! (the [`Backend`](crate::Backend) methods carry none), which is why a call may outlast a
+//! `try_lock_for` wait shorter than `request_timeout`. MySQL's doorbell connections bound
+//! each statement in the same way; PostgreSQL's listening connection is checked with a query
+//! every 30 s and replaced when it does not answer within `request_timeout`.
+//!
+//! # Passwords and TLS
+//!
+//! No password leaves in a readable form, or goes to a server whose certificate was not
+//! verified, unless the URL says so with `allow_insecure_auth=true`
+//! ([`SqlOptions::allow_insecure_auth`]).
+//!
+//! - **Verified** means TLS whose certificate chains to a trusted root (the CA file of
+//!   `sslrootcert` / `ssl-ca`, else the Mozilla roots) and, except with `verify-ca` /
+//!   `verify_ca`, names the host of the URL. A Unix socket (PostgreSQL, through
+//!   [`PostgresBackend::connect_with`](postgres::PostgresBackend::connect_with)) counts as
+//!   verified.
+//! - **PostgreSQL** (`sslmode`, default `prefer`): `prefer` uses TLS when the server offers
+//!   it, `require` insists on it; both check the certificate, and one that fails still
+//!   encrypts but leaves the connection unverified. `verify-ca` and `verify-full` fail
+//!   without a verified certificate. Over an unverified connection (plain, or TLS that did
+//!   not verify) a server that asks for the password in cleartext (`password` in
+//!   `pg_hba.conf`) or as an MD5 digest (`md5`, a fast hash that is easy to guess from) is
+//!   refused with an [`Error::Backend`] that says why, before anything of the password is
+//!   sent. SCRAM-SHA-256 is allowed over any connection: it proves that the client knows the
+//!   password without revealing it (an impostor learns no more than a value to run guesses
+//!   against, which a strong password defeats); `trust` and client certificates send no
+//!   password at all.
+//! - **MySQL/MariaDB** (`ssl-mode`; default `preferred` when the URL has a password, else
+//!   `disabled`, since there is nothing secret to send): the server chooses the
+//!   authentication method, and some reveal the password (`mysql_clear_password`;
+//!   `caching_sha2_password`'s full authentication, which sends it in clear over TLS or
+//!   encrypts it with an RSA key fetched from the same, unverified server). The driver cannot
+//!   be limited to the challenge-response methods, so a non-empty password is only sent over
+//!   verified TLS: `preferred` uses TLS when the server offers it and verifies it (with the
+//!   host name) when the URL has a password, and refuses to connect with a password when the
+//!   server offers no TLS (the driver stops before anything of the password is sent);
+//!   `disabled` and `required` (encrypted, not verified) with a password are refused as a
+//!   configuration error. Without a password (or with an empty one), an explicit `preferred`
+//!   uses TLS when offered without checking the certificate. `preferred` finds out whether
+//!   the server offers TLS with one extra connection when the backend connects.
+//!   Note: the driver's (`mysql_async`) rustls verifier also checks the host name in
+//!   `verify_ca` mode, so `verify_ca` currently behaves as `verify_identity`.
+//! - `allow_insecure_auth=true` lifts these limits (and lets MySQL use
+//!   `mysql_clear_password`); use it only on a network you trust.
+//! - **Client certificates**: `sslcert` and `sslkey` (PostgreSQL), `ssl-cert` and `ssl-key`
+//!   (MySQL), PEM files.
+//!
+//! [`MySqlBackend::connect_with_opts`](mysql::MySqlBackend::connect_with_opts) takes the TLS
+//! settings of its `mysql_async` options as given and applies none of these rules.
+//!
 //! # Spring compatibility
 //!
 //! [`SqlOptions::spring_compatible`] (URL `?spring=true`) uses Spring Integration's `INT_LOCK`
@@ -101,10 +162,14 @@
 //! | `create_table` | `true` | create the table on first use when it is missing |
 //! | `pool_size` | 8 | most connections opened at once (plus one listening connection on PostgreSQL) |
 //! | `connect_timeout` | `5s` | per connection attempt; `500ms`, `5s`, `1m` or plain seconds |
-//! | `sslmode` (PostgreSQL) | `prefer` | `disable`, `prefer`, `require` (encrypted, not verified, as libpq), `verify-ca`, `verify-full` |
+//! | `request_timeout` | `5s` | per call, pool wait, connecting, retries and reply included (see [Deadlines](self#deadlines)) |
+//! | `allow_insecure_auth` | `false` | send a password even in a readable form or to an unverified server (see [Passwords and TLS](self#passwords-and-tls)) |
+//! | `sslmode` (PostgreSQL) | `prefer` | `disable`, `prefer` (TLS if offered, certificate checked), `require` (TLS, certificate checked; one that fails still encrypts, unverified), `verify-ca`, `verify-full` |
 //! | `sslrootcert` (PostgreSQL) | the Mozilla roots | PEM file of the CA to verify against |
-//! | `ssl-mode` (MySQL) | `disabled` | `disabled`, `preferred` (treated as `disabled`), `required` (encrypted, not verified), `verify_ca`, `verify_identity` |
+//! | `sslcert`, `sslkey` (PostgreSQL) | none | client certificate chain and key, PEM |
+//! | `ssl-mode` (MySQL) | `preferred` with a password, else `disabled` | `disabled`, `preferred` (TLS if offered; verified when the URL has a password, which is then refused without TLS), `required` (encrypted, not verified), `verify_ca`, `verify_identity` |
 //! | `ssl-ca` (MySQL) | the Mozilla roots | PEM file of the CA to verify against |
+//! | `ssl-cert`, `ssl-key` (MySQL) | none | client certificate chain and key, PEM |
 //! | `application_name` (PostgreSQL) | `distlock` | shown in `pg_stat_activity` |
 
 // With only the `sqlite` feature this module holds just the SQLite statements.
@@ -118,6 +183,8 @@ use crate::error::{Error, Result};
 use crate::url::parse_duration;
 use crate::url::percent_decode;
 
+#[cfg(feature = "postgres")]
+mod auth_guard;
 pub(crate) mod dialect;
 #[cfg(feature = "mysql")]
 mod doorbell;
@@ -134,6 +201,8 @@ pub const SPRING_TABLE: &str = "INT_LOCK";
 pub const DEFAULT_POOL_SIZE: usize = 8;
 /// Default of [`SqlOptions::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`SqlOptions::request_timeout`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a waiter's `wanted_ms` stamp lasts; it is renewed when less than half is left.
 pub(crate) const WANT_WINDOW_MS: i64 = 2000;
@@ -175,6 +244,16 @@ pub struct SqlOptions {
     pub pool_size: usize,
     /// Limit of one connection attempt (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
+    /// Limit of one whole call (waiting for a pooled connection, connecting, every retry and
+    /// the server's reply; default [`DEFAULT_REQUEST_TIMEOUT`]). A renewal is also limited by
+    /// the lease it renews. A connection whose statement did not answer in time is closed,
+    /// never reused. See the [module docs](self#deadlines).
+    pub request_timeout: Duration,
+    /// Send a password even where it could be read or replayed: in cleartext (or as an MD5
+    /// digest on PostgreSQL) over a connection whose server certificate was not verified, or
+    /// at all to a MySQL server that is not verified. Off by default; see the
+    /// [module docs](self#passwords-and-tls).
+    pub allow_insecure_auth: bool,
 }
 
 impl Default for SqlOptions {
@@ -187,6 +266,8 @@ impl Default for SqlOptions {
             create_table: true,
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            allow_insecure_auth: false,
         }
     }
 }
@@ -242,6 +323,26 @@ impl SqlOptions {
         self
     }
 
+    /// Sets the limit of one whole call (see [`SqlOptions::request_timeout`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Allows sending a password where it could be read (see
+    /// [`SqlOptions::allow_insecure_auth`]).
+    pub fn allow_insecure_auth(mut self, allow: bool) -> Self {
+        self.allow_insecure_auth = allow;
+        self
+    }
+
+    /// The limit of a renewal: the request timeout, and never past the lease it renews.
+    pub(crate) fn renewal_timeout(&self, lease: Duration) -> Duration {
+        self.request_timeout
+            .min(lease)
+            .max(Duration::from_millis(1))
+    }
+
     pub(crate) fn validate(&self, kind: &str) -> Result<()> {
         validate_ident(kind, "table", &self.table)?;
         if let Some(schema) = &self.schema {
@@ -260,6 +361,12 @@ impl SqlOptions {
             return Err(Error::config(format!(
                 "{kind}: connect_timeout must be between 1 ms and 1 hour, got {:?}",
                 self.connect_timeout
+            )));
+        }
+        if self.request_timeout.is_zero() || self.request_timeout > Duration::from_secs(3600) {
+            return Err(Error::config(format!(
+                "{kind}: request_timeout must be between 1 ms and 1 hour, got {:?}",
+                self.request_timeout
             )));
         }
         Ok(())
@@ -492,6 +599,8 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
                 })?
             }
             "connect_timeout" => options.connect_timeout = parse_duration(kind, &name, &value)?,
+            "request_timeout" => options.request_timeout = parse_duration(kind, &name, &value)?,
+            "allow_insecure_auth" => options.allow_insecure_auth = parse_bool(kind, &name, &value)?,
             _ => rest.push((name, value)),
         }
     }
@@ -580,6 +689,28 @@ mod tests {
         assert_eq!(p.rest, vec![("sslmode".to_owned(), "require".to_owned())]);
         assert!(!format!("{p:?}").contains("p@ss"));
 
+        let p = parse_url(
+            "mysql",
+            &["mysql"],
+            "mysql://h/db?request_timeout=1500ms&allow_insecure_auth=true",
+        )
+        .unwrap();
+        assert_eq!(p.options.request_timeout, Duration::from_millis(1500));
+        assert!(p.options.allow_insecure_auth);
+        let d = parse_url("mysql", &["mysql"], "mysql://h/db")
+            .unwrap()
+            .options;
+        assert_eq!(d.request_timeout, DEFAULT_REQUEST_TIMEOUT);
+        assert!(!d.allow_insecure_auth, "insecure authentication is opt-in");
+        assert_eq!(
+            d.renewal_timeout(Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            d.renewal_timeout(Duration::from_secs(60)),
+            DEFAULT_REQUEST_TIMEOUT
+        );
+
         let spring = parse_url("mysql", &["mysql"], "mysql://h/db?spring=true").unwrap();
         assert_eq!(spring.options.table, SPRING_TABLE);
         assert!(spring.options.spring);
@@ -592,6 +723,11 @@ mod tests {
             ("postgres://h/db?pool_size=0", "pool_size"),
             ("postgres://h/db?pool_size=x", "pool_size"),
             ("postgres://h/db?connect_timeout=soon", "connect_timeout"),
+            ("postgres://h/db?request_timeout=0", "request_timeout"),
+            (
+                "postgres://h/db?allow_insecure_auth=maybe",
+                "allow_insecure_auth",
+            ),
             ("postgres://h/db?spring=maybe", "spring"),
             ("postgres://h/db?table=a&table=b", "repeated"),
             ("postgres://h/a/b", "database"),

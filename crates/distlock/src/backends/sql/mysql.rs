@@ -97,6 +97,34 @@ impl fmt::Debug for MySqlBackend {
     }
 }
 
+/// `ssl-mode` in the URL, as MySQL's client names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SslMode {
+    Disabled,
+    Preferred,
+    Required,
+    VerifyCa,
+    VerifyIdentity,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Result<Self> {
+        Ok(match value.replace('-', "_").as_str() {
+            "disabled" => SslMode::Disabled,
+            "preferred" => SslMode::Preferred,
+            "required" => SslMode::Required,
+            "verify_ca" => SslMode::VerifyCa,
+            "verify_identity" => SslMode::VerifyIdentity,
+            other => {
+                return Err(Error::config(format!(
+                    "mysql URL: ssl-mode must be disabled, preferred, required, verify_ca or \
+                     verify_identity, got {other:?}"
+                )))
+            }
+        })
+    }
+}
+
 /// How an error is handled.
 enum Class {
     RolledBack,
@@ -126,43 +154,86 @@ impl MySqlBackend {
     /// opened and checked at once, so that a wrong address or password is reported here.
     pub async fn connect(url: &str) -> Result<Self> {
         let parsed = parse_url(KIND, SCHEMES, url)?;
-        let mut ssl_mode = "disabled".to_owned();
-        let mut ssl_ca = None;
+        let mut mode = None;
+        let (mut ca, mut cert, mut key) = (None, None, None);
         for (name, value) in &parsed.rest {
             match name.as_str() {
-                "ssl-mode" | "ssl_mode" | "sslmode" => ssl_mode = value.to_ascii_lowercase(),
-                "ssl-ca" | "ssl_ca" => ssl_ca = Some(value.clone()),
+                "ssl-mode" | "ssl_mode" | "sslmode" => mode = Some(value.to_ascii_lowercase()),
+                "ssl-ca" | "ssl_ca" => ca = Some(value.clone()),
+                "ssl-cert" | "ssl_cert" => cert = Some(value.clone()),
+                "ssl-key" | "ssl_key" => key = Some(value.clone()),
                 other => {
                     return Err(Error::config(format!(
                         "mysql URL: unknown query parameter {other:?} (known: table, schema, \
-                         region, spring, create_table, pool_size, connect_timeout, ssl-mode, \
-                         ssl-ca)"
+                         region, spring, create_table, pool_size, connect_timeout, \
+                         request_timeout, allow_insecure_auth, ssl-mode, ssl-ca, ssl-cert, \
+                         ssl-key)"
                     )))
                 }
             }
         }
-        let ssl = match ssl_mode.replace('-', "_").as_str() {
-            "disabled" | "preferred" => None,
-            "required" => Some(
-                SslOpts::default()
-                    .with_danger_accept_invalid_certs(true)
-                    .with_danger_skip_domain_validation(true),
-            ),
-            "verify_ca" => Some(SslOpts::default().with_danger_skip_domain_validation(true)),
-            "verify_identity" => Some(SslOpts::default()),
-            other => {
-                return Err(Error::config(format!(
-                    "mysql URL: ssl-mode must be disabled, preferred, required, verify_ca or \
-                     verify_identity, got {other:?}"
-                )))
+        let secret = parsed.password.as_deref().is_some_and(|p| !p.is_empty());
+        let mode = match &mode {
+            Some(m) => SslMode::parse(m)?,
+            // No password, nothing secret to protect: plain TCP, as MySQL's clients did before
+            // 5.7 (an explicit `preferred` uses TLS when the server offers it).
+            None if !secret => SslMode::Disabled,
+            None => SslMode::Preferred,
+        };
+        let identity = match (cert, key) {
+            (None, None) => None,
+            (Some(c), Some(k)) => Some(mysql_async::ClientIdentity::new(
+                std::path::PathBuf::from(c).into(),
+                std::path::PathBuf::from(k).into(),
+            )),
+            _ => {
+                return Err(Error::config(
+                    "mysql URL: ssl-cert and ssl-key go together (the client certificate and \
+                     its key)",
+                ))
             }
         };
-        let ssl = ssl.map(|s| match &ssl_ca {
-            Some(path) => s
-                .with_root_certs(vec![std::path::PathBuf::from(path).into()])
-                .with_disable_built_in_roots(true),
-            None => s,
-        });
+        let tls = |verify: bool, check_name: bool| {
+            let mut s = SslOpts::default().with_client_identity(identity.clone());
+            if !verify {
+                s = s.with_danger_accept_invalid_certs(true);
+            }
+            if !verify || !check_name {
+                s = s.with_danger_skip_domain_validation(true);
+            }
+            match &ca {
+                Some(path) => s
+                    .with_root_certs(vec![std::path::PathBuf::from(path).into()])
+                    .with_disable_built_in_roots(true),
+                None => s,
+            }
+        };
+        // A password goes only to a verified server unless the URL says otherwise (see the
+        // module docs): the server picks the authentication method, and some reveal the
+        // password (`mysql_clear_password`; `caching_sha2_password`'s full authentication,
+        // which sends it in clear over TLS, or encrypted with a key fetched from the server).
+        let insecure_ok = !secret || parsed.options.allow_insecure_auth;
+        let refuse = |why: &str| {
+            Error::config(format!(
+                "mysql URL: refusing to send the password to a server that is not verified: \
+                 {why}. Use ssl-mode=verify_identity or verify_ca (with ssl-ca=<CA file> for a \
+                 private CA), or add allow_insecure_auth=true to send it anyway"
+            ))
+        };
+        let (ssl, verified) = match mode {
+            SslMode::Disabled if !insecure_ok => return Err(refuse("ssl-mode=disabled")),
+            SslMode::Required if !insecure_ok => {
+                return Err(refuse(
+                    "ssl-mode=required encrypts but does not check the certificate",
+                ))
+            }
+            SslMode::Disabled => (None, false),
+            SslMode::Required => (Some(tls(false, false)), false),
+            SslMode::VerifyCa => (Some(tls(true, false)), true),
+            SslMode::VerifyIdentity => (Some(tls(true, true)), true),
+            // TLS when the server offers it: verified when a password is at stake.
+            SslMode::Preferred => (Some(tls(!insecure_ok, true)), !insecure_ok),
+        };
         let user = parsed.user.clone().unwrap_or_else(|| "root".to_owned());
         let port = parsed.port.unwrap_or(3306);
         let target = format!(
@@ -170,13 +241,44 @@ impl MySqlBackend {
             parsed.host,
             parsed.database.as_deref().unwrap_or("")
         );
-        let builder = OptsBuilder::default()
+        let mut builder = OptsBuilder::default()
             .ip_or_hostname(parsed.host.clone())
             .tcp_port(port)
             .user(Some(user.clone()))
             .pass(parsed.password.clone())
             .db_name(parsed.database.clone())
+            .prefer_socket(false)
+            .enable_cleartext_plugin(verified || parsed.options.allow_insecure_auth)
             .ssl_opts(ssl);
+        if mode == SslMode::Preferred {
+            // Does the server offer TLS? Asking costs one connection; without TLS the driver
+            // stops before it sends anything of the password.
+            let probe = mysql_async::Conn::new(mysql_async::Opts::from(builder.clone()));
+            match tokio::time::timeout(parsed.options.connect_timeout, probe).await {
+                Ok(Ok(conn)) => discard(conn),
+                Ok(Err(mysql_async::Error::Driver(
+                    mysql_async::DriverError::NoClientSslFlagFromServer,
+                ))) => {
+                    if !insecure_ok {
+                        return Err(Error::backend(
+                            KIND,
+                            scrub(
+                                format!(
+                                    "connect to {target}: refusing to send the password of \
+                                     user {user:?}: the server offers no TLS (ssl-mode=\
+                                     preferred). Enable TLS on the server, or add \
+                                     allow_insecure_auth=true to the URL to send it anyway"
+                                ),
+                                parsed.password.as_deref(),
+                            ),
+                        ));
+                    }
+                    builder = builder.ssl_opts(None);
+                }
+                // Other failures are reported by the first connection of the pool below.
+                _ => {}
+            }
+        }
         Self::connect_with(builder, user, parsed.password, target, parsed.options).await
     }
 
@@ -229,7 +331,11 @@ impl MySqlBackend {
             inner: Arc::new(Inner {
                 qualified_table,
                 // A few holder's connections: contended operations of one lock queue on one.
-                doorbells: Doorbells::new(opts, (options.pool_size / 2).clamp(1, 4)),
+                doorbells: Doorbells::new(
+                    opts,
+                    (options.pool_size / 2).clamp(1, 4),
+                    options.request_timeout,
+                ),
                 pool: Pool::new(builder),
                 target,
                 user,
@@ -245,11 +351,18 @@ impl MySqlBackend {
         };
         // Check one connection now (a wrong host or password is reported here) and create the
         // table unless it exists, so that the first lock operation does not pay for the DDL.
-        let mut conn = backend.inner.conn("connect").await?;
-        if let Err(e) = backend.inner.ensure_table(&mut conn).await {
-            return Err(backend.inner.error("create table", &e));
-        }
-        drop(conn);
+        let inner = backend.inner.clone();
+        let limit = inner.options.connect_timeout + inner.options.request_timeout;
+        spawn(&backend.inner, "connect", limit, async move {
+            let mut borrowed = Borrowed(Some(inner.conn("connect").await?));
+            let conn = borrowed.0.as_mut().expect("borrowed");
+            if let Err(e) = inner.ensure_table(conn).await {
+                return Err(inner.error("create table", &e));
+            }
+            drop(borrowed.0.take());
+            Ok(())
+        })
+        .await?;
         Ok(backend)
     }
 
@@ -263,7 +376,8 @@ impl MySqlBackend {
     pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move {
+        let limit = inner.options.request_timeout;
+        spawn(&self.inner, "force_delete", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let sql = inner.sql.force_delete(&MyLock {
                 region: &a,
@@ -280,16 +394,55 @@ impl MySqlBackend {
     }
 }
 
+/// Runs `fut` as its own task, so that a caller who stops waiting never leaves a connection
+/// half-way through the protocol, and stops it after `limit`: pool waits, connecting, retries
+/// and replies included. A connection whose statement was cut off is closed (see
+/// [`Borrowed`]).
 async fn spawn<T: Send + 'static>(
+    inner: &Arc<Inner>,
+    op: &'static str,
+    limit: Duration,
     fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    match tokio::spawn(fut).await {
-        Ok(r) => r,
+    match tokio::spawn(tokio::time::timeout(limit, fut)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(Error::unavailable(
+            KIND,
+            inner.message(op, &format!("no reply within {limit:?}")),
+        )),
         Err(e) if e.is_panic() => Err(Error::backend(KIND, "the database task panicked")),
         Err(_) => Err(Error::unavailable(
             KIND,
             "the database task was cancelled (runtime shutting down)",
         )),
+    }
+}
+
+/// A pooled connection with a statement under way: dropped before the statement finished (the
+/// call ran out of time), it is closed, never handed back to the pool, where its late reply
+/// would reach the next borrower.
+struct Borrowed(Option<Conn>);
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            discard(conn);
+        }
+    }
+}
+
+/// Closes a connection that may be stalled without waiting for it: `disconnect` marks it
+/// disconnected before it writes anything, so when the short wait for the goodbye ends, the
+/// socket is dropped and the pool (if it came from one) forgets the connection.
+pub(super) fn discard(conn: Conn) {
+    let close = async move {
+        let _ = tokio::time::timeout(Duration::from_millis(100), conn.disconnect()).await;
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(close);
+        }
+        Err(_) => drop(close),
     }
 }
 
@@ -332,6 +485,29 @@ impl Inner {
                     ),
                 );
             }
+        }
+        // rustls reports a certificate it rejects as invalid data; retrying will not help.
+        let tls = match e {
+            mysql_async::Error::Io(mysql_async::IoError::Tls(t)) => Some(t.to_string()),
+            mysql_async::Error::Io(mysql_async::IoError::Io(io))
+                if io.kind() == std::io::ErrorKind::InvalidData
+                    && io.to_string().contains("certificate") =>
+            {
+                Some(io.to_string())
+            }
+            _ => None,
+        };
+        if let Some(t) = tls {
+            return Error::backend(
+                KIND,
+                self.message(
+                    op,
+                    &format!(
+                        "TLS failed (a certificate that cannot be verified needs ssl-ca=<CA \
+                         file>, or ssl-mode=required for encryption without verification): {t}"
+                    ),
+                ),
+            );
         }
         match classify(e) {
             Class::RolledBack | Class::Connection => Error::unavailable(KIND, self.message(op, e)),
@@ -432,7 +608,7 @@ impl Inner {
         loop {
             attempt += 1;
             let last = attempt >= ATTEMPTS;
-            let mut conn = match self.conn(op).await {
+            let conn = match self.conn(op).await {
                 Ok(c) => c,
                 Err(e) if e.is_retryable() && !last => {
                     tokio::time::sleep(Duration::from_millis(5 * attempt as u64)).await;
@@ -440,14 +616,20 @@ impl Inner {
                 }
                 Err(e) => return Err(e),
             };
-            match self.run_once(&mut conn, sql).await {
+            // Should this call be cut off while the statement is under way, the guard closes
+            // the connection instead of giving it back to the pool.
+            let mut borrowed = Borrowed(Some(conn));
+            let result = self
+                .run_once(borrowed.0.as_mut().expect("borrowed"), sql)
+                .await;
+            let conn = borrowed.0.take().expect("borrowed");
+            match result {
                 Ok(out) => return Ok(out),
                 Err(e) => {
                     let class = classify(&e);
                     if matches!(class, Class::Connection) {
                         // Do not hand a broken connection back to the pool.
-                        let _ = tokio::time::timeout(Duration::from_millis(100), conn.disconnect())
-                            .await;
+                        discard(conn);
                     } else {
                         drop(conn);
                     }
@@ -546,7 +728,8 @@ impl MySqlBackend {
     ) -> Result<Attempt> {
         let inner = self.inner.clone();
         let name = name.clone();
-        let (attempt, hold) = spawn(async move {
+        let limit = inner.options.request_timeout;
+        let (attempt, hold) = spawn(&self.inner, "try_acquire", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let lock = MyLock {
@@ -725,13 +908,19 @@ impl Backend for MySqlBackend {
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move { inner.release_token(&name, token).await }).await
+        let limit = inner.options.request_timeout;
+        spawn(&self.inner, "release", limit, async move {
+            inner.release_token(&name, token).await
+        })
+        .await
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move {
+        // Bounded by the lease too: a renewal that answers after the lease ended is no use.
+        let limit = inner.options.renewal_timeout(lease);
+        spawn(&self.inner, "extend", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let sql = inner.sql.extend(
@@ -755,7 +944,9 @@ impl Backend for MySqlBackend {
         let inner = self.inner.clone();
         let batch: Vec<Renewal> = batch.to_vec();
         let count = batch.len();
-        let result = spawn(async move {
+        let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
+        let limit = inner.options.renewal_timeout(shortest);
+        let result = spawn(&self.inner, "extend_many", limit, async move {
             let mut extended = vec![false; batch.len()];
             let idents: Vec<Option<(String, String, String, i64)>> = batch
                 .iter()
@@ -839,7 +1030,8 @@ impl Backend for MySqlBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move {
+        let limit = inner.options.request_timeout;
+        spawn(&self.inner, "inspect", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let sql = inner.sql.inspect(&MyLock {
                 region: &a,

@@ -16,22 +16,29 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, Row, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::auth_guard::{AuthGuard, Watch};
 use super::dialect::Pg;
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
@@ -44,19 +51,47 @@ use crate::backend::{
 use crate::error::{Error, Result};
 
 const KIND: &str = "postgres";
+/// How often the listening connection is checked.
+const LISTENER_CHECK: Duration = Duration::from_secs(30);
+
+/// The messages of a connection (notifications, notices), polled by its driver task.
+type Messages =
+    Pin<Box<dyn Stream<Item = std::result::Result<AsyncMessage, tokio_postgres::Error>> + Send>>;
+
+/// Why a connection could not be opened.
+enum Opening {
+    Io(std::io::Error),
+    Pg(tokio_postgres::Error),
+}
+
+impl fmt::Display for Opening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Opening::Io(e) => e.fmt(f),
+            Opening::Pg(e) => e.fmt(f),
+        }
+    }
+}
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 
 /// How the connection is encrypted (`sslmode` in the URL), as libpq names it.
+///
+/// Whatever the mode, a password is sent in a readable form (cleartext or MD5, when the server
+/// asks for those) only over TLS whose certificate was verified, unless
+/// [`SqlOptions::allow_insecure_auth`] says otherwise; see the
+/// [module docs](super#passwords-and-tls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SslMode {
     /// Plain TCP.
     Disable,
-    /// TLS when the server offers it, else plain; the certificate is not checked (libpq's
-    /// default).
+    /// TLS when the server offers it, else plain (the default). The certificate is checked
+    /// (against `sslrootcert`, else the Mozilla roots, for the host connected to); one that
+    /// does not pass still encrypts, but the connection counts as unverified.
     Prefer,
-    /// TLS or fail; the certificate is not checked (encryption only, as in libpq).
+    /// TLS or fail; the certificate is checked as with `Prefer`, and one that does not pass
+    /// still encrypts (as in libpq), but the connection counts as unverified.
     Require,
     /// TLS with a certificate signed by a trusted CA (`sslrootcert`, else the Mozilla roots),
     /// whatever host name it names.
@@ -100,6 +135,8 @@ const STMTS: usize = 7;
 struct Conn {
     client: Client,
     stmts: [Option<Statement>; STMTS],
+    /// The task that drives the connection; aborting it closes the socket at once.
+    driver: AbortHandle,
 }
 
 struct Pool {
@@ -107,11 +144,14 @@ struct Pool {
     permits: Arc<Semaphore>,
 }
 
-/// A connection on loan; it goes back to the pool when dropped unless it broke.
+/// A connection on loan; it goes back to the pool when dropped unless it broke, or unless a
+/// statement was still under way on it (its call ran out of time: the connection may be
+/// stalled, and its late reply must never reach the next borrower).
 struct Loan<'a> {
     conn: Option<Conn>,
     pool: &'a Pool,
     _permit: OwnedSemaphorePermit,
+    in_flight: bool,
 }
 
 impl Loan<'_> {
@@ -123,7 +163,9 @@ impl Loan<'_> {
 impl Drop for Loan<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if !conn.client.is_closed() {
+            if self.in_flight {
+                conn.driver.abort();
+            } else if !conn.client.is_closed() {
                 self.pool
                     .idle
                     .lock()
@@ -142,7 +184,7 @@ struct ListenerHandle {
 
 struct Inner {
     config: Config,
-    tls: MakeRustlsConnect,
+    transport: Transport,
     /// `host:port/database` for messages.
     target: String,
     user: String,
@@ -187,7 +229,7 @@ impl PostgresBackend {
     /// (see the [module docs](super) for the parameters). One connection is opened and checked
     /// at once, so that a wrong address or password is reported here.
     pub async fn connect(url: &str) -> Result<Self> {
-        let parsed = parse_url(KIND, SCHEMES, url)?;
+        let mut parsed = parse_url(KIND, SCHEMES, url)?;
         let mut config = Config::new();
         config.host(&parsed.host);
         config.port(parsed.port.unwrap_or(5432));
@@ -200,49 +242,50 @@ impl PostgresBackend {
         config.dbname(&database);
         config.application_name("distlock");
         let mut ssl = SslMode::Prefer;
-        let mut root_cert = None;
-        for (name, value) in &parsed.rest {
+        let mut files = TlsFiles::default();
+        for (name, value) in std::mem::take(&mut parsed.rest) {
             match name.as_str() {
-                "sslmode" => ssl = SslMode::parse(value)?,
-                "sslrootcert" => root_cert = Some(value.clone()),
+                "sslmode" => ssl = SslMode::parse(&value)?,
+                "sslrootcert" => files.root_cert = Some(value),
+                "sslcert" => files.cert = Some(value),
+                "sslkey" => files.key = Some(value),
                 "application_name" => {
-                    config.application_name(value);
+                    config.application_name(&value);
                 }
                 other => {
                     return Err(Error::config(format!(
                         "postgres URL: unknown query parameter {other:?} (known: table, schema, \
-                         region, spring, create_table, pool_size, connect_timeout, sslmode, \
-                         sslrootcert, application_name)"
+                         region, spring, create_table, pool_size, connect_timeout, \
+                         request_timeout, allow_insecure_auth, sslmode, sslrootcert, sslcert, \
+                         sslkey, application_name)"
                     )))
                 }
             }
         }
-        let tls = tls_connector(ssl, root_cert.as_deref())?;
-        config.ssl_mode(match ssl {
-            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
-            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
-            _ => tokio_postgres::config::SslMode::Require,
-        });
+        let transport = Transport::new(ssl, &files, parsed.options.allow_insecure_auth)?;
         let target = format!(
             "{}:{}/{}",
             parsed.host,
             parsed.port.unwrap_or(5432),
             database
         );
-        Self::with_config(config, tls, target, user, parsed.password, parsed.options).await
+        Self::with_config(
+            config,
+            transport,
+            target,
+            user,
+            parsed.password,
+            parsed.options,
+        )
+        .await
     }
 
     /// Connects with a `tokio-postgres` configuration (its TLS settings are taken from
-    /// `sslmode`-like [`SslMode`]) and explicit options.
+    /// `sslmode`-like [`SslMode`], verifying against the Mozilla roots) and explicit options.
+    /// The first host and port of `config` are used.
     pub async fn connect_with(config: Config, ssl: SslMode, options: SqlOptions) -> Result<Self> {
         options.validate(KIND)?;
-        let tls = tls_connector(ssl, None)?;
-        let mut config = config;
-        config.ssl_mode(match ssl {
-            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
-            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
-            _ => tokio_postgres::config::SslMode::Require,
-        });
+        let transport = Transport::new(ssl, &TlsFiles::default(), options.allow_insecure_auth)?;
         let target = format!(
             "{:?}:{:?}/{}",
             config.get_hosts(),
@@ -253,20 +296,23 @@ impl PostgresBackend {
         let password = config
             .get_password()
             .map(|p| String::from_utf8_lossy(p).into_owned());
-        Self::with_config(config, tls, target, user, password, options).await
+        Self::with_config(config, transport, target, user, password, options).await
     }
 
     async fn with_config(
         mut config: Config,
-        tls: MakeRustlsConnect,
+        transport: Transport,
         target: String,
         user: String,
         password: Option<String>,
         options: SqlOptions,
     ) -> Result<Self> {
+        config.ssl_mode(match transport.ssl {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
         config.connect_timeout(options.connect_timeout);
-        config.keepalives(true);
-        config.keepalives_idle(Duration::from_secs(30));
         let qualified = format!(
             "{}.{}",
             options.schema.as_deref().unwrap_or(""),
@@ -283,10 +329,11 @@ impl PostgresBackend {
         } else {
             Pg::native(options.schema.as_deref(), &options.table)
         };
+        let limit = options.connect_timeout + options.request_timeout;
         let backend = PostgresBackend {
             inner: Arc::new(Inner {
                 config,
-                tls,
+                transport,
                 target,
                 user,
                 password,
@@ -307,16 +354,22 @@ impl PostgresBackend {
         // Open and check one connection now, so that a wrong host or password is reported
         // here, and create the table unless it exists (so the first lock operation does not pay
         // for the DDL).
-        let loan = backend.inner.loan("connect").await?;
-        let client = &loan
-            .conn
-            .as_ref()
-            .expect("a loan holds a connection")
-            .client;
-        if let Err(e) = backend.inner.ensure_table(client).await {
-            return Err(backend.inner.error("create table", &e));
-        }
-        drop(loan);
+        let inner = backend.inner.clone();
+        spawn(&backend.inner, "connect", limit, async move {
+            let mut loan = inner.loan("connect").await?;
+            loan.in_flight = true;
+            let client = &loan
+                .conn
+                .as_ref()
+                .expect("a loan holds a connection")
+                .client;
+            if let Err(e) = inner.ensure_table(client).await {
+                return Err(inner.error("create table", &e));
+            }
+            loan.in_flight = false;
+            Ok(())
+        })
+        .await?;
         Ok(backend)
     }
 
@@ -330,7 +383,8 @@ impl PostgresBackend {
     pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move {
+        let limit = inner.options.request_timeout;
+        spawn(&self.inner, "force_delete", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let payload = inner.payload(&name);
             let rows = inner
@@ -351,12 +405,20 @@ impl PostgresBackend {
 }
 
 /// Runs `fut` as its own task, so that a caller who stops waiting never leaves a connection
-/// half-way through the protocol; the operation completes (or fails) on its own.
+/// half-way through the protocol, and stops it after `limit`: pool waits, connecting, retries
+/// and replies included. A connection whose statement was cut off is closed (see [`Loan`]).
 async fn spawn<T: Send + 'static>(
-    fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    inner: &Arc<Inner>,
+    op: &'static str,
+    limit: Duration,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    match tokio::spawn(fut).await {
-        Ok(r) => r,
+    match tokio::spawn(tokio::time::timeout(limit, fut)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(Error::unavailable(
+            KIND,
+            inner.message(op, &format!("no reply within {limit:?}")),
+        )),
         Err(e) if e.is_panic() => Err(Error::backend(KIND, "the database task panicked")),
         Err(_) => Err(Error::unavailable(
             KIND,
@@ -448,31 +510,121 @@ impl Inner {
         }
     }
 
-    async fn connect_one(&self, op: &str) -> Result<Client> {
-        let connecting = self.config.connect(self.tls.clone());
-        let (client, connection) =
-            match tokio::time::timeout(self.options.connect_timeout, connecting).await {
-                Ok(Ok(pair)) => pair,
-                Ok(Err(e)) => return Err(self.error(op, &e)),
-                Err(_) => {
-                    return Err(Error::unavailable(
-                        KIND,
-                        self.message(
-                            op,
-                            &format!(
-                                "no connection within the connect timeout of {:?}",
-                                self.options.connect_timeout
-                            ),
-                        ),
-                    ))
+    async fn connect_one(&self, op: &str) -> Result<Conn> {
+        let refused = Arc::new(AtomicBool::new(false));
+        let timeout = self.options.connect_timeout;
+        let opened = match tokio::time::timeout(timeout, self.open(refused.clone())).await {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) if refused.load(Ordering::Acquire) => {
+                tracing::debug!(error = %e, "postgres: refused to send the password");
+                return Err(self.refused(op));
+            }
+            Ok(Err(e)) => return Err(self.connect_error(op, e)),
+            Err(_) => {
+                return Err(Error::unavailable(
+                    KIND,
+                    self.message(
+                        op,
+                        &format!("no connection within the connect timeout of {timeout:?}"),
+                    ),
+                ))
+            }
+        };
+        let (client, mut messages) = opened;
+        let driver = tokio::spawn(async move {
+            while let Some(m) = messages.next().await {
+                if let Err(e) = m {
+                    tracing::debug!(error = %e, "postgres connection ended");
+                    return;
                 }
-            };
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "postgres connection ended");
             }
         });
-        Ok(client)
+        Ok(Conn {
+            client,
+            stmts: Default::default(),
+            driver: driver.abort_handle(),
+        })
+    }
+
+    /// Opens one connection (TCP or a Unix socket, TLS as configured) with the password guard
+    /// of [`auth_guard`](super::auth_guard) where the server is not verified. Returns the
+    /// client and the connection's messages, which the caller must keep polling.
+    async fn open(
+        &self,
+        refused: Arc<AtomicBool>,
+    ) -> std::result::Result<(Client, Messages), Opening> {
+        let host = self.config.get_hosts().first().cloned();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        match host {
+            Some(Host::Tcp(host)) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                    .await
+                    .map_err(Opening::Io)?;
+                let _ = tcp.set_nodelay(true);
+                let t = &self.transport;
+                let below = match t.ssl {
+                    _ if t.allow_insecure_auth => Watch::Off,
+                    SslMode::Disable => Watch::Messages,
+                    _ => Watch::SslReply,
+                };
+                let stream = AuthGuard::new(tcp, below, refused.clone());
+                let tls = t.connector(&host, refused).map_err(Opening::Io)?;
+                let (client, mut connection) = self
+                    .config
+                    .connect_raw(stream, tls)
+                    .await
+                    .map_err(Opening::Pg)?;
+                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    connection.poll_message(cx)
+                }));
+                Ok((client, messages))
+            }
+            #[cfg(unix)]
+            Some(Host::Unix(dir)) => {
+                // A local socket: nothing to intercept, no TLS (as libpq).
+                let path = dir.join(format!(".s.PGSQL.{port}"));
+                let unix = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(Opening::Io)?;
+                let mut config = self.config.clone();
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                let (client, mut connection) = config
+                    .connect_raw(unix, tokio_postgres::NoTls)
+                    .await
+                    .map_err(Opening::Pg)?;
+                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    connection.poll_message(cx)
+                }));
+                Ok((client, messages))
+            }
+            _ => Err(Opening::Io(std::io::Error::other("no host to connect to"))),
+        }
+    }
+
+    fn connect_error(&self, op: &str, e: Opening) -> Error {
+        match e {
+            Opening::Pg(e) => self.error(op, &e),
+            Opening::Io(e) => Error::unavailable(KIND, self.message(op, &e)),
+        }
+    }
+
+    /// The error of a connection whose server asked for a readable password.
+    fn refused(&self, op: &str) -> Error {
+        Error::backend(
+            KIND,
+            self.message(
+                op,
+                &format!(
+                    "refused to send the password of user {:?}: the server asked for it in \
+                     cleartext or as an MD5 digest, over a connection whose server certificate \
+                     was not verified (sslmode={}). Verify the server (sslmode=verify-full or \
+                     verify-ca with sslrootcert=<CA file>), let the server use \
+                     scram-sha-256, or add allow_insecure_auth=true to the URL to send it anyway",
+                    self.user,
+                    self.transport.ssl.name()
+                ),
+            ),
+        )
     }
 
     /// A connection from the pool, or a new one.
@@ -498,19 +650,18 @@ impl Inner {
                         conn: Some(conn),
                         pool: &self.pool,
                         _permit: permit,
+                        in_flight: false,
                     })
                 }
                 None => break,
             }
         }
-        let client = self.connect_one(op).await?;
+        let conn = self.connect_one(op).await?;
         Ok(Loan {
-            conn: Some(Conn {
-                client,
-                stmts: Default::default(),
-            }),
+            conn: Some(conn),
             pool: &self.pool,
             _permit: permit,
+            in_flight: false,
         })
     }
 
@@ -601,8 +752,12 @@ impl Inner {
                 }
                 Err(e) => return Err(e),
             };
+            // Should this call be cut off while the statement is under way, the loan closes
+            // the connection instead of giving it back.
+            loan.in_flight = true;
             let conn = loan.conn.as_mut().expect("a loan holds a connection");
             let result = self.run_once(conn, stmt, params).await;
+            loan.in_flight = false;
             match result {
                 Ok(rows) => return Ok(rows),
                 Err(e) => {
@@ -701,17 +856,16 @@ async fn listen(weak: Weak<Inner>, up: watch::Sender<u64>, mut stop: oneshot::Re
     let mut backoff = Duration::from_millis(10);
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let (config, tls) = (inner.config.clone(), inner.tls.clone());
-        let connecting = async move { config.connect(tls).await };
         let timeout = inner.options.connect_timeout;
+        let request_timeout = inner.options.request_timeout;
         let channel_name = inner.listen_channel.clone();
         let origin = inner.origin.clone();
-        drop(inner);
+        let connecting = async move { inner.open(Arc::new(AtomicBool::new(false))).await };
         let connected = tokio::select! {
             r = tokio::time::timeout(timeout, connecting) => r,
             _ = &mut stop => return,
         };
-        let (client, mut connection) = match connected {
+        let (client, mut messages) = match connected {
             Ok(Ok(pair)) => pair,
             other => {
                 if let Ok(Err(e)) = other {
@@ -728,7 +882,6 @@ async fn listen(weak: Weak<Inner>, up: watch::Sender<u64>, mut stop: oneshot::Re
         let deliver_to = weak.clone();
         let prefix = format!("{origin}:");
         let mut driver = tokio::spawn(async move {
-            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
                     Ok(AsyncMessage::Notification(n)) => {
@@ -751,13 +904,16 @@ async fn listen(weak: Weak<Inner>, up: watch::Sender<u64>, mut stop: oneshot::Re
                 }
             }
         });
-        let listening = client
-            .batch_execute(&format!("LISTEN \"{channel_name}\""))
-            .await;
-        if let Err(e) = listening {
-            tracing::debug!(error = %e, "LISTEN failed; reconnecting");
-            driver.abort();
-            continue;
+        let statement = format!("LISTEN \"{channel_name}\"");
+        match tokio::time::timeout(request_timeout, client.batch_execute(&statement)).await {
+            Ok(Ok(())) => {}
+            other => {
+                if let Ok(Err(e)) = other {
+                    tracing::debug!(error = %e, "LISTEN failed; reconnecting");
+                }
+                driver.abort();
+                continue;
+            }
         }
         backoff = Duration::from_millis(10);
         generation += 1;
@@ -767,9 +923,23 @@ async fn listen(weak: Weak<Inner>, up: watch::Sender<u64>, mut stop: oneshot::Re
                 inner.signals.fire_all();
             }
         }
-        tokio::select! {
-            _ = &mut driver => {}
-            _ = &mut stop => { driver.abort(); return; }
+        // A silent connection (a stalled network, a dead server) is noticed by a periodic
+        // query, since releases in between would otherwise go unheard.
+        let mut check = tokio::time::interval(LISTENER_CHECK);
+        check.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut driver => break,
+                _ = &mut stop => { driver.abort(); return; }
+                _ = check.tick() => {
+                    let alive = tokio::time::timeout(request_timeout, client.simple_query("SELECT 1"));
+                    if !matches!(alive.await, Ok(Ok(_))) {
+                        tracing::debug!("postgres listener connection is silent; reconnecting");
+                        driver.abort();
+                        break;
+                    }
+                }
+            }
         }
         drop(client);
         let _ = up.send(0);
@@ -824,7 +994,8 @@ impl Backend for PostgresBackend {
     async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
         let inner = self.inner.clone();
         let name = name.clone();
-        let outcome = spawn(async move {
+        let limit = inner.options.request_timeout;
+        let outcome = spawn(&self.inner, "try_acquire", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let params: [&(dyn ToSql + Sync); 5] =
@@ -871,13 +1042,19 @@ impl Backend for PostgresBackend {
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move { inner.release_token(&name, token).await }).await
+        let limit = inner.options.request_timeout;
+        spawn(&self.inner, "release", limit, async move {
+            inner.release_token(&name, token).await
+        })
+        .await
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move {
+        // Bounded by the lease too: a renewal that answers after the lease ended is no use.
+        let limit = inner.options.renewal_timeout(lease);
+        spawn(&self.inner, "extend", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let rows = inner
@@ -901,7 +1078,9 @@ impl Backend for PostgresBackend {
         let inner = self.inner.clone();
         let batch: Vec<Renewal> = batch.to_vec();
         let count = batch.len();
-        let result = spawn(async move {
+        let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
+        let limit = inner.options.renewal_timeout(shortest);
+        let result = spawn(&self.inner, "extend_many", limit, async move {
             let mut a = Vec::with_capacity(batch.len());
             let mut b = Vec::with_capacity(batch.len());
             let mut owners = Vec::with_capacity(batch.len());
@@ -967,7 +1146,8 @@ impl Backend for PostgresBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let inner = self.inner.clone();
         let name = name.clone();
-        spawn(async move {
+        let limit = inner.options.request_timeout;
+        spawn(&self.inner, "inspect", limit, async move {
             let (a, b) = inner.ident(&name)?;
             let rows = inner
                 .query("inspect", Stmt::Inspect, &[&a, &b], true)
@@ -996,113 +1176,165 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn roots(root_cert: Option<&str>) -> Result<rustls::RootCertStore> {
-    let mut roots = rustls::RootCertStore::empty();
-    match root_cert {
-        Some(path) => {
-            use rustls::pki_types::pem::PemObject;
-            let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
-                Error::config(format!("postgres: cannot read sslrootcert {path:?}: {e}"))
-            })?;
-            for cert in certs {
-                let cert = cert.map_err(|e| {
-                    Error::config(format!("postgres: bad certificate in {path:?}: {e}"))
-                })?;
-                roots.add(cert).map_err(|e| {
-                    Error::config(format!("postgres: bad certificate in {path:?}: {e}"))
-                })?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    Ok(roots)
+/// The TLS files named in the URL (libpq's parameter names).
+#[derive(Debug, Default)]
+struct TlsFiles {
+    /// `sslrootcert`: PEM file of the CAs to verify the server against.
+    root_cert: Option<String>,
+    /// `sslcert` and `sslkey`: the client's certificate chain and key (PEM), for servers that
+    /// ask for one (`clientcert=verify-full` or `cert` in `pg_hba.conf`).
+    cert: Option<String>,
+    key: Option<String>,
 }
 
-fn tls_connector(mode: SslMode, root_cert: Option<&str>) -> Result<MakeRustlsConnect> {
-    let provider = provider();
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::config(format!("postgres: TLS setup: {e}")))?;
-    let config = match mode {
-        SslMode::Disable | SslMode::Prefer | SslMode::Require => builder
+fn read_certs(path: &str, what: &str) -> Result<Vec<CertificateDer<'static>>> {
+    use rustls::pki_types::pem::PemObject;
+    let bad = |e: &dyn fmt::Display| Error::config(format!("postgres: bad {what} {path:?}: {e}"));
+    CertificateDer::pem_file_iter(path)
+        .map_err(|e| bad(&e))?
+        .map(|c| c.map_err(|e| bad(&e)))
+        .collect()
+}
+
+/// How new connections are secured, and when a password may go out in a readable form.
+struct Transport {
+    ssl: SslMode,
+    provider: Arc<CryptoProvider>,
+    verifier: Arc<WebPkiServerVerifier>,
+    client_cert: Option<(Vec<CertificateDer<'static>>, Arc<PrivateKeyDer<'static>>)>,
+    allow_insecure_auth: bool,
+}
+
+impl Transport {
+    fn new(ssl: SslMode, files: &TlsFiles, allow_insecure_auth: bool) -> Result<Self> {
+        let provider = provider();
+        let mut roots = rustls::RootCertStore::empty();
+        match &files.root_cert {
+            Some(path) => {
+                for cert in read_certs(path, "sslrootcert")? {
+                    roots.add(cert).map_err(|e| {
+                        Error::config(format!("postgres: bad certificate in {path:?}: {e}"))
+                    })?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        let verifier =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| Error::config(format!("postgres: TLS setup: {e}")))?;
+        let client_cert = match (&files.cert, &files.key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                use rustls::pki_types::pem::PemObject;
+                let chain = read_certs(cert, "sslcert")?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| Error::config(format!("postgres: bad sslkey {key:?}: {e}")))?;
+                Some((chain, Arc::new(key)))
+            }
+            _ => {
+                return Err(Error::config(
+                    "postgres URL: sslcert and sslkey go together (the client certificate and \
+                     its key)",
+                ))
+            }
+        };
+        Ok(Transport {
+            ssl,
+            provider,
+            verifier,
+            client_cert,
+            allow_insecure_auth,
+        })
+    }
+
+    /// The TLS connector of one connection to `host`; it notes whether the server's
+    /// certificate passed, and guards the password above TLS when it did not.
+    fn connector(&self, host: &str, refused: Arc<AtomicBool>) -> std::io::Result<GuardedTls> {
+        let verified = Arc::new(AtomicBool::new(false));
+        let builder = rustls::ClientConfig::builder_with_provider(self.provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth(),
-        SslMode::VerifyCa | SslMode::VerifyFull => {
-            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(roots(root_cert)?),
-                provider,
-            )
-            .build()
-            .map_err(|e| Error::config(format!("postgres: TLS setup: {e}")))?;
-            if mode == SslMode::VerifyCa {
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(AnyName(verifier)))
-                    .with_no_client_auth()
-            } else {
-                builder.with_webpki_verifier(verifier).with_no_client_auth()
-            }
+            .with_custom_certificate_verifier(Arc::new(Checked {
+                inner: self.verifier.clone(),
+                mode: self.ssl,
+                verified: verified.clone(),
+            }));
+        let config = match &self.client_cert {
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(std::io::Error::other)?,
+            None => builder.with_no_client_auth(),
+        };
+        let mut make = MakeRustlsConnect::new(config);
+        let Ok(tls) = MakeTlsConnect::<Plain>::make_tls_connect(&mut make, host);
+        Ok(GuardedTls {
+            tls,
+            verified,
+            allow_insecure_auth: self.allow_insecure_auth,
+            refused,
+        })
+    }
+}
+
+/// TLS for one connection, with the password guard on top unless the certificate passed.
+struct GuardedTls {
+    tls: RustlsConnect,
+    verified: Arc<AtomicBool>,
+    allow_insecure_auth: bool,
+    refused: Arc<AtomicBool>,
+}
+
+/// A TCP connection with the password guard below TLS.
+type Plain = AuthGuard<tokio::net::TcpStream>;
+/// `tokio-postgres-rustls`'s connector (its type is not exported by name).
+type RustlsConnect = <MakeRustlsConnect as MakeTlsConnect<Plain>>::TlsConnect;
+type TlsOf<S> = <RustlsConnect as TlsConnect<S>>::Stream;
+
+impl<S> TlsConnect<S> for GuardedTls
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = AuthGuard<TlsOf<S>>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<Self::Stream>> + Send>>;
+
+    fn connect(self, stream: S) -> Self::Future {
+        let handshake = self.tls.connect(stream);
+        Box::pin(async move {
+            let stream = handshake.await?;
+            let checked = self.allow_insecure_auth || self.verified.load(Ordering::Acquire);
+            let watch = if checked { Watch::Off } else { Watch::Messages };
+            Ok(AuthGuard::new(stream, watch, self.refused))
+        })
+    }
+}
+
+impl SslMode {
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
         }
-    };
-    Ok(MakeRustlsConnect::new(config))
-}
-
-/// `sslmode=require`/`prefer`: encrypted, certificate not checked (libpq's meaning), but the
-/// handshake signatures are still verified.
-#[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
-/// `sslmode=verify-ca`: a trusted chain, whatever name the certificate carries.
+/// Checks the server's certificate against the roots and notes whether it passed. With
+/// `verify-ca` and `verify-full` a failure ends the handshake; with `prefer` and `require` the
+/// connection stays encrypted but counts as unverified (a passing certificate must also name
+/// the host). The handshake signatures are always verified.
 #[derive(Debug)]
-struct AnyName(Arc<rustls::client::WebPkiServerVerifier>);
+struct Checked {
+    inner: Arc<WebPkiServerVerifier>,
+    mode: SslMode,
+    verified: Arc<AtomicBool>,
+}
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Checked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -1112,14 +1344,28 @@ impl ServerCertVerifier for AnyName {
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         use rustls::CertificateError;
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
+        let outcome =
+            match self
+                .inner
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            {
+                // verify-ca: a trusted chain, whatever name the certificate carries.
+                Err(rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. },
+                )) if self.mode == SslMode::VerifyCa => Ok(ServerCertVerified::assertion()),
+                other => other,
+            };
+        match outcome {
+            Ok(v) => {
+                self.verified.store(true, Ordering::Release);
+                Ok(v)
+            }
+            Err(e) if matches!(self.mode, SslMode::VerifyCa | SslMode::VerifyFull) => Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres: server certificate not verified");
+                Ok(ServerCertVerified::assertion())
+            }
         }
     }
 
@@ -1129,7 +1375,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        self.inner.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -1138,10 +1384,10 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        self.inner.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.inner.supported_verify_schemes()
     }
 }
