@@ -8,22 +8,25 @@
 //! | holder | the contender with the lowest sequence number |
 //! | waiting | each waiter watches only its predecessor (no herd); contenders are served in arrival order |
 //! | fence | the holder node's `czxid` (the zxid of the transaction that created it) |
-//! | lease | the ZooKeeper session (see below) |
+//! | lease | the ZooKeeper session, sized to the lease (see below) |
 //! | `<root>` | the URL's path, else `/<prefix>` (`/lock` by default); Spring's registry uses `/SpringIntegration-LockRegistry` |
 //!
 //! # URL
 //!
-//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s]`
+//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&insecure_auth=true]`
 //!
 //! - several hosts form one ensemble; the client moves between them on failure;
 //! - `user:password` authenticates with the `digest` scheme (`addauth digest user:password`), and
 //!   every node is then created with the `CREATOR_ALL` ACL, so only clients with the same
 //!   credentials can take, wait for or delete these locks; without credentials nodes are open
-//!   (`OPEN_ACL_UNSAFE`, as Curator's default);
+//!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is
+//!   and this backend has no TLS yet, so a URL with credentials is refused unless it also says
+//!   `insecure_auth=true` (use it only on a network you trust);
 //! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
-//! - `session_timeout` (default 30 s, negotiated with the server within its
-//!   `minSessionTimeout`..`maxSessionTimeout`), `connect_timeout` (default 5 s: establishing a
-//!   session), `request_timeout` (default 5 s: one operation while the connection is down).
+//! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
+//!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
+//!   (below). `connect_timeout` (default 5 s: establishing a session), `request_timeout`
+//!   (default 5 s: one operation while the connection is down).
 //!
 //! # Keys
 //!
@@ -38,18 +41,31 @@
 //! # Leases, sessions and loss
 //!
 //! A ZooKeeper lock lives as long as its holder's session: the server deletes the ephemeral node
-//! when the session ends, which it does `session_timeout` after it last heard from the client (a
-//! crashed holder frees the lock after that long). The registry's lease is kept too, on the
-//! client side: a hold that is not renewed before its lease ends deletes its own node, so a
-//! guard whose renewal is off (or a holder whose renewals fail) gives the lock up when the lease
-//! says so. Renewal ([`Backend::extend`]) confirms that the session is alive and the holder's node
+//! when the session ends, which it does a session timeout after it last heard from the client.
+//! **The session is sized to the lease**: a hold with lease `L` lives in a session whose timeout
+//! is `L` (one session per distinct lease, shared by every hold of that lease in this backend),
+//! so a holder that stops (crash, pause, cut network) frees the lock after its lease plus at
+//! most one server `tickTime` (the server ends sessions on tick boundaries; 2 s by default), as
+//! on every other backend. A lease the server cannot grant (outside its
+//! `minSessionTimeout`..`maxSessionTimeout`, 2..20 `tickTime` by default, so 4 s..40 s) is an
+//! [`Error::InvalidConfig`] when acquiring; a hold cannot be extended beyond the lease it was
+//! taken with.
+//!
+//! The registry's lease is kept on the client side too, counted from before the request that
+//! confirmed it: the server heard from the session after that, so the client's view ends no
+//! later than the server's. A hold that is not renewed before its lease ends deletes its own
+//! node. Renewal ([`Backend::extend`]) confirms that the session is alive and the holder's node
 //! still exists; it answers `false` at once when the client saw its session expire, and when the
 //! node was deleted underneath, so the guard learns it lost the lock.
 //!
-//! **Keep the lease at most the session timeout** (both default to 30 s). Then a holder cut off
-//! from ZooKeeper always learns of the loss (its lease runs out unconfirmed) before the server
-//! can expire its session and give the lock to somebody else. With a longer lease the fence is
-//! the only protection in that window; the backend logs a warning once when it sees one.
+//! **Reads go through the leader.** A follower cut off from the leader keeps answering reads
+//! from its own copy for up to `syncLimit × tickTime`, while the leader may expire the session
+//! of a client connected to it. So renewals, and a waiter's check of its place, send a `sync`
+//! first (pipelined, no extra round trip to wait for): a follower without a leader cannot answer
+//! it, the renewal fails, and the holder is told at its lease's end. One narrow window remains:
+//! a follower cut off within half a tick after it forwarded a renewal may not have reported that
+//! renewal to the leader, which then counts the session from the renewal before (at most a
+//! third of the lease earlier); there the fence is the protection.
 //!
 //! # Fences
 //!
@@ -67,7 +83,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -146,15 +162,22 @@ struct Inner {
     /// Digest credentials `user:password`; never printed.
     auth: Option<Vec<u8>>,
     options: ZooKeeperOptions,
-    conn: Mutex<Option<Arc<Conn>>>,
-    connecting: tokio::sync::Mutex<()>,
+    /// One session per session timeout: the session of reads that hold nothing
+    /// (`options.session_timeout`) and one per distinct lease, sized to it.
+    sessions: Mutex<HashMap<Duration, Arc<Slot>>>,
     /// This process's contender nodes by owner token.
     nodes: Mutex<HashMap<Token, Node>>,
     /// Lock parents this backend has seen exist (saves their creation on later acquisitions).
     parents: Mutex<HashSet<String>>,
     /// Wake-ups of waiters, by token: the watch on a waiter's predecessor fires its token.
     signals: Arc<ReleaseSignals>,
-    warned_lease: AtomicBool,
+}
+
+/// The session of one session timeout, re-established when it ends.
+#[derive(Default)]
+struct Slot {
+    conn: Mutex<Option<Arc<Conn>>>,
+    connecting: tokio::sync::Mutex<()>,
     /// When establishing a session last failed: callers queued behind that attempt fail fast
     /// instead of each waiting for a connect timeout of their own.
     last_connect_failure: Mutex<Option<Instant>>,
@@ -167,6 +190,15 @@ static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
 struct Conn {
     client: Client,
     session: i64,
+    /// The session timeout asked for (the key of its [`Slot`]).
+    slot: Duration,
+}
+
+/// The session timeout that makes a session end with a lease: the lease in whole milliseconds
+/// (rounded up), the unit in which ZooKeeper negotiates it.
+fn session_of_lease(lease: Duration) -> Duration {
+    let ms = lease.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 /// A contender node of this process.
@@ -175,6 +207,8 @@ struct Node {
     /// entry it was started for).
     id: u64,
     parent: String,
+    /// The session timeout of its session (the lease it was created for).
+    slot: Duration,
     /// The session that created it: the node ends with that session.
     session: i64,
     phase: Phase,
@@ -272,6 +306,20 @@ fn is_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
 
 fn timed_out(what: &str, after: Duration) -> Error {
     Error::unavailable(KIND, format!("{what}: no answer within {after:?}"))
+}
+
+/// Fails unless the server granted `conn` a session timeout of exactly `lease`: the session
+/// is the lease on the server (a holder that stops frees the lock when its session ends).
+fn check_lease(conn: &Conn, lease: Duration) -> Result<()> {
+    let granted = conn.client.session_timeout();
+    if granted == conn.slot {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "lease {lease:?}: the ZooKeeper server grants sessions of {granted:?} instead (it \
+         allows only its minSessionTimeout..maxSessionTimeout, 2..20 tickTime by default); a \
+         ZooKeeper lease is a session, so choose a lease within that range"
+    )))
 }
 
 /// `true` for errors after which the session (and so every ephemeral node of it) is gone.
@@ -387,6 +435,9 @@ fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<ParsedUrl> {
         {
             rest
         }
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("zks") => {
+            return Err(err("zks:// (TLS) is not supported by this version".into()))
+        }
         _ => return Err(err("expected the scheme zk://".into())),
     };
     let (rest, query) = match rest.split_once('?') {
@@ -464,19 +515,36 @@ fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<ParsedUrl> {
         }
         options.root = Some(root.to_owned());
     }
+    let mut insecure_auth = false;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         match k {
             "session_timeout" => options.session_timeout = parse_duration(k, v)?,
             "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
             "request_timeout" => options.request_timeout = parse_duration(k, v)?,
+            "insecure_auth" => {
+                insecure_auth = match v {
+                    "true" | "1" | "" => true,
+                    "false" | "0" => false,
+                    _ => return Err(err(format!("insecure_auth={v:?}: expected true or false"))),
+                }
+            }
             other => {
                 return Err(err(format!(
                     "unknown parameter {other:?} (known: session_timeout, connect_timeout, \
-                     request_timeout)"
+                     request_timeout, insecure_auth)"
                 )))
             }
         }
+    }
+    // ZooKeeper's digest scheme sends the password itself; without TLS anybody on the path
+    // reads it.
+    if auth.is_some() && !insecure_auth {
+        return Err(err(
+            "zk:// would send the password in clear: add insecure_auth=true to send it \
+             unencrypted anyway (only on a network you trust)"
+                .into(),
+        ));
     }
     Ok(ParsedUrl {
         hosts: hosts.join(","),
@@ -501,13 +569,10 @@ impl ZooKeeperBackend {
                 hosts: parsed.hosts,
                 auth: parsed.auth.map(|(u, p)| format!("{u}:{p}").into_bytes()),
                 options: parsed.options,
-                conn: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(()),
+                sessions: Mutex::new(HashMap::new()),
                 nodes: Mutex::new(HashMap::new()),
                 parents: Mutex::new(HashSet::new()),
                 signals: Arc::new(ReleaseSignals::default()),
-                warned_lease: AtomicBool::new(false),
-                last_connect_failure: Mutex::new(None),
             }),
         };
         backend.inner.conn().await?;
@@ -604,8 +669,21 @@ impl Inner {
         format!("{}/{}", self.root(name), encode_key(name.key()))
     }
 
-    fn current(&self) -> Option<Arc<Conn>> {
-        self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    fn slot(&self, timeout: Duration) -> Arc<Slot> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(timeout)
+            .or_default()
+            .clone()
+    }
+
+    fn current(&self, timeout: Duration) -> Option<Arc<Conn>> {
+        self.slot(timeout)
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn lock_nodes(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Node>> {
@@ -622,10 +700,11 @@ impl Inner {
 
     async fn open(
         &self,
+        timeout: Duration,
         resume: Option<zookeeper_client::SessionInfo>,
     ) -> std::result::Result<Client, zookeeper_client::Error> {
         let mut connector = Client::connector()
-            .with_session_timeout(self.options.session_timeout)
+            .with_session_timeout(timeout)
             .with_fail_eagerly();
         if let Some(auth) = &self.auth {
             connector = connector.with_auth("digest", auth);
@@ -668,23 +747,30 @@ impl Inner {
         }
     }
 
-    /// The current session, establishing a new one when it ended. A session the client gave
-    /// up on (the servers were unreachable for longer than its timeout) is resumed when the
-    /// ensemble still knows it, so that its nodes stay valid.
+    /// The session of reads that hold nothing (`options.session_timeout`).
     async fn conn(self: &Arc<Self>) -> Result<Arc<Conn>> {
-        if let Some(c) = self.current() {
+        self.conn_for(self.options.session_timeout).await
+    }
+
+    /// The current session of `timeout`, establishing a new one when it ended. A session the
+    /// client gave up on (the servers were unreachable for longer than its timeout) is resumed
+    /// when the ensemble still knows it, so that its nodes stay valid.
+    async fn conn_for(self: &Arc<Self>, timeout: Duration) -> Result<Arc<Conn>> {
+        let slot = self.slot(timeout);
+        let current = || slot.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(c) = current() {
             if !c.client.state().is_terminated() {
                 return Ok(c);
             }
         }
-        let _single = self.connecting.lock().await;
-        let old = self.current();
+        let _single = slot.connecting.lock().await;
+        let old = current();
         if let Some(c) = &old {
             if !c.client.state().is_terminated() {
                 return Ok(c.clone());
             }
         }
-        let recent_failure = *self
+        let recent_failure = *slot
             .last_connect_failure
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -694,21 +780,28 @@ impl Inner {
                 format!("no session with {} (retrying)", self.hosts),
             ));
         }
-        let res = self.reconnect(old).await;
-        *self
+        let res = self.reconnect(timeout, old).await;
+        if let Ok(conn) = &res {
+            *slot.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        }
+        *slot
             .last_connect_failure
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = res.is_err().then(Instant::now);
         res
     }
 
-    async fn reconnect(self: &Arc<Self>, old: Option<Arc<Conn>>) -> Result<Arc<Conn>> {
+    async fn reconnect(
+        self: &Arc<Self>,
+        timeout: Duration,
+        old: Option<Arc<Conn>>,
+    ) -> Result<Arc<Conn>> {
         let resume = old
             .as_ref()
             .filter(|c| c.client.state() == SessionState::Expired)
             .map(|c| c.client.session().clone());
         let resumed = match resume {
-            Some(info) => match self.open(Some(info)).await {
+            Some(info) => match self.open(timeout, Some(info)).await {
                 Ok(c) => Some(c),
                 Err(zookeeper_client::Error::SessionExpired) => None,
                 Err(e) => return Err(self.connect_error(e)),
@@ -717,11 +810,15 @@ impl Inner {
         };
         let client = match resumed {
             Some(c) => c,
-            None => self.open(None).await.map_err(|e| self.connect_error(e))?,
+            None => self
+                .open(timeout, None)
+                .await
+                .map_err(|e| self.connect_error(e))?,
         };
         let conn = Arc::new(Conn {
             session: client.session_id().0,
             client,
+            slot: timeout,
         });
         if let Some(old) = &old {
             if old.session != conn.session {
@@ -733,7 +830,6 @@ impl Inner {
             }
         }
         self.watch_state(&conn);
-        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
         Ok(conn)
     }
 
@@ -764,6 +860,20 @@ impl Inner {
             .timed("get children", conn.client.list_children(parent))
             .await?
         {
+            Ok(c) => Ok(c),
+            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(zk_err(e)),
+        }
+    }
+
+    /// Lists children after a `sync`, so that the answer is as new as the leader's.
+    async fn synced_list(&self, conn: &Conn, parent: &str) -> Result<Vec<String>> {
+        let sync = conn.client.sync(parent);
+        let list = conn.client.list_children(parent);
+        let (synced, listed) = self
+            .timed("sync and get children", async { tokio::join!(sync, list) })
+            .await?;
+        match synced.and(listed) {
             Ok(c) => Ok(c),
             Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
             Err(e) => Err(zk_err(e)),
@@ -912,14 +1022,15 @@ impl Inner {
                 return res;
             }
             if let Ok(c) = &res {
-                inner.delete_in_background(conn.session, format!("{parent}/{}", c.name));
+                inner.delete_in_background(conn.slot, conn.session, format!("{parent}/{}", c.name));
             }
             Err(Error::unavailable(KIND, "the acquisition was abandoned"))
         })
     }
 
-    /// Deletes a node of session `session`, retrying until it is gone (or its session is).
-    fn delete_in_background(self: &Arc<Self>, session: i64, path: String) {
+    /// Deletes a node of session `session` (of timeout `slot`), retrying until it is gone (or
+    /// its session is).
+    fn delete_in_background(self: &Arc<Self>, slot: Duration, session: i64, path: String) {
         let weak = Arc::downgrade(self);
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the node goes with the session
@@ -930,7 +1041,7 @@ impl Inner {
                 let Some(inner) = weak.upgrade() else {
                     return; // the backend and its session are gone, and the node with them
                 };
-                if let Ok(conn) = inner.conn().await {
+                if let Ok(conn) = inner.conn_for(slot).await {
                     if conn.session != session {
                         return; // the node ended with its session
                     }
@@ -988,7 +1099,7 @@ impl Inner {
                     n.stop_tasks();
                     if let Some(path) = n.path() {
                         tracing::debug!(%path, "lease ended without renewal; giving the lock up");
-                        inner.delete_in_background(n.session, path);
+                        inner.delete_in_background(n.slot, n.session, path);
                     }
                     return;
                 }
@@ -1094,8 +1205,10 @@ impl Inner {
         lease: Duration,
         queued: bool,
     ) -> Result<Attempt> {
+        let slot = session_of_lease(lease);
         for _ in 0..MAX_SETTLE {
-            let conn = self.conn().await?;
+            let conn = self.conn_for(slot).await?;
+            check_lease(&conn, lease)?;
             enum Have {
                 Creating(tokio::task::JoinHandle<Result<Created>>),
                 Known(String, i64),
@@ -1125,6 +1238,7 @@ impl Inner {
                             Node {
                                 id,
                                 parent: parent.to_owned(),
+                                slot,
                                 session: conn.session,
                                 phase: Phase::Creating { abandoned: false },
                                 owned: false,
@@ -1153,7 +1267,8 @@ impl Inner {
                     (created.name, created.czxid, created.children)
                 }
                 Have::Known(name, czxid) => {
-                    let children = self.list(&conn, parent).await?;
+                    // `sync` first: a server cut off from the leader cannot confirm our place.
+                    let children = self.synced_list(&conn, parent).await?;
                     (name, czxid, children)
                 }
             };
@@ -1168,7 +1283,6 @@ impl Inner {
                     let fence = u64::try_from(czxid).map_err(|_| {
                         Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
                     })?;
-                    self.check_lease(&conn, lease);
                     let mut nodes = self.lock_nodes();
                     let n = nodes.get_mut(&token).ok_or_else(|| {
                         Error::unavailable(KIND, "the node was released meanwhile")
@@ -1230,46 +1344,37 @@ impl Inner {
         }
     }
 
-    fn check_lease(&self, conn: &Conn, lease: Duration) {
-        let session = conn.client.session_timeout();
-        if lease > session && !self.warned_lease.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                ?lease,
-                ?session,
-                "lease longer than the ZooKeeper session timeout: a holder cut off from \
-                 ZooKeeper may learn of its loss only after another client took the lock"
-            );
-        }
-    }
-
     /// What a renewal of `token` must check: the session and the node's path. `Err(answer)`
     /// when the answer is known without asking the server (not held, or the session ended).
     fn renewal_target(
         &self,
         token: Token,
         lease: Duration,
-    ) -> std::result::Result<(Arc<Conn>, String), bool> {
-        let (path, session) = {
+    ) -> Result<std::result::Result<(Arc<Conn>, String), bool>> {
+        let (path, slot, session) = {
             let nodes = self.lock_nodes();
             match nodes.get(&token) {
                 Some(n) if n.held => match n.path() {
-                    Some(p) => (p, n.session),
-                    None => return Err(false),
+                    Some(p) => (p, n.slot, n.session),
+                    None => return Ok(Err(false)),
                 },
-                _ => return Err(false),
+                _ => return Ok(Err(false)),
             }
         };
-        match self.current() {
-            Some(c) if c.session == session && !c.client.state().is_terminated() => {
-                self.check_lease(&c, lease);
-                Ok((c, path))
-            }
+        if lease > slot {
+            return Err(Error::config(format!(
+                "a ZooKeeper hold lasts as long as its session: a hold taken with a lease of \
+                 {slot:?} cannot be extended to {lease:?}"
+            )));
+        }
+        Ok(match self.current(slot) {
+            Some(c) if c.session == session && !c.client.state().is_terminated() => Ok((c, path)),
             _ => {
                 // The client saw the session end: the node is gone.
                 self.forget(token);
                 Err(false)
             }
-        }
+        })
     }
 
     /// Turns what the server said of a holder node (its ephemeral owner, `None` when it is
@@ -1279,6 +1384,7 @@ impl Inner {
         conn: &Conn,
         token: Token,
         lease: Duration,
+        started: Instant,
         owner: std::result::Result<Option<i64>, zookeeper_client::Error>,
     ) -> Result<bool> {
         match owner {
@@ -1287,7 +1393,9 @@ impl Inner {
                 // lease ran out meanwhile): then it is not ours any more.
                 match self.lock_nodes().get_mut(&token) {
                     Some(n) if n.held => {
-                        n.deadline = Instant::now() + lease;
+                        // Counted from before the request: the server heard from the session
+                        // after this, so its view of the session ends later than ours.
+                        n.deadline = started + lease;
                         Ok(true)
                     }
                     _ => Ok(false),
@@ -1325,10 +1433,10 @@ impl Inner {
             }
         };
         let path = node.path().expect("created");
-        let conn = match self.conn().await {
+        let conn = match self.conn_for(node.slot).await {
             Ok(c) => c,
             Err(e) => {
-                self.delete_in_background(node.session, path);
+                self.delete_in_background(node.slot, node.session, path);
                 return Err(e);
             }
         };
@@ -1340,11 +1448,11 @@ impl Inner {
             Ok(Err(zookeeper_client::Error::NoNode)) => Ok(None),
             Ok(Err(e)) if session_gone(&e) => Ok(None),
             Ok(Err(e)) => {
-                self.delete_in_background(node.session, path);
+                self.delete_in_background(node.slot, node.session, path);
                 Err(zk_err(e))
             }
             Err(e) => {
-                self.delete_in_background(node.session, path);
+                self.delete_in_background(node.slot, node.session, path);
                 Err(e)
             }
         }
@@ -1378,7 +1486,7 @@ impl Drop for Unowned<'_> {
                 drop(nodes);
                 n.stop_tasks();
                 if let Some(path) = n.path() {
-                    self.inner.delete_in_background(n.session, path);
+                    self.inner.delete_in_background(n.slot, n.session, path);
                 }
             }
         }
@@ -1433,17 +1541,20 @@ impl Backend for ZooKeeperBackend {
     /// The lease is the session: `true` while the session lives and the node exists.
     async fn extend(&self, _name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let inner = &self.inner;
-        let (conn, path) = match inner.renewal_target(token, lease) {
+        let (conn, path) = match inner.renewal_target(token, lease)? {
             Ok(t) => t,
             Err(answer) => return Ok(answer),
         };
-        let checked = inner.timed("exists", conn.client.check_stat(&path)).await?;
-        inner.settle_renewal(
-            &conn,
-            token,
-            lease,
-            checked.map(|s| s.map(|s| s.ephemeral_owner)),
-        )
+        let started = Instant::now();
+        // `sync` first (pipelined): a server cut off from the leader cannot answer it, so it
+        // cannot confirm a session the leader may already have expired.
+        let sync = conn.client.sync(&path);
+        let check = conn.client.check_stat(&path);
+        let (synced, checked) = inner
+            .timed("sync and exists", async { tokio::join!(sync, check) })
+            .await?;
+        let owner = synced.and(checked).map(|s| s.map(|s| s.ephemeral_owner));
+        inner.settle_renewal(&conn, token, lease, started, owner)
     }
 
     /// One multi-read per 256 locks (`getData` of each holder node), instead of a request each.
@@ -1453,26 +1564,41 @@ impl Backend for ZooKeeperBackend {
         let mut todo: Vec<(usize, Arc<Conn>, String)> = Vec::new();
         for (i, r) in batch.iter().enumerate() {
             match inner.renewal_target(r.token, r.lease) {
-                Ok((conn, path)) => {
+                Ok(Ok((conn, path))) => {
                     out.push(None);
                     todo.push((i, conn, path));
                 }
-                Err(answer) => out.push(Some(Ok(answer))),
+                Ok(Err(answer)) => out.push(Some(Ok(answer))),
+                Err(e) => out.push(Some(Err(e))),
             }
         }
-        for chunk in todo.chunks(256) {
+        // One multi-read per session (holds of different leases live in different sessions).
+        todo.sort_by_key(|(_, c, _)| c.session);
+        let chunks: Vec<&[(usize, Arc<Conn>, String)]> = todo
+            .chunk_by(|a, b| a.1.session == b.1.session)
+            .flat_map(|same| same.chunks(256))
+            .collect();
+        for chunk in chunks {
             let conn = chunk[0].1.clone();
+            let started = Instant::now();
             let mut reader = conn.client.new_multi_reader();
             let mut added = Vec::with_capacity(chunk.len());
-            for (i, c, path) in chunk {
-                // All of one batch share the session; another session's holds were answered.
-                if c.session == conn.session && reader.add_get_data(path).is_ok() {
+            for (i, _, path) in chunk {
+                if reader.add_get_data(path).is_ok() {
                     added.push(*i);
                 } else {
                     out[*i] = Some(Ok(false));
                 }
             }
-            let results = inner.timed("multi-read", reader.commit()).await;
+            // `sync` first, pipelined, as in `extend`.
+            let sync = conn.client.sync(&chunk[0].2);
+            let read = reader.commit();
+            let results = inner
+                .timed("sync and multi-read", async {
+                    let (synced, read) = tokio::join!(sync, read);
+                    synced.and(read)
+                })
+                .await;
             match results {
                 Ok(Ok(v)) if v.len() == added.len() => {
                     for (i, res) in added.into_iter().zip(v) {
@@ -1487,7 +1613,8 @@ impl Backend for ZooKeeperBackend {
                             zookeeper_client::MultiReadResult::Error { err } => Err(err),
                             _ => Ok(None),
                         };
-                        out[i] = Some(inner.settle_renewal(&conn, r.token, r.lease, owner));
+                        out[i] =
+                            Some(inner.settle_renewal(&conn, r.token, r.lease, started, owner));
                     }
                 }
                 Ok(Ok(_)) => {
@@ -1498,8 +1625,13 @@ impl Backend for ZooKeeperBackend {
                 Ok(Err(e)) => {
                     for i in added {
                         let r = &batch[i];
-                        out[i] =
-                            Some(inner.settle_renewal(&conn, r.token, r.lease, Err(e.clone())));
+                        out[i] = Some(inner.settle_renewal(
+                            &conn,
+                            r.token,
+                            r.lease,
+                            started,
+                            Err(e.clone()),
+                        ));
                     }
                 }
                 Err(e) => {
@@ -1630,7 +1762,7 @@ mod tests {
     #[test]
     fn urls_parse() {
         let p = parse_url(
-            "zk://u%40x:p%3Ass@127.0.0.1:2181,[::1]:2182,zk3/SpringIntegration-LockRegistry?session_timeout=10s&request_timeout=500ms",
+            "zk://u%40x:p%3Ass@127.0.0.1:2181,[::1]:2182,zk3/SpringIntegration-LockRegistry?session_timeout=10s&request_timeout=500ms&insecure_auth=true",
             ZooKeeperOptions::default(),
         )
         .unwrap();
