@@ -124,9 +124,9 @@ const MAX_SETTLE: usize = 5;
 /// Settings of [`ZooKeeperBackend`]; the URL's query parameters set the same fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZooKeeperOptions {
-    /// Session timeout asked of the server (default 30 s); the server clamps it to its
-    /// `minSessionTimeout`..`maxSessionTimeout`. Keep leases at most this long (see the module
-    /// docs).
+    /// Session timeout of the operations that hold nothing (default 30 s): status, listing,
+    /// [`ZooKeeperBackend::client`]. Holds live in sessions sized to their lease instead (see
+    /// the module docs); holds whose lease equals this share its session.
     pub session_timeout: Duration,
     /// Time allowed to establish a session (default 5 s).
     pub connect_timeout: Duration,
@@ -352,7 +352,8 @@ impl ZooKeeperBackend {
         &self.inner.options
     }
 
-    /// The session timeout the server granted.
+    /// The session timeout the server granted to the session of
+    /// [`ZooKeeperOptions::session_timeout`].
     pub async fn session_timeout(&self) -> Result<Duration> {
         Ok(self.inner.conn().await?.client.session_timeout())
     }
@@ -362,8 +363,9 @@ impl ZooKeeperBackend {
         self.inner.parent_path(name)
     }
 
-    /// The client of the current session (reconnecting when it ended), for operations this
-    /// backend does not offer. Nodes it creates share the session of the locks.
+    /// The client of the session of [`ZooKeeperOptions::session_timeout`] (reconnecting when
+    /// it ended), for operations this backend does not offer. Holds whose lease equals that
+    /// timeout live in the same session; holds of other leases live in sessions of their own.
     pub async fn client(&self) -> Result<Client> {
         Ok(self.inner.conn().await?.client.clone())
     }
