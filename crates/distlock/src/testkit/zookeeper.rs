@@ -7,9 +7,9 @@
 //! its dependencies (netty, jute, slf4j, ...), so the one jar is the whole classpath;
 //! `slf4j-simple.jar` is added when present so that the server's warnings land in its log.
 //!
-//! The configuration is made for tests: `tickTime=100` (so sessions may be as short as
-//! 200 ms; the maximum is 60 s), `forceSync=no`, the admin server off, every four-letter
-//! command allowed, and empty container nodes reaped every 200 ms
+//! The configuration is made for tests: `tickTime=100` (so sessions, and so leases, may be as
+//! short as 200 ms; the maximum is [`MAX_SESSION`], an hour), `forceSync=no`, the admin server
+//! off, every four-letter command allowed, and empty container nodes reaped every 200 ms
 //! (`-Dznode.container.checkIntervalMs=200`, the server's default is a minute).
 //!
 //! Servers are killed with the test process, however it ends (the kernel sends them `SIGKILL`
@@ -43,6 +43,10 @@ const PORT_ATTEMPTS: usize = 5;
 pub const TICK_TIME: Duration = Duration::from_millis(100);
 /// The servers' `syncLimit`, in ticks.
 pub const SYNC_LIMIT: u32 = 20;
+/// The servers' `maxSessionTimeout`: the longest lease they grant (a ZooKeeper lease is a
+/// session). Longer than ZooKeeper's default (20 ticks) so that tests may size leases by how
+/// slow the machine is.
+pub const MAX_SESSION: Duration = Duration::from_secs(3600);
 
 /// One server process of a standalone server or an ensemble.
 #[derive(Debug)]
@@ -114,7 +118,7 @@ impl Member {
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
              minSessionTimeout=200\n\
-             maxSessionTimeout=60000\n\
+             maxSessionTimeout={}\n\
              forceSync=no\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
@@ -123,7 +127,8 @@ impl Member {
             TICK_TIME.as_millis(),
             SYNC_LIMIT,
             self.data_dir().display(),
-            self.client_port
+            self.client_port,
+            MAX_SESSION.as_millis()
         );
         for s in servers {
             cfg.push_str(s);
