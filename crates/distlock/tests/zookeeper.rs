@@ -862,4 +862,28 @@ mod zookeeper {
         next.release().await.unwrap();
         ensemble.heal();
     }
+
+    /// Every distinct lease gets a session of its own, but sessions of leases nobody holds any
+    /// more are closed again: forty leases one after another leave a handful of connections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sessions_of_leases_no_longer_held_are_closed() {
+        let server = shared();
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let b = backend(&format!("zk://{}{}", proxy.addr(), root())).await;
+        for i in 0..40 {
+            let g = registry(&b, lease(1000 + i * 10))
+                .obtain("k")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap();
+            g.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            proxy.live_connections() <= 10,
+            "{} connections for 40 leases no longer held",
+            proxy.live_connections()
+        );
+    }
 }

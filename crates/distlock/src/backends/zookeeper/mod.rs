@@ -43,7 +43,8 @@
 //! A ZooKeeper lock lives as long as its holder's session: the server deletes the ephemeral node
 //! when the session ends, which it does a session timeout after it last heard from the client.
 //! **The session is sized to the lease**: a hold with lease `L` lives in a session whose timeout
-//! is `L` (one session per distinct lease, shared by every hold of that lease in this backend),
+//! is `L` (one session per distinct lease, shared by every hold of that lease in this backend;
+//! beyond eight, sessions of leases no hold uses any more are closed),
 //! so a holder that stops (crash, pause, cut network) frees the lock after its lease plus at
 //! most one server `tickTime` (the server ends sessions on tick boundaries; 2 s by default), as
 //! on every other backend. A lease the server cannot grant (outside its
@@ -120,6 +121,9 @@ const DEFAULT_PORT: u16 = 2181;
 const MAX_KNOWN_PARENTS: usize = 10_000;
 /// Attempts within one acquisition call when nodes vanish under it.
 const MAX_SETTLE: usize = 5;
+/// Sessions of distinct leases kept open while none of their holds is left (beyond that, idle
+/// ones are closed when a new lease needs a session).
+const MAX_IDLE_SESSIONS: usize = 8;
 
 /// Settings of [`ZooKeeperBackend`]; the URL's query parameters set the same fields.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,13 +25,29 @@ pub(super) fn check_lease(conn: &Conn, lease: Duration) -> Result<()> {
 }
 
 impl Inner {
+    /// The slot of `timeout`. Past [`MAX_IDLE_SESSIONS`] slots, those of leases that no node
+    /// of this backend uses any more are closed first, so that many distinct leases over time
+    /// do not keep a session (and a connection) each.
     pub(super) fn slot(&self, timeout: Duration) -> Arc<Slot> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(timeout)
-            .or_default()
-            .clone()
+        let full = {
+            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = sessions.get(&timeout) {
+                return s.clone();
+            }
+            sessions.len() >= MAX_IDLE_SESSIONS
+        };
+        // Never both locks at once: the nodes' lock is taken first elsewhere.
+        let used: HashSet<Duration> = if full {
+            self.lock_nodes().values().map(|n| n.slot).collect()
+        } else {
+            HashSet::new()
+        };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if full {
+            let keep = self.options.session_timeout;
+            sessions.retain(|k, _| *k == keep || *k == timeout || used.contains(k));
+        }
+        sessions.entry(timeout).or_default().clone()
     }
 
     pub(super) fn current(&self, timeout: Duration) -> Option<Arc<Conn>> {
