@@ -13,7 +13,7 @@ use std::time::Duration;
 use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
 use distlock::testkit::proxy::FaultProxy;
 use distlock::testkit::timing::scheduling_slack;
-use distlock::testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
+use distlock::testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
 use distlock::{Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token};
 use tokio::time::{timeout, Instant};
 
@@ -451,7 +451,8 @@ mod zookeeper {
     async fn session_expired_underneath() {
         let server = shared();
         let proxy = FaultProxy::start(server.addr()).await.unwrap();
-        let url = format!("zk://{}{}?session_timeout=6s", proxy.addr(), root());
+        // The session of the URL is the one of the lease, so `client()` is the holder's.
+        let url = format!("zk://{}{}?session_timeout=3s", proxy.addr(), root());
         let a = backend(&url).await;
         let areg = registry(&a, lease(3000));
         let g = areg.obtain("job").unwrap().lock().await.unwrap();
@@ -512,7 +513,12 @@ mod zookeeper {
     async fn digest_authentication_protects_the_nodes() {
         let server = shared();
         let r = root();
-        let with = |cred: &str| format!("zk://{cred}127.0.0.1:{}{r}", server.port());
+        let with = |cred: &str| {
+            format!(
+                "zk://{cred}127.0.0.1:{}{r}?insecure_auth=true",
+                server.port()
+            )
+        };
         let alice = backend(&with("alice:s3cr%40t@")).await;
         assert!(!format!("{alice:?}").contains("s3cr"), "{alice:?}");
         let g = registry(&alice, RegistryOptions::default())
@@ -676,5 +682,208 @@ mod zookeeper {
         assert!(mine.fence() > f1);
         mine.release().await.unwrap();
         ensemble.restart(leader).expect("old leader back");
+    }
+
+    /// A holder that stops (here its network is cut: nothing it sends arrives, as when its
+    /// process died) frees the lock after its lease plus one server tick (sessions end on a
+    /// tick), not after a default session of 30 s: the session is sized to the lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_holder_frees_the_lock_after_its_lease() {
+        let server = shared();
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let r = root();
+        let lease_of = Duration::from_secs(2);
+        let a = backend(&format!("zk://{}{r}", proxy.addr())).await;
+        let areg = registry(&a, lease(2000));
+        let g = areg.obtain("job").unwrap().lock().await.unwrap();
+        let b = backend(&format!("{}{r}", server.url())).await;
+        let breg = registry(&b, lease(2000));
+        let slack = scheduling_slack().await;
+
+        proxy.pause();
+        let stopped = Instant::now();
+        let limit = lease_of + TICK_TIME + slack;
+        let next = timeout(limit * 2, breg.obtain("job").unwrap().lock())
+            .await
+            .unwrap_or_else(|_| panic!("still held {:?} after the holder stopped", limit * 2))
+            .unwrap();
+        let freed = stopped.elapsed();
+        assert!(
+            freed <= limit,
+            "freed {freed:?} after the holder stopped (lease {lease_of:?}, limit {limit:?})"
+        );
+        assert!(next.fence() > g.fence());
+        assert!(!g.is_held(), "two holders at once");
+        next.release().await.unwrap();
+        drop(g);
+        proxy.resume();
+    }
+
+    /// A lease outside the session timeouts the server grants (its minSessionTimeout..
+    /// maxSessionTimeout, 200 ms..1 h here) is a configuration error, and leaves nothing held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_the_server_cannot_grant_is_a_config_error() {
+        let server = shared();
+        let b = backend(&format!("{}{}", server.url(), root())).await;
+        for ms in [2 * 3_600_000, 100] {
+            let err = registry(&b, lease(ms))
+                .obtain("k")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidConfig(m) if m.contains("session")),
+                "lease {ms} ms: {err:?}"
+            );
+        }
+        assert!(b
+            .contenders(&LockName::new("lock", "k").unwrap())
+            .await
+            .unwrap()
+            .is_empty());
+        // A lease the server grants works.
+        registry(&b, lease(1000))
+            .obtain("k")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+
+    /// A password goes over plain TCP only when the URL says so (`insecure_auth=true`); without
+    /// it, the URL is refused with a configuration error that does not show the password.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn credentials_over_plain_tcp_need_the_explicit_opt_in() {
+        let server = shared();
+        let url = format!("zk://alice:hunter2@127.0.0.1:{}{}", server.port(), root());
+        let err = ZooKeeperBackend::connect(&url).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(m) if m.contains("insecure_auth")),
+            "{err:?}"
+        );
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+        let b = backend(&format!("{url}?insecure_auth=true")).await;
+        registry(&b, RegistryOptions::default())
+            .obtain("k")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+
+    /// Three servers; the holder's only server is a follower that gets cut off from the other
+    /// two. For up to syncLimit ticks it still answers reads from its own copy, while the
+    /// leader lets the holder's session expire and another client takes the lock. Renewals go
+    /// through the leader (`sync` first), so the holder's client-side lease ends before the
+    /// other client gets the lock: never two holders at once without the stale one knowing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_behind_a_cut_off_follower_is_told_before_anyone_else_holds() {
+        let ensemble = ZooKeeperEnsemble::start_partitionable(3)
+            .await
+            .expect("three ZooKeeper servers");
+        let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
+        let follower = (leader + 1) % 3;
+        let other = (leader + 2) % 3;
+        let r = root();
+        let lease_of = Duration::from_millis(1500);
+        let a = backend(&format!(
+            "zk://{}{r}?session_timeout=1500ms&request_timeout=1s",
+            ensemble.addr(follower)
+        ))
+        .await;
+        let areg = registry(&a, lease(1500));
+        let b = backend(&format!(
+            "zk://{},{}{r}?request_timeout=1s",
+            ensemble.addr(leader),
+            ensemble.addr(other)
+        ))
+        .await;
+        let breg = registry(&b, lease(1500));
+        let g = Arc::new(areg.obtain("job").unwrap().lock().await.unwrap());
+
+        // Cut between two renewals, so that the last one before the cut reached the leader.
+        let before = g.remaining();
+        let wait_renewal = Instant::now();
+        while g.remaining() <= before && wait_renewal.elapsed() < lease_of {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(lease_of / 8).await;
+        // The end of the holder's lease as its client sees it, followed until it is lost.
+        let lease_end = Arc::new(Mutex::new(Instant::now() + g.remaining()));
+        let follow = tokio::spawn({
+            let g = g.clone();
+            let lease_end = lease_end.clone();
+            async move {
+                while g.is_held() {
+                    let end = Instant::now() + g.remaining();
+                    {
+                        let mut e = lease_end.lock().unwrap();
+                        *e = (*e).max(end);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        });
+        ensemble.isolate(follower);
+        let cut = Instant::now();
+        let stale_window = TICK_TIME * SYNC_LIMIT;
+        let next = timeout(
+            lease_of + stale_window + Duration::from_secs(10),
+            breg.obtain("job").unwrap().lock(),
+        )
+        .await
+        .expect("the lock is free once the leader ended the holder's session")
+        .unwrap();
+        let taken = Instant::now();
+        // The follower keeps answering until the stale window is over; by then the holder
+        // must long have known.
+        tokio::time::sleep(
+            (cut + stale_window + lease_of).saturating_duration_since(Instant::now()),
+        )
+        .await;
+        assert!(!g.is_held());
+        follow.await.unwrap();
+        let lease_end = *lease_end.lock().unwrap();
+        assert!(
+            lease_end <= taken,
+            "the holder's lease ran {:?} past the moment another client took the lock \
+             ({:?} after the cut)",
+            lease_end - taken,
+            taken - cut
+        );
+        assert!(next.fence() > g.fence());
+        next.release().await.unwrap();
+        ensemble.heal();
+    }
+
+    /// Every distinct lease gets a session of its own, but sessions of leases nobody holds any
+    /// more are closed again: forty leases one after another leave a handful of connections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sessions_of_leases_no_longer_held_are_closed() {
+        let server = shared();
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let b = backend(&format!("zk://{}{}", proxy.addr(), root())).await;
+        for i in 0..40 {
+            let g = registry(&b, lease(1000 + i * 10))
+                .obtain("k")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap();
+            g.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            proxy.live_connections() <= 10,
+            "{} connections for 40 leases no longer held",
+            proxy.live_connections()
+        );
     }
 }

@@ -7,9 +7,9 @@
 //! its dependencies (netty, jute, slf4j, ...), so the one jar is the whole classpath;
 //! `slf4j-simple.jar` is added when present so that the server's warnings land in its log.
 //!
-//! The configuration is made for tests: `tickTime=100` (so sessions may be as short as
-//! 200 ms; the maximum is 60 s), `forceSync=no`, the admin server off, every four-letter
-//! command allowed, and empty container nodes reaped every 200 ms
+//! The configuration is made for tests: `tickTime=100` (so sessions, and so leases, may be as
+//! short as 200 ms; the maximum is [`MAX_SESSION`], an hour), `forceSync=no`, the admin server
+//! off, every four-letter command allowed, and empty container nodes reaped every 200 ms
 //! (`-Dznode.container.checkIntervalMs=200`, the server's default is a minute).
 //!
 //! Servers are killed with the test process, however it ends (the kernel sends them `SIGKILL`
@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::proxy::FaultProxy;
 use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 /// The server jar of Debian's `libzookeeper-java` (a dependency of `zookeeper`).
@@ -37,6 +38,15 @@ const DIR_PREFIX: &str = "distlock-testkit-zk";
 /// How long a server (or an ensemble, to elect a leader) may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const PORT_ATTEMPTS: usize = 5;
+/// The servers' `tickTime`: sessions end at most one tick after their timeout, and a server
+/// cut off from its leader keeps serving reads for up to [`SYNC_LIMIT`] ticks.
+pub const TICK_TIME: Duration = Duration::from_millis(100);
+/// The servers' `syncLimit`, in ticks.
+pub const SYNC_LIMIT: u32 = 20;
+/// The servers' `maxSessionTimeout`: the longest lease they grant (a ZooKeeper lease is a
+/// session). Longer than ZooKeeper's default (20 ticks) so that tests may size leases by how
+/// slow the machine is.
+pub const MAX_SESSION: Duration = Duration::from_secs(3600);
 
 /// One server process of a standalone server or an ensemble.
 #[derive(Debug)]
@@ -46,6 +56,8 @@ struct Member {
     client_port: u16,
     /// Quorum and election ports (ensemble only).
     peer_ports: (u16, u16),
+    /// Its `server.N=...` lines: where it finds every member (empty for a standalone server).
+    servers: Vec<String>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -95,24 +107,28 @@ impl Member {
         }
     }
 
-    fn write_config(&self, servers: &[String]) -> io::Result<()> {
+    fn write_config(&self) -> io::Result<()> {
+        let servers = &self.servers;
         std::fs::create_dir_all(self.data_dir())?;
         let mut cfg = format!(
-            "tickTime=100\n\
+            "tickTime={}\n\
              initLimit=100\n\
-             syncLimit=20\n\
+             syncLimit={}\n\
              dataDir={}\n\
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
              minSessionTimeout=200\n\
-             maxSessionTimeout=60000\n\
+             maxSessionTimeout={}\n\
              forceSync=no\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
              reconfigEnabled=false\n\
              standaloneEnabled=true\n",
+            TICK_TIME.as_millis(),
+            SYNC_LIMIT,
             self.data_dir().display(),
-            self.client_port
+            self.client_port,
+            MAX_SESSION.as_millis()
         );
         for s in servers {
             cfg.push_str(s);
@@ -229,8 +245,50 @@ fn java() -> io::Result<PathBuf> {
 #[derive(Debug)]
 struct Members {
     members: Vec<Member>,
-    /// `server.N=...` lines (empty for a standalone server).
-    servers: Vec<String>,
+}
+
+/// Members with fresh ports, not started; `route(from, to, quorum_port)` is the quorum port
+/// member `from` uses to reach member `to` (the port itself, or a proxy's).
+fn plan(n: usize, dir: &Path, route: &dyn Fn(usize, usize, u16) -> u16) -> Vec<Member> {
+    let mut members: Vec<Member> = (1..=n)
+        .map(|id| Member {
+            id,
+            client_port: free_port(),
+            peer_ports: if n > 1 {
+                (free_port(), free_port())
+            } else {
+                (0, 0)
+            },
+            servers: Vec::new(),
+            dir: dir.join(format!("server{id}")),
+            child: None,
+        })
+        .collect();
+    if n > 1 {
+        let ports: Vec<(u16, u16)> = members.iter().map(|m| m.peer_ports).collect();
+        for (from, m) in members.iter_mut().enumerate() {
+            m.servers = ports
+                .iter()
+                .enumerate()
+                .map(|(to, &(quorum, election))| {
+                    let quorum = if to == from {
+                        quorum
+                    } else {
+                        route(from, to, quorum)
+                    };
+                    format!("server.{}=127.0.0.1:{quorum}:{election}", to + 1)
+                })
+                .collect();
+        }
+    }
+    members
+}
+
+/// Whether starting failed because another process had one of the ports (worth another try
+/// with fresh ports).
+struct StartError {
+    error: io::Error,
+    port_taken: bool,
 }
 
 impl Members {
@@ -238,52 +296,36 @@ impl Members {
         java()?;
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
-            let mut members: Vec<Member> = (1..=n)
-                .map(|id| Member {
-                    id,
-                    client_port: free_port(),
-                    peer_ports: if n > 1 {
-                        (free_port(), free_port())
-                    } else {
-                        (0, 0)
-                    },
-                    dir: dir.join(format!("server{id}")),
-                    child: None,
-                })
-                .collect();
-            let servers: Vec<String> = if n > 1 {
-                members
-                    .iter()
-                    .map(|m| {
-                        format!(
-                            "server.{}=127.0.0.1:{}:{}",
-                            m.id, m.peer_ports.0, m.peer_ports.1
-                        )
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            for m in &mut members {
-                let _ = std::fs::remove_dir_all(&m.dir);
-                m.write_config(&servers)?;
-                m.spawn()?;
-            }
-            let mut all = Members { members, servers };
-            let ids: Vec<usize> = (0..n).collect();
-            match all.wait_serving(&ids) {
-                Ok(()) => return Ok(all),
-                Err(e) => {
-                    let taken = all.members.iter().any(Member::port_taken);
-                    all.kill_all();
-                    if !taken {
-                        return Err(e);
-                    }
-                    last = Some(e);
-                }
+            match Members::start(plan(n, dir, &|_, _, port| port)) {
+                Ok(all) => return Ok(all),
+                Err(e) if e.port_taken => last = Some(e.error),
+                Err(e) => return Err(e.error),
             }
         }
         Err(last.unwrap_or_else(|| io::Error::other("ZooKeeper did not start")))
+    }
+
+    /// Starts planned members and waits until all serve.
+    fn start(mut members: Vec<Member>) -> std::result::Result<Members, StartError> {
+        let fail = |error| StartError {
+            error,
+            port_taken: false,
+        };
+        for m in &mut members {
+            let _ = std::fs::remove_dir_all(&m.dir);
+            m.write_config().map_err(fail)?;
+            m.spawn().map_err(fail)?;
+        }
+        let mut all = Members { members };
+        let ids: Vec<usize> = (0..all.members.len()).collect();
+        match all.wait_serving(&ids) {
+            Ok(()) => Ok(all),
+            Err(error) => {
+                let port_taken = all.members.iter().any(Member::port_taken);
+                all.kill_all();
+                Err(StartError { error, port_taken })
+            }
+        }
     }
 
     /// Waits until the members `ids` serve clients (an ensemble member only does once a
@@ -328,7 +370,7 @@ impl Members {
 
     fn restart(&mut self, i: usize) -> io::Result<()> {
         self.members[i].kill();
-        self.members[i].write_config(&self.servers)?;
+        self.members[i].write_config()?;
         self.members[i].spawn()?;
         self.wait_serving(&[i])
     }
@@ -483,6 +525,9 @@ impl ZooKeeperServer {
 /// (`myid` is index + 1).
 pub struct ZooKeeperEnsemble {
     inner: Mutex<Members>,
+    /// With [`start_partitionable`](Self::start_partitionable): the proxy each member reaches
+    /// each other member's quorum port through, as `(from, to, proxy)`.
+    links: Vec<(usize, usize, FaultProxy)>,
     _dir: TempDir,
 }
 
@@ -512,8 +557,103 @@ impl ZooKeeperEnsemble {
         let members = Members::launch(n, dir.path())?;
         Ok(ZooKeeperEnsemble {
             inner: Mutex::new(members),
+            links: Vec::new(),
             _dir: dir,
         })
+    }
+
+    /// Starts an `n`-server ensemble whose members reach each other's quorum port (the one a
+    /// follower connects to its leader on) through a [`FaultProxy`] per direction, so that
+    /// [`isolate`](Self::isolate) can cut one member off from the others while its clients
+    /// still reach it. Elections use direct connections. The proxies run on the calling Tokio
+    /// runtime, which must keep running (a multi-threaded one: start-up blocks a thread).
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub async fn start_partitionable(n: usize) -> io::Result<ZooKeeperEnsemble> {
+        if n < 2 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an ensemble needs at least two servers; use ZooKeeperServer for one",
+            ));
+        }
+        java()?;
+        remove_leftover_dirs(DIR_PREFIX);
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            // Quorum ports first (the proxies need their targets), then the plan routes
+            // through the proxies.
+            let targets: Vec<u16> = (0..n).map(|_| free_port()).collect();
+            let mut links = Vec::new();
+            for from in 0..n {
+                for (to, &port) in targets.iter().enumerate() {
+                    if from != to {
+                        let target = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                        links.push((from, to, FaultProxy::start(target).await?));
+                    }
+                }
+            }
+            let route = |from: usize, to: usize, _: u16| {
+                links
+                    .iter()
+                    .find(|(f, t, _)| *f == from && *t == to)
+                    .map(|(_, _, p)| p.addr().port())
+                    .expect("a proxy per direction")
+            };
+            let mut members = plan(n, dir.path(), &route);
+            for (m, &quorum) in members.iter_mut().zip(&targets) {
+                m.peer_ports.0 = quorum;
+                let own = format!("server.{}=127.0.0.1:", m.id);
+                for line in &mut m.servers {
+                    if line.starts_with(&own) {
+                        *line = format!("{own}{quorum}:{}", m.peer_ports.1);
+                    }
+                }
+            }
+            match tokio::task::spawn_blocking(move || Members::start(members))
+                .await
+                .map_err(io::Error::other)?
+            {
+                Ok(members) => {
+                    return Ok(ZooKeeperEnsemble {
+                        inner: Mutex::new(members),
+                        links,
+                        _dir: dir,
+                    })
+                }
+                Err(e) if e.port_taken => last = Some(e.error),
+                Err(e) => return Err(e.error),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("ZooKeeper did not start")))
+    }
+
+    /// Cuts member `i` off from the other members (of an ensemble started with
+    /// [`start_partitionable`](Self::start_partitionable)): the quorum connections from and
+    /// to it stall, as in a network partition; its clients still reach it. A follower cut off
+    /// like this keeps answering reads from its own copy for up to [`SYNC_LIMIT`] ticks before
+    /// it gives up on its leader.
+    ///
+    /// # Panics
+    /// When the ensemble was not started with `start_partitionable`.
+    pub fn isolate(&self, i: usize) {
+        assert!(
+            !self.links.is_empty(),
+            "start the ensemble with start_partitionable"
+        );
+        for (from, to, p) in &self.links {
+            if *from == i || *to == i {
+                p.pause();
+            }
+        }
+    }
+
+    /// Ends every [`isolate`](Self::isolate).
+    pub fn heal(&self) {
+        for (_, _, p) in &self.links {
+            p.resume();
+        }
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, Members> {

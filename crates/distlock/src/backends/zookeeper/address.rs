@@ -1,0 +1,266 @@
+//! `zk://` URLs, and the mapping of keys to ZooKeeper path components.
+
+use super::*;
+
+/// Characters ZooKeeper refuses in a path (`PathUtils.validatePath`, on Java's UTF-16 units:
+/// surrogates cover every character beyond the Basic Multilingual Plane).
+pub(super) fn forbidden_in_path(c: char) -> bool {
+    // Rust chars are never surrogates, so U+D800..U+DFFF needs no test of its own.
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..)
+}
+
+/// Maps a key (or prefix) to one ZooKeeper path component: `/`, `%` and the characters
+/// ZooKeeper forbids are percent-encoded (their UTF-8 bytes, upper-case hex), and `.` and `..`
+/// become `%2E` and `%2E%2E`. Everything else is kept. Reversed by [`decode_key`].
+///
+/// ```
+/// use distlock::backends::zookeeper::{decode_key, encode_key};
+/// assert_eq!(encode_key("voucher:42"), "voucher:42");
+/// assert_eq!(encode_key("a/b%c"), "a%2Fb%25c");
+/// assert_eq!(encode_key(".."), "%2E%2E");
+/// assert_eq!(decode_key("a%2Fb%25c").as_deref(), Some("a/b%c"));
+/// ```
+pub fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        if c == '/' || c == '%' || forbidden_in_path(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    if out == "." || out == ".." {
+        out = out.replace('.', "%2E");
+    }
+    out
+}
+
+/// Undoes [`encode_key`]; `None` when `component` is not valid percent-encoded UTF-8.
+pub fn decode_key(component: &str) -> Option<String> {
+    percent_decode(component)
+}
+
+/// `500ms`, `30s`, `2m` or plain seconds, and not zero.
+pub(super) fn parse_duration(param: &str, value: &str) -> Result<Duration> {
+    let d = crate::url::parse_duration("zk", param, value)?;
+    if d.is_zero() {
+        return Err(Error::config(format!(
+            "zk URL: the query parameter '{param}' must not be zero"
+        )));
+    }
+    Ok(d)
+}
+
+/// What a `zk://` URL says.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ParsedUrl {
+    pub(super) hosts: String,
+    pub(super) auth: Option<(String, String)>,
+    pub(super) options: ZooKeeperOptions,
+}
+
+pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<ParsedUrl> {
+    let shown = crate::redact(url);
+    let err = |what: String| Error::config(format!("zk URL {shown:?}: {what}"));
+    let rest = match url.split_once("://") {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("zk") || scheme.eq_ignore_ascii_case("zookeeper") =>
+        {
+            rest
+        }
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("zks") => {
+            return Err(err("zks:// (TLS) is not supported by this version".into()))
+        }
+        _ => return Err(err("expected the scheme zk://".into())),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (userinfo, hostlist) = match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+        None => (None, authority),
+    };
+    let auth = match userinfo {
+        None => None,
+        Some(ui) => {
+            let (user, pass) = ui
+                .split_once(':')
+                .ok_or_else(|| err("the password is missing (expected user:password@)".into()))?;
+            let user = percent_decode(user)
+                .filter(|u| !u.is_empty())
+                .ok_or_else(|| err("the user name is empty or badly encoded".into()))?;
+            let pass = percent_decode(pass)
+                .ok_or_else(|| err("the password is badly percent-encoded".into()))?;
+            Some((user, pass))
+        }
+    };
+    if hostlist.is_empty() {
+        return Err(err("the host is missing".into()));
+    }
+    let mut hosts = Vec::new();
+    for h in hostlist.split(',') {
+        if h.is_empty() {
+            return Err(err("an empty host in the host list".into()));
+        }
+        let (host, port) = if let Some(v6) = h.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| err(format!("host {h:?}: unclosed [")))?;
+            (format!("[{host}]"), after.strip_prefix(':'))
+        } else {
+            match h.split_once(':') {
+                Some((host, port)) => (host.to_owned(), Some(port)),
+                None => (h.to_owned(), None),
+            }
+        };
+        if host.is_empty() || host == "[]" {
+            return Err(err(format!("host {h:?}: the host name is empty")));
+        }
+        let port =
+            match port {
+                None => DEFAULT_PORT,
+                Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                    err(format!("host {h:?}: the port {p:?} is not a port number"))
+                })?,
+            };
+        hosts.push(format!("{host}:{port}"));
+    }
+    let root = percent_decode(path).ok_or_else(|| err("the root path is badly encoded".into()))?;
+    let root = root.trim_end_matches('/');
+    if !root.is_empty() {
+        for comp in root[1..].split('/') {
+            if comp.is_empty() || comp == "." || comp == ".." || comp.chars().any(forbidden_in_path)
+            {
+                return Err(err(format!(
+                    "the root path {root:?} is not a valid ZooKeeper path (component {comp:?})"
+                )));
+            }
+        }
+        if root == "/zookeeper" || root.starts_with("/zookeeper/") {
+            return Err(err(
+                "the root path /zookeeper is reserved by ZooKeeper".into()
+            ));
+        }
+        options.root = Some(root.to_owned());
+    }
+    let mut insecure_auth = false;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "session_timeout" => options.session_timeout = parse_duration(k, v)?,
+            "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
+            "request_timeout" => options.request_timeout = parse_duration(k, v)?,
+            "insecure_auth" => {
+                insecure_auth = match v {
+                    "true" | "1" | "" => true,
+                    "false" | "0" => false,
+                    _ => return Err(err(format!("insecure_auth={v:?}: expected true or false"))),
+                }
+            }
+            other => {
+                return Err(err(format!(
+                    "unknown parameter {other:?} (known: session_timeout, connect_timeout, \
+                     request_timeout, insecure_auth)"
+                )))
+            }
+        }
+    }
+    // ZooKeeper's digest scheme sends the password itself; without TLS anybody on the path
+    // reads it.
+    if auth.is_some() && !insecure_auth {
+        return Err(err(
+            "zk:// would send the password in clear: add insecure_auth=true to send it \
+             unencrypted anyway (only on a network you trust)"
+                .into(),
+        ));
+    }
+    Ok(ParsedUrl {
+        hosts: hosts.join(","),
+        auth,
+        options,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_to_one_reversible_component() {
+        for key in [
+            "voucher:42",
+            "a/b",
+            "/",
+            "%2F",
+            "a b",
+            "ünï cødé ✓",
+            "emoji 🦀",
+            "tab\tx",
+            "\u{7f}\u{85}",
+            "\u{e000}private",
+            ".",
+            "..",
+            "...",
+            "zookeeper",
+        ] {
+            let enc = encode_key(key);
+            assert!(!enc.contains('/'), "{key:?} -> {enc:?}");
+            assert!(!enc.chars().any(forbidden_in_path), "{key:?} -> {enc:?}");
+            assert!(enc != "." && enc != "..", "{key:?} -> {enc:?}");
+            assert_eq!(decode_key(&enc).as_deref(), Some(key), "{enc:?}");
+        }
+        assert_eq!(encode_key("voucher:42"), "voucher:42");
+        assert_eq!(encode_key("a/b"), "a%2Fb");
+        assert_eq!(encode_key("🦀"), "%F0%9F%A6%80");
+        assert_eq!(encode_key("..."), "...");
+        assert_ne!(encode_key("a/b"), encode_key("a%2Fb"));
+    }
+
+    #[test]
+    fn urls_parse() {
+        let p = parse_url(
+            "zk://u%40x:p%3Ass@127.0.0.1:2181,[::1]:2182,zk3/SpringIntegration-LockRegistry?session_timeout=10s&request_timeout=500ms&insecure_auth=true",
+            ZooKeeperOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(p.hosts, "127.0.0.1:2181,[::1]:2182,zk3:2181");
+        assert_eq!(p.auth, Some(("u@x".into(), "p:ss".into())));
+        assert_eq!(
+            p.options.root.as_deref(),
+            Some("/SpringIntegration-LockRegistry")
+        );
+        assert_eq!(p.options.session_timeout, Duration::from_secs(10));
+        assert_eq!(p.options.request_timeout, Duration::from_millis(500));
+        let p = parse_url("zk://h:1/", ZooKeeperOptions::default()).unwrap();
+        assert_eq!(p.options.root, None);
+        assert_eq!(p.auth, None);
+        for (bad, part) in [
+            ("zk://", "host"),
+            ("zk://h:x", "port"),
+            ("zk://h:1,,h:2", "empty host"),
+            ("zk://h:1/a//b", "root path"),
+            ("zk://h:1/a/..", "root path"),
+            ("zk://h:1/zookeeper", "reserved"),
+            ("zk://h:1?foo=1", "unknown parameter"),
+            ("zk://h:1?session_timeout=soon", "session_timeout"),
+            ("zk://user@h:1", "password"),
+            ("redis://h:1", "scheme"),
+        ] {
+            let e = parse_url(bad, ZooKeeperOptions::default()).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidConfig(m) if m.contains(part)),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse_url("zk://u:hunter2@h:x", ZooKeeperOptions::default()).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+}

@@ -1,0 +1,712 @@
+//! ZooKeeper backend: the layout of Apache Curator's `InterProcessMutex`, so that Curator, Spring
+//! Integration's `ZookeeperLockRegistry` and distlock exclude each other on the same path.
+//!
+//! | what | layout |
+//! |---|---|
+//! | lock of `key` | parent node `<root>/<key>`, a container node created on demand (the server reaps it when empty) |
+//! | contender | ephemeral sequential child `_c_<uuid>-lock-<seq>` (Curator's protected mode: the `_c_<uuid>-` prefix lets its creator find it after a connection loss during the create); distlock's `<uuid>` is the acquisition's 128-bit owner token |
+//! | holder | the contender with the lowest sequence number |
+//! | waiting | each waiter watches only its predecessor (no herd); contenders are served in arrival order |
+//! | fence | the holder node's `czxid` (the zxid of the transaction that created it) |
+//! | lease | the ZooKeeper session, sized to the lease (see below) |
+//! | `<root>` | the URL's path, else `/<prefix>` (`/lock` by default); Spring's registry uses `/SpringIntegration-LockRegistry` |
+//!
+//! # URL
+//!
+//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&insecure_auth=true]`
+//!
+//! - several hosts form one ensemble; the client moves between them on failure;
+//! - `user:password` authenticates with the `digest` scheme (`addauth digest user:password`), and
+//!   every node is then created with the `CREATOR_ALL` ACL, so only clients with the same
+//!   credentials can take, wait for or delete these locks; without credentials nodes are open
+//!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is
+//!   and this backend has no TLS yet, so a URL with credentials is refused unless it also says
+//!   `insecure_auth=true` (use it only on a network you trust);
+//! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
+//! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
+//!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
+//!   (below). `connect_timeout` (default 5 s: establishing a session), `request_timeout`
+//!   (default 5 s: one operation while the connection is down).
+//!
+//! # Keys
+//!
+//! A key is one path component: `/`, `%`, the characters ZooKeeper rejects in paths (controls,
+//! U+007F..U+009F, U+D800..U+F8FF, U+FFF0 and above, which includes every character outside the
+//! Basic Multilingual Plane) are percent-encoded as their UTF-8 bytes (`a/b` becomes `a%2Fb`),
+//! and the components `.` and `..` become `%2E` and `%2E%2E`. Everything else is kept, so the
+//! usual keys (`voucher:42`, `order-7`) have the same path as in Curator or Spring. The mapping is
+//! reversible: [`decode_key`] undoes [`encode_key`]. The prefix is encoded the same way when it
+//! names the default root.
+//!
+//! # Leases, sessions and loss
+//!
+//! A ZooKeeper lock lives as long as its holder's session: the server deletes the ephemeral node
+//! when the session ends, which it does a session timeout after it last heard from the client.
+//! **The session is sized to the lease**: a hold with lease `L` lives in a session whose timeout
+//! is `L` (one session per distinct lease, shared by every hold of that lease in this backend;
+//! beyond eight, sessions of leases no hold uses any more are closed),
+//! so a holder that stops (crash, pause, cut network) frees the lock after its lease plus at
+//! most one server `tickTime` (the server ends sessions on tick boundaries; 2 s by default), as
+//! on every other backend. A lease the server cannot grant (outside its
+//! `minSessionTimeout`..`maxSessionTimeout`, 2..20 `tickTime` by default, so 4 s..40 s) is an
+//! [`Error::InvalidConfig`] when acquiring; a hold cannot be extended beyond the lease it was
+//! taken with.
+//!
+//! The registry's lease is kept on the client side too, counted from before the request that
+//! confirmed it: the server heard from the session after that, so the client's view ends no
+//! later than the server's. A hold that is not renewed before its lease ends deletes its own
+//! node. Renewal ([`Backend::extend`]) confirms that the session is alive and the holder's node
+//! still exists; it answers `false` at once when the client saw its session expire, and when the
+//! node was deleted underneath, so the guard learns it lost the lock.
+//!
+//! **Reads go through the leader.** A follower cut off from the leader keeps answering reads
+//! from its own copy for up to `syncLimit × tickTime`, while the leader may expire the session
+//! of a client connected to it. So renewals, and a waiter's check of its place, send a `sync`
+//! first (pipelined, no extra round trip to wait for): a follower without a leader cannot answer
+//! it, the renewal fails, and the holder is told at its lease's end. One narrow window remains:
+//! a follower cut off within half a tick after it forwarded a renewal may not have reported that
+//! renewal to the leader, which then counts the session from the renewal before (at most a
+//! third of the lease earlier); there the fence is the protection.
+//!
+//! # Fences
+//!
+//! The fence is the holder node's `czxid`: 64 bits, the leader epoch in the high half and a
+//! counter in the low half, increasing with every transaction of the whole ensemble. Unlike the
+//! sequence number, which restarts at zero when the server reaps the empty parent and a new one
+//! is created, it keeps increasing per key ([`Fencing::Monotonic`]). A server that loses its data
+//! starts counting again, so fences are not kept across data loss.
+//!
+//! # Round trips
+//!
+//! An uncontended acquisition is one round trip (the create and the children listing are
+//! pipelined on the session, which ZooKeeper processes in order), a release one more. The first
+//! acquisition of a key in a process also pipelines the creation of its parent.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+
+pub use zookeeper_client;
+
+mod address;
+mod queue;
+mod session;
+
+use address::parse_url;
+pub use address::{decode_key, encode_key};
+use queue::sort_contenders;
+use session::{check_lease, session_of_lease};
+
+use crate::backend::{
+    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    ReleaseSubscription, Released, Renewal, Token,
+};
+use crate::error::{Error, Result};
+use crate::url::percent_decode;
+
+const KIND: &str = "zookeeper";
+/// Curator's lock name of `InterProcessMutex` (and Spring's `ZookeeperLockRegistry`).
+const LOCK_NAME: &str = "lock-";
+/// Curator's protected-mode prefix.
+const PROTECTED: &str = "_c_";
+const DEFAULT_PORT: u16 = 2181;
+/// Parents known to exist that are remembered per backend before the memory is cleared.
+const MAX_KNOWN_PARENTS: usize = 10_000;
+/// Attempts within one acquisition call when nodes vanish under it.
+const MAX_SETTLE: usize = 5;
+/// Sessions of distinct leases kept open while none of their holds is left (beyond that, idle
+/// ones are closed when a new lease needs a session).
+const MAX_IDLE_SESSIONS: usize = 8;
+
+/// Settings of [`ZooKeeperBackend`]; the URL's query parameters set the same fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZooKeeperOptions {
+    /// Session timeout of the operations that hold nothing (default 30 s): status, listing,
+    /// [`ZooKeeperBackend::client`]. Holds live in sessions sized to their lease instead (see
+    /// the module docs); holds whose lease equals this share its session.
+    pub session_timeout: Duration,
+    /// Time allowed to establish a session (default 5 s).
+    pub connect_timeout: Duration,
+    /// Time allowed for one operation (default 5 s). Requests made while the connection is down
+    /// wait for it to come back for at most this long, then fail as unavailable.
+    pub request_timeout: Duration,
+    /// Root of every lock; `None` means `/<prefix>` (`/lock` with the default prefix).
+    pub root: Option<String>,
+}
+
+impl Default for ZooKeeperOptions {
+    fn default() -> Self {
+        ZooKeeperOptions {
+            session_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            root: None,
+        }
+    }
+}
+
+/// Locks on a ZooKeeper ensemble (`zk://host:port[,host:port][/root]`), in Curator's
+/// `InterProcessMutex` layout. See the [module docs](self).
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// use distlock::{LockRegistry, RegistryOptions};
+/// use distlock::backends::zookeeper::ZooKeeperBackend;
+/// let backend = ZooKeeperBackend::connect("zk://127.0.0.1:2181").await?;
+/// let registry = LockRegistry::with_options(backend, RegistryOptions::default())?;
+/// let guard = registry.obtain("voucher:42")?.lock().await?; // node /lock/voucher:42/_c_…-lock-…
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct ZooKeeperBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `host:port,host:port`, as the client's connect string.
+    hosts: String,
+    /// Digest credentials `user:password`; never printed.
+    auth: Option<Vec<u8>>,
+    options: ZooKeeperOptions,
+    /// One session per session timeout: the session of reads that hold nothing
+    /// (`options.session_timeout`) and one per distinct lease, sized to it.
+    sessions: Mutex<HashMap<Duration, Arc<Slot>>>,
+    /// This process's contender nodes by owner token.
+    nodes: Mutex<HashMap<Token, Node>>,
+    /// Lock parents this backend has seen exist (saves their creation on later acquisitions).
+    parents: Mutex<HashSet<String>>,
+    /// Wake-ups of waiters, by token: the watch on a waiter's predecessor fires its token.
+    signals: Arc<ReleaseSignals>,
+}
+
+/// The session of one session timeout, re-established when it ends.
+#[derive(Default)]
+struct Slot {
+    conn: Mutex<Option<Arc<Conn>>>,
+    connecting: tokio::sync::Mutex<()>,
+    /// When establishing a session last failed: callers queued behind that attempt fail fast
+    /// instead of each waiting for a connect timeout of their own.
+    last_connect_failure: Mutex<Option<Instant>>,
+}
+
+/// Entry ids of [`Node`].
+static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One ZooKeeper session.
+struct Conn {
+    client: Client,
+    session: i64,
+    /// The session timeout asked for (the key of its [`Slot`]).
+    slot: Duration,
+}
+
+/// A contender node of this process.
+struct Node {
+    /// Tells this entry from an earlier one of the same token (a create task settles only the
+    /// entry it was started for).
+    id: u64,
+    parent: String,
+    /// The session timeout of its session (the lease it was created for).
+    slot: Duration,
+    /// The session that created it: the node ends with that session.
+    session: i64,
+    phase: Phase,
+    /// An acquisition call returned it to the registry (as holder or waiter), which will
+    /// release it or leave the queue. Until then the backend cleans it up itself.
+    owned: bool,
+    held: bool,
+    /// While held: when the lease ends unless renewed (then the node is deleted).
+    deadline: Instant,
+    /// The predecessor being watched, while waiting.
+    watching: Option<String>,
+    watch_task: Option<AbortHandle>,
+    reaper: Option<AbortHandle>,
+}
+
+enum Phase {
+    /// The create is in flight (in a task of its own, so that it settles whatever happens to
+    /// the caller). `abandoned`: nobody will take the node; the task deletes it when it exists.
+    Creating {
+        abandoned: bool,
+    },
+    Created {
+        name: String,
+        czxid: i64,
+    },
+}
+
+impl Node {
+    fn path(&self) -> Option<String> {
+        match &self.phase {
+            Phase::Created { name, .. } => Some(format!("{}/{name}", self.parent)),
+            Phase::Creating { .. } => None,
+        }
+    }
+
+    fn stop_tasks(&mut self) {
+        if let Some(t) = self.watch_task.take() {
+            t.abort();
+        }
+        if let Some(t) = self.reaper.take() {
+            t.abort();
+        }
+    }
+}
+
+/// The outcome of a create: our node, and the parent's children as seen right after it.
+struct Created {
+    name: String,
+    czxid: i64,
+    children: Vec<String>,
+}
+
+impl fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("hosts", &self.inner.hosts)
+            .field("root", &self.inner.options.root)
+            .field("auth", &self.inner.auth.as_ref().map(|_| "digest"))
+            .finish()
+    }
+}
+
+fn zk_err(e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as Z;
+    match e {
+        Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => {
+            Error::backend(KIND, format!("authentication or permission failed: {e}"))
+        }
+        Z::ConnectionLoss
+        | Z::Timeout
+        | Z::NoHosts
+        | Z::SessionExpired
+        | Z::SessionMoved
+        | Z::ClientClosed
+        | Z::Throttled
+        | Z::NotReadOnly => Error::unavailable(KIND, e.to_string()),
+        // The client reports a failed socket (broken pipe, reset while the ensemble elects a
+        // leader) as a custom error around the I/O error: transient, like a connection loss.
+        Z::Custom(ref c) if is_io_error(c) => Error::unavailable(KIND, e.to_string()),
+        other => Error::backend(KIND, other.to_string()),
+    }
+}
+
+/// Whether `e` or one of its sources is an I/O error.
+fn is_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.downcast_ref::<std::io::Error>().is_some() || err.to_string().contains("os error") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn timed_out(what: &str, after: Duration) -> Error {
+    Error::unavailable(KIND, format!("{what}: no answer within {after:?}"))
+}
+
+/// `true` for errors after which the session (and so every ephemeral node of it) is gone.
+fn session_gone(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as Z;
+    matches!(e, Z::SessionExpired | Z::ClientClosed | Z::SessionMoved)
+}
+
+impl ZooKeeperBackend {
+    /// Connects to the ensemble named by `url` with default options and establishes a session.
+    /// Fails with [`Error::InvalidConfig`] on a malformed URL and [`Error::Unavailable`] when no
+    /// server answers within the connect timeout.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ZooKeeperOptions::default()).await
+    }
+
+    /// Connects with explicit options; the URL's path and parameters override them.
+    pub async fn connect_with(url: &str, options: ZooKeeperOptions) -> Result<Self> {
+        let parsed = parse_url(url, options)?;
+        let backend = ZooKeeperBackend {
+            inner: Arc::new(Inner {
+                hosts: parsed.hosts,
+                auth: parsed.auth.map(|(u, p)| format!("{u}:{p}").into_bytes()),
+                options: parsed.options,
+                sessions: Mutex::new(HashMap::new()),
+                nodes: Mutex::new(HashMap::new()),
+                parents: Mutex::new(HashSet::new()),
+                signals: Arc::new(ReleaseSignals::default()),
+            }),
+        };
+        backend.inner.conn().await?;
+        Ok(backend)
+    }
+
+    /// The ensemble's connect string (`host:port,host:port`).
+    pub fn hosts(&self) -> &str {
+        &self.inner.hosts
+    }
+
+    /// The options in force (URL parameters applied).
+    pub fn options(&self) -> &ZooKeeperOptions {
+        &self.inner.options
+    }
+
+    /// The session timeout the server granted to the session of
+    /// [`ZooKeeperOptions::session_timeout`].
+    pub async fn session_timeout(&self) -> Result<Duration> {
+        Ok(self.inner.conn().await?.client.session_timeout())
+    }
+
+    /// The parent node of `name`'s contenders: `<root>/<encoded key>`.
+    pub fn lock_path(&self, name: &LockName) -> String {
+        self.inner.parent_path(name)
+    }
+
+    /// The client of the session of [`ZooKeeperOptions::session_timeout`] (reconnecting when
+    /// it ended), for operations this backend does not offer. Holds whose lease equals that
+    /// timeout live in the same session; holds of other leases live in sessions of their own.
+    pub async fn client(&self) -> Result<Client> {
+        Ok(self.inner.conn().await?.client.clone())
+    }
+
+    /// The names of `name`'s contender nodes in queue order: the holder first, then the
+    /// waiters (of every client, Curator's and Spring's included). Empty when nobody holds it.
+    pub async fn contenders(&self, name: &LockName) -> Result<Vec<String>> {
+        let conn = self.inner.conn().await?;
+        let children = self.inner.list(&conn, &self.lock_path(name)).await?;
+        Ok(sort_contenders(&children)
+            .into_iter()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Deletes the holder's node whoever holds it, as an operator (or a fault) would. Returns
+    /// whether a holder was found. The next waiter gets the lock; the old holder learns it lost
+    /// it at its next renewal.
+    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
+        let conn = self.inner.conn().await?;
+        let parent = self.lock_path(name);
+        let children = self.inner.list(&conn, &parent).await?;
+        let Some(first) = sort_contenders(&children).first().map(|s| s.to_string()) else {
+            return Ok(false);
+        };
+        match self
+            .inner
+            .timed(
+                "delete",
+                conn.client.delete(&format!("{parent}/{first}"), None),
+            )
+            .await?
+        {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            Err(e) => Err(zk_err(e)),
+        }
+    }
+}
+
+impl Inner {
+    fn acls(&self) -> Acls<'static> {
+        if self.auth.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    fn root(&self, name: &LockName) -> String {
+        match &self.options.root {
+            Some(r) => r.clone(),
+            None => {
+                let p = encode_key(name.prefix());
+                // `/zookeeper` is the server's own subtree.
+                if p == "zookeeper" {
+                    "/%7Aookeeper".to_owned()
+                } else {
+                    format!("/{p}")
+                }
+            }
+        }
+    }
+
+    fn parent_path(&self, name: &LockName) -> String {
+        format!("{}/{}", self.root(name), encode_key(name.key()))
+    }
+
+    fn lock_nodes(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Node>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What a renewal of `token` must check: the session and the node's path. `Err(answer)`
+    /// when the answer is known without asking the server (not held, or the session ended).
+    fn renewal_target(
+        &self,
+        token: Token,
+        lease: Duration,
+    ) -> Result<std::result::Result<(Arc<Conn>, String), bool>> {
+        let (path, slot, session) = {
+            let nodes = self.lock_nodes();
+            match nodes.get(&token) {
+                Some(n) if n.held => match n.path() {
+                    Some(p) => (p, n.slot, n.session),
+                    None => return Ok(Err(false)),
+                },
+                _ => return Ok(Err(false)),
+            }
+        };
+        if lease > slot {
+            return Err(Error::config(format!(
+                "a ZooKeeper hold lasts as long as its session: a hold taken with a lease of \
+                 {slot:?} cannot be extended to {lease:?}"
+            )));
+        }
+        Ok(match self.current(slot) {
+            Some(c) if c.session == session && !c.client.state().is_terminated() => Ok((c, path)),
+            _ => {
+                // The client saw the session end: the node is gone.
+                self.forget(token);
+                Err(false)
+            }
+        })
+    }
+
+    /// Turns what the server said of a holder node (its ephemeral owner, `None` when it is
+    /// gone) into the renewal's answer, and moves the lease's end when it is confirmed.
+    fn settle_renewal(
+        &self,
+        conn: &Conn,
+        token: Token,
+        lease: Duration,
+        started: Instant,
+        owner: std::result::Result<Option<i64>, zookeeper_client::Error>,
+    ) -> Result<bool> {
+        match owner {
+            Ok(Some(owner)) if owner == conn.session => {
+                // The reaper may have given the lock up while the check was in flight (the
+                // lease ran out meanwhile): then it is not ours any more.
+                match self.lock_nodes().get_mut(&token) {
+                    Some(n) if n.held => {
+                        // Counted from before the request: the server heard from the session
+                        // after this, so its view of the session ends later than ours.
+                        n.deadline = started + lease;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                }
+            }
+            Ok(_) => {
+                self.forget(token);
+                Ok(false)
+            }
+            Err(e) if session_gone(&e) => {
+                self.forget(token);
+                Ok(false)
+            }
+            Err(e) => Err(zk_err(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for ZooKeeperBackend {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::Monotonic,
+            notifies_release: true,
+            fifo: true,
+            cross_process: true,
+        }
+    }
+
+    /// Creates a contender node, and deletes it again unless it is the lowest.
+    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+        self.inner.attempt(name, token, lease, false).await
+    }
+
+    /// Creates a contender node on the first call for `token` (later calls reuse it), and
+    /// watches its predecessor while it is not the lowest.
+    async fn try_acquire_queued(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        self.inner.attempt(name, token, lease, true).await
+    }
+
+    async fn leave_queue(&self, _name: &LockName, token: Token) -> Result<()> {
+        self.inner.remove(token).await.map(|_| ())
+    }
+
+    /// Deletes this token's node (only ours: the name carries the token).
+    async fn release(&self, _name: &LockName, token: Token) -> Result<Released> {
+        let was_held = self.inner.remove(token).await?.unwrap_or(false);
+        // The queue hands the lock to the next contender: no grace period needed.
+        Ok(Released {
+            was_held,
+            contended: false,
+        })
+    }
+
+    /// The lease is the session: `true` while the session lives and the node exists.
+    async fn extend(&self, _name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let inner = &self.inner;
+        let (conn, path) = match inner.renewal_target(token, lease)? {
+            Ok(t) => t,
+            Err(answer) => return Ok(answer),
+        };
+        let started = Instant::now();
+        // `sync` first (pipelined): a server cut off from the leader cannot answer it, so it
+        // cannot confirm a session the leader may already have expired.
+        let sync = conn.client.sync(&path);
+        let check = conn.client.check_stat(&path);
+        let (synced, checked) = inner
+            .timed("sync and exists", async { tokio::join!(sync, check) })
+            .await?;
+        let owner = synced.and(checked).map(|s| s.map(|s| s.ephemeral_owner));
+        inner.settle_renewal(&conn, token, lease, started, owner)
+    }
+
+    /// One multi-read per 256 locks (`getData` of each holder node), instead of a request each.
+    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        let inner = &self.inner;
+        let mut out: Vec<Option<Result<bool>>> = Vec::with_capacity(batch.len());
+        let mut todo: Vec<(usize, Arc<Conn>, String)> = Vec::new();
+        for (i, r) in batch.iter().enumerate() {
+            match inner.renewal_target(r.token, r.lease) {
+                Ok(Ok((conn, path))) => {
+                    out.push(None);
+                    todo.push((i, conn, path));
+                }
+                Ok(Err(answer)) => out.push(Some(Ok(answer))),
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        // One multi-read per session (holds of different leases live in different sessions).
+        todo.sort_by_key(|(_, c, _)| c.session);
+        let chunks: Vec<&[(usize, Arc<Conn>, String)]> = todo
+            .chunk_by(|a, b| a.1.session == b.1.session)
+            .flat_map(|same| same.chunks(256))
+            .collect();
+        for chunk in chunks {
+            let conn = chunk[0].1.clone();
+            let started = Instant::now();
+            let mut reader = conn.client.new_multi_reader();
+            let mut added = Vec::with_capacity(chunk.len());
+            for (i, _, path) in chunk {
+                if reader.add_get_data(path).is_ok() {
+                    added.push(*i);
+                } else {
+                    out[*i] = Some(Ok(false));
+                }
+            }
+            // `sync` first, pipelined, as in `extend`.
+            let sync = conn.client.sync(&chunk[0].2);
+            let read = reader.commit();
+            let results = inner
+                .timed("sync and multi-read", async {
+                    let (synced, read) = tokio::join!(sync, read);
+                    synced.and(read)
+                })
+                .await;
+            match results {
+                Ok(Ok(v)) if v.len() == added.len() => {
+                    for (i, res) in added.into_iter().zip(v) {
+                        let r = &batch[i];
+                        let owner = match res {
+                            zookeeper_client::MultiReadResult::Data { stat, .. } => {
+                                Ok(Some(stat.ephemeral_owner))
+                            }
+                            zookeeper_client::MultiReadResult::Error {
+                                err: zookeeper_client::Error::NoNode,
+                            } => Ok(None),
+                            zookeeper_client::MultiReadResult::Error { err } => Err(err),
+                            _ => Ok(None),
+                        };
+                        out[i] =
+                            Some(inner.settle_renewal(&conn, r.token, r.lease, started, owner));
+                    }
+                }
+                Ok(Ok(_)) => {
+                    for i in added {
+                        out[i] = Some(Err(Error::backend(KIND, "short multi-read reply")));
+                    }
+                }
+                Ok(Err(e)) => {
+                    for i in added {
+                        let r = &batch[i];
+                        out[i] = Some(inner.settle_renewal(
+                            &conn,
+                            r.token,
+                            r.lease,
+                            started,
+                            Err(e.clone()),
+                        ));
+                    }
+                }
+                Err(e) => {
+                    for i in added {
+                        out[i] = Some(Err(Error::unavailable(KIND, e.to_string())));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered"))))
+            .collect()
+    }
+
+    async fn subscribe_waiter(
+        &self,
+        _name: &LockName,
+        token: Token,
+    ) -> Result<ReleaseSubscription> {
+        let (sub, fresh) = self.inner.signals.subscribe(&token.to_string());
+        if fresh {
+            self.inner.signals.take_idle(1024);
+        }
+        Ok(sub)
+    }
+
+    /// The lowest contender's `czxid`; ZooKeeper has no lease to report.
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let inner = &self.inner;
+        let conn = inner.conn().await?;
+        let parent = inner.parent_path(name);
+        for _ in 0..MAX_SETTLE {
+            let children = inner.list(&conn, &parent).await?;
+            let Some(first) = sort_contenders(&children).first().map(|s| s.to_string()) else {
+                return Ok(None);
+            };
+            match inner
+                .timed(
+                    "exists",
+                    conn.client.check_stat(&format!("{parent}/{first}")),
+                )
+                .await?
+            {
+                Ok(Some(stat)) => {
+                    return Ok(Some(LockInfo {
+                        fence: u64::try_from(stat.czxid).ok(),
+                        remaining: None,
+                    }))
+                }
+                Ok(None) => continue, // released meanwhile
+                Err(e) => return Err(zk_err(e)),
+            }
+        }
+        Err(Error::unavailable(
+            KIND,
+            "the lock's nodes kept changing while inspecting it",
+        ))
+    }
+}
