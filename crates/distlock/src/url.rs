@@ -20,7 +20,7 @@ pub const SCHEMES: &[&str] = &[
     #[cfg(feature = "mysql")]
     "mysql://[user:pass@]host:port/db[?table=..&ssl-mode=..]",
     #[cfg(feature = "zookeeper")]
-    "zk://[user:pass@]host:port[,host:port][/root]",
+    "zk://[user:pass@]host:port[,host:port][/root][?allow_insecure_auth=true]",
 ];
 
 /// Connects to the backend named by `url`:

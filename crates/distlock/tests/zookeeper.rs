@@ -515,7 +515,7 @@ mod zookeeper {
         let r = root();
         let with = |cred: &str| {
             format!(
-                "zk://{cred}127.0.0.1:{}{r}?insecure_auth=true",
+                "zk://{cred}127.0.0.1:{}{r}?allow_insecure_auth=true",
                 server.port()
             )
         };
@@ -754,7 +754,7 @@ mod zookeeper {
             .unwrap();
     }
 
-    /// A password goes over plain TCP only when the URL says so (`insecure_auth=true`); without
+    /// A password goes over plain TCP only when the URL says so (`allow_insecure_auth=true`); without
     /// it, the URL is refused with a configuration error that does not show the password.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn credentials_over_plain_tcp_need_the_explicit_opt_in() {
@@ -762,11 +762,11 @@ mod zookeeper {
         let url = format!("zk://alice:hunter2@127.0.0.1:{}{}", server.port(), root());
         let err = ZooKeeperBackend::connect(&url).await.unwrap_err();
         assert!(
-            matches!(&err, Error::InvalidConfig(m) if m.contains("insecure_auth")),
+            matches!(&err, Error::InvalidConfig(m) if m.contains("allow_insecure_auth")),
             "{err:?}"
         );
         assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
-        let b = backend(&format!("{url}?insecure_auth=true")).await;
+        let b = backend(&format!("{url}?allow_insecure_auth=true")).await;
         registry(&b, RegistryOptions::default())
             .obtain("k")
             .unwrap()

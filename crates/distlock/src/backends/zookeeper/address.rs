@@ -158,17 +158,21 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
             "session_timeout" => options.session_timeout = parse_duration(k, v)?,
             "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
             "request_timeout" => options.request_timeout = parse_duration(k, v)?,
-            "insecure_auth" => {
+            "allow_insecure_auth" => {
                 insecure_auth = match v {
                     "true" | "1" | "" => true,
                     "false" | "0" => false,
-                    _ => return Err(err(format!("insecure_auth={v:?}: expected true or false"))),
+                    _ => {
+                        return Err(err(format!(
+                            "allow_insecure_auth={v:?}: expected true or false"
+                        )))
+                    }
                 }
             }
             other => {
                 return Err(err(format!(
                     "unknown parameter {other:?} (known: session_timeout, connect_timeout, \
-                     request_timeout, insecure_auth)"
+                     request_timeout, allow_insecure_auth)"
                 )))
             }
         }
@@ -177,7 +181,7 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
     // reads it.
     if auth.is_some() && !insecure_auth {
         return Err(err(
-            "zk:// would send the password in clear: add insecure_auth=true to send it \
+            "zk:// would send the password in clear: add allow_insecure_auth=true to send it \
              unencrypted anyway (only on a network you trust)"
                 .into(),
         ));
@@ -227,7 +231,7 @@ mod tests {
     #[test]
     fn urls_parse() {
         let p = parse_url(
-            "zk://u%40x:p%3Ass@127.0.0.1:2181,[::1]:2182,zk3/SpringIntegration-LockRegistry?session_timeout=10s&request_timeout=500ms&insecure_auth=true",
+            "zk://u%40x:p%3Ass@127.0.0.1:2181,[::1]:2182,zk3/SpringIntegration-LockRegistry?session_timeout=10s&request_timeout=500ms&allow_insecure_auth=true",
             ZooKeeperOptions::default(),
         )
         .unwrap();

@@ -13,7 +13,7 @@
 //!
 //! # URL
 //!
-//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&insecure_auth=true]`
+//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&allow_insecure_auth=true]`
 //!
 //! - several hosts form one ensemble; the client moves between them on failure;
 //! - `user:password` authenticates with the `digest` scheme (`addauth digest user:password`), and
@@ -21,7 +21,7 @@
 //!   credentials can take, wait for or delete these locks; without credentials nodes are open
 //!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is
 //!   and this backend has no TLS yet, so a URL with credentials is refused unless it also says
-//!   `insecure_auth=true` (use it only on a network you trust);
+//!   `allow_insecure_auth=true` (use it only on a network you trust);
 //! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
 //! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
 //!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
