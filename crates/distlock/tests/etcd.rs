@@ -600,7 +600,7 @@ mod etcd {
         server.etcdctl(&["user", "add", "root:s3cret-pw"]).unwrap();
         server.etcdctl(&["auth", "enable"]).unwrap();
         let port = server.port();
-        let url = format!("etcd://root:s3cret-pw@127.0.0.1:{port}");
+        let url = format!("etcd://root:s3cret-pw@127.0.0.1:{port}?allow_insecure_auth=true");
         let p = prefix();
         let reg = registry(&url, &p, RegistryOptions::default()).await;
         let g = reg.obtain("auth").unwrap().lock().await.unwrap();
@@ -615,9 +615,11 @@ mod etcd {
         assert_eq!(kvs.len(), 1);
         g.release().await.unwrap();
 
-        let err = EtcdBackend::connect(&format!("etcd://root:wrong-pw@127.0.0.1:{port}"))
-            .await
-            .unwrap_err();
+        let err = EtcdBackend::connect(&format!(
+            "etcd://root:wrong-pw@127.0.0.1:{port}?allow_insecure_auth=true"
+        ))
+        .await
+        .unwrap_err();
         assert!(matches!(err, Error::Backend { .. }), "{err:?}");
         assert!(err.to_string().contains("authentication"), "{err}");
         assert!(!err.to_string().contains("wrong-pw"));
@@ -658,9 +660,12 @@ mod etcd {
             ..EtcdOptions::default()
         };
         let started = Instant::now();
-        let err = EtcdBackend::connect_with(&format!("etcd://u:pw@127.0.0.1:{port}"), opts)
-            .await
-            .unwrap_err();
+        let err = EtcdBackend::connect_with(
+            &format!("etcd://u:pw@127.0.0.1:{port}?allow_insecure_auth=true"),
+            opts,
+        )
+        .await
+        .unwrap_err();
         assert!(err.is_retryable(), "{err:?}");
         assert!(!err.to_string().contains("pw@"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(3));

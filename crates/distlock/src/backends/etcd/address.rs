@@ -12,6 +12,8 @@ pub(super) struct ParsedUrl {
     pub(super) ca_file: Option<String>,
     pub(super) cert_file: Option<String>,
     pub(super) key_file: Option<String>,
+    /// `allow_insecure_auth=true`: send a password over plain `etcd://` anyway.
+    pub(super) allow_insecure_auth: bool,
 }
 
 impl ParsedUrl {
@@ -94,6 +96,7 @@ impl ParsedUrl {
             ca_file: None,
             cert_file: None,
             key_file: None,
+            allow_insecure_auth: false,
         };
         if let Some(q) = query {
             for (k, v) in url::form_urlencoded::parse(q.as_bytes()) {
@@ -101,9 +104,21 @@ impl ParsedUrl {
                     "ca_file" => parsed.ca_file = Some(v.into_owned()),
                     "cert_file" => parsed.cert_file = Some(v.into_owned()),
                     "key_file" => parsed.key_file = Some(v.into_owned()),
+                    "allow_insecure_auth" => {
+                        parsed.allow_insecure_auth = match v.as_ref() {
+                            "true" | "1" => true,
+                            "false" | "0" => false,
+                            _ => {
+                                return Err(bad(&format!(
+                                    "allow_insecure_auth={v:?}: expected true or false"
+                                )))
+                            }
+                        }
+                    }
                     other => {
                         return Err(bad(&format!(
-                            "unknown parameter {other:?} (expected ca_file, cert_file, key_file)"
+                            "unknown parameter {other:?} (expected ca_file, cert_file, key_file, \
+                             allow_insecure_auth)"
                         )))
                     }
                 }
@@ -114,6 +129,14 @@ impl ParsedUrl {
         }
         if parsed.cert_file.is_some() != parsed.key_file.is_some() {
             return Err(bad("cert_file and key_file go together"));
+        }
+        // etcd's Authenticate call carries the password as it is: over plain TCP anyone on the
+        // path reads it, so that takes the URL's explicit word.
+        if parsed.user.is_some() && !tls && !parsed.allow_insecure_auth {
+            return Err(bad(
+                "etcd:// would send the password in clear: use etcds:// (TLS), or add \
+                 allow_insecure_auth=true to send it anyway on a network you trust",
+            ));
         }
         Ok(parsed)
     }
@@ -155,7 +178,8 @@ mod tests {
         assert!(!p.tls);
         assert_eq!(p.hosts, vec!["127.0.0.1:2379"]);
         assert!(p.user.is_none());
-        let p = ParsedUrl::parse("etcd://root:p%40ss@a:1,b,[::1]:3/").unwrap();
+        let p =
+            ParsedUrl::parse("etcd://root:p%40ss@a:1,b,[::1]:3/?allow_insecure_auth=true").unwrap();
         assert_eq!(p.hosts, vec!["a:1", "b:2379", "[::1]:3"]);
         assert_eq!(p.user, Some(("root".into(), "p@ss".into())));
         let p = ParsedUrl::parse("etcds://h:2379?ca_file=/x/ca.pem").unwrap();
@@ -175,5 +199,22 @@ mod tests {
         }
         let err = ParsedUrl::parse("etcd://u:secret@h:x").err().unwrap();
         assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn a_password_goes_over_plain_tcp_only_when_the_url_says_so() {
+        let err = ParsedUrl::parse("etcd://u:secret@h:1")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("allow_insecure_auth=true"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+        assert!(ParsedUrl::parse("etcd://u:secret@h:1?allow_insecure_auth=false").is_err());
+        let p = ParsedUrl::parse("etcd://u:secret@h:1?allow_insecure_auth=true").unwrap();
+        assert_eq!(p.user, Some(("u".into(), "secret".into())));
+        // Over TLS, and without a password, nothing needs the opt-in.
+        assert!(ParsedUrl::parse("etcds://u:secret@h:1").is_ok());
+        assert!(ParsedUrl::parse("etcd://h:1").is_ok());
+        assert!(ParsedUrl::parse("etcd://h:1?allow_insecure_auth=maybe").is_err());
     }
 }

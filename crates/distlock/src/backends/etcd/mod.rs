@@ -53,7 +53,10 @@
 //! `etcd://[user:password@]host:port[,host:port...]`, or `etcds://…` for TLS (cargo feature
 //! `etcd-tls`), with the optional query parameters `ca_file` (PEM file of the authority that
 //! signed the servers' certificates; default: the Mozilla roots), `cert_file` and `key_file`
-//! (a client certificate). A user name and password log in with etcd's authentication.
+//! (a client certificate). A user name and password log in with etcd's authentication, which
+//! sends the password as it is: over `etcds://` only, unless the URL adds
+//! `allow_insecure_auth=true` (use that only on a network you trust); without it a password in
+//! an `etcd://` URL is an [`Error::InvalidConfig`].
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
