@@ -743,6 +743,10 @@ async fn stalled_server_bounds_try_lock_for(
         result.map(|g| g.fence())
     );
 
+    // The caller stopped waiting at its deadline, but its attempt runs on in the background
+    // until the request timeout: the stall outlasts that, so the stalled connection is the one
+    // that must be given up (a stall that ended earlier would simply let it answer).
+    tokio::time::sleep_until(started + DEFAULT_REQUEST_TIMEOUT + Duration::from_secs(1)).await;
     proxy.resume();
     let g = tokio::time::timeout(
         Duration::from_secs(10),
