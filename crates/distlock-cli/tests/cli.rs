@@ -1462,80 +1462,14 @@ fn the_command_inherits_no_file_descriptor_of_distlock() {
     assert_eq!(via.stdout, direct.stdout, "{via:?} vs {direct:?}");
 }
 
-/// A private certificate authority and a server certificate for `127.0.0.1` signed by it, made
-/// with the `openssl` command (`ca.crt`, `server.crt`, `server.key` in `dir`).
-fn private_ca(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let ok = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl must be installed (scripts/test.sh installs it)")
-            .success();
-        assert!(ok, "openssl {args:?}");
-    };
-    let subject = |cn: &str| format!("/CN={cn}");
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        &subject("distlock-test-ca"),
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        &subject("localhost"),
-    ]);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
-}
-
 /// `etcds://` from the command line: the same as [`etcd_mutual_exclusion`] over TLS, with the
 /// server's private authority named by `ca_file`; without it the server is not trusted.
 #[test]
 fn etcds_mutual_exclusion() {
     use distlock::testkit::etcd::{EtcdServer, EtcdServerOptions, TlsFiles};
-    let certs = tempfile::tempdir().unwrap();
-    let d = certs.path();
-    private_ca(d);
+    let certs = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "distlock")
+        .expect("openssl");
+    let d = certs.dir();
     let server = EtcdServer::start_with(EtcdServerOptions {
         tls: Some(TlsFiles {
             cert: d.join("server.crt"),

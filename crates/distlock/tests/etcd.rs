@@ -15,6 +15,7 @@ use std::time::Duration;
 use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
 use distlock::testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock::testkit::timing::scheduling_slack;
+use distlock::testkit::tls::TestCa;
 use distlock::{
     Attempt, Backend, Error, LockGuard, LockName, LockRegistry, RegistryOptions, Token,
 };
@@ -797,68 +798,8 @@ mod etcd {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tls_with_a_private_ca() {
         use distlock::testkit::etcd::{EtcdServerOptions, TlsFiles};
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let openssl = |args: &[&str]| {
-            let ok = Command::new("openssl")
-                .args(args)
-                .current_dir(d)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl must be installed (scripts/test.sh installs it)")
-                .success();
-            assert!(ok, "openssl {args:?}");
-        };
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=distlock-test-ca",
-        ]);
-        openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        std::fs::write(
-            d.join("ext.cnf"),
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-        )
-        .unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
+        let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+        let d = certs.dir();
         let server = EtcdServer::start_with(EtcdServerOptions {
             tls: Some(TlsFiles {
                 cert: d.join("server.crt"),

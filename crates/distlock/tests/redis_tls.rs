@@ -1,18 +1,18 @@
 //! `rediss://`: a real TLS redis-server with a private CA made for the test by `openssl`.
 
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::{RedisBackend, RedisOptions};
+use distlock::testkit::tls::TestCa;
 use distlock::{Error, LockRegistry, RegistryOptions};
 
 struct TlsRedis {
     child: Child,
     port: u16,
     ca: Vec<u8>,
-    _dir: tempfile::TempDir,
+    _certs: TestCa,
 }
 
 impl Drop for TlsRedis {
@@ -22,78 +22,9 @@ impl Drop for TlsRedis {
     }
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl must be installed (scripts/test.sh installs it)");
-    assert!(status.success(), "openssl {args:?} failed");
-}
-
 fn start_tls_redis() -> TlsRedis {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    openssl(
-        d,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=distlock-test-ca",
-        ],
-    );
-    openssl(
-        d,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    );
-    std::fs::write(
-        d.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(
-        d,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
+    let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+    let d = certs.dir();
     let port = distlock::testkit::free_port();
     let child = Command::new("redis-server")
         .args([
@@ -125,12 +56,12 @@ fn start_tls_redis() -> TlsRedis {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let ca = std::fs::read(d.join("ca.crt")).unwrap();
+    let ca = std::fs::read(certs.ca_cert()).unwrap();
     TlsRedis {
         child,
         port,
         ca,
-        _dir: dir,
+        _certs: certs,
     }
 }
 

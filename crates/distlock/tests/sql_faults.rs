@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use distlock::backends::mysql::MySqlBackend;
 use distlock::backends::postgres::PostgresBackend;
@@ -16,6 +16,7 @@ use distlock::backends::sql::DEFAULT_REQUEST_TIMEOUT;
 use distlock::testkit::mysql::MariaDbServer;
 use distlock::testkit::postgres::PostgresServer;
 use distlock::testkit::proxy::FaultProxy;
+use distlock::testkit::tls::TestCa;
 use distlock::{Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token};
 
 fn opts(lease_ms: u64) -> RegistryOptions {
@@ -470,7 +471,7 @@ async fn postgres_passwords_and_tls() {
     assert!(!format!("{err:?}").contains("not-the-password"));
 
     // TLS: a test CA and a server certificate for "localhost", switched on with a reload.
-    let ca = TestCa::new("certuser");
+    let ca = TestCa::new(&["localhost"], "certuser").expect("openssl");
     pg_enable_tls(&db, &ca);
     let ca = ca.path("ca.crt");
 
@@ -550,89 +551,6 @@ async fn mariadb_wrong_password_is_a_clear_error() {
     let text = err.to_string();
     assert!(text.contains("access denied"), "{text}");
     assert!(!text.contains("wrong-pw") && !format!("{err:?}").contains("wrong-pw"));
-}
-
-/// A private CA made by `openssl` for one test, with a server certificate for `localhost` and
-/// a client certificate whose common name is a database user. Files: `ca.crt`, `server.crt`,
-/// `server.key`, `client.crt`, `client.key`, readable by every user (a throwaway server may
-/// run as `mysql` or `postgres`).
-struct TestCa {
-    dir: tempfile::TempDir,
-}
-
-impl TestCa {
-    fn new(client_user: &str) -> TestCa {
-        let dir = tempfile::tempdir().unwrap();
-        let p = |n: &str| dir.path().join(n);
-        std::fs::write(
-            p("ext"),
-            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
-        )
-        .unwrap();
-        std::fs::write(p("client-ext"), "basicConstraints=CA:FALSE\n").unwrap();
-        let openssl = |args: &[&str]| {
-            let status = std::process::Command::new("openssl")
-                .args(args)
-                .current_dir(dir.path())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .expect("openssl (apt-get install openssl)");
-            assert!(status.success(), "openssl {args:?}");
-        };
-        let subj_ca = "/CN=distlock test CA";
-        openssl(&[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", subj_ca,
-            "-keyout", "ca.key", "-out", "ca.crt",
-        ]);
-        let client_subj = format!("/CN={client_user}");
-        for (name, subj, ext) in [
-            ("server", "/CN=localhost", "ext"),
-            ("client", client_subj.as_str(), "client-ext"),
-        ] {
-            let (key, csr, crt) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.crt"),
-            );
-            openssl(&[
-                "req", "-newkey", "rsa:2048", "-nodes", "-subj", subj, "-keyout", &key, "-out",
-                &csr,
-            ]);
-            openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "1",
-                "-extfile",
-                ext,
-                "-out",
-                &crt,
-            ]);
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        for n in [
-            "ca.crt",
-            "server.crt",
-            "server.key",
-            "client.crt",
-            "client.key",
-        ] {
-            std::fs::set_permissions(p(n), std::fs::Permissions::from_mode(0o644)).unwrap();
-        }
-        TestCa { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
 }
 
 /// Switches TLS on in a throwaway PostgreSQL server with the CA's server certificate (and the
@@ -901,7 +819,7 @@ async fn postgres_cleartext_passwords_go_only_to_verified_servers() {
         .await
         .expect("the explicit opt-in sends it");
 
-    let ca = TestCa::new("certuser");
+    let ca = TestCa::new(&["localhost"], "certuser").expect("openssl");
     pg_enable_tls(&db, &ca);
     let root = ca.path("ca.crt").display().to_string();
     // Encrypted, but the certificate is not verified: still refused.
@@ -996,7 +914,7 @@ async fn mariadb_passwords_are_not_sent_to_unverified_servers() {
 /// must show a client certificate can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_tls_with_a_private_ca_and_client_certificates() {
-    let ca = TestCa::new("certuser");
+    let ca = TestCa::new(&["localhost"], "certuser").expect("openssl");
     let arg = |name: &str, file: &str| format!("--{name}={}", ca.path(file).display());
     let (c, k, a) = (
         arg("ssl-cert", "server.crt"),

@@ -10,6 +10,7 @@
 //! - [`proxy::FaultProxy`] sits between a client and a server and cuts, delays or pauses the
 //!   traffic on demand.
 //! - [`free_port`] finds a loopback port nobody listens on.
+//! - [`tls::TestCa`] makes a private CA with server and client certificates for TLS tests.
 //! - [`timing::scheduling_slack`] sizes a test's time limit by how late this machine runs now.
 
 use std::io;
@@ -30,6 +31,7 @@ pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod timing;
+pub mod tls;
 pub mod zookeeper;
 
 /// Returns a TCP port on 127.0.0.1 that was free a moment ago.
