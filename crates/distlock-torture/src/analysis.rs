@@ -19,6 +19,8 @@ pub(crate) struct BackendReport {
     pub(crate) acquisitions: usize,
     /// Injected faults per kind; every kind the backend supports is listed, also with 0.
     pub(crate) faults: BTreeMap<&'static str, usize>,
+    /// Pauses that hit a holder after its last check, with its write on the way.
+    pub(crate) pauses_at_write: usize,
     /// Faults the nemesis tried but could not inject, with the reason.
     pub(crate) fault_errors: Vec<String>,
     pub(crate) stale_writes_accepted: u64,
@@ -243,6 +245,7 @@ pub(crate) fn analyse(
         longest_gap_ms: longest_gap / 1_000_000,
         acquisitions: sections.len(),
         faults: fault_counts,
+        pauses_at_write: faults.iter().filter(|f| f.at_write).count(),
         fault_errors,
         stale_writes_accepted: counters.stale_writes_accepted,
         stale_writes_rejected: counters.stale_writes_rejected,
@@ -294,12 +297,17 @@ pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> Strin
         (
             f.start,
             format!(
-                "{:>10.2} .. {:>10.2}  FAULT {}{}{}",
+                "{:>10.2} .. {:>10.2}  FAULT {}{}{}{}",
                 ms(f.start - t0),
                 ms(f.end - t0),
                 f.kind.name(),
                 f.worker.map(|w| format!(" of w{w}")).unwrap_or_default(),
-                if f.data_loss { " (data lost)" } else { "" }
+                if f.data_loss { " (data lost)" } else { "" },
+                if f.at_write {
+                    " (write on its way)"
+                } else {
+                    ""
+                }
             ),
         )
     }));

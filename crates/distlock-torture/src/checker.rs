@@ -62,6 +62,8 @@ struct State {
     sections: HashMap<SectionId, Section>,
     /// The open section of each worker slot, for the nemesis to aim at.
     open: HashMap<usize, SectionId>,
+    /// Open sections whose write is on its way.
+    writing: HashMap<usize, SectionId>,
 }
 
 /// The store and the section log, shared by the connection tasks and the driver.
@@ -164,6 +166,10 @@ impl Checker {
                     section.accepted = accepted;
                 }
             }
+            Request::Writing { id } => {
+                s.writing.insert(id.worker, id);
+                return None;
+            }
             Request::Lost { id, t } => {
                 if let Some(section) = s.sections.get_mut(&id) {
                     if section.end.is_none_or(|end| t <= end) {
@@ -193,6 +199,9 @@ impl Checker {
                 if s.open.get(&id.worker) == Some(&id) {
                     s.open.remove(&id.worker);
                 }
+                if s.writing.get(&id.worker) == Some(&id) {
+                    s.writing.remove(&id.worker);
+                }
             }
         }
         Some(Reply {
@@ -210,9 +219,15 @@ impl Checker {
         open.first().copied()
     }
 
+    /// The worker slot whose write is on its way, if one's is.
+    pub(crate) fn writer(&self) -> Option<usize> {
+        self.state().writing.keys().next().copied()
+    }
+
     /// Ends the open section of a worker that was killed at `t` (its own report never comes).
     pub(crate) fn killed(&self, worker: usize, t: u64) {
         let mut s = self.state();
+        s.writing.remove(&worker);
         if let Some(id) = s.open.remove(&worker) {
             if let Some(section) = s.sections.get_mut(&id) {
                 section.end.get_or_insert(t);

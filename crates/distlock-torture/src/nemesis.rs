@@ -55,6 +55,8 @@ pub(crate) struct Fault {
     pub(crate) worker: Option<usize>,
     pub(crate) start: u64,
     pub(crate) end: u64,
+    /// For a pause: whether it hit the worker after its last check, with its write on the way.
+    pub(crate) at_write: bool,
     /// For a server restart: whether the server came back without its data.
     pub(crate) data_loss: bool,
 }
@@ -105,10 +107,24 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
 }
 
 async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<Fault, String> {
-    // Aim at the holder when there is one: that is where faults bite.
+    // Half of the pauses wait for a holder whose write is on its way (past its last check),
+    // the case only fences can catch.
+    let mut at_write = false;
+    if kind == FaultKind::Pause && rand::rng().random_bool(0.5) {
+        let give_up = Instant::now() + lease * 2;
+        while Instant::now() < give_up && !at_write {
+            at_write = fleet.checker.writer().is_some();
+            if !at_write {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+    // Otherwise aim at the holder when there is one: that is where faults bite.
     let worker = fleet
         .checker
-        .holder()
+        .writer()
+        .filter(|_| at_write)
+        .or_else(|| fleet.checker.holder())
         .unwrap_or_else(|| rand::rng().random_range(0..fleet.workers()));
     let start = now_ns();
     let mut data_loss = false;
@@ -153,6 +169,7 @@ async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<
     }
     Ok(Fault {
         kind,
+        at_write,
         worker: target,
         start,
         end: now_ns(),

@@ -26,7 +26,8 @@ pub(crate) struct SectionId {
 }
 
 /// A worker's message to the checker store. Every request gets one [`Reply`] line, except
-/// [`Request::Lost`], which travels on a connection of its own and is never answered.
+/// [`Request::Writing`] and [`Request::Lost`], which travel on a connection of their own and
+/// are never answered.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Request {
@@ -41,6 +42,9 @@ pub(crate) enum Request {
         base: u64,
         ubase: u64,
     },
+    /// The last check passed and the write is on its way (sent on the lost-notice
+    /// connection, never answered): the moment a pause does most harm.
+    Writing { id: SectionId },
     /// The guard's `lost()` completed at `t`.
     Lost { id: SectionId, t: u64 },
     /// The section ended at `t`: the worker does nothing more under this guard.

@@ -167,7 +167,7 @@ async fn run(args: Args) -> io::Result<()> {
         let fence = guard.fence();
         checker.call(&Request::Acquired { id, fence, t }).await?;
         let lost = guard.lost();
-        let events = events.clone();
+        let lost_events = events.clone();
         let lost_at = Arc::new(AtomicU64::new(0));
         let watcher = tokio::spawn({
             let lost_at = lost_at.clone();
@@ -175,7 +175,7 @@ async fn run(args: Args) -> io::Result<()> {
                 lost.await;
                 let t = now_ns();
                 lost_at.store(t, Ordering::SeqCst);
-                let _ = send(&mut *events.lock().await, &Request::Lost { id, t }).await;
+                let _ = send(&mut *lost_events.lock().await, &Request::Lost { id, t }).await;
             }
         });
 
@@ -190,7 +190,8 @@ async fn run(args: Args) -> io::Result<()> {
         if wrote {
             // The write in flight: between the last check and the write reaching the store,
             // nothing can stop it (a pause here is what fences are for).
-            let in_flight = Duration::from_millis(rand::rng().random_range(0..=30));
+            let _ = send(&mut *events.lock().await, &Request::Writing { id }).await;
+            let in_flight = Duration::from_millis(rand::rng().random_range(10..=40));
             tokio::time::sleep(in_flight).await;
             checker
                 .call(&Request::Write {
