@@ -314,3 +314,111 @@ pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> Strin
     lines.sort_by_key(|(t, _)| *t);
     lines.into_iter().map(|(_, l)| l + "\n").collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::SectionId;
+
+    const MS: u64 = 1_000_000;
+    const LEASE: Duration = Duration::from_millis(1000);
+
+    fn section(worker: usize, fence: u64, start: u64, end: u64, lost: Option<u64>) -> Section {
+        Section {
+            id: SectionId {
+                worker,
+                life: 0,
+                seq: fence,
+            },
+            fence,
+            start: start * MS,
+            end: Some(end * MS),
+            lost: lost.map(|l| l * MS),
+            wrote: true,
+            accepted: true,
+            held_after_write: true,
+        }
+    }
+
+    fn report(sections: &[Section], faults: &[Fault]) -> BackendReport {
+        analyse(
+            "test",
+            &[FaultKind::Pause],
+            faults,
+            Vec::new(),
+            sections,
+            &Counters::default(),
+            LEASE,
+            0,
+            10_000 * MS,
+        )
+    }
+
+    fn pause(worker: usize, start: u64, end: u64) -> Fault {
+        Fault {
+            kind: FaultKind::Pause,
+            worker: Some(worker),
+            start: start * MS,
+            end: end * MS,
+            at_write: false,
+            data_loss: false,
+        }
+    }
+
+    #[test]
+    fn sections_at_once_while_neither_was_told_are_an_unannounced_overlap() {
+        let r = report(
+            &[section(0, 1, 100, 300, None), section(1, 2, 200, 400, None)],
+            &[],
+        );
+        assert_eq!(r.unannounced_overlaps, 1);
+        assert_eq!(
+            r.max_lost_notice_ms, 100,
+            "the holder ran on 100 ms past its successor"
+        );
+        assert_eq!(r.overlap_details[0].overlap_ms, 100.0);
+    }
+
+    #[test]
+    fn a_holder_told_before_its_successor_started_is_no_overlap() {
+        let r = report(
+            &[
+                section(0, 1, 100, 300, Some(150)),
+                section(1, 2, 200, 400, None),
+            ],
+            &[],
+        );
+        assert_eq!(r.unannounced_overlaps, 0);
+        assert_eq!(r.max_lost_notice_ms, 0);
+    }
+
+    #[test]
+    fn overlaps_of_a_paused_worker_are_counted_apart() {
+        let r = report(
+            &[
+                section(0, 1, 100, 3000, None),
+                section(1, 2, 1500, 1600, None),
+            ],
+            &[pause(0, 150, 2900)],
+        );
+        assert_eq!(r.unannounced_overlaps, 0);
+        assert_eq!(r.overlaps_with_paused, 1);
+        assert_eq!(r.faults["pause"], 1);
+    }
+
+    #[test]
+    fn a_later_holder_with_a_lower_fence_is_a_fence_regression() {
+        let r = report(
+            &[section(0, 5, 100, 200, None), section(1, 3, 300, 400, None)],
+            &[],
+        );
+        assert_eq!(r.fence_regressions, 1);
+        assert!(r.problems().iter().any(|p| p.contains("fence regression")));
+    }
+
+    #[test]
+    fn a_supported_fault_never_injected_fails_the_run() {
+        let r = report(&[section(0, 1, 100, 200, None)], &[]);
+        assert_eq!(r.problems(), vec!["fault pause never injected".to_owned()]);
+    }
+}
