@@ -301,9 +301,42 @@ impl MariaDbServer {
             server: self.clone(),
         })
     }
+
+    /// Stops a throwaway server at once (`SIGKILL`): a crash as clients see it. The data stays;
+    /// [`start_again`](Self::start_again) brings it back on the same port.
+    ///
+    /// # Panics
+    /// On the machine's server, which tests must never stop.
+    pub fn stop(&self) {
+        let Mode::Owned(o) = &self.mode else {
+            panic!("refusing to stop the machine's MariaDB server");
+        };
+        o.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    }
+
+    /// Starts a stopped throwaway server again on its port, with its data, and waits until it
+    /// accepts connections.
+    ///
+    /// # Panics
+    /// On the machine's server.
+    pub fn start_again(&self) -> io::Result<()> {
+        let Mode::Owned(o) = &self.mode else {
+            panic!("refusing to restart the machine's MariaDB server");
+        };
+        let mut o = o.lock().unwrap_or_else(|e| e.into_inner());
+        o.kill();
+        o.launch()
+    }
 }
 
 impl Owned {
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     fn launch(&mut self) -> io::Result<()> {
         let log_path = self.dir.path().join("mariadb.log");
         let log = OpenOptions::new()
@@ -387,10 +420,7 @@ impl Owned {
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill();
     }
 }
 

@@ -1,0 +1,424 @@
+//! From the sections the workers reported, the faults the nemesis injected and the checker's
+//! counters to the numbers of the report. The definitions are those of docs/SAFETY.md.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::checker::{Counters, Section};
+use crate::nemesis::{Fault, FaultKind};
+
+/// The report of one backend.
+#[derive(Debug, Serialize)]
+pub(crate) struct BackendReport {
+    pub(crate) backend: String,
+    pub(crate) lease_ms: u64,
+    pub(crate) run_ms: u64,
+    /// Critical sections entered (successful `lock()` calls).
+    pub(crate) acquisitions: usize,
+    /// Injected faults per kind; every kind the backend supports is listed, also with 0.
+    pub(crate) faults: BTreeMap<&'static str, usize>,
+    /// Pauses that hit a holder after its last check, with its write on the way.
+    pub(crate) pauses_at_write: usize,
+    /// Faults the nemesis tried but could not inject, with the reason.
+    pub(crate) fault_errors: Vec<String>,
+    pub(crate) stale_writes_accepted: u64,
+    pub(crate) stale_writes_rejected: u64,
+    pub(crate) unannounced_overlaps: usize,
+    pub(crate) max_lost_notice_ms: u64,
+    /// Overlaps in which one of the two sections spans a `SIGSTOP` of its worker (allowed:
+    /// fences cover them).
+    pub(crate) overlaps_with_paused: usize,
+    /// Acquisitions whose fence was not above that of a section that had ended before.
+    pub(crate) fence_regressions: usize,
+    /// Accepted writes of the fenced register whose base was not its current value.
+    pub(crate) lost_updates: u64,
+    /// The same for the register that ignores fences: what fencing saved.
+    pub(crate) unfenced_lost_updates: u64,
+    pub(crate) writes: u64,
+    pub(crate) writes_accepted: u64,
+    /// Sections in which `lost()` completed.
+    pub(crate) lost_notices: usize,
+    /// Sections that did not write because the lock was reported lost first.
+    pub(crate) writes_skipped_after_loss: usize,
+    /// Sections whose guard was no longer held right after the write returned.
+    pub(crate) writes_not_held_after: usize,
+    /// The longest time in which no worker was in a critical section (faults make the lock
+    /// unavailable for a lease or so; much longer means waiters are stuck).
+    pub(crate) longest_gap_ms: u64,
+    /// The first overlaps in detail, times in ms since the workers started.
+    pub(crate) overlap_details: Vec<OverlapDetail>,
+}
+
+/// One unannounced overlap, for the report.
+#[derive(Debug, Serialize)]
+pub(crate) struct OverlapDetail {
+    pub(crate) a: String,
+    pub(crate) b: String,
+    pub(crate) a_ms: [f64; 2],
+    pub(crate) b_ms: [f64; 2],
+    pub(crate) overlap_ms: f64,
+    pub(crate) fences: [u64; 2],
+    /// Whether each section's write was accepted by the fenced register.
+    pub(crate) accepted: [bool; 2],
+    /// Faults in force from one lease before the earlier section started to its end.
+    pub(crate) faults: Vec<String>,
+}
+
+impl BackendReport {
+    /// What makes the run fail, in words; empty when it passed.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.acquisitions == 0 {
+            p.push("no acquisitions".to_owned());
+        }
+        if self.stale_writes_accepted > 0 {
+            p.push(format!(
+                "{} stale writes accepted",
+                self.stale_writes_accepted
+            ));
+        }
+        if self.unannounced_overlaps > 0 {
+            p.push(format!(
+                "{} unannounced overlaps",
+                self.unannounced_overlaps
+            ));
+        }
+        if self.fence_regressions > 0 {
+            p.push(format!("{} fence regressions", self.fence_regressions));
+        }
+        if self.lost_updates > 0 {
+            p.push(format!("{} lost updates under fencing", self.lost_updates));
+        }
+        for (kind, n) in &self.faults {
+            if *n == 0 {
+                p.push(format!("fault {kind} never injected"));
+            }
+        }
+        p
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e4).round() / 100.0
+}
+
+fn label(s: &Section) -> String {
+    format!("w{}.{}#{}", s.id.worker, s.id.life, s.id.seq)
+}
+
+/// Builds the report of one backend.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn analyse(
+    backend: &str,
+    kinds: &[FaultKind],
+    faults: &[Fault],
+    fault_errors: Vec<String>,
+    sections: &[Section],
+    counters: &Counters,
+    lease: Duration,
+    t0: u64,
+    t_end: u64,
+) -> BackendReport {
+    let end_of = |s: &Section| s.end.unwrap_or(s.start);
+    // A section is paused when a SIGSTOP of its worker slot overlaps it.
+    let paused = |s: &Section| {
+        faults.iter().any(|f| {
+            f.kind == FaultKind::Pause
+                && f.worker == Some(s.id.worker)
+                && f.start <= end_of(s)
+                && s.start <= f.end
+        })
+    };
+    // Until when a section ran without its worker having been told the lock was lost.
+    let unannounced_until = |s: &Section| s.lost.map_or(end_of(s), |l| l.min(end_of(s)));
+
+    let mut overlaps = 0;
+    let mut with_paused = 0;
+    let mut details = Vec::new();
+    for (i, a) in sections.iter().enumerate() {
+        for b in &sections[i + 1..] {
+            if b.start > end_of(a) {
+                break;
+            }
+            if a.id.worker == b.id.worker && a.id.life == b.id.life {
+                continue;
+            }
+            let from = a.start.max(b.start);
+            let to = unannounced_until(a).min(unannounced_until(b));
+            if from >= to {
+                continue;
+            }
+            if paused(a) || paused(b) {
+                with_paused += 1;
+                continue;
+            }
+            overlaps += 1;
+            if details.len() < 20 {
+                let window_start = a.start.saturating_sub(lease.as_nanos() as u64);
+                let window_end = end_of(a).max(end_of(b));
+                let active = faults
+                    .iter()
+                    .filter(|f| f.start <= window_end && window_start <= f.end)
+                    .map(|f| {
+                        format!(
+                            "{}{} at {}..{} ms",
+                            f.kind.name(),
+                            f.worker.map(|w| format!(" of w{w}")).unwrap_or_default(),
+                            ms(f.start - t0),
+                            ms(f.end - t0)
+                        )
+                    })
+                    .collect();
+                details.push(OverlapDetail {
+                    a: label(a),
+                    b: label(b),
+                    a_ms: [ms(a.start - t0), ms(end_of(a) - t0)],
+                    b_ms: [ms(b.start - t0), ms(end_of(b) - t0)],
+                    overlap_ms: ms(to - from),
+                    fences: [a.fence, b.fence],
+                    accepted: [a.accepted, b.accepted],
+                    faults: active,
+                });
+            }
+        }
+    }
+
+    // Lost-notice delay: from the moment a section's lock demonstrably stopped being its own
+    // (another worker acquired it, or the server came back without the data) to the moment
+    // the holder was told (or, if never told, the end of its section).
+    let mut max_notice = 0u64;
+    for a in sections.iter().filter(|s| !paused(s)) {
+        let later = sections.partition_point(|b| b.start <= a.start);
+        let successor = sections[later..]
+            .iter()
+            .take_while(|b| b.start < end_of(a))
+            .find(|b| b.id.worker != a.id.worker || b.id.life != a.id.life)
+            .map(|b| b.start);
+        let loss = faults
+            .iter()
+            .filter(|f| f.data_loss && a.start < f.start && f.start < end_of(a))
+            .map(|f| f.start);
+        if let Some(invalid_at) = successor.into_iter().chain(loss).min() {
+            let told = a.lost.unwrap_or(end_of(a));
+            max_notice = max_notice.max(told.saturating_sub(invalid_at));
+        }
+    }
+
+    // Fences must increase across holders: a section that started after another had ended
+    // must carry a higher fence.
+    let mut by_end: Vec<(u64, u64)> = sections.iter().map(|s| (end_of(s), s.fence)).collect();
+    by_end.sort_unstable();
+    let highest_by_end: Vec<u64> = by_end
+        .iter()
+        .scan(0, |max, (_, f)| {
+            *max = (*max).max(*f);
+            Some(*max)
+        })
+        .collect();
+    let mut regressions = 0;
+    for s in sections {
+        let before = by_end.partition_point(|(end, _)| *end < s.start);
+        if before > 0 && highest_by_end[before - 1] >= s.fence {
+            regressions += 1;
+        }
+    }
+
+    let mut fault_counts: BTreeMap<&'static str, usize> =
+        kinds.iter().map(|k| (k.name(), 0)).collect();
+    for f in faults {
+        *fault_counts.entry(f.kind.name()).or_default() += 1;
+    }
+    // Liveness: the longest stretch in which no worker was in a section.
+    let mut longest_gap = 0u64;
+    let mut covered_to = t0;
+    for s in sections {
+        longest_gap = longest_gap.max(s.start.saturating_sub(covered_to));
+        covered_to = covered_to.max(end_of(s));
+    }
+    longest_gap = longest_gap.max(t_end.saturating_sub(covered_to));
+    BackendReport {
+        backend: backend.to_owned(),
+        lease_ms: lease.as_millis() as u64,
+        run_ms: t_end.saturating_sub(t0) / 1_000_000,
+        longest_gap_ms: longest_gap / 1_000_000,
+        acquisitions: sections.len(),
+        faults: fault_counts,
+        pauses_at_write: faults.iter().filter(|f| f.at_write).count(),
+        fault_errors,
+        stale_writes_accepted: counters.stale_writes_accepted,
+        stale_writes_rejected: counters.stale_writes_rejected,
+        unannounced_overlaps: overlaps,
+        max_lost_notice_ms: max_notice / 1_000_000,
+        overlaps_with_paused: with_paused,
+        fence_regressions: regressions,
+        lost_updates: counters.lost_updates,
+        unfenced_lost_updates: counters.unfenced_lost_updates,
+        writes: counters.writes,
+        writes_accepted: counters.writes_accepted,
+        lost_notices: sections.iter().filter(|s| s.lost.is_some()).count(),
+        writes_skipped_after_loss: sections
+            .iter()
+            .filter(|s| !s.wrote && s.lost.is_some())
+            .count(),
+        writes_not_held_after: sections
+            .iter()
+            .filter(|s| s.wrote && !s.held_after_write)
+            .count(),
+        overlap_details: details,
+    }
+}
+
+/// The run as text, one line per section and fault in order of time (ms since the workers
+/// started), for reading a failure.
+pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> String {
+    let mut lines: Vec<(u64, String)> = sections
+        .iter()
+        .map(|s| {
+            let end = s.end.unwrap_or(s.start);
+            (
+                s.start,
+                format!(
+                    "{:>10.2} .. {:>10.2}  {:<12} fence {:<22} lost {:<10} wrote {} accepted {} held_after {}",
+                    ms(s.start - t0),
+                    ms(end - t0),
+                    label(s),
+                    s.fence,
+                    s.lost.map_or("-".to_owned(), |l| format!("{:.2}", ms(l - t0))),
+                    s.wrote,
+                    s.accepted,
+                    s.held_after_write
+                ),
+            )
+        })
+        .collect();
+    lines.extend(faults.iter().map(|f| {
+        (
+            f.start,
+            format!(
+                "{:>10.2} .. {:>10.2}  FAULT {}{}{}{}",
+                ms(f.start - t0),
+                ms(f.end - t0),
+                f.kind.name(),
+                f.worker.map(|w| format!(" of w{w}")).unwrap_or_default(),
+                if f.data_loss { " (data lost)" } else { "" },
+                if f.at_write {
+                    " (write on its way)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    }));
+    lines.sort_by_key(|(t, _)| *t);
+    lines.into_iter().map(|(_, l)| l + "\n").collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::SectionId;
+
+    const MS: u64 = 1_000_000;
+    const LEASE: Duration = Duration::from_millis(1000);
+
+    fn section(worker: usize, fence: u64, start: u64, end: u64, lost: Option<u64>) -> Section {
+        Section {
+            id: SectionId {
+                worker,
+                life: 0,
+                seq: fence,
+            },
+            fence,
+            start: start * MS,
+            end: Some(end * MS),
+            lost: lost.map(|l| l * MS),
+            wrote: true,
+            accepted: true,
+            held_after_write: true,
+        }
+    }
+
+    fn report(sections: &[Section], faults: &[Fault]) -> BackendReport {
+        analyse(
+            "test",
+            &[FaultKind::Pause],
+            faults,
+            Vec::new(),
+            sections,
+            &Counters::default(),
+            LEASE,
+            0,
+            10_000 * MS,
+        )
+    }
+
+    fn pause(worker: usize, start: u64, end: u64) -> Fault {
+        Fault {
+            kind: FaultKind::Pause,
+            worker: Some(worker),
+            start: start * MS,
+            end: end * MS,
+            at_write: false,
+            data_loss: false,
+        }
+    }
+
+    #[test]
+    fn sections_at_once_while_neither_was_told_are_an_unannounced_overlap() {
+        let r = report(
+            &[section(0, 1, 100, 300, None), section(1, 2, 200, 400, None)],
+            &[],
+        );
+        assert_eq!(r.unannounced_overlaps, 1);
+        assert_eq!(
+            r.max_lost_notice_ms, 100,
+            "the holder ran on 100 ms past its successor"
+        );
+        assert_eq!(r.overlap_details[0].overlap_ms, 100.0);
+    }
+
+    #[test]
+    fn a_holder_told_before_its_successor_started_is_no_overlap() {
+        let r = report(
+            &[
+                section(0, 1, 100, 300, Some(150)),
+                section(1, 2, 200, 400, None),
+            ],
+            &[],
+        );
+        assert_eq!(r.unannounced_overlaps, 0);
+        assert_eq!(r.max_lost_notice_ms, 0);
+    }
+
+    #[test]
+    fn overlaps_of_a_paused_worker_are_counted_apart() {
+        let r = report(
+            &[
+                section(0, 1, 100, 3000, None),
+                section(1, 2, 1500, 1600, None),
+            ],
+            &[pause(0, 150, 2900)],
+        );
+        assert_eq!(r.unannounced_overlaps, 0);
+        assert_eq!(r.overlaps_with_paused, 1);
+        assert_eq!(r.faults["pause"], 1);
+    }
+
+    #[test]
+    fn a_later_holder_with_a_lower_fence_is_a_fence_regression() {
+        let r = report(
+            &[section(0, 5, 100, 200, None), section(1, 3, 300, 400, None)],
+            &[],
+        );
+        assert_eq!(r.fence_regressions, 1);
+        assert!(r.problems().iter().any(|p| p.contains("fence regression")));
+    }
+
+    #[test]
+    fn a_supported_fault_never_injected_fails_the_run() {
+        let r = report(&[section(0, 1, 100, 200, None)], &[]);
+        assert_eq!(r.problems(), vec!["fault pause never injected".to_owned()]);
+    }
+}

@@ -1,0 +1,144 @@
+//! The distlock torture harness (DESIGN §6 "Torture"; docs/SAFETY.md).
+//!
+//! `distlock-torture [driver] [--backends LIST] [--duration DUR] [--report FILE] [--quick]
+//! [--workers N] [--lease DUR] [--logs DIR]` runs the driver; `distlock-torture worker ...` is
+//! the worker process the driver spawns.
+
+mod analysis;
+mod checker;
+mod driver;
+mod nemesis;
+mod proto;
+mod servers;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Per-backend nemesis time of `--quick`: with server start-up and the final lease, all six
+/// backends fit in three minutes on two CPUs.
+const QUICK_DURATION: Duration = Duration::from_secs(17);
+const DEFAULT_DURATION: Duration = Duration::from_secs(60);
+const DEFAULT_LEASE: Duration = Duration::from_millis(1500);
+
+const USAGE: &str = "usage: distlock-torture [--backends LIST] [--duration DUR] [--report FILE] \
+[--quick] [--workers N] [--lease DUR] [--logs DIR]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("worker") => worker::main(&args[1..]),
+        Some("driver") => driver_main(&args[1..]),
+        _ => driver_main(&args),
+    }
+}
+
+fn driver_main(args: &[String]) -> ExitCode {
+    match parse(args) {
+        Ok(opts) => driver::main(opts),
+        Err(e) => {
+            eprintln!("distlock-torture: {e}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Result<driver::Options, String> {
+    let mut backends: Vec<String> = servers::ALL.iter().map(|s| (*s).to_owned()).collect();
+    let mut duration = None;
+    let mut report = None;
+    let mut quick = false;
+    let mut workers = 4;
+    let mut lease = DEFAULT_LEASE;
+    let mut logs = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{arg} needs a value"))
+        };
+        match arg.as_str() {
+            "--backends" => {
+                backends = value()?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| match s {
+                        "zk" => "zookeeper".to_owned(),
+                        "mariadb" => "mysql".to_owned(),
+                        other => other.to_owned(),
+                    })
+                    .collect();
+                if let Some(bad) = backends
+                    .iter()
+                    .find(|b| !servers::ALL.contains(&b.as_str()))
+                {
+                    return Err(format!(
+                        "unknown backend {bad:?} (known: {})",
+                        servers::ALL.join(",")
+                    ));
+                }
+            }
+            "--duration" => duration = Some(parse_duration(&value()?)?),
+            "--report" => report = Some(PathBuf::from(value()?)),
+            "--quick" => quick = true,
+            "--workers" => {
+                workers = value()?
+                    .parse()
+                    .map_err(|_| "--workers needs a number".to_owned())?;
+                if workers < 2 {
+                    return Err("--workers must be at least 2".into());
+                }
+            }
+            "--lease" => lease = parse_duration(&value()?)?,
+            "--logs" => logs = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let logs = logs.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("distlock-torture-logs-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    Ok(driver::Options {
+        backends,
+        duration: duration.unwrap_or(if quick {
+            QUICK_DURATION
+        } else {
+            DEFAULT_DURATION
+        }),
+        report,
+        quick,
+        workers,
+        lease,
+        logs,
+    })
+}
+
+/// `500ms`, `30s`, `2m`, `1h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("bad duration {s:?} (write 500ms, 30s, 2m)");
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(bad()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_written_like_the_cli_s() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+}

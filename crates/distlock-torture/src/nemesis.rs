@@ -1,0 +1,178 @@
+//! The nemesis: injects one fault at a time, at random, for the whole run, and records when
+//! each was in force.
+//!
+//! In quick mode every fault kind the backend supports comes first, once each in random
+//! order, so that none is left out of a short run; after that kinds are drawn at random.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::Rng;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::driver::Fleet;
+use crate::proto::now_ns;
+
+/// The faults the harness injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum FaultKind {
+    /// `SIGSTOP` of the holder for longer than the lease, then `SIGCONT`.
+    Pause,
+    /// `SIGKILL` of the holder; a new worker process takes its place.
+    Kill,
+    /// The holder's connections to the backend stop carrying bytes (held, not dropped) for
+    /// longer than the lease, then carry on.
+    Stall,
+    /// The holder's connections to the backend are reset, and new ones refused, for a while.
+    Cut,
+    /// The server is killed (`SIGKILL`) and started again; Redis comes back empty.
+    ServerRestart,
+    /// The leader of the 3-node ensemble is killed and started again.
+    LeaderKill,
+}
+
+impl FaultKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            FaultKind::Pause => "pause",
+            FaultKind::Kill => "kill",
+            FaultKind::Stall => "stall",
+            FaultKind::Cut => "cut",
+            FaultKind::ServerRestart => "server_restart",
+            FaultKind::LeaderKill => "leader_kill",
+        }
+    }
+}
+
+/// One injected fault: `[start, end]` is when it was in force (`CLOCK_MONOTONIC` ns).
+#[derive(Debug, Clone)]
+pub(crate) struct Fault {
+    pub(crate) kind: FaultKind,
+    /// The worker slot it hit, for faults aimed at one worker.
+    pub(crate) worker: Option<usize>,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// For a pause: whether it hit the worker after its last check, with its write on the way.
+    pub(crate) at_write: bool,
+    /// For a server restart: whether the server came back without its data.
+    pub(crate) data_loss: bool,
+}
+
+/// Runs faults until `until`; returns what was injected and the errors of faults that could
+/// not be injected.
+pub(crate) async fn run(
+    fleet: Arc<Fleet>,
+    kinds: Vec<FaultKind>,
+    lease: Duration,
+    until: Instant,
+    each_first: bool,
+) -> (Vec<Fault>, Vec<String>) {
+    let mut faults = Vec::new();
+    let mut errors = Vec::new();
+    let mut queue: Vec<FaultKind> = Vec::new();
+    if each_first {
+        queue = kinds.clone();
+        queue.shuffle(&mut rand::rng());
+    }
+    let rng_gap = || Duration::from_millis(rand::rng().random_range(200..=800));
+    loop {
+        tokio::time::sleep(rng_gap()).await;
+        if Instant::now() >= until {
+            break;
+        }
+        let kind = match queue.pop() {
+            Some(k) => k,
+            None => *kinds.choose(&mut rand::rng()).expect("at least one kind"),
+        };
+        match inject(&fleet, kind, lease).await {
+            Ok(fault) => faults.push(fault),
+            Err(e) => errors.push(format!("{}: {e}", kind.name())),
+        }
+    }
+    (faults, errors)
+}
+
+/// How long a worker-level fault lasts: longer than the lease for pauses and stalls (so the
+/// lease runs out under them), anything from half to one and a half leases for cuts.
+fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
+    let mut rng = rand::rng();
+    match kind {
+        FaultKind::Pause | FaultKind::Stall => lease.mul_f64(rng.random_range(1.3..=2.0)),
+        FaultKind::Cut => lease.mul_f64(rng.random_range(0.5..=1.5)),
+        _ => Duration::ZERO,
+    }
+}
+
+async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<Fault, String> {
+    // Half of the pauses wait for a holder whose write is on its way (past its last check),
+    // the case only fences can catch.
+    let mut at_write = false;
+    if kind == FaultKind::Pause && rand::rng().random_bool(0.5) {
+        let give_up = Instant::now() + lease * 2;
+        while Instant::now() < give_up && !at_write {
+            at_write = fleet.checker.writer().is_some();
+            if !at_write {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+    // Otherwise aim at the holder when there is one: that is where faults bite.
+    let worker = fleet
+        .checker
+        .writer()
+        .filter(|_| at_write)
+        .or_else(|| fleet.checker.holder())
+        .unwrap_or_else(|| rand::rng().random_range(0..fleet.workers()));
+    let start = now_ns();
+    let mut data_loss = false;
+    let mut target = Some(worker);
+    match kind {
+        FaultKind::Pause => {
+            fleet.signal(worker, libc::SIGSTOP)?;
+            tokio::time::sleep(hold_for(kind, lease)).await;
+            fleet.signal(worker, libc::SIGCONT)?;
+        }
+        FaultKind::Kill => {
+            fleet.kill_and_respawn(worker)?;
+        }
+        FaultKind::Stall => {
+            let proxies = fleet.proxies(worker);
+            proxies.iter().for_each(|p| p.pause());
+            tokio::time::sleep(hold_for(kind, lease)).await;
+            proxies.iter().for_each(|p| p.resume());
+        }
+        FaultKind::Cut => {
+            let proxies = fleet.proxies(worker);
+            proxies.iter().for_each(|p| p.cut());
+            tokio::time::sleep(hold_for(kind, lease)).await;
+            proxies.iter().for_each(|p| p.restore());
+        }
+        FaultKind::ServerRestart => {
+            target = None;
+            let servers = fleet.servers.clone();
+            data_loss = tokio::task::spawn_blocking(move || servers.restart_server())
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        FaultKind::LeaderKill => {
+            target = None;
+            let servers = fleet.servers.clone();
+            tokio::task::spawn_blocking(move || servers.kill_leader())
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(Fault {
+        kind,
+        at_write,
+        worker: target,
+        start,
+        end: now_ns(),
+        data_loss,
+    })
+}

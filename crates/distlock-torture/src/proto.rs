@@ -1,0 +1,68 @@
+//! What workers and the driver say to each other: one JSON object per line over loopback TCP,
+//! and the one clock every process on the machine shares.
+
+use serde::{Deserialize, Serialize};
+
+/// `CLOCK_MONOTONIC` in nanoseconds. The kernel keeps one such clock for the whole machine, so
+/// the times workers record are comparable with each other and with the driver's.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// One critical section of one worker process: `worker` is the slot (0..workers), `life` counts
+/// the processes that slot has had (a killed worker is respawned with the next number), `seq`
+/// counts the sections of that process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) struct SectionId {
+    pub(crate) worker: usize,
+    pub(crate) life: u32,
+    pub(crate) seq: u64,
+}
+
+/// A worker's message to the checker store. Every request gets one [`Reply`] line, except
+/// [`Request::Writing`] and [`Request::Lost`], which travel on a connection of their own and
+/// are never answered.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(crate) enum Request {
+    /// `lock()` returned a guard with this fence at time `t`.
+    Acquired { id: SectionId, fence: u64, t: u64 },
+    /// Read both registers; the fenced one remembers `fence` as seen.
+    Read { id: SectionId, fence: u64 },
+    /// Write `base + 1` to the fenced register with `fence`, and `ubase + 1` to the unfenced one.
+    Write {
+        id: SectionId,
+        fence: u64,
+        base: u64,
+        ubase: u64,
+    },
+    /// The last check passed and the write is on its way (sent on the lost-notice
+    /// connection, never answered): the moment a pause does most harm.
+    Writing { id: SectionId },
+    /// The guard's `lost()` completed at `t`.
+    Lost { id: SectionId, t: u64 },
+    /// The section ended at `t`: the worker does nothing more under this guard.
+    End {
+        id: SectionId,
+        t: u64,
+        /// When `lost()` completed, if it had by `t` (also sent as [`Request::Lost`]).
+        lost: Option<u64>,
+        wrote: bool,
+        held_after_write: bool,
+    },
+}
+
+/// The checker's answer: the registers' values after the request, and for a write whether the
+/// fenced register accepted it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Reply {
+    pub(crate) value: u64,
+    pub(crate) uvalue: u64,
+    pub(crate) accepted: bool,
+}

@@ -1,0 +1,212 @@
+//! The servers of each backend under test, all started by `distlock::testkit`, and the faults
+//! each one can suffer as a whole (restart, leader loss).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::testkit::etcd::EtcdCluster;
+use distlock::testkit::mysql::{self, MariaDbServer};
+use distlock::testkit::postgres::{self, PostgresServer};
+use distlock::testkit::redis::RedisServer;
+use distlock::testkit::zookeeper::ZooKeeperEnsemble;
+
+use crate::nemesis::FaultKind;
+
+/// The backends the harness knows, in the order it runs them.
+pub(crate) const ALL: &[&str] = &["sqlite", "redis", "postgres", "mysql", "zookeeper", "etcd"];
+
+/// How long a member stays down before it is started again.
+const DOWN: Duration = Duration::from_millis(500);
+
+/// The running servers of one backend.
+pub(crate) enum Servers {
+    Sqlite {
+        dir: PathGuard,
+    },
+    Redis(Mutex<RedisServer>),
+    Postgres {
+        db: postgres::TestDatabase,
+        server: Arc<PostgresServer>,
+    },
+    Mysql {
+        db: mysql::TestDatabase,
+        server: Arc<MariaDbServer>,
+    },
+    ZooKeeper(ZooKeeperEnsemble),
+    Etcd(EtcdCluster),
+}
+
+/// A directory removed on drop.
+pub(crate) struct PathGuard(std::path::PathBuf);
+
+impl Drop for PathGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Servers {
+    /// Starts the servers of `backend` (blocking; seconds for the ensembles and SQL servers).
+    /// The SQL servers are throwaway ones of this process, never the machine's, because the
+    /// nemesis kills them.
+    pub(crate) fn start(backend: &str) -> io::Result<Servers> {
+        Ok(match backend {
+            "sqlite" => {
+                let dir = std::env::temp_dir().join(format!(
+                    "distlock-torture-{}-{:08x}",
+                    std::process::id(),
+                    rand::random::<u32>()
+                ));
+                std::fs::create_dir_all(&dir)?;
+                Servers::Sqlite {
+                    dir: PathGuard(dir),
+                }
+            }
+            "redis" => Servers::Redis(Mutex::new(RedisServer::start()?)),
+            "postgres" => {
+                let server = Arc::new(PostgresServer::start()?);
+                let db = server.fresh_database()?;
+                Servers::Postgres { db, server }
+            }
+            "mysql" => {
+                let server = Arc::new(MariaDbServer::start()?);
+                let db = server.fresh_database()?;
+                Servers::Mysql { db, server }
+            }
+            "zookeeper" => Servers::ZooKeeper(ZooKeeperEnsemble::start(3)?),
+            "etcd" => Servers::Etcd(EtcdCluster::start(3)?),
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("unknown backend {other:?} (known: {})", ALL.join(", ")),
+                ))
+            }
+        })
+    }
+
+    /// The addresses a worker connects to: one fault proxy is put in front of each.
+    pub(crate) fn targets(&self) -> Vec<SocketAddr> {
+        match self {
+            Servers::Sqlite { .. } => Vec::new(),
+            Servers::Redis(r) => vec![r.lock().unwrap_or_else(|e| e.into_inner()).addr()],
+            Servers::Postgres { db, .. } => vec![url_addr(db.url())],
+            Servers::Mysql { db, .. } => vec![url_addr(db.url())],
+            Servers::ZooKeeper(zk) => (0..zk.len()).map(|i| zk.addr(i)).collect(),
+            Servers::Etcd(etcd) => etcd
+                .endpoints()
+                .iter()
+                .map(|e| url_addr(&e.replace("http://", "tcp://")))
+                .collect(),
+        }
+    }
+
+    /// The backend URL of a worker whose proxies listen on `proxies` (one per target).
+    pub(crate) fn worker_url(&self, proxies: &[SocketAddr], lease: Duration) -> String {
+        let hosts = || {
+            proxies
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self {
+            Servers::Sqlite { dir } => format!("sqlite://{}/locks.db", dir.0.display()),
+            Servers::Redis(_) => format!("redis://{}", proxies[0]),
+            Servers::Postgres { db, .. } => with_addr(db.url(), proxies[0]),
+            Servers::Mysql { db, .. } => with_addr(db.url(), proxies[0]),
+            // The session is sized to the lease, as the backend's docs ask ("keep the lease at
+            // most the session timeout"), so that a killed holder frees the lock after a lease.
+            Servers::ZooKeeper(_) => format!(
+                "zk://{}/torture?session_timeout={}ms",
+                hosts(),
+                lease.as_millis()
+            ),
+            Servers::Etcd(_) => format!("etcd://{}", hosts()),
+        }
+    }
+
+    /// The faults this backend can suffer.
+    pub(crate) fn faults(&self) -> Vec<FaultKind> {
+        let mut kinds = vec![FaultKind::Pause, FaultKind::Kill];
+        match self {
+            Servers::Sqlite { .. } => {}
+            Servers::Redis(_) | Servers::Postgres { .. } | Servers::Mysql { .. } => {
+                kinds.extend([FaultKind::Stall, FaultKind::Cut, FaultKind::ServerRestart])
+            }
+            Servers::ZooKeeper(_) | Servers::Etcd(_) => {
+                kinds.extend([FaultKind::Stall, FaultKind::Cut, FaultKind::LeaderKill])
+            }
+        }
+        kinds
+    }
+
+    /// Kills the server (`SIGKILL`) and starts it again after a moment. Returns whether the
+    /// restart lost the data (Redis runs without persistence; the SQL servers keep theirs).
+    pub(crate) fn restart_server(&self) -> io::Result<bool> {
+        match self {
+            Servers::Redis(r) => {
+                let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
+                r.kill();
+                std::thread::sleep(DOWN);
+                r.restart()?;
+                Ok(true)
+            }
+            Servers::Postgres { server, .. } => {
+                server.stop();
+                std::thread::sleep(DOWN);
+                server.start_again()?;
+                Ok(false)
+            }
+            Servers::Mysql { server, .. } => {
+                server.stop();
+                std::thread::sleep(DOWN);
+                server.start_again()?;
+                Ok(false)
+            }
+            _ => Err(io::Error::other(
+                "this backend has no single server to restart",
+            )),
+        }
+    }
+
+    /// Kills the leader of the ensemble and starts it again after a moment; returns its index.
+    pub(crate) fn kill_leader(&self) -> io::Result<usize> {
+        match self {
+            Servers::ZooKeeper(zk) => {
+                let leader = zk.leader()?;
+                zk.kill(leader);
+                std::thread::sleep(DOWN);
+                zk.restart(leader)?;
+                Ok(leader)
+            }
+            Servers::Etcd(etcd) => {
+                let leader = etcd.leader()?;
+                etcd.kill(leader);
+                std::thread::sleep(DOWN);
+                etcd.restart(leader)?;
+                Ok(leader)
+            }
+            _ => Err(io::Error::other("this backend has no leader")),
+        }
+    }
+}
+
+/// `host:port` of a URL.
+fn url_addr(url: &str) -> SocketAddr {
+    let parsed = url::Url::parse(url).expect("the testkit gives valid URLs");
+    let host = parsed.host_str().unwrap_or("127.0.0.1");
+    let port = parsed.port().unwrap_or(0);
+    format!("{host}:{port}")
+        .parse()
+        .expect("the testkit's servers listen on loopback addresses")
+}
+
+/// `url` with its host and port replaced by `addr`.
+fn with_addr(url: &str, addr: SocketAddr) -> String {
+    let mut parsed = url::Url::parse(url).expect("the testkit gives valid URLs");
+    let _ = parsed.set_ip_host(addr.ip());
+    let _ = parsed.set_port(Some(addr.port()));
+    parsed.to_string()
+}

@@ -1,0 +1,224 @@
+//! The worker process: takes the lock over and over and does a fenced read-modify-write on the
+//! checker store under it, reporting every step with its time.
+//!
+//! It uses the lock as the docs tell users to: it stops (does not write) once `lost()` has
+//! completed or `is_held()` is false, and passes the guard's fence with every read and write.
+
+use std::io;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockRegistry, RegistryOptions};
+use rand::Rng;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+use crate::proto::{now_ns, Reply, Request, SectionId};
+
+/// What the driver tells a worker on its command line.
+struct Args {
+    worker: usize,
+    life: u32,
+    url: String,
+    checker: String,
+    lease: Duration,
+    key: String,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let get = |name: &str| -> Result<String, String> {
+        let i = args
+            .iter()
+            .position(|a| a == name)
+            .ok_or(format!("missing {name}"))?;
+        args.get(i + 1)
+            .cloned()
+            .ok_or(format!("{name} needs a value"))
+    };
+    let num = |s: String| s.parse::<u64>().map_err(|e| e.to_string());
+    Ok(Args {
+        worker: num(get("--worker")?)? as usize,
+        life: num(get("--life")?)? as u32,
+        url: get("--url")?,
+        checker: get("--checker")?,
+        lease: Duration::from_millis(num(get("--lease-ms")?)?),
+        key: get("--key")?,
+    })
+}
+
+/// Entry point of `distlock-torture worker ...`.
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let args = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("distlock-torture worker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("distlock-torture worker: no runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("distlock-torture worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The request-reply connection to the checker.
+struct Checker {
+    lines: Lines<BufReader<OwnedReadHalf>>,
+    write: OwnedWriteHalf,
+}
+
+impl Checker {
+    async fn call(&mut self, request: &Request) -> io::Result<Reply> {
+        send(&mut self.write, request).await?;
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or_else(|| io::Error::other("the checker closed the connection"))?;
+        serde_json::from_str(&line).map_err(io::Error::other)
+    }
+}
+
+async fn send(write: &mut OwnedWriteHalf, request: &Request) -> io::Result<()> {
+    let mut text = serde_json::to_string(request).map_err(io::Error::other)?;
+    text.push('\n');
+    write.write_all(text.as_bytes()).await
+}
+
+async fn connect(addr: &str) -> io::Result<(OwnedReadHalf, OwnedWriteHalf)> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream.into_split())
+}
+
+async fn run(args: Args) -> io::Result<()> {
+    let (read, write) = connect(&args.checker).await?;
+    let mut checker = Checker {
+        lines: BufReader::new(read).lines(),
+        write,
+    };
+    // Lost notices go on a connection of their own, so that they are never queued behind a
+    // request of the main loop. When the driver goes away this connection ends, and so does
+    // the worker, wherever it is waiting.
+    let (mut events_read, events_write) = connect(&args.checker).await?;
+    tokio::spawn(async move {
+        let mut buf = [0u8; 64];
+        while let Ok(n) = tokio::io::AsyncReadExt::read(&mut events_read, &mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+        std::process::exit(0);
+    });
+    let events = Arc::new(Mutex::new(events_write));
+
+    let options = RegistryOptions::default()
+        .prefix("torture")
+        .lease(args.lease)
+        .client_id(format!("torture-w{}-{}", args.worker, args.life));
+    let registry = loop {
+        match LockRegistry::connect(&args.url, options.clone()).await {
+            Ok(r) => break r,
+            Err(e) => {
+                eprintln!("connect: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let lock = registry
+        .obtain(&args.key)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+
+    let mut seq = 0;
+    loop {
+        let guard = match lock.lock().await {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("lock: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let t = now_ns();
+        seq += 1;
+        let id = SectionId {
+            worker: args.worker,
+            life: args.life,
+            seq,
+        };
+        let fence = guard.fence();
+        checker.call(&Request::Acquired { id, fence, t }).await?;
+        let lost = guard.lost();
+        let lost_events = events.clone();
+        let lost_at = Arc::new(AtomicU64::new(0));
+        let watcher = tokio::spawn({
+            let lost_at = lost_at.clone();
+            async move {
+                lost.await;
+                let t = now_ns();
+                lost_at.store(t, Ordering::SeqCst);
+                let _ = send(&mut *lost_events.lock().await, &Request::Lost { id, t }).await;
+            }
+        });
+
+        let read = checker.call(&Request::Read { id, fence }).await?;
+        // The "work" between read and write, which a lost lock must cut short.
+        let work = Duration::from_millis(rand::rng().random_range(20..=200));
+        let lost_during_work = tokio::select! {
+            () = tokio::time::sleep(work) => false,
+            () = guard.lost() => true,
+        };
+        let wrote = !lost_during_work && guard.is_held();
+        if wrote {
+            // The write in flight: between the last check and the write reaching the store,
+            // nothing can stop it (a pause here is what fences are for).
+            let _ = send(&mut *events.lock().await, &Request::Writing { id }).await;
+            let in_flight = Duration::from_millis(rand::rng().random_range(10..=40));
+            tokio::time::sleep(in_flight).await;
+            checker
+                .call(&Request::Write {
+                    id,
+                    fence,
+                    base: read.value,
+                    ubase: read.uvalue,
+                })
+                .await?;
+        }
+        let held_after_write = guard.is_held();
+        let t = now_ns();
+        let lost = Some(lost_at.load(Ordering::SeqCst)).filter(|&l| l != 0);
+        checker
+            .call(&Request::End {
+                id,
+                t,
+                lost,
+                wrote,
+                held_after_write,
+            })
+            .await?;
+        watcher.abort();
+        if let Err(e) = guard.release().await {
+            eprintln!("release: {e}");
+        }
+        let pause = Duration::from_millis(rand::rng().random_range(0..=20));
+        tokio::time::sleep(pause).await;
+    }
+}
