@@ -144,6 +144,11 @@ else
     run cargo test --workspace --all-features --no-fail-fast
 fi
 
+step "torture (quick)"
+# Every backend under faults (pauses, kills, stalled and cut connections, server restarts,
+# leader kills): fails on a stale write accepted, an unannounced overlap or a fence regression.
+run bash scripts/torture.sh --quick
+
 step "examples"
 # The articles' business case must keep working end to end (it asserts its own outcome).
 run cargo run --quiet -p distlock --example voucher

@@ -32,4 +32,7 @@ for arg in "$@"; do
     esac
 done
 
-exec cargo run --quiet -p distlock-torture -- "$@"
+# Built with the workspace's features unified, as the tests build it, so that a run right after
+# the tests reuses their build of distlock instead of compiling it again with fewer features.
+cargo build --quiet --workspace --all-features --bin distlock-torture
+exec "${CARGO_TARGET_DIR:-target}/debug/distlock-torture" "$@"
