@@ -73,6 +73,17 @@ impl Error {
         matches!(self, Error::Unavailable { .. } | Error::NotAcquired { .. })
     }
 
+    #[cfg_attr(
+        not(any(
+            feature = "redis",
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "zookeeper",
+            feature = "etcd"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) fn unavailable(backend: &'static str, message: impl Into<String>) -> Self {
         Error::Unavailable {
             backend,

@@ -140,8 +140,10 @@ where
     }
 }
 
-/// The TLS material of an `etcds://` connection.
+/// The TLS material of an `etcds://` connection (read only with the `etcd-tls` feature; without
+/// it `etcds://` is refused before any is gathered).
 #[derive(Default)]
+#[cfg_attr(not(feature = "etcd-tls"), allow(dead_code))]
 pub(super) struct TlsSettings {
     /// PEM certificate(s) of the servers' authority; `None`: the Mozilla roots.
     pub(super) ca_pem: Option<Vec<u8>>,
