@@ -48,6 +48,25 @@ async fn round_trip(reg: &LockRegistry) -> Duration {
     worst
 }
 
+/// A private Redis behind a fault proxy, a registry through the proxy, and the delay each way
+/// that the tests add: `base` plus four of the round trips measured through the proxy.
+async fn behind_a_proxy(base: Duration) -> (RedisServer, FaultProxy, LockRegistry, Duration) {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let reg = registry(&format!("redis://{}", proxy.addr())).await;
+    let delay = base + round_trip(&reg).await * 4;
+    (server, proxy, reg, delay)
+}
+
+/// Polls the server until the attempt's SET has landed, for at most `limit`.
+async fn wait_for_the_set(server: &RedisServer, limit: Duration) {
+    let until = Instant::now() + limit;
+    while !key_exists(server) {
+        assert!(Instant::now() < until, "the SET never reached the server");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn key_exists(server: &RedisServer) -> bool {
     server.cli(&["EXISTS", SERVER_KEY]).expect("EXISTS") == "1"
 }
@@ -66,13 +85,8 @@ async fn wait_until_free(server: &RedisServer, limit: Duration, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_for_whose_deadline_passes_with_the_set_in_flight_leaves_the_key_free() {
-    let server = RedisServer::start().expect("redis-server must be installed");
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let reg = registry(&format!("redis://{}", proxy.addr())).await;
-    let rtt = round_trip(&reg).await;
-
     // Each way takes `delay`: the SET lands after one, its reply would come after two.
-    let delay = Duration::from_millis(200) + rtt * 4;
+    let (server, proxy, reg, delay) = behind_a_proxy(Duration::from_millis(200)).await;
     proxy.set_delay(delay);
     let started = Instant::now();
     let r = reg
@@ -106,12 +120,7 @@ async fn try_lock_for_whose_deadline_passes_with_the_set_in_flight_leaves_the_ke
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_cancelled_with_the_set_in_flight_leaves_the_key_free() {
-    let server = RedisServer::start().expect("redis-server must be installed");
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let reg = registry(&format!("redis://{}", proxy.addr())).await;
-    let rtt = round_trip(&reg).await;
-
-    let delay = Duration::from_millis(200) + rtt * 4;
+    let (server, proxy, reg, delay) = behind_a_proxy(Duration::from_millis(200)).await;
     proxy.set_delay(delay);
     let lock = reg.obtain(KEY).unwrap();
     let r = tokio::time::timeout(delay + delay / 2, lock.lock()).await;
@@ -138,17 +147,11 @@ async fn lock_cancelled_with_the_set_in_flight_leaves_the_key_free() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_lost_to_timeouts_leave_the_key_free_when_try_lock_for_gives_up() {
-    let server = RedisServer::start().expect("redis-server must be installed");
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let url = format!("redis://{}", proxy.addr());
-    let probe = registry(&url).await;
-    let rtt = round_trip(&probe).await;
-
     // The backend gives up on a reply after `timeout`; the network takes `delay` each way, so
     // every attempt reaches the server and no reply makes it back in time.
-    let delay = Duration::from_millis(150) + rtt * 4;
+    let (server, proxy, _probe, delay) = behind_a_proxy(Duration::from_millis(150)).await;
     let reg = registry_with(
-        &url,
+        &format!("redis://{}", proxy.addr()),
         RedisOptions {
             response_timeout: delay + delay / 2,
             ..RedisOptions::default()
@@ -158,11 +161,7 @@ async fn replies_lost_to_timeouts_leave_the_key_free_when_try_lock_for_gives_up(
     proxy.set_delay(delay);
     let lock = reg.obtain(KEY).unwrap();
     let attempt = tokio::spawn(async move { lock.try_lock_for(delay * 6).await });
-    let until = Instant::now() + delay * 6;
-    while !key_exists(&server) {
-        assert!(Instant::now() < until, "the SET never reached the server");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_the_set(&server, delay * 6).await;
     let r = attempt.await.unwrap();
     assert!(r.is_err(), "no reply came back in time, yet: {r:?}");
     wait_until_free(
@@ -175,21 +174,12 @@ async fn replies_lost_to_timeouts_leave_the_key_free_when_try_lock_for_gives_up(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_cut_reply_finds_its_own_key_and_acquires() {
-    let server = RedisServer::start().expect("redis-server must be installed");
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let reg = registry(&format!("redis://{}", proxy.addr())).await;
-    let rtt = round_trip(&reg).await;
-
-    let delay = Duration::from_millis(200) + rtt * 4;
+    let (server, proxy, reg, delay) = behind_a_proxy(Duration::from_millis(200)).await;
     proxy.set_delay(delay);
     let lock = reg.obtain(KEY).unwrap();
     let attempt = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(20)).await });
     // Cut the connection once the SET landed and while its reply is held in the proxy.
-    let until = Instant::now() + delay * 10;
-    while !key_exists(&server) {
-        assert!(Instant::now() < until, "the SET never reached the server");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_the_set(&server, delay * 10).await;
     let token = server.cli(&["GET", SERVER_KEY]).unwrap();
     proxy.cut();
     proxy.set_delay(Duration::ZERO);
