@@ -94,6 +94,7 @@
 
 mod backend;
 pub mod blocking;
+mod connect;
 mod error;
 mod guard;
 mod metrics;
@@ -107,9 +108,10 @@ pub use error::{Error, Result};
 pub mod conformance;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub use connect::{connect, SCHEMES};
 pub use guard::LockGuard;
 pub use registry::{Lock, LockRegistry, RegistryOptions, MAX_LEASE, MIN_LEASE};
-pub use url::{connect, redact, SCHEMES};
+pub use url::redact;
 
 /// The backends, one module each behind a cargo feature.
 pub mod backends {
@@ -121,12 +123,12 @@ pub mod backends {
     pub mod redis;
     #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
     pub mod sql;
-    #[cfg(feature = "sqlite")]
-    pub mod sqlite;
     #[cfg(feature = "zookeeper")]
     pub mod zookeeper;
     #[cfg(feature = "mysql")]
     pub use sql::mysql;
     #[cfg(feature = "postgres")]
     pub use sql::postgres;
+    #[cfg(feature = "sqlite")]
+    pub use sql::sqlite;
 }

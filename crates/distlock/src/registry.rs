@@ -243,7 +243,7 @@ impl LockRegistry {
 
     /// Connects to the backend named by `url` (see [`crate::connect`]) and builds a registry.
     pub async fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
-        Self::from_backend(crate::url::connect(url).await?, options)
+        Self::from_backend(crate::connect::connect(url).await?, options)
     }
 
     /// The lock handle for `key`. Cheap: handles are cached, and all handles of one key in one

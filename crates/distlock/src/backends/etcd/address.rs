@@ -3,6 +3,7 @@
 use super::client::TlsSettings;
 use super::EtcdOptions;
 use crate::error::{Error, Result};
+use crate::url::{parse_hosts, Decode, Params, RawUrl, UserInfo};
 
 /// A parsed `etcd://` / `etcds://` URL.
 pub(super) struct ParsedUrl {
@@ -20,110 +21,38 @@ impl ParsedUrl {
     pub(super) fn parse(url: &str) -> Result<Self> {
         let shown = crate::redact(url);
         let bad = |what: &str| Error::config(format!("etcd URL {shown:?}: {what}"));
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| bad("expected etcd://host:port[,host:port]"))?;
-        let tls = match scheme.to_ascii_lowercase().as_str() {
+        let raw = RawUrl::split(url).ok_or_else(|| bad("expected etcd://host:port[,host:port]"))?;
+        let tls = match raw.scheme.to_ascii_lowercase().as_str() {
             "etcd" => false,
             "etcds" => true,
             s => return Err(bad(&format!("scheme {s:?}: expected etcd or etcds (TLS)"))),
         };
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if !path.is_empty() && path != "/" {
+        if !raw.path.is_empty() && raw.path != "/" {
             return Err(bad(&format!(
-                "unexpected path {path:?} (the key prefix is a registry option)"
+                "unexpected path {:?} (the key prefix is a registry option)",
+                raw.path
             )));
         }
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let decode = |s: &str| {
-            url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default()
-        };
-        let user = match userinfo {
-            None => None,
-            Some(u) => {
-                let (name, pass) = u.split_once(':').unwrap_or((u, ""));
-                let name = decode(name);
-                if name.is_empty() {
-                    return Err(bad("the user name is empty"));
-                }
-                Some((name, decode(pass)))
-            }
-        };
-        let mut list = Vec::new();
-        for h in hosts.split(',') {
-            if h.is_empty() {
-                return Err(bad("the host is missing"));
-            }
-            let (host, port) = if let Some(stripped) = h.strip_prefix('[') {
-                let (host, after) = stripped
-                    .split_once(']')
-                    .ok_or_else(|| bad(&format!("host {h:?}: missing ']'")))?;
-                (format!("[{host}]"), after.strip_prefix(':'))
-            } else {
-                match h.rsplit_once(':') {
-                    Some((host, port)) => (host.to_owned(), Some(port)),
-                    None => (h.to_owned(), None),
-                }
-            };
-            if host.is_empty() || host == "[]" {
-                return Err(bad("the host is missing"));
-            }
-            let port = match port {
-                Some(p) => p
-                    .parse::<u16>()
-                    .map_err(|_| bad(&format!("port {p:?} of {host} is not a number")))?,
-                None => 2379,
-            };
-            list.push(format!("{host}:{port}"));
-        }
+        let user = raw
+            .userinfo
+            .map(|u| UserInfo::parse(u, Decode::Lenient).map_err(|e| bad(&e)))
+            .transpose()?
+            .map(|u| (u.user, u.password.unwrap_or_default()));
+        let hosts = parse_hosts(raw.hosts, 2379).map_err(|e| bad(&e))?;
+        let mut params = Params::form("etcd", raw.query);
         let mut parsed = ParsedUrl {
             tls,
             user,
-            hosts: list,
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
+            hosts: hosts.iter().map(ToString::to_string).collect(),
+            ca_file: params.string("ca_file"),
+            cert_file: params.string("cert_file"),
+            key_file: params.string("key_file"),
             allow_insecure_auth: false,
         };
-        if let Some(q) = query {
-            for (k, v) in url::form_urlencoded::parse(q.as_bytes()) {
-                match k.as_ref() {
-                    "ca_file" => parsed.ca_file = Some(v.into_owned()),
-                    "cert_file" => parsed.cert_file = Some(v.into_owned()),
-                    "key_file" => parsed.key_file = Some(v.into_owned()),
-                    "allow_insecure_auth" => {
-                        parsed.allow_insecure_auth = match v.as_ref() {
-                            "true" | "1" => true,
-                            "false" | "0" => false,
-                            _ => {
-                                return Err(bad(&format!(
-                                    "allow_insecure_auth={v:?}: expected true or false"
-                                )))
-                            }
-                        }
-                    }
-                    other => {
-                        return Err(bad(&format!(
-                            "unknown parameter {other:?} (expected ca_file, cert_file, key_file, \
-                             allow_insecure_auth)"
-                        )))
-                    }
-                }
-            }
+        if let Some(v) = params.bool("allow_insecure_auth")? {
+            parsed.allow_insecure_auth = v;
         }
+        params.finish(&["ca_file", "cert_file", "key_file", "allow_insecure_auth"])?;
         if !tls && (parsed.ca_file.is_some() || parsed.cert_file.is_some()) {
             return Err(bad("ca_file and cert_file need etcds:// (TLS)"));
         }

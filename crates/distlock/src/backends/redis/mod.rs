@@ -362,12 +362,8 @@ impl RedisBackend {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout));
-        let decode = |s: &str| {
-            url::form_urlencoded::parse(format!("x={s}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default()
-        };
+        // As the `redis` crate decodes them for its own connections (a `+` stays a `+`).
+        let decode = crate::url::percent_decode_lenient;
         let pool = (parsed.scheme() == "redis").then(|| {
             Pool::new(ConnInfo {
                 addr: format!(

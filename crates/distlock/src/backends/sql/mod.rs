@@ -1,7 +1,8 @@
-//! SQL lease tables on PostgreSQL and MySQL/MariaDB, in the spirit of Spring Integration's
-//! `JdbcLockRegistry`: one row per lock, taken and given back by single atomic statements.
-//! ([SQLite](crate::backends::sqlite) follows the same design in one file; all statements of
-//! the three databases live side by side in one private `dialect` module.)
+//! SQL lease tables on PostgreSQL, MySQL/MariaDB and SQLite, in the spirit of Spring
+//! Integration's `JdbcLockRegistry`: one row per lock, taken and given back by single atomic
+//! statements. ([SQLite](sqlite) follows the same design on a local file and shares the
+//! helpers of this module; all statements of the three databases live side by side in one
+//! private `dialect` module.) This page describes the two server databases.
 //!
 //! | backend | URL | feature | waiting |
 //! |---|---|---|---|
@@ -180,8 +181,7 @@ use std::time::Duration;
 
 use crate::backend::{LockName, Token};
 use crate::error::{Error, Result};
-use crate::url::parse_duration;
-use crate::url::percent_decode;
+use crate::url::{percent_decode, Params};
 
 #[cfg(feature = "postgres")]
 mod auth_guard;
@@ -192,6 +192,8 @@ mod doorbell;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 /// The table used when none is configured.
 pub const DEFAULT_TABLE: &str = "distlock_locks";
@@ -208,8 +210,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const WANT_WINDOW_MS: i64 = 2000;
 /// How many times an operation is tried at once on a transient error before it is reported.
 pub(crate) const ATTEMPTS: usize = 3;
-/// The longest lease written (a day is the registry's maximum; this only guards arithmetic).
-const MAX_LEASE_MS: i64 = 1 << 40;
+/// The longest lease written (a day is the registry's maximum; this only guards arithmetic:
+/// about 35 years, so `now + lease` never overflows a 64-bit column, nor turns SQLite's
+/// integer into a float).
+pub(crate) const MAX_LEASE_MS: i64 = 1 << 40;
 const MAX_IDENT_LEN: usize = 63;
 const MAX_REGION_LEN: usize = 256;
 const SPRING_MAX_REGION_CHARS: usize = 100;
@@ -467,12 +471,14 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// Milliseconds for SQL, rounded up (the server's lease must not end before the holder's own
-/// reckoning of it) and capped.
+/// reckoning of it), at least 1 (a zero lease would be over as soon as it is written) and
+/// capped.
 pub(crate) fn lease_ms(lease: Duration) -> i64 {
     let ms = lease.as_nanos().div_ceil(1_000_000);
     i64::try_from(ms).unwrap_or(i64::MAX).clamp(1, MAX_LEASE_MS)
 }
 
+/// A millisecond column as a duration; a negative value (a lease already over) is zero.
 pub(crate) fn millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
@@ -482,20 +488,18 @@ pub(crate) fn fence_from(kind: &'static str, fence: i64) -> Result<u64> {
         .map_err(|_| Error::backend(kind, format!("the fence column holds {fence}, not a fence")))
 }
 
+/// The same error again, for every entry of a failed batch.
+pub(crate) fn duplicate(kind: &'static str, e: &Error) -> Error {
+    match e {
+        Error::Unavailable { message, .. } => Error::unavailable(kind, message.clone()),
+        other => Error::backend(kind, other.to_string()),
+    }
+}
+
 /// The in-process release channel of a lock; the length prefix keeps `("a:b", "c")` and
 /// `("a", "b:c")` apart.
 pub(crate) fn channel(name: &LockName) -> String {
     format!("{}:{}:{}", name.prefix().len(), name.prefix(), name.key())
-}
-
-pub(crate) fn parse_bool(kind: &str, param: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(Error::config(format!(
-            "{kind} URL: the query parameter '{param}' must be true or false, got {value:?}"
-        ))),
-    }
 }
 
 /// What a database URL says, split into the parts both drivers need.
@@ -573,37 +577,32 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
         }
         p => Some(decode(p, "database name")?),
     };
+    let mut params = Params::form(kind, url.query()).unique()?;
     let mut options = SqlOptions::default();
-    let mut table = None;
-    let mut seen = std::collections::HashSet::new();
-    let mut rest = Vec::new();
-    for (name, value) in url.query_pairs() {
-        let (name, value) = (name.into_owned(), value.into_owned());
-        if !seen.insert(name.clone()) {
-            return Err(Error::config(format!(
-                "{kind} URL: the query parameter '{name}' is repeated"
-            )));
-        }
-        match name.as_str() {
-            "table" => table = Some(value),
-            "schema" => options.schema = Some(value),
-            "region" => options.region = Some(value),
-            "spring" => options.spring = parse_bool(kind, &name, &value)?,
-            "create_table" => options.create_table = parse_bool(kind, &name, &value)?,
-            "pool_size" | "pool_max_size" => {
-                options.pool_size = value.parse().map_err(|_| {
-                    Error::config(format!(
-                        "{kind} URL: the query parameter '{name}' must be a positive number, \
-                         got {value:?}"
-                    ))
-                })?
-            }
-            "connect_timeout" => options.connect_timeout = parse_duration(kind, &name, &value)?,
-            "request_timeout" => options.request_timeout = parse_duration(kind, &name, &value)?,
-            "allow_insecure_auth" => options.allow_insecure_auth = parse_bool(kind, &name, &value)?,
-            _ => rest.push((name, value)),
+    let table = params.string("table");
+    options.schema = params.string("schema");
+    options.region = params.string("region");
+    if let Some(v) = params.bool("spring")? {
+        options.spring = v;
+    }
+    if let Some(v) = params.bool("create_table")? {
+        options.create_table = v;
+    }
+    for name in ["pool_size", "pool_max_size"] {
+        if let Some(v) = params.integer(name)? {
+            options.pool_size = v;
         }
     }
+    if let Some(v) = params.duration("connect_timeout")? {
+        options.connect_timeout = v;
+    }
+    if let Some(v) = params.duration("request_timeout")? {
+        options.request_timeout = v;
+    }
+    if let Some(v) = params.bool("allow_insecure_auth")? {
+        options.allow_insecure_auth = v;
+    }
+    let rest = params.into_rest();
     options.table = table.unwrap_or_else(|| {
         if options.spring {
             SPRING_TABLE.to_owned()
@@ -739,20 +738,6 @@ mod tests {
                 Ok(p) => panic!("{url}: accepted {p:?}"),
             }
         }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(
-            parse_duration("x", "p", "3").unwrap(),
-            Duration::from_secs(3)
-        );
-        assert_eq!(
-            parse_duration("x", "p", "2m").unwrap(),
-            Duration::from_secs(120)
-        );
-        assert!(parse_duration("x", "p", "1h").is_err());
-        assert!(parse_duration("x", "p", "").is_err());
     }
 
     #[test]

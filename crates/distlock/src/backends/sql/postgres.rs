@@ -41,8 +41,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::auth_guard::{AuthGuard, Watch};
 use super::dialect::Pg;
 use super::{
-    channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
-    SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
+    channel, duplicate, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key,
+    token_uuid, SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
 };
 use crate::backend::{
     Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
@@ -1125,7 +1125,7 @@ impl Backend for PostgresBackend {
         .await;
         match result {
             Ok(v) => v.into_iter().map(Ok).collect(),
-            Err(e) => (0..count).map(|_| Err(duplicate(&e))).collect(),
+            Err(e) => (0..count).map(|_| Err(duplicate(KIND, &e))).collect(),
         }
     }
 
@@ -1162,13 +1162,6 @@ impl Backend for PostgresBackend {
                 .transpose()
         })
         .await
-    }
-}
-
-fn duplicate(e: &Error) -> Error {
-    match e {
-        Error::Unavailable { message, .. } => Error::unavailable(KIND, message.clone()),
-        other => Error::backend(KIND, other.to_string()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! `zk://` URLs, and the mapping of keys to ZooKeeper path components.
 
 use super::*;
+use crate::url::{parse_bool, parse_hosts, unknown_parameter, Decode, UserInfo};
 
 /// Characters ZooKeeper refuses in a path (`PathUtils.validatePath`, on Java's UTF-16 units:
 /// surrogates cover every character beyond the Basic Multilingual Plane).
@@ -91,48 +92,14 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
     let auth = match userinfo {
         None => None,
         Some(ui) => {
-            let (user, pass) = ui
-                .split_once(':')
+            let ui = UserInfo::parse(ui, Decode::Strict).map_err(err)?;
+            let pass = ui
+                .password
                 .ok_or_else(|| err("the password is missing (expected user:password@)".into()))?;
-            let user = percent_decode(user)
-                .filter(|u| !u.is_empty())
-                .ok_or_else(|| err("the user name is empty or badly encoded".into()))?;
-            let pass = percent_decode(pass)
-                .ok_or_else(|| err("the password is badly percent-encoded".into()))?;
-            Some((user, pass))
+            Some((ui.user, pass))
         }
     };
-    if hostlist.is_empty() {
-        return Err(err("the host is missing".into()));
-    }
-    let mut hosts = Vec::new();
-    for h in hostlist.split(',') {
-        if h.is_empty() {
-            return Err(err("an empty host in the host list".into()));
-        }
-        let (host, port) = if let Some(v6) = h.strip_prefix('[') {
-            let (host, after) = v6
-                .split_once(']')
-                .ok_or_else(|| err(format!("host {h:?}: unclosed [")))?;
-            (format!("[{host}]"), after.strip_prefix(':'))
-        } else {
-            match h.split_once(':') {
-                Some((host, port)) => (host.to_owned(), Some(port)),
-                None => (h.to_owned(), None),
-            }
-        };
-        if host.is_empty() || host == "[]" {
-            return Err(err(format!("host {h:?}: the host name is empty")));
-        }
-        let port =
-            match port {
-                None => DEFAULT_PORT,
-                Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                    err(format!("host {h:?}: the port {p:?} is not a port number"))
-                })?,
-            };
-        hosts.push(format!("{host}:{port}"));
-    }
+    let hosts = parse_hosts(hostlist, DEFAULT_PORT).map_err(err)?;
     let root = percent_decode(path).ok_or_else(|| err("the root path is badly encoded".into()))?;
     let root = root.trim_end_matches('/');
     if !root.is_empty() {
@@ -158,22 +125,19 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
             "session_timeout" => options.session_timeout = parse_duration(k, v)?,
             "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
             "request_timeout" => options.request_timeout = parse_duration(k, v)?,
-            "allow_insecure_auth" => {
-                insecure_auth = match v {
-                    "true" | "1" | "" => true,
-                    "false" | "0" => false,
-                    _ => {
-                        return Err(err(format!(
-                            "allow_insecure_auth={v:?}: expected true or false"
-                        )))
-                    }
-                }
-            }
+            // A bare `allow_insecure_auth` is a yes.
+            "allow_insecure_auth" => insecure_auth = v.is_empty() || parse_bool("zk", k, v)?,
             other => {
-                return Err(err(format!(
-                    "unknown parameter {other:?} (known: session_timeout, connect_timeout, \
-                     request_timeout, allow_insecure_auth)"
-                )))
+                return Err(unknown_parameter(
+                    "zk",
+                    other,
+                    &[
+                        "session_timeout",
+                        "connect_timeout",
+                        "request_timeout",
+                        "allow_insecure_auth",
+                    ],
+                ))
             }
         }
     }
@@ -187,7 +151,11 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
         ));
     }
     Ok(ParsedUrl {
-        hosts: hosts.join(","),
+        hosts: hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         auth,
         options,
     })

@@ -38,27 +38,25 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use super::dialect::Lite as Statements;
+#[cfg(test)]
+use super::MAX_LEASE_MS;
+use super::{channel, duplicate, fence_from, lease_ms, millis};
 use crate::backend::{
     Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Renewal, Token,
 };
-use crate::backends::sql::dialect::Lite as Statements;
 use crate::error::{Error, Result};
-use crate::url::percent_decode;
+use crate::url::{percent_decode, Params};
 
 const KIND: &str = "sqlite";
 
-/// The table used when none is configured.
-pub const DEFAULT_TABLE: &str = "distlock_locks";
+pub use super::DEFAULT_TABLE;
 
 /// How long a statement waits for another process's write lock on the file by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 const MAX_TABLE_LEN: usize = 128;
-
-/// Caps a lease (about 35,000 years) so that `now + lease` can never overflow SQLite's 64-bit
-/// integers, which would silently turn the expiry into a float.
-const MAX_LEASE_MS: i64 = 1 << 50;
 
 /// Options for [`SqliteBackend::open_with`].
 ///
@@ -401,36 +399,6 @@ fn map_error(op: &str, path: &Path, e: &rusqlite::Error) -> Error {
     }
 }
 
-/// The same error again, for every entry of a failed batch.
-fn duplicate(e: &Error) -> Error {
-    match e {
-        Error::Unavailable { message, .. } => Error::unavailable(KIND, message.clone()),
-        other => Error::backend(KIND, other.to_string()),
-    }
-}
-
-/// Milliseconds for SQL, rounded up: the server's lease must not end before the holder's
-/// own reckoning of it.
-fn lease_ms(lease: Duration) -> i64 {
-    let ms = lease.as_nanos().div_ceil(1_000_000);
-    i64::try_from(ms).unwrap_or(i64::MAX).min(MAX_LEASE_MS)
-}
-
-fn millis(ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-fn fence_from(fence: i64) -> Result<u64> {
-    u64::try_from(fence)
-        .map_err(|_| Error::backend(KIND, format!("the fence column holds {fence}, not a fence")))
-}
-
-/// The in-process release channel of a lock; the length prefix keeps `("a:b", "c")` and
-/// `("a", "b:c")` apart.
-fn channel(name: &LockName) -> String {
-    format!("{}:{}:{}", name.prefix().len(), name.prefix(), name.key())
-}
-
 fn validate_table(table: &str) -> Result<()> {
     let mut chars = table.chars();
     let Some(first) = chars.next() else {
@@ -541,41 +509,15 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteOptions)> {
     }
 
     let mut options = SqliteOptions::default();
-    let mut table_seen = false;
-    for pair in query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter(|p| !p.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match name {
-            "table" => {
-                if table_seen {
-                    return Err(Error::config(
-                        "sqlite URL: the query parameter 'table' is repeated",
-                    ));
-                }
-                table_seen = true;
-                let value = percent_decode(value).ok_or_else(|| {
-                    Error::config(
-                        "sqlite URL: the query parameter 'table' has a malformed percent-escape",
-                    )
-                })?;
-                validate_table(&value).map_err(|e| match e {
-                    Error::InvalidConfig(m) => {
-                        Error::config(format!("{m} (query parameter 'table')"))
-                    }
-                    other => other,
-                })?;
-                options.table = value;
-            }
-            other => {
-                return Err(Error::config(format!(
-                    "sqlite URL: unknown query parameter {other:?} (only 'table' is supported)"
-                )))
-            }
-        }
+    let mut params = Params::raw(KIND, query).unique()?;
+    if let Some(table) = params.decoded("table")? {
+        validate_table(&table).map_err(|e| match e {
+            Error::InvalidConfig(m) => Error::config(format!("{m} (query parameter 'table')")),
+            other => other,
+        })?;
+        options.table = table;
     }
+    params.finish(&["table"])?;
     Ok((path, options))
 }
 
@@ -675,7 +617,7 @@ impl Backend for SqliteBackend {
         match step {
             Step::Acquired { fence, hold } => {
                 // On a bad fence `hold` is dropped here and gives the lock back.
-                let fence = fence_from(fence)?;
+                let fence = fence_from(KIND, fence)?;
                 hold.delivered();
                 Ok(Attempt::Acquired { fence })
             }
@@ -759,7 +701,7 @@ impl Backend for SqliteBackend {
             .await;
         match result {
             Ok(extended) => extended.into_iter().map(Ok).collect(),
-            Err(e) => (0..count).map(|_| Err(duplicate(&e))).collect(),
+            Err(e) => (0..count).map(|_| Err(duplicate(KIND, &e))).collect(),
         }
     }
 
@@ -782,7 +724,7 @@ impl Backend for SqliteBackend {
             .await?;
         row.map(|(fence, remaining_ms)| {
             Ok(LockInfo {
-                fence: Some(fence_from(fence)?),
+                fence: Some(fence_from(KIND, fence)?),
                 remaining: Some(millis(remaining_ms)),
             })
         })

@@ -1,0 +1,98 @@
+//! A backend from a URL: the one place that knows every scheme. The URL's parts are parsed by
+//! the backends with the helpers of `url.rs`, which knows no backend.
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+/// The URL schemes this build understands, for error messages and `--help`.
+pub const SCHEMES: &[&str] = &[
+    "memory://",
+    "sqlite:///abs/path.db",
+    "redis://[user:pass@]host:port[/db]",
+    "rediss://[user:pass@]host:port[/db]",
+    #[cfg(feature = "etcd")]
+    "etcd://[user:pass@]host:port[,host:port]",
+    #[cfg(feature = "etcd-tls")]
+    "etcds://[user:pass@]host:port[,host:port][?ca_file=..]",
+    #[cfg(feature = "postgres")]
+    "postgres://[user:pass@]host:port/db[?table=..&sslmode=..]",
+    #[cfg(feature = "mysql")]
+    "mysql://[user:pass@]host:port/db[?table=..&ssl-mode=..]",
+    #[cfg(feature = "zookeeper")]
+    "zk://[user:pass@]host:port[,host:port][/root][?allow_insecure_auth=true]",
+];
+
+/// Connects to the backend named by `url`:
+///
+/// | URL | backend | feature |
+/// |---|---|---|
+/// | `memory://` | in this process | `memory` |
+/// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
+/// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
+/// | `etcd://[user:pass@]host:port[,host:port]`, `etcds://…` (TLS) | etcd, `concurrency.Mutex` layout | `etcd` (`etcd-tls`) |
+/// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
+/// | `mysql://[user:pass@]host:port/db[?params]`, `mariadb://…` | MySQL / MariaDB lease table | `mysql` |
+/// | `zk://[user:pass@]host:port[,host:port][/root][?params]` | ZooKeeper, Curator `InterProcessMutex` layout | `zookeeper` |
+///
+/// The SQL parameters (`table`, `schema`, `region`, `spring`, `pool_size`, `connect_timeout`,
+/// `sslmode` / `ssl-mode`, ...) are listed in [`backends::sql`](crate::backends::sql).
+///
+/// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong; a scheme this
+/// build does not support is an [`Error::Unsupported`]. Passwords never appear in errors.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let backend = distlock::connect("memory://").await?;
+/// assert_eq!(backend.kind(), "memory");
+/// assert!(distlock::connect("nosuch://x").await.is_err());
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    let scheme = match url.split_once("://") {
+        Some((s, _)) if !s.is_empty() => s.to_ascii_lowercase(),
+        _ => {
+            return Err(Error::config(format!(
+                "backend URL {:?} has no scheme; expected one of {}",
+                crate::url::redact(url),
+                SCHEMES.join(", ")
+            )))
+        }
+    };
+    match scheme.as_str() {
+        #[cfg(feature = "memory")]
+        "memory" => Ok(Arc::new(crate::backends::memory::MemoryBackend::new())),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(crate::backends::sqlite::SqliteBackend::from_url(
+            url,
+        )?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Arc::new(
+            crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Arc::new(
+            crate::backends::mysql::MySqlBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(
+            crate::backends::etcd::EtcdBackend::connect(url).await?,
+        )),
+        other => Err(Error::Unsupported {
+            backend: "url",
+            what: format!(
+                "scheme {other:?} (this build supports {})",
+                SCHEMES.join(", ")
+            ),
+        }),
+    }
+}
