@@ -489,6 +489,7 @@ pub(crate) fn fence_from(kind: &'static str, fence: i64) -> Result<u64> {
 }
 
 /// The same error again, for every entry of a failed batch.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn duplicate(kind: &'static str, e: &Error) -> Error {
     match e {
         Error::Unavailable { message, .. } => Error::unavailable(kind, message.clone()),
