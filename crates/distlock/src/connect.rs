@@ -39,8 +39,14 @@ pub const SCHEMES: &[&str] = &[
 /// The SQL parameters (`table`, `schema`, `region`, `spring`, `pool_size`, `connect_timeout`,
 /// `sslmode` / `ssl-mode`, ...) are listed in [`backends::sql`](crate::backends::sql).
 ///
-/// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong; a scheme this
-/// build does not support is an [`Error::Unsupported`]. Passwords never appear in errors.
+/// Every backend reads its URL with the same rules: user and password are percent-decoded, a
+/// host list is `h1:p1,h2:p2` with IPv6 addresses in brackets, a boolean parameter is `true`,
+/// `1`, `yes`, `on` or `false`, `0`, `no`, `off`, and a duration is `500ms`, `5s`, `1m` or
+/// plain seconds.
+///
+/// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong, and so is an
+/// unknown query parameter (named; a `redis://` query is left to the `redis` crate); a scheme this build does not support is an
+/// [`Error::Unsupported`]. Passwords never appear in errors.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
