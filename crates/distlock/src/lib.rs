@@ -99,6 +99,8 @@ mod guard;
 mod metrics;
 mod registry;
 mod renewal;
+#[cfg(feature = "zookeeper-tls")]
+mod tls;
 mod url;
 
 pub use backend::*;

@@ -98,6 +98,7 @@ pub use zookeeper_client;
 mod address;
 mod queue;
 mod session;
+mod tls;
 
 use address::parse_url;
 pub use address::{decode_key, encode_key};
@@ -174,6 +175,8 @@ struct Inner {
     hosts: String,
     /// Digest credentials `user:password`; never printed.
     auth: Option<Vec<u8>>,
+    /// `zks://`: TLS to every server, verified against the URL's CA.
+    tls: Option<tls::Tls>,
     options: ZooKeeperOptions,
     /// One session per session timeout: the session of reads that hold nothing
     /// (`options.session_timeout`) and one per distinct lease, sized to it.
@@ -273,6 +276,7 @@ impl fmt::Debug for ZooKeeperBackend {
             .field("hosts", &self.inner.hosts)
             .field("root", &self.inner.options.root)
             .field("auth", &self.inner.auth.as_ref().map(|_| "digest"))
+            .field("tls", &self.inner.tls.is_some())
             .finish()
     }
 }
@@ -331,10 +335,12 @@ impl ZooKeeperBackend {
     /// Connects with explicit options; the URL's path and parameters override them.
     pub async fn connect_with(url: &str, options: ZooKeeperOptions) -> Result<Self> {
         let parsed = parse_url(url, options)?;
+        let tls = parsed.tls.as_ref().map(tls::load).transpose()?;
         let backend = ZooKeeperBackend {
             inner: Arc::new(Inner {
                 hosts: parsed.hosts,
                 auth: parsed.auth.map(|(u, p)| format!("{u}:{p}").into_bytes()),
+                tls,
                 options: parsed.options,
                 sessions: Mutex::new(HashMap::new()),
                 nodes: Mutex::new(HashMap::new()),
