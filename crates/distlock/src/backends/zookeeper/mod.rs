@@ -15,13 +15,24 @@
 //!
 //! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&allow_insecure_auth=true]`
 //!
+//! `zks://[user:password@]host:port[,host:port...][/root]?ca_file=ca.pem[&cert_file=client.pem&key_file=client.key]`
+//! (TLS, feature `zookeeper-tls`)
+//!
 //! - several hosts form one ensemble; the client moves between them on failure;
+//! - `zks://` reaches every server over TLS (its `secureClientPort`) and verifies its
+//!   certificate against `ca_file` (PEM, required) and the host name; `cert_file` and
+//!   `key_file` (PEM) present a client certificate, for servers with `ssl.clientAuth=need`.
+//!   A server whose certificate is not trusted, or that refuses the handshake, fails the
+//!   connection with an [`Error::Backend`] that says which (without retrying until the connect
+//!   timeout). The rustls provider is ring, installed as rustls's process default unless the
+//!   application installed one (the client library asks rustls for the default);
 //! - `user:password` authenticates with the `digest` scheme (`addauth digest user:password`), and
 //!   every node is then created with the `CREATOR_ALL` ACL, so only clients with the same
 //!   credentials can take, wait for or delete these locks; without credentials nodes are open
-//!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is
-//!   and this backend has no TLS yet, so a URL with credentials is refused unless it also says
-//!   `allow_insecure_auth=true` (use it only on a network you trust);
+//!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is,
+//!   so over plain `zk://` a URL with credentials is refused unless it also says
+//!   `allow_insecure_auth=true` (use it only on a network you trust); over `zks://` the server
+//!   is verified first and no opt-in is needed;
 //! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
 //! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
 //!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
