@@ -112,6 +112,14 @@ async fn a_server_signed_by_another_ca_is_refused_clearly() {
         "{:?}",
         start.elapsed()
     );
+    // By host name too (`localhost` may resolve to ::1 first; the server listens on 127.0.0.1).
+    let err = ZooKeeperBackend::connect_with(&u.replace("127.0.0.1", "localhost"), quick())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Backend { message, .. } if message.contains("certificate")),
+        "{err:?}"
+    );
     // Plain text to the TLS port gets no session either.
     let plain = format!("zk://127.0.0.1:{}", server.secure_port().unwrap());
     assert!(ZooKeeperBackend::connect_with(
@@ -123,6 +131,34 @@ async fn a_server_signed_by_another_ca_is_refused_clearly() {
     )
     .await
     .is_err());
+}
+
+/// URLs that cannot work are configuration errors before any connection: no `ca_file`, an
+/// unreadable one, a host name no certificate can name, a lone `cert_file`.
+#[tokio::test]
+async fn bad_tls_urls_are_configuration_errors() {
+    let ca = test_ca();
+    let ca_file = ca.ca_cert();
+    let ca_file = ca_file.display();
+    for (url, part) in [
+        ("zks://127.0.0.1:1".to_owned(), "ca_file"),
+        (
+            "zks://127.0.0.1:1?ca_file=/nonexistent.pem".to_owned(),
+            "cannot read",
+        ),
+        (format!("zks://bad_host!:1?ca_file={ca_file}"), "host"),
+        (
+            format!("zks://127.0.0.1:1?ca_file={ca_file}&cert_file=c.pem"),
+            "go together",
+        ),
+        (format!("zk://127.0.0.1:1?ca_file={ca_file}"), "zks://"),
+    ] {
+        let err = ZooKeeperBackend::connect(&url).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(m) if m.contains(part)),
+            "{url}: {err:?}"
+        );
+    }
 }
 
 /// `ssl.clientAuth=need`: with `cert_file`/`key_file` the lock works; without, the refusal says

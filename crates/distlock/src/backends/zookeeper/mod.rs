@@ -346,7 +346,11 @@ impl ZooKeeperBackend {
     /// Connects with explicit options; the URL's path and parameters override them.
     pub async fn connect_with(url: &str, options: ZooKeeperOptions) -> Result<Self> {
         let parsed = parse_url(url, options)?;
-        let tls = parsed.tls.as_ref().map(tls::load).transpose()?;
+        let tls = parsed
+            .tls
+            .as_ref()
+            .map(|files| tls::load(files, &parsed.hosts))
+            .transpose()?;
         let backend = ZooKeeperBackend {
             inner: Arc::new(Inner {
                 hosts: parsed.hosts,

@@ -101,7 +101,10 @@ impl Inner {
                 Ok(Err(zookeeper_client::Error::NoHosts)) => {
                     // Every server refused: a TLS failure will not go away by retrying.
                     if let Some(tls) = &self.tls {
-                        if let Some(e) = tls.diagnose(&self.hosts).await {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if let Ok(Some(e)) =
+                            tokio::time::timeout(left, tls.diagnose(&self.hosts)).await
+                        {
                             return Err(e);
                         }
                     }

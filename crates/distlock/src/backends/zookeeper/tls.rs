@@ -23,7 +23,7 @@ pub(super) struct Tls {
 pub(super) enum Tls {}
 
 #[cfg(not(feature = "zookeeper-tls"))]
-pub(super) fn load(_files: &TlsFiles) -> Result<Tls> {
+pub(super) fn load(_files: &TlsFiles, _hosts: &str) -> Result<Tls> {
     Err(Error::Unsupported {
         backend: KIND,
         what: "zks:// (TLS): this build lacks the `zookeeper-tls` feature".into(),
@@ -37,12 +37,23 @@ impl Tls {
     }
 }
 
-/// Reads the files of a `zks://` URL.
+/// Reads the files of a `zks://` URL, and checks that every host (`host:port,...`) is a name
+/// or address a certificate can be verified for.
 #[cfg(feature = "zookeeper-tls")]
-pub(super) fn load(files: &TlsFiles) -> Result<Tls> {
+pub(super) fn load(files: &TlsFiles, hosts: &str) -> Result<Tls> {
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+    for hp in hosts.split(',') {
+        let host = hp.rsplit_once(':').map_or(hp, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if ServerName::try_from(host).is_err() {
+            return Err(Error::config(format!(
+                "zk URL: zks:// host {host:?} is not a DNS name or IP address that a \
+                 certificate can be verified for"
+            )));
+        }
+    }
     crate::tls::ensure_default_provider();
     let read = |param: &str, path: &str| {
         std::fs::read_to_string(path)
@@ -141,14 +152,13 @@ fn handshake(config: &Arc<rustls::ClientConfig>, hostport: &str) -> Result<bool,
         return Ok(false);
     };
     let limit = Duration::from_secs(1);
-    let Some(addr) = (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-    else {
+    let Ok(addrs) = (host, port).to_socket_addrs() else {
         return Ok(false);
     };
-    let Ok(mut sock) = TcpStream::connect_timeout(&addr, limit) else {
+    let Some(mut sock) = addrs
+        .into_iter()
+        .find_map(|addr| TcpStream::connect_timeout(&addr, limit).ok())
+    else {
         return Ok(false);
     };
     let _ = sock.set_read_timeout(Some(limit));
