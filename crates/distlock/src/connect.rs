@@ -22,6 +22,8 @@ pub const SCHEMES: &[&str] = &[
     "mysql://[user:pass@]host:port/db[?table=..&ssl-mode=..]",
     #[cfg(feature = "zookeeper")]
     "zk://[user:pass@]host:port[,host:port][/root][?allow_insecure_auth=true]",
+    #[cfg(feature = "zookeeper-tls")]
+    "zks://[user:pass@]host:port[,host:port][/root]?ca_file=..[&cert_file=..&key_file=..]",
 ];
 
 /// Connects to the backend named by `url`:
@@ -34,7 +36,7 @@ pub const SCHEMES: &[&str] = &[
 /// | `etcd://[user:pass@]host:port[,host:port]`, `etcds://…` (TLS) | etcd, `concurrency.Mutex` layout | `etcd` (`etcd-tls`) |
 /// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
 /// | `mysql://[user:pass@]host:port/db[?params]`, `mariadb://…` | MySQL / MariaDB lease table | `mysql` |
-/// | `zk://[user:pass@]host:port[,host:port][/root][?params]` | ZooKeeper, Curator `InterProcessMutex` layout | `zookeeper` |
+/// | `zk://[user:pass@]host:port[,host:port][/root][?params]`, `zks://…` (TLS) | ZooKeeper, Curator `InterProcessMutex` layout | `zookeeper` (`zookeeper-tls`) |
 ///
 /// The SQL parameters (`table`, `schema`, `region`, `spring`, `pool_size`, `connect_timeout`,
 /// `sslmode` / `ssl-mode`, ...) are listed in [`backends::sql`](crate::backends::sql).
@@ -86,7 +88,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
             crate::backends::mysql::MySqlBackend::connect(url).await?,
         )),
         #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => Ok(Arc::new(
+        "zk" | "zookeeper" | "zks" => Ok(Arc::new(
             crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
         )),
         #[cfg(feature = "etcd")]

@@ -56,6 +56,7 @@
 //! | `postgres` | no | `backends::postgres`: a lease table in PostgreSQL, waiters woken by `LISTEN`/`NOTIFY` (`postgres://`) |
 //! | `mysql` | no | `backends::mysql`: a lease table in MySQL or MariaDB, waiters poll with jitter (`mysql://`) |
 //! | `zookeeper` | no | `backends::zookeeper`: Curator `InterProcessMutex` layout on ZooKeeper, FIFO (`zk://`) |
+//! | `zookeeper-tls` | no | TLS for the ZooKeeper backend (`zks://`), with client certificates |
 //! | `etcd` | no | `backends::etcd`: etcd `concurrency.Mutex` layout (`etcdctl lock` compatible), FIFO (`etcd://`) |
 //! | `etcd-tls` | no | TLS for the etcd backend (`etcds://`) |
 //! | `metrics` | no | counters and histograms through the `metrics` facade |
@@ -100,6 +101,8 @@ mod guard;
 mod metrics;
 mod registry;
 mod renewal;
+#[cfg(feature = "zookeeper-tls")]
+mod tls;
 mod url;
 
 pub use backend::*;

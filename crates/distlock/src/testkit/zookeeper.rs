@@ -33,6 +33,11 @@ use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// Optional logging binding for the server's slf4j (from `libslf4j-java`).
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty jars the Netty connection factory needs beyond those the ZooKeeper jar names.
+const NETTY_EXTRA_JARS: [&str; 2] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+];
 const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 const DIR_PREFIX: &str = "distlock-testkit-zk";
 /// How long a server (or an ensemble, to elect a leader) may take to start serving.
@@ -48,12 +53,43 @@ pub const SYNC_LIMIT: u32 = 20;
 /// slow the machine is.
 pub const MAX_SESSION: Duration = Duration::from_secs(3600);
 
+/// TLS for a server's clients ([`ZooKeeperServer::start_tls`]): ZooKeeper's Netty connection
+/// factory serves a `secureClientPort` beside the plain client port (which the testkit keeps for
+/// its four-letter commands), with PEM files (`ssl.keyStore.type=PEM`).
+#[derive(Clone, Debug)]
+pub struct ZooKeeperTls {
+    /// The server's certificate (PEM).
+    pub cert: PathBuf,
+    /// The server's private key (PEM, unencrypted PKCS#8).
+    pub key: PathBuf,
+    /// The CA (PEM) that client certificates must be signed by.
+    pub ca: PathBuf,
+    /// `ssl.clientAuth=need` when true (a client without a certificate of `ca` is refused),
+    /// `none` when false.
+    pub need_client_auth: bool,
+}
+
+impl ZooKeeperTls {
+    /// The server certificate and CA of a [`TestCa`](super::tls::TestCa).
+    pub fn from_test_ca(ca: &super::tls::TestCa, need_client_auth: bool) -> ZooKeeperTls {
+        let (cert, key) = ca.server_cert_and_key();
+        ZooKeeperTls {
+            cert,
+            key,
+            ca: ca.ca_cert(),
+            need_client_auth,
+        }
+    }
+}
+
 /// One server process of a standalone server or an ensemble.
 #[derive(Debug)]
 struct Member {
     /// `myid` in an ensemble (1-based).
     id: usize,
     client_port: u16,
+    /// The TLS client port and its settings, when the server serves TLS.
+    tls: Option<(u16, ZooKeeperTls)>,
     /// Quorum and election ports (ensemble only).
     peer_ports: (u16, u16),
     /// Its `server.N=...` lines: where it finds every member (empty for a standalone server).
@@ -130,6 +166,30 @@ impl Member {
             self.client_port,
             MAX_SESSION.as_millis()
         );
+        if let Some((port, tls)) = &self.tls {
+            // One PEM file with the key and the certificate: ZooKeeper's PEM key store.
+            let mut pem = std::fs::read_to_string(&tls.key)?;
+            if !pem.ends_with('\n') {
+                pem.push('\n');
+            }
+            pem.push_str(&std::fs::read_to_string(&tls.cert)?);
+            let store = self.dir.join("server.pem");
+            std::fs::write(&store, pem)?;
+            // Settings unknown to zoo.cfg become `zookeeper.`-prefixed system properties.
+            cfg.push_str(&format!(
+                "secureClientPort={port}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 ssl.keyStore.location={}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\n\
+                 ssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={}\n",
+                store.display(),
+                tls.ca.display(),
+                if tls.need_client_auth { "need" } else { "none" }
+            ));
+        }
         for s in servers {
             cfg.push_str(s);
             cfg.push('\n');
@@ -149,6 +209,16 @@ impl Member {
         if Path::new(SLF4J_SIMPLE_JAR).is_file() {
             cp.push(':');
             cp.push_str(SLF4J_SIMPLE_JAR);
+        }
+        if self.tls.is_some() {
+            // The Netty connection factory (TLS) needs netty's codec, which the jar's manifest
+            // does not name (Debian's `libnetty-java`, a dependency of `zookeeper`).
+            for jar in NETTY_EXTRA_JARS {
+                if Path::new(jar).is_file() {
+                    cp.push(':');
+                    cp.push_str(jar);
+                }
+            }
         }
         let log = OpenOptions::new()
             .create(true)
@@ -254,6 +324,7 @@ fn plan(n: usize, dir: &Path, route: &dyn Fn(usize, usize, u16) -> u16) -> Vec<M
         .map(|id| Member {
             id,
             client_port: free_port(),
+            tls: None,
             peer_ports: if n > 1 {
                 (free_port(), free_port())
             } else {
@@ -292,11 +363,17 @@ struct StartError {
 }
 
 impl Members {
-    fn launch(n: usize, dir: &Path) -> io::Result<Members> {
+    fn launch(n: usize, dir: &Path, tls: Option<&ZooKeeperTls>) -> io::Result<Members> {
         java()?;
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
-            match Members::start(plan(n, dir, &|_, _, port| port)) {
+            let mut members = plan(n, dir, &|_, _, port| port);
+            if let Some(tls) = tls {
+                for m in &mut members {
+                    m.tls = Some((free_port(), tls.clone()));
+                }
+            }
+            match Members::start(members) {
                 Ok(all) => return Ok(all),
                 Err(e) if e.port_taken => last = Some(e.error),
                 Err(e) => return Err(e.error),
@@ -433,12 +510,44 @@ impl ZooKeeperServer {
     pub fn start() -> io::Result<ZooKeeperServer> {
         remove_leftover_dirs(DIR_PREFIX);
         let dir = TempDir::new(DIR_PREFIX)?;
-        let members = Members::launch(1, dir.path())?;
+        let members = Members::launch(1, dir.path(), None)?;
         Ok(ZooKeeperServer {
             port: members.members[0].client_port,
             inner: Mutex::new(members),
             _dir: dir,
         })
+    }
+
+    /// Starts a standalone server that also serves TLS on [`secure_port`](Self::secure_port)
+    /// (the plain port stays, for the testkit's four-letter commands).
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start), and when the certificates cannot be read.
+    pub fn start_tls(tls: ZooKeeperTls) -> io::Result<ZooKeeperServer> {
+        remove_leftover_dirs(DIR_PREFIX);
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let members = Members::launch(1, dir.path(), Some(&tls))?;
+        Ok(ZooKeeperServer {
+            port: members.members[0].client_port,
+            inner: Mutex::new(members),
+            _dir: dir,
+        })
+    }
+
+    /// The TLS client port of a server started with [`start_tls`](Self::start_tls).
+    pub fn secure_port(&self) -> Option<u16> {
+        self.members().members[0].tls.as_ref().map(|(p, _)| *p)
+    }
+
+    /// `zks://localhost:<secure port>?ca_file=<ca>`, the TLS URL of a server started with
+    /// [`start_tls`](Self::start_tls) (add `&cert_file=..&key_file=..` for a client
+    /// certificate).
+    pub fn tls_url(&self, ca_file: &Path) -> Option<String> {
+        let port = self.secure_port()?;
+        Some(format!(
+            "zks://localhost:{port}?ca_file={}",
+            ca_file.display()
+        ))
     }
 
     /// One server for the whole test process, started on first use. Tests sharing it keep
@@ -554,7 +663,7 @@ impl ZooKeeperEnsemble {
         }
         remove_leftover_dirs(DIR_PREFIX);
         let dir = TempDir::new(DIR_PREFIX)?;
-        let members = Members::launch(n, dir.path())?;
+        let members = Members::launch(n, dir.path(), None)?;
         Ok(ZooKeeperEnsemble {
             inner: Mutex::new(members),
             links: Vec::new(),

@@ -341,6 +341,12 @@ impl RedisBackend {
                 crate::redact(url)
             )));
         }
+        // With `zookeeper-tls` rustls has two providers, and `redis` builds its TLS
+        // configuration with the process default.
+        #[cfg(feature = "zookeeper-tls")]
+        if parsed.scheme() == "rediss" {
+            crate::tls::ensure_default_provider();
+        }
         let client = match &options.tls_root_cert_pem {
             Some(pem) if parsed.scheme() == "rediss" => redis::Client::build_with_tls(
                 url,

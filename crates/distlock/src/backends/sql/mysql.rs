@@ -304,6 +304,10 @@ impl MySqlBackend {
         target: String,
         options: SqlOptions,
     ) -> Result<Self> {
+        // With `zookeeper-tls` rustls has two providers, and `mysql_async` builds its TLS
+        // configuration with the process default.
+        #[cfg(feature = "zookeeper-tls")]
+        crate::tls::ensure_default_provider();
         options.validate(KIND)?;
         let constraints = PoolConstraints::new(0, options.pool_size)
             .ok_or_else(|| Error::config("mysql: bad pool size"))?;

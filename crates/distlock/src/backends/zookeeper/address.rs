@@ -55,27 +55,36 @@ pub(super) fn parse_duration(param: &str, value: &str) -> Result<Duration> {
     Ok(d)
 }
 
-/// What a `zk://` URL says.
+/// The TLS files of a `zks://` URL (paths as given).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct TlsFiles {
+    /// `ca_file`: PEM certificates of the authorities to verify the servers against.
+    pub(super) ca_file: String,
+    /// `cert_file` and `key_file`: the client's certificate chain and key (PEM).
+    pub(super) identity: Option<(String, String)>,
+}
+
+/// What a `zk://` (or `zks://`) URL says.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct ParsedUrl {
     pub(super) hosts: String,
     pub(super) auth: Option<(String, String)>,
     pub(super) options: ZooKeeperOptions,
+    /// `Some` for `zks://`: every server is reached over TLS and verified.
+    pub(super) tls: Option<TlsFiles>,
 }
 
 pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<ParsedUrl> {
     let shown = crate::redact(url);
     let err = |what: String| Error::config(format!("zk URL {shown:?}: {what}"));
-    let rest = match url.split_once("://") {
+    let (tls, rest) = match url.split_once("://") {
         Some((scheme, rest))
             if scheme.eq_ignore_ascii_case("zk") || scheme.eq_ignore_ascii_case("zookeeper") =>
         {
-            rest
+            (false, rest)
         }
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("zks") => {
-            return Err(err("zks:// (TLS) is not supported by this version".into()))
-        }
-        _ => return Err(err("expected the scheme zk://".into())),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("zks") => (true, rest),
+        _ => return Err(err("expected the scheme zk:// or zks:// (TLS)".into())),
     };
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
@@ -119,9 +128,18 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
         options.root = Some(root.to_owned());
     }
     let mut insecure_auth = false;
+    let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let file = || {
+            percent_decode(v)
+                .filter(|f| !f.is_empty())
+                .ok_or_else(|| err(format!("{k}: expected a file name")))
+        };
         match k {
+            "ca_file" => ca_file = Some(file()?),
+            "cert_file" => cert_file = Some(file()?),
+            "key_file" => key_file = Some(file()?),
             "session_timeout" => options.session_timeout = parse_duration(k, v)?,
             "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
             "request_timeout" => options.request_timeout = parse_duration(k, v)?,
@@ -136,17 +154,45 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
                         "connect_timeout",
                         "request_timeout",
                         "allow_insecure_auth",
+                        "ca_file",
+                        "cert_file",
+                        "key_file",
                     ],
                 ))
             }
         }
     }
-    // ZooKeeper's digest scheme sends the password itself; without TLS anybody on the path
-    // reads it.
-    if auth.is_some() && !insecure_auth {
+    if !tls && (ca_file.is_some() || cert_file.is_some() || key_file.is_some()) {
         return Err(err(
-            "zk:// would send the password in clear: add allow_insecure_auth=true to send it \
-             unencrypted anyway (only on a network you trust)"
+            "ca_file, cert_file and key_file need zks:// (TLS)".into()
+        ));
+    }
+    let identity = match (cert_file, key_file) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                "cert_file and key_file go together (the client certificate and its key)".into(),
+            ))
+        }
+    };
+    let tls =
+        match (tls, ca_file) {
+            (false, _) => None,
+            (true, Some(ca_file)) => Some(TlsFiles { ca_file, identity }),
+            // ZooKeeper servers carry certificates of a private CA as a rule; the client verifies
+            // against the CA it is given, never against nothing.
+            (true, None) => return Err(err(
+                "zks:// needs ca_file=<PEM file of the CA that signed the servers' certificates>"
+                    .into(),
+            )),
+        };
+    // ZooKeeper's digest scheme sends the password itself; without TLS anybody on the path
+    // reads it. Over zks:// the server is verified against the CA first.
+    if auth.is_some() && tls.is_none() && !insecure_auth {
+        return Err(err(
+            "zk:// would send the password in clear: use zks:// (TLS) with ca_file=, or add \
+             allow_insecure_auth=true to send it unencrypted anyway (only on a network you trust)"
                 .into(),
         ));
     }
@@ -158,6 +204,7 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
             .join(","),
         auth,
         options,
+        tls,
     })
 }
 
@@ -234,5 +281,46 @@ mod tests {
         }
         let e = parse_url("zk://u:hunter2@h:x", ZooKeeperOptions::default()).unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn tls_urls_parse() {
+        let p = parse_url(
+            "zks://u:p@zk1:2281,zk2:2281/locks?ca_file=/etc/zk/ca.pem&cert_file=/c%20d.pem&key_file=k.pem",
+            ZooKeeperOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(p.hosts, "zk1:2281,zk2:2281");
+        assert_eq!(
+            p.tls,
+            Some(TlsFiles {
+                ca_file: "/etc/zk/ca.pem".into(),
+                identity: Some(("/c d.pem".into(), "k.pem".into())),
+            })
+        );
+        // Digest credentials need no allow_insecure_auth over verified TLS.
+        assert_eq!(p.auth, Some(("u".into(), "p".into())));
+        let p = parse_url("zks://h:1?ca_file=ca.pem", ZooKeeperOptions::default()).unwrap();
+        assert_eq!(p.tls.unwrap().identity, None);
+        assert_eq!(
+            parse_url("zk://h:1", ZooKeeperOptions::default())
+                .unwrap()
+                .tls,
+            None
+        );
+        for (bad, part) in [
+            ("zks://h:1", "ca_file"),
+            ("zk://h:1?ca_file=ca.pem", "need zks://"),
+            ("zks://h:1?ca_file=ca.pem&cert_file=c.pem", "go together"),
+            ("zks://h:1?ca_file=ca.pem&key_file=k.pem", "go together"),
+            ("zks://h:1?ca_file=", "file name"),
+            ("zk://u:p@h:1", "allow_insecure_auth"),
+        ] {
+            let e = parse_url(bad, ZooKeeperOptions::default()).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidConfig(m) if m.contains(part)),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -15,13 +15,24 @@
 //!
 //! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&allow_insecure_auth=true]`
 //!
+//! `zks://[user:password@]host:port[,host:port...][/root]?ca_file=ca.pem[&cert_file=client.pem&key_file=client.key]`
+//! (TLS, feature `zookeeper-tls`)
+//!
 //! - several hosts form one ensemble; the client moves between them on failure;
+//! - `zks://` reaches every server over TLS (its `secureClientPort`) and verifies its
+//!   certificate against `ca_file` (PEM, required) and the host name; `cert_file` and
+//!   `key_file` (PEM) present a client certificate, for servers with `ssl.clientAuth=need`.
+//!   A server whose certificate is not trusted, or that refuses the handshake, fails the
+//!   connection with an [`Error::Backend`] that says which (without retrying until the connect
+//!   timeout). The rustls provider is ring, installed as rustls's process default unless the
+//!   application installed one (the client library asks rustls for the default);
 //! - `user:password` authenticates with the `digest` scheme (`addauth digest user:password`), and
 //!   every node is then created with the `CREATOR_ALL` ACL, so only clients with the same
 //!   credentials can take, wait for or delete these locks; without credentials nodes are open
-//!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is
-//!   and this backend has no TLS yet, so a URL with credentials is refused unless it also says
-//!   `allow_insecure_auth=true` (use it only on a network you trust);
+//!   (`OPEN_ACL_UNSAFE`, as Curator's default). The digest scheme sends the password as it is,
+//!   so over plain `zk://` a URL with credentials is refused unless it also says
+//!   `allow_insecure_auth=true` (use it only on a network you trust); over `zks://` the server
+//!   is verified first and no opt-in is needed;
 //! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
 //! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
 //!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
@@ -98,6 +109,7 @@ pub use zookeeper_client;
 mod address;
 mod queue;
 mod session;
+mod tls;
 
 use address::parse_url;
 pub use address::{decode_key, encode_key};
@@ -174,6 +186,8 @@ struct Inner {
     hosts: String,
     /// Digest credentials `user:password`; never printed.
     auth: Option<Vec<u8>>,
+    /// `zks://`: TLS to every server, verified against the URL's CA.
+    tls: Option<tls::Tls>,
     options: ZooKeeperOptions,
     /// One session per session timeout: the session of reads that hold nothing
     /// (`options.session_timeout`) and one per distinct lease, sized to it.
@@ -273,6 +287,7 @@ impl fmt::Debug for ZooKeeperBackend {
             .field("hosts", &self.inner.hosts)
             .field("root", &self.inner.options.root)
             .field("auth", &self.inner.auth.as_ref().map(|_| "digest"))
+            .field("tls", &self.inner.tls.is_some())
             .finish()
     }
 }
@@ -331,10 +346,16 @@ impl ZooKeeperBackend {
     /// Connects with explicit options; the URL's path and parameters override them.
     pub async fn connect_with(url: &str, options: ZooKeeperOptions) -> Result<Self> {
         let parsed = parse_url(url, options)?;
+        let tls = parsed
+            .tls
+            .as_ref()
+            .map(|files| tls::load(files, &parsed.hosts))
+            .transpose()?;
         let backend = ZooKeeperBackend {
             inner: Arc::new(Inner {
                 hosts: parsed.hosts,
                 auth: parsed.auth.map(|(u, p)| format!("{u}:{p}").into_bytes()),
+                tls,
                 options: parsed.options,
                 sessions: Mutex::new(HashMap::new()),
                 nodes: Mutex::new(HashMap::new()),

@@ -70,14 +70,20 @@ impl Inner {
             .map_err(|_| timed_out(what, limit))
     }
 
+    /// Establishes a session (resuming `resume`). The outer error is final: a TLS handshake
+    /// that fails on every server (untrusted certificate, refused client certificate).
     pub(super) async fn open(
         &self,
         timeout: Duration,
         resume: Option<zookeeper_client::SessionInfo>,
-    ) -> std::result::Result<Client, zookeeper_client::Error> {
+    ) -> Result<std::result::Result<Client, zookeeper_client::Error>> {
         let mut connector = Client::connector()
             .with_session_timeout(timeout)
             .with_fail_eagerly();
+        #[cfg(feature = "zookeeper-tls")]
+        if let Some(tls) = &self.tls {
+            connector = connector.with_tls(tls.options.clone());
+        }
         if let Some(auth) = &self.auth {
             connector = connector.with_auth("digest", auth);
         }
@@ -91,15 +97,39 @@ impl Inner {
         let mut pause = Duration::from_millis(25);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, connector.clone().connect(&self.hosts)).await {
-                Ok(Err(zookeeper_client::Error::NoHosts)) if Instant::now() + pause < deadline => {
+            match tokio::time::timeout(left, self.connect_once(connector.clone())).await {
+                Ok(Err(zookeeper_client::Error::NoHosts)) => {
+                    // Every server refused: a TLS failure will not go away by retrying.
+                    if let Some(tls) = &self.tls {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if let Ok(Some(e)) =
+                            tokio::time::timeout(left, tls.diagnose(&self.hosts)).await
+                        {
+                            return Err(e);
+                        }
+                    }
+                    if Instant::now() + pause >= deadline {
+                        return Ok(Err(zookeeper_client::Error::NoHosts));
+                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Ok(res) => return res,
-                Err(_) => return Err(zookeeper_client::Error::Timeout),
+                Ok(res) => return Ok(res),
+                Err(_) => return Ok(Err(zookeeper_client::Error::Timeout)),
             }
         }
+    }
+
+    /// One round over the hosts, over TLS for `zks://`.
+    async fn connect_once(
+        &self,
+        connector: zookeeper_client::Connector,
+    ) -> std::result::Result<Client, zookeeper_client::Error> {
+        #[cfg(feature = "zookeeper-tls")]
+        if self.tls.is_some() {
+            return connector.secure_connect(&self.hosts).await;
+        }
+        connector.connect(&self.hosts).await
     }
 
     pub(super) fn connect_error(&self, e: zookeeper_client::Error) -> Error {
@@ -173,7 +203,7 @@ impl Inner {
             .filter(|c| c.client.state() == SessionState::Expired)
             .map(|c| c.client.session().clone());
         let resumed = match resume {
-            Some(info) => match self.open(timeout, Some(info)).await {
+            Some(info) => match self.open(timeout, Some(info)).await? {
                 Ok(c) => Some(c),
                 Err(zookeeper_client::Error::SessionExpired) => None,
                 Err(e) => return Err(self.connect_error(e)),
@@ -184,7 +214,7 @@ impl Inner {
             Some(c) => c,
             None => self
                 .open(timeout, None)
-                .await
+                .await?
                 .map_err(|e| self.connect_error(e))?,
         };
         let conn = Arc::new(Conn {
