@@ -361,6 +361,9 @@ impl Owned {
             .append(true)
             .open(&log_path)?;
         let log_start = log.metadata()?.len();
+        // fsync=off keeps the server fast and still survives the kill of a process (the WAL is
+        // in the OS's page cache); synchronous_commit stays on, so that a commit the client saw
+        // is never lost by `kill` + `start_again`, as it would be while still in WAL buffers.
         let mut cmd = Command::new(self.bin.join("postgres"));
         cmd.arg("-D")
             .arg(self.dir.path().join("data"))
@@ -375,8 +378,6 @@ impl Owned {
             .args([
                 "-c",
                 "fsync=off",
-                "-c",
-                "synchronous_commit=off",
                 "-c",
                 "full_page_writes=off",
                 "-c",
