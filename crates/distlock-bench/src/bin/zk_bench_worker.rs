@@ -14,6 +14,8 @@
 //!
 //! `cargo build --release -p distlock-bench --features zookeeper --bin zk_bench_worker`.
 
+use std::time::Duration;
+
 use distlock::backends::zookeeper::ZooKeeperBackend;
 use distlock::{LockRegistry, RegistryOptions};
 use distlock_bench::{block_on, measure_cycles, measure_ops, WorkerArgs};
@@ -37,8 +39,10 @@ async fn run(a: WorkerArgs) {
         measure_ops(op, CLIENT, a.duration, a.proc_id, a.warmup * 10).await;
         return;
     }
-    let registry =
-        LockRegistry::with_options(backend, RegistryOptions::default()).expect("registry");
+    // A ZooKeeper lease is a session, and the harness's server (tickTime 1000) grants at most
+    // 20 s, below the default 30 s lease: use kazoo's session timeout in the same run, 10 s.
+    let options = RegistryOptions::default().lease(Duration::from_secs(10));
+    let registry = LockRegistry::with_options(backend, options).expect("registry");
     measure_cycles(&registry, &a, CLIENT, 2).await;
 }
 
