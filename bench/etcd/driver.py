@@ -4,7 +4,7 @@ imported, not changed), in the same run as its baselines and its etcd recipes, a
 throwaway etcd started by the harness's servers.py (same flags: fsync on, default snapshots).
 
   baseline  range and put of one key through the harness's client (JSON gateway, http.client)
-            and through distlock's own gRPC client (tonic, examples/etcd_bench_worker)
+            and through distlock's own gRPC client (tonic, crates/distlock-bench, etcd_bench_worker)
   S1        one client, one key: acquire + release back to back (distlock; the harness's v3lock
             RPC and concurrency.Mutex recipe)
   S2        4 processes, one key, blocking acquire, non-atomic counter-file increment, release
@@ -25,7 +25,8 @@ sys.path.insert(0, HARNESS)
 import bench  # noqa: E402
 import servers  # noqa: E402
 
-WORKER = os.path.join(ROOT, "target", "release", "examples", "etcd_bench_worker")
+# Where run.sh's `cargo build` put it: $CARGO_TARGET_DIR if set, as for cargo.
+WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "etcd_bench_worker")
 
 PY_S1 = [("v3lock", ""), ("mutex", "")]
 PY_S2 = [("mutex", ""), ("mutex", "watch-now+recheck"), ("v3lock", "")]

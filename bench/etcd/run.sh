@@ -5,11 +5,11 @@
 #   bench/etcd/run.sh                 # about 2 minutes
 #   bench/etcd/run.sh --s2-s 4 --pin none
 # Needs etcd-server (and python3); the harness's etcd recipes use only the standard library.
-# Builds the release example worker.
+# Builds the release worker (crate distlock-bench).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:-$root/../shared/bench/other-backends}
 export DISTLOCK_OTHER_BACKENDS_HARNESS=$harness
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock \
-  --features etcd --example etcd_bench_worker
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock-bench \
+  --features etcd --bin etcd_bench_worker
 exec python3 "$root/bench/etcd/driver.py" "$@"

@@ -5,7 +5,7 @@ baselines and its Spring-style lease-table recipe, against the same kind of thro
 
 Per backend, one private server (the harness's servers.py: same settings, same pinning):
   baseline  read and write round trip through the harness's Python client (worker.py) and
-            through distlock's own client library (examples/sql_bench_worker)
+            through distlock's own client library (crates/distlock-bench, sql_bench_worker)
   S1        one client, one key: acquire + release back to back, distlock and the harness's
             Spring-style lease recipe
   S2        4 processes, one key, blocking acquire, non-atomic counter-file increment, release
@@ -26,7 +26,8 @@ sys.path.insert(0, HARNESS)
 import bench  # noqa: E402
 import servers  # noqa: E402
 
-WORKER = os.path.join(ROOT, "target", "release", "examples", "sql_bench_worker")
+# Where run.sh's `cargo build` put it: $CARGO_TARGET_DIR if set, as for cargo.
+WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "sql_bench_worker")
 
 PLAN = {
     "pg": {"py_S1": [("lease", "tx"), ("lease", "auto")], "py_S2": [("lease", "tx-poll100ms"), ("advisory", "")],

@@ -5,7 +5,7 @@
 #   bench/sql/run.sh                       # both databases (about 3 minutes)
 #   bench/sql/run.sh --backends pg --s2-s 4
 # Needs the packages of the shared harness (postgresql, mariadb-server, libmariadb-dev,
-# pkg-config, python3-venv); makes target/bench-venv and builds the release example worker.
+# pkg-config, python3-venv); makes target/bench-venv and builds the release worker (crate distlock-bench).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:-$root/../shared/bench/other-backends}
@@ -18,6 +18,6 @@ if ! cmp -s "$harness/requirements.txt" "$venv/.installed-requirements" 2>/dev/n
   "$venv/bin/pip" install --disable-pip-version-check -q -r "$harness/requirements.txt"
   cp "$harness/requirements.txt" "$venv/.installed-requirements"
 fi
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock \
-  --features postgres,mysql --example sql_bench_worker
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock-bench \
+  --features sql --bin sql_bench_worker
 exec "$venv/bin/python" "$root/bench/sql/driver.py" "$@"

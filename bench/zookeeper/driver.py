@@ -4,7 +4,7 @@
 against one throwaway server started by the harness's servers.py (same settings, same pinning).
 
   baseline  get / set of one node through kazoo (the harness's worker.py) and through
-            distlock's client library (zookeeper-client, examples/zk_bench_worker)
+            distlock's client library (zookeeper-client, crates/distlock-bench, zk_bench_worker)
   S1        one client, one key: acquire + release back to back, kazoo Lock and distlock
   S2        4 processes, one key, blocking acquire, non-atomic counter-file increment, release
 The statistics are the harness's own (bench.analyse_cycles). Run through bench/zookeeper/run.sh.
@@ -24,7 +24,8 @@ sys.path.insert(0, HARNESS)
 import bench  # noqa: E402
 import servers  # noqa: E402
 
-WORKER = os.path.join(ROOT, "target", "release", "examples", "zk_bench_worker")
+# Where run.sh's `cargo build` put it: $CARGO_TARGET_DIR if set, as for cargo.
+WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "zk_bench_worker")
 BACKEND = "zk"
 
 

@@ -5,7 +5,7 @@
 #   bench/zookeeper/run.sh                 # about 1 minute
 #   bench/zookeeper/run.sh --s2-s 4 --pin none
 # Needs the packages of the shared harness (zookeeper, python3-venv); makes target/bench-venv
-# (kazoo from the harness's requirements.txt) and builds the release example worker.
+# (kazoo from the harness's requirements.txt) and builds the release worker (crate distlock-bench).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:-$root/../shared/bench/other-backends}
@@ -18,6 +18,6 @@ if ! cmp -s "$harness/requirements.txt" "$venv/.installed-requirements" 2>/dev/n
   "$venv/bin/pip" install --disable-pip-version-check -q -r "$harness/requirements.txt"
   cp "$harness/requirements.txt" "$venv/.installed-requirements"
 fi
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock \
-  --features zookeeper --example zk_bench_worker
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock-bench \
+  --features zookeeper --bin zk_bench_worker
 exec "$venv/bin/python" "$root/bench/zookeeper/driver.py" "$@"

@@ -1,4 +1,8 @@
 //! Durations on the command line: `500ms`, `30s`, `2m`, `1h`, `1.5s`, `1m30s`.
+//!
+//! Kept instead of `humantime::parse_duration`, which also accepts `5 s`, `1sec`, `1M` (a month)
+//! and `1y`: this parser takes only the five short units the help shows, so `1M` is never read
+//! as a month where `1m` was meant (`rejects_garbage` pins the refusals).
 
 use std::time::Duration;
 

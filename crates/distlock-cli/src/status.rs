@@ -1,10 +1,11 @@
 //! `distlock status`: is a lock held, by which fence, for how much longer.
 
 use distlock::LockInfo;
+use serde::Serialize;
 
 use crate::config::{Failure, Global};
 use crate::run::describe_holder;
-use crate::util::{holder_fence, json_opt, json_string, out};
+use crate::util::{holder_fence, out};
 
 /// Exit status when the lock is free.
 pub const EXIT_FREE: i32 = 3;
@@ -38,21 +39,32 @@ fn to_text(key: &str, backend: &str, info: Option<&LockInfo>) -> String {
     }
 }
 
+/// The JSON object of `status --json`; the field order is the output's.
+#[derive(Debug, Serialize)]
+struct StatusJson<'a> {
+    key: &'a str,
+    prefix: &'a str,
+    held: bool,
+    fence: Option<u64>,
+    backend_fence: Option<u64>,
+    remaining_ms: Option<u128>,
+    backend: &'a str,
+}
+
 /// One JSON object. `fence` is what a `distlock run` holder sees in `DISTLOCK_FENCE`;
 /// `backend_fence` is the backend's own counter.
 fn to_json(key: &str, prefix: &str, backend: &str, info: Option<&LockInfo>) -> String {
     let fence = info.and_then(|i| i.fence);
-    let remaining = info.and_then(|i| i.remaining).map(|r| r.as_millis());
-    format!(
-        "{{\"key\":{},\"prefix\":{},\"held\":{},\"fence\":{},\"backend_fence\":{},\"remaining_ms\":{},\"backend\":{}}}",
-        json_string(key),
-        json_string(prefix),
-        info.is_some(),
-        json_opt(fence.map(holder_fence)),
-        json_opt(fence),
-        json_opt(remaining),
-        json_string(backend),
-    )
+    let status = StatusJson {
+        key,
+        prefix,
+        held: info.is_some(),
+        fence: fence.map(holder_fence),
+        backend_fence: fence,
+        remaining_ms: info.and_then(|i| i.remaining).map(|r| r.as_millis()),
+        backend,
+    };
+    serde_json::to_string(&status).expect("plain fields serialize")
 }
 
 #[cfg(test)]
@@ -74,6 +86,16 @@ mod tests {
             to_json("k", "lock", "sqlite", None),
             r#"{"key":"k","prefix":"lock","held":false,"fence":null,"backend_fence":null,"remaining_ms":null,"backend":"sqlite"}"#
         );
+    }
+
+    #[test]
+    fn json_keys_with_any_characters_parse_back() {
+        let key = "x\ny\tz\r\u{1}\u{1f}\u{7f}\"\\ünï/cødé 🔒";
+        let json = to_json(key, "p", "memory", None);
+        assert!(!json.contains('\n'), "one line: {json}");
+        let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(back["key"], key);
+        assert_eq!(back["fence"], serde_json::Value::Null);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Small helpers: output that never panics, JSON strings, wall-clock times, one-line errors.
+//! Small helpers: output that never panics, wall-clock times, one-line errors.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -36,34 +36,6 @@ pub fn stderr_is_terminal() -> bool {
     nix::unistd::isatty(std::io::stderr()).unwrap_or(false)
 }
 
-/// `s` as a JSON string literal, quotes included.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if u32::from(c) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A JSON value from an optional number: the number or `null`.
-pub fn json_opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map_or_else(|| "null".to_owned(), |v| v.to_string())
-}
-
 /// The time of day of `t` in UTC as `HH:MM:SS.mmm`.
 pub fn clock(t: SystemTime) -> String {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
@@ -88,17 +60,6 @@ pub fn holder_fence(backend_fence: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("plain"), r#""plain""#);
-        assert_eq!(json_string(r#"a"b\c"#), r#""a\"b\\c""#);
-        assert_eq!(json_string("x\ny\tz\r"), r#""x\ny\tz\r""#);
-        assert_eq!(json_string("\u{1}\u{1f}\u{7f}"), r#""\u0001\u001f\u007f""#);
-        assert_eq!(json_string("ünï/cødé 🔒"), "\"ünï/cødé 🔒\"");
-        assert_eq!(json_opt(Some(5)), "5");
-        assert_eq!(json_opt::<u64>(None), "null");
-    }
 
     #[test]
     fn clock_formats_utc_time_of_day() {

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::testkit::proxy::FaultProxy;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use crate::analysis::{self, BackendReport};
@@ -76,23 +78,21 @@ impl Fleet {
             .spawn()
     }
 
-    fn pid(&self, worker: usize) -> Result<libc::pid_t, String> {
+    fn pid(&self, worker: usize) -> Result<Pid, String> {
         let child = self.slots[worker]
             .child
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let c = child.0.as_ref().ok_or("worker not running")?;
-        libc::pid_t::try_from(c.id()).map_err(|e| e.to_string())
+        i32::try_from(c.id())
+            .map(Pid::from_raw)
+            .map_err(|e| e.to_string())
     }
 
     /// Sends `signal` to the worker's process.
-    pub(crate) fn signal(&self, worker: usize, signal: libc::c_int) -> Result<(), String> {
-        let pid = self.pid(worker)?;
-        // SAFETY: kill(2) on a child of ours that has not been reaped.
-        if unsafe { libc::kill(pid, signal) } != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        Ok(())
+    pub(crate) fn signal(&self, worker: usize, signal: Signal) -> Result<(), String> {
+        // A child of ours that has not been reaped.
+        kill(self.pid(worker)?, signal).map_err(|e| e.to_string())
     }
 
     /// `SIGKILL`s the worker, ends its open section at the time of death and starts a new

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::Rng;
 use serde::Serialize;
@@ -131,9 +132,9 @@ async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<
     let mut target = Some(worker);
     match kind {
         FaultKind::Pause => {
-            fleet.signal(worker, libc::SIGSTOP)?;
+            fleet.signal(worker, Signal::SIGSTOP)?;
             tokio::time::sleep(hold_for(kind, lease)).await;
-            fleet.signal(worker, libc::SIGCONT)?;
+            fleet.signal(worker, Signal::SIGCONT)?;
         }
         FaultKind::Kill => {
             fleet.kill_and_respawn(worker)?;

@@ -6,13 +6,10 @@ use serde::{Deserialize, Serialize};
 /// `CLOCK_MONOTONIC` in nanoseconds. The kernel keeps one such clock for the whole machine, so
 /// the times workers record are comparable with each other and with the driver's.
 pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC exists on Linux");
+    u64::try_from(ts.tv_sec()).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(ts.tv_nsec()).unwrap_or(0)
 }
 
 /// One critical section of one worker process: `worker` is the slot (0..workers), `life` counts

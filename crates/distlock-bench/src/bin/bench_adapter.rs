@@ -1,22 +1,15 @@
 //! distlock's adapter for the Redis lock benchmark harness (`../shared/bench/peers/`): speaks
 //! its adapter contract (flags in, JSON lines out) so distlock is measured beside other lock
 //! libraries in the same run. Registered in `bench/peers.json`; run with `scripts/bench-peers.sh`.
+//!
+//! `cargo build --release -p distlock-bench --features redis --bin bench_adapter`.
 
 use std::io::Write;
 use std::time::Duration;
 
 use distlock::{LockRegistry, RegistryOptions};
+use distlock_bench::{mono_ns, write_line, AdapterCycle, AdapterSummary};
 use redis::aio::MultiplexedConnection;
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes into the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 struct Args {
     variant: String,
@@ -142,20 +135,6 @@ async fn worker(
     r
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 async fn run(args: Args) -> Result<(), String> {
     let args = std::sync::Arc::new(args);
     let client = redis::Client::open(args.redis.as_str()).map_err(|e| e.to_string())?;
@@ -214,12 +193,7 @@ async fn run(args: Args) -> Result<(), String> {
     let (mut cycles, mut errors, mut first_error) = (0u64, 0u64, None::<String>);
     for (w, r) in results.iter().enumerate() {
         for t in &r.recs {
-            writeln!(
-                out,
-                "{{\"ev\":\"cycle\",\"w\":{w},\"t\":[{},{},{},{}]}}",
-                t[0], t[1], t[2], t[3]
-            )
-            .map_err(|e| e.to_string())?;
+            write_line(&mut out, &AdapterCycle::new(w, *t)).map_err(|e| e.to_string())?;
         }
         cycles += r.recs.len() as u64;
         errors += r.errors;
@@ -230,19 +204,26 @@ async fn run(args: Args) -> Result<(), String> {
     let wait =
         "local FIFO queue first; remote waiters woken by the release message on <prefix>-channel, \
                 jittered PTTL-bounded polling as fallback; 5 ms grace after a contended release";
-    writeln!(
-        out,
-        "{{\"ev\":\"summary\",\"lib\":\"distlock\",\"lib_version\":{},\"variant\":{},\"wait_strategy\":{},\"scenario\":{},\"proc_id\":{},\"pid\":{},\"workers\":{},\"cycles\":{cycles},\"errors\":{errors},\"first_error\":{},\"ready_ns\":{ready_ns},\"start_ns\":{start_ns},\"end_ns\":{end_ns},\"finished_ns\":{finished_ns}}}",
-        json_str(&format!("distlock {}", env!("CARGO_PKG_VERSION"))),
-        json_str(&args.variant),
-        json_str(wait),
-        json_str(&args.scenario),
-        args.proc_id,
-        std::process::id(),
-        args.workers,
-        first_error.as_deref().map(json_str).unwrap_or_else(|| "null".into()),
-    )
-    .map_err(|e| e.to_string())?;
+    let lib_version = format!("distlock {}", env!("CARGO_PKG_VERSION"));
+    let summary = AdapterSummary {
+        ev: "summary",
+        lib: "distlock",
+        lib_version: &lib_version,
+        variant: &args.variant,
+        wait_strategy: wait,
+        scenario: &args.scenario,
+        proc_id: args.proc_id,
+        pid: std::process::id(),
+        workers: args.workers,
+        cycles,
+        errors,
+        first_error: first_error.as_deref(),
+        ready_ns,
+        start_ns,
+        end_ns,
+        finished_ns,
+    };
+    write_line(&mut out, &summary).map_err(|e| e.to_string())?;
     out.flush().map_err(|e| e.to_string())
 }
 

@@ -1,0 +1,288 @@
+//! Mutual exclusion between `distlock` processes on each server backend: Redis, ZooKeeper, PostgreSQL, MySQL, etcd (also over TLS).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use distlock::testkit::redis::RedisServer;
+use nix::sys::signal::Signal;
+
+#[test]
+fn redis_mutual_exclusion() {
+    let server = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let url = server.url();
+    let home = Home::new();
+    let (holder, fence) = home.hold(&["--backend", &url], "rk", &[]);
+    assert_eq!(
+        server.cli(&["EXISTS", "lock:rk"]).unwrap(),
+        "1",
+        "Spring-compatible key"
+    );
+
+    let out = home.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--key",
+        "rk",
+        "--no-wait",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert_eq!(out.stdout, "");
+
+    let status = home.run(&["--backend", &url, "status", "rk", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(json_field(status.stdout.trim(), "backend"), "\"redis\"");
+    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(
+        holder.wait(TIMEOUT).code,
+        Some(128 + Signal::SIGTERM as i32)
+    );
+    assert_eq!(
+        server.cli(&["EXISTS", "lock:rk"]).unwrap(),
+        "0",
+        "released on the server"
+    );
+    let out = home.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--key",
+        "rk",
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+}
+
+/// `zk://` across processes: Curator's layout on the server, busy runs exit 75, `status` sees
+/// the holder's fence, concurrent waiting runs never overlap, and SIGTERM releases.
+#[test]
+fn zookeeper_mutual_exclusion_across_processes() {
+    use distlock::testkit::zookeeper::ZooKeeperServer;
+    let server = ZooKeeperServer::start().expect("ZooKeeper (apt-get install zookeeper)");
+    let url = server.url();
+    let home = Home::new();
+    let (holder, fence) = home.hold(&["--backend", &url], "zk", &[]);
+    let dump = server.four_letter("dump").unwrap();
+    assert!(dump.contains("/lock/zk/_c_"), "Curator layout: {dump}");
+
+    let busy = home.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--key",
+        "zk",
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(busy.code, Some(75), "{busy:?}");
+    let status = home.run(&["--backend", &url, "status", "zk", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(json_field(status.stdout.trim(), "backend"), "\"zookeeper\"");
+    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+
+    let dir = home.path("inside-zk");
+    let dir = dir.to_str().unwrap();
+    let procs: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::spawn(&mut home.cmd(&[
+                "--backend",
+                &url,
+                "run",
+                "--key",
+                "zk",
+                "--",
+                "sh",
+                "-c",
+                r#"mkdir "$1" || exit 99; sleep 0.1; rmdir "$1"; printf %s "$DISTLOCK_FENCE""#,
+                "sh",
+                dir,
+            ]))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(
+        holder.wait(TIMEOUT).code,
+        Some(128 + Signal::SIGTERM as i32)
+    );
+    for p in procs {
+        let out = p.wait(TIMEOUT);
+        assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");
+        let next: u64 = out.stdout.parse().expect("fence");
+        assert!(
+            next > fence,
+            "fence {next} not above the first holder's {fence}"
+        );
+    }
+    let status = home.run(&["--backend", &url, "status", "zk"]);
+    assert_eq!(status.code, Some(3), "free at the end: {status:?}");
+}
+
+#[test]
+fn redis_prefix_names_the_key() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let home = Home::new();
+    let (holder, _) = home.hold(&["--backend", &url, "--prefix", "billing"], "v", &[]);
+    assert_eq!(server.cli(&["EXISTS", "billing:v"]).unwrap(), "1");
+    drop(holder);
+}
+
+/// Mutual exclusion between `distlock` processes through a SQL server: a holder, a `--no-wait`
+/// run that gets 75, `status` with the fence, release on SIGTERM, then four waiting runs that
+/// never overlap. `rows` counts the live rows of the lease table.
+fn sql_mutual_exclusion(url: &str, kind: &str, rows: impl Fn() -> usize) {
+    let home = Home::new();
+    let (holder, fence) = home.hold(&["--backend", url], "sk", &[]);
+    assert_eq!(rows(), 1, "the lock is a row of the lease table");
+    let out = home.run(&[
+        "--backend",
+        url,
+        "run",
+        "--key",
+        "sk",
+        "--no-wait",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert_eq!(out.stdout, "");
+    let status = home.run(&["--backend", url, "status", "sk", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(
+        json_field(status.stdout.trim(), "backend"),
+        format!("\"{kind}\"")
+    );
+    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(
+        holder.wait(TIMEOUT).code,
+        Some(128 + Signal::SIGTERM as i32)
+    );
+    assert_eq!(rows(), 0, "released on the server");
+    let status = home.run(&["--backend", url, "status", "sk"]);
+    assert_eq!(status.code, Some(3), "{status:?}");
+
+    let dir = home.path("inside");
+    let dir = dir.to_str().unwrap();
+    let procs: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::spawn(&mut home.cmd(&[
+                "--backend",
+                url,
+                "run",
+                "--key",
+                "sk",
+                "--wait",
+                "15s",
+                "--",
+                "sh",
+                "-c",
+                r#"mkdir "$1" || exit 99; sleep 0.2; rmdir "$1""#,
+                "sh",
+                dir,
+            ]))
+        })
+        .collect();
+    for p in procs {
+        let out = p.wait(TIMEOUT);
+        assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");
+    }
+}
+
+#[test]
+fn postgres_mutual_exclusion() {
+    use distlock::testkit::postgres::PostgresServer;
+    let server = PostgresServer::machine_or_start()
+        .expect("PostgreSQL must run or be installed (apt-get install postgresql)");
+    let db = server.fresh_database().expect("fresh database");
+    let url = format!("{}?table=cli_locks", db.url());
+    sql_mutual_exclusion(&url, "postgres", || {
+        db.query("SELECT count(*) FROM cli_locks WHERE token IS NOT NULL")
+            .expect("count")[0][0]
+            .as_deref()
+            .expect("a count")
+            .parse()
+            .expect("a number")
+    });
+}
+
+#[test]
+fn mysql_mutual_exclusion() {
+    use distlock::testkit::mysql::MariaDbServer;
+    let server = MariaDbServer::machine_or_start()
+        .expect("MariaDB must run or be installed (apt-get install mariadb-server)");
+    let db = server.fresh_database().expect("fresh database");
+    let url = db.url().to_owned();
+    sql_mutual_exclusion(&url, "mysql", || {
+        db.query("SELECT COUNT(*) FROM distlock_locks WHERE token IS NOT NULL")
+            .expect("count")[0][0]
+            .as_deref()
+            .expect("a count")
+            .parse()
+            .expect("a number")
+    });
+}
+
+/// `etcd://` across processes: the `concurrency.Mutex` layout on the server (`lock/sk/<lease>`),
+/// a busy run exits 75, `status` sees the holder's fence, SIGTERM releases, and waiting runs
+/// never overlap.
+#[test]
+fn etcd_mutual_exclusion() {
+    use distlock::testkit::etcd::EtcdServer;
+    let server = EtcdServer::start().expect("etcd (apt-get install etcd-server)");
+    sql_mutual_exclusion(&server.url(), "etcd", || {
+        server
+            .etcdctl(&["get", "--prefix", "lock/sk/", "--keys-only"])
+            .expect("etcdctl get")
+            .lines()
+            .filter(|l| l.starts_with("lock/sk/"))
+            .count()
+    });
+}
+
+/// `etcds://` from the command line: the same as [`etcd_mutual_exclusion`] over TLS, with the
+/// server's private authority named by `ca_file`; without it the server is not trusted.
+#[test]
+fn etcds_mutual_exclusion() {
+    use distlock::testkit::etcd::{EtcdServer, EtcdServerOptions, TlsFiles};
+    let certs = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "distlock")
+        .expect("openssl");
+    let d = certs.dir();
+    let server = EtcdServer::start_with(EtcdServerOptions {
+        tls: Some(TlsFiles {
+            cert: d.join("server.crt"),
+            key: d.join("server.key"),
+            ca: d.join("ca.crt"),
+        }),
+        ..EtcdServerOptions::default()
+    })
+    .expect("etcd with TLS (apt-get install etcd-server)");
+    assert!(server.url().starts_with("etcds://"), "{}", server.url());
+
+    let home = Home::new();
+    let untrusted = home.run(&["--backend", &server.url(), "status", "sk"]);
+    assert_eq!(untrusted.code, Some(1), "{untrusted:?}");
+    assert_eq!(untrusted.stderr.trim().lines().count(), 1, "{untrusted:?}");
+
+    let url = format!("{}?ca_file={}", server.url(), d.join("ca.crt").display());
+    sql_mutual_exclusion(&url, "etcd", || {
+        server
+            .etcdctl(&["get", "--prefix", "lock/sk/", "--keys-only"])
+            .expect("etcdctl get")
+            .lines()
+            .filter(|l| l.starts_with("lock/sk/"))
+            .count()
+    });
+}
