@@ -110,7 +110,7 @@ async fn cycles(a: &Args) {
         .expect("connect");
     let reg = LockRegistry::with_options(
         backend,
-        RegistryOptions::default().prefix("/bench/distlock"),
+        RegistryOptions::default().with_prefix("/bench/distlock"),
     )
     .unwrap();
     let warm = reg
