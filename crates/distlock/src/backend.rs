@@ -263,10 +263,11 @@ pub struct Renewal {
 /// Every method must then leave the server and the backend consistent: a connection whose
 /// request was cut off is closed rather than reused, and no lock stays held beyond its lease.
 /// A method whose request may still take effect after its future was dropped (a statement
-/// already sent) documents it. [`acquire`](Backend::acquire) in particular is cancel safe in
-/// the sense that a dropped attempt that nevertheless took the lock gives it back (the
-/// database backends run the attempt as its own task and undo it when nobody receives the
-/// outcome, see `detached_attempt`).
+/// already sent) documents it. A dropped [`acquire`](Backend::acquire) may still take the
+/// lock (its request was on its way): SQLite, PostgreSQL and MySQL run the attempt as a task of
+/// its own and give such a lock back once the attempt ends (`backend::detached_attempt`, the
+/// one place for that undo); on the other backends it is held until its lease ends unless the
+/// caller releases the token.
 ///
 /// The registry does not rely on that alone: its attempts run detached from the caller (an
 /// abandoned attempt is driven to its end in the background, never dropped midway), and when
@@ -307,10 +308,18 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Attempt>;
 
     /// Frees the lock if and only if it is held with `token`, and wakes waiters.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the lock is released if the request reached the server and otherwise
+    /// expires with its lease; the release is owner-checked, so repeating it is harmless.
     async fn release(&self, name: &LockName, token: Token) -> Result<Released>;
 
     /// Resets the lease if and only if the lock is still held with `token`; `Ok(false)` when it
     /// is not (expired, deleted, taken by someone else).
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the lease may or may not have been reset; the lock stays held no longer
+    /// than the longer of the two leases.
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool>;
 
     /// Extends many leases at once. The default runs [`Backend::extend`] for each concurrently;
@@ -325,6 +334,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// when the backend hands the lock to that waiter. It must be active when this returns, so
     /// that a release after it is never missed. The registry calls it only when
     /// [`Capabilities::notifies_release`] is true. The default never fires: waiters poll.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, no subscription exists for the caller; bookkeeping a backend made for it
+    /// goes when nobody listens (see [`ReleaseSignals`]).
     async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
         let _ = (name, waiter);
         Ok(ReleaseSubscription::never())
@@ -332,18 +345,29 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Leaves the wait queue joined by an [`AcquireMode::Queue`] attempt (the caller gave up).
     /// The default does nothing.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the place may stay until it expires (a backend's queue entries expire,
+    /// or go with the session); the registry retries it in the background.
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         let _ = (name, token);
         Ok(())
     }
 
     /// Reads the current state of a lock without changing it: `None` when free.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
 
     /// Frees the lock whoever holds it, as an operator would (`distlock unlock --force`), and
     /// wakes waiters. Returns whether a holder was removed. The holder learns that it lost the
     /// lock at its next renewal; fences keep increasing. The default fails with
     /// [`Error::Unsupported`].
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the lock may or may not have been removed; check with
+    /// [`inspect`](Backend::inspect).
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let _ = name;
         Err(Error::Unsupported {
