@@ -596,42 +596,6 @@ impl RedisBackend {
     fn queue_keys(key: &str) -> (String, String) {
         (sibling_key(key, "queue"), sibling_key(key, "waiters"))
     }
-
-    async fn attempt(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        waiter_ttl_ms: u64,
-    ) -> Result<Attempt> {
-        let key = Self::lock_key(name);
-        let fence_key = sibling_key(&key, "fence");
-        let (queue, waiters) = Self::queue_keys(&key);
-        let member = self.member(token);
-        let token = token.to_hex_bytes();
-        let (lease, ttl) = (ms(lease).to_string(), waiter_ttl_ms.to_string());
-        let reply = self
-            .eval(
-                &self.scripts.acquire,
-                &[&key, &fence_key, &queue, &waiters],
-                &[&token, lease.as_bytes(), ttl.as_bytes(), &member],
-            )
-            .await?;
-        let (ok, value) = match reply.ints().as_deref() {
-            Some(&[ok, value]) => (ok, value),
-            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
-        };
-        if ok == 1 {
-            let fence = u64::try_from(value)
-                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
-            Ok(Attempt::Acquired { fence })
-        } else {
-            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
-            // queued first (or it just vanished).
-            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
-            Ok(Attempt::Busy { retry_after })
-        }
-    }
 }
 
 /// Turns pub/sub messages into wake-ups: a wake message names the queued waiter's token, a
@@ -758,7 +722,33 @@ impl Backend for RedisBackend {
             AcquireMode::Try => 0,
             AcquireMode::Queue => self.waiter_ttl_ms,
         };
-        self.attempt(name, token, lease, waiter_ttl_ms).await
+        let key = Self::lock_key(name);
+        let fence_key = sibling_key(&key, "fence");
+        let (queue, waiters) = Self::queue_keys(&key);
+        let member = self.member(token);
+        let token = token.to_hex_bytes();
+        let (lease, ttl) = (ms(lease).to_string(), waiter_ttl_ms.to_string());
+        let reply = self
+            .eval(
+                &self.scripts.acquire,
+                &[&key, &fence_key, &queue, &waiters],
+                &[&token, lease.as_bytes(), ttl.as_bytes(), &member],
+            )
+            .await?;
+        let (ok, value) = match reply.ints().as_deref() {
+            Some(&[ok, value]) => (ok, value),
+            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
+        };
+        if ok == 1 {
+            let fence = u64::try_from(value)
+                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
+            Ok(Attempt::Acquired { fence })
+        } else {
+            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
+            // queued first (or it just vanished).
+            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
+            Ok(Attempt::Busy { retry_after })
+        }
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
