@@ -715,7 +715,7 @@ impl Backend for SqliteBackend {
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
         let existed = self
-            .run("force_delete", move |inner, conn| {
+            .run("force_release", move |inner, conn| {
                 Ok(conn
                     .prepare_cached(&inner.sql.force_delete)?
                     .execute(params![region, key])?

@@ -990,7 +990,7 @@ impl Backend for MySqlBackend {
         let limit = inner.options.request_timeout;
         detached(
             KIND,
-            self.inner.context("force_delete"),
+            self.inner.context("force_release"),
             Some(limit),
             async move {
                 let (a, b) = inner.ident(&name)?;
@@ -999,7 +999,7 @@ impl Backend for MySqlBackend {
                     key: &b,
                     token: "",
                 });
-                let out = inner.run("force_delete", &sql, true).await?;
+                let out = inner.run("force_release", &sql, true).await?;
                 if out.affected > 0 {
                     inner.signals.fire(&channel(&name));
                 }

@@ -1106,14 +1106,14 @@ impl Backend for PostgresBackend {
         let limit = inner.options.request_timeout;
         detached(
             KIND,
-            self.inner.context("force_delete"),
+            self.inner.context("force_release"),
             Some(limit),
             async move {
                 let (a, b) = inner.ident(&name)?;
                 let payload = inner.payload(&name);
                 let rows = inner
                     .query(
-                        "force_delete",
+                        "force_release",
                         Stmt::ForceDelete,
                         &[&a, &b, &inner.listen_channel, &payload],
                         true,
