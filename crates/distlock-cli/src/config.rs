@@ -71,7 +71,7 @@ impl Global {
 
     /// Registry options for this invocation, checked without touching the backend.
     pub fn options(&self) -> Result<RegistryOptions, Failure> {
-        let options = RegistryOptions::default().prefix(self.prefix.clone());
+        let options = RegistryOptions::default().with_prefix(self.prefix.clone());
         // Let the library judge the options (prefix rules) before any connection is made, so
         // that a usage error is reported as such even when the backend is down.
         let probe = Arc::new(distlock::backends::memory::MemoryBackend::new());

@@ -131,9 +131,9 @@ async fn run(args: Args) -> io::Result<()> {
     let events = Arc::new(Mutex::new(events_write));
 
     let options = RegistryOptions::default()
-        .prefix("torture")
-        .lease(args.lease)
-        .client_id(format!("torture-w{}-{}", args.worker, args.life));
+        .with_prefix("torture")
+        .with_lease(args.lease)
+        .with_client_id(format!("torture-w{}-{}", args.worker, args.life));
     let registry = loop {
         match LockRegistry::connect(&args.url, options.clone()).await {
             Ok(r) => break r,

@@ -42,8 +42,8 @@ async fn main() -> distlock::Result<()> {
     for instance in 0..4usize {
         // One registry per instance, as separate processes would have.
         let opts = RegistryOptions::default()
-            .prefix("example-jobs")
-            .lease(Duration::from_secs(10));
+            .with_prefix("example-jobs")
+            .with_lease(Duration::from_secs(10));
         let registry = LockRegistry::from_backend(backend.clone(), opts)?;
         let store = store.clone();
         instances.push(tokio::spawn(async move {

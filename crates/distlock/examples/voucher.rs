@@ -155,8 +155,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // --- 2. A stale holder is stopped by the fence ---------------------------------------------
     println!("\ninstance A takes the lock with a 300 ms lease and renewal off, then stalls");
     let no_renewal = RegistryOptions::default()
-        .renew(false)
-        .lease(Duration::from_millis(300));
+        .with_renew(false)
+        .with_lease(Duration::from_millis(300));
     let a = instances.registry(no_renewal).await?;
     let b = instances.registry(RegistryOptions::default()).await?;
 

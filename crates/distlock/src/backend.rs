@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -177,15 +178,22 @@ pub enum Fencing {
     None,
 }
 
-/// What a backend can promise. The registry and the conformance suite consult it.
+/// What a backend can promise. The registry and the conformance suite consult it, so each
+/// field must be accurate: a backend never claims more than it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// Fencing guarantee.
+    /// Fencing guarantee. The conformance suite selects its fencing scenarios on it: a backend
+    /// with [`Fencing::None`] skips them (and its guards' fences must not fence writes).
     pub fencing: Fencing,
-    /// Waiters are woken by a release notification (otherwise they only poll).
+    /// Waiters are woken by a release notification through [`Backend::subscribe`]. The registry
+    /// subscribes only when this is true; otherwise its waiters poll.
     pub notifies_release: bool,
-    /// Remote waiters are served in arrival order.
+    /// The backend keeps a fair wait queue: waiters that attempt with [`AcquireMode::Queue`]
+    /// are served in arrival order among themselves. The registry attempts with
+    /// [`AcquireMode::Queue`] (and gives its place back with [`Backend::leave_queue`]) only
+    /// when this is true. The queue does not bind [`AcquireMode::Try`] attempts, foreign
+    /// clients of the same layout, or the local handoffs of one registry.
     pub fifo: bool,
     /// Locks exclude other processes (false only for `memory`).
     pub cross_process: bool,
@@ -201,6 +209,26 @@ impl Capabilities {
             cross_process: true,
         }
     }
+
+    /// Whether the backend's fences may be used to fence writes (anything but
+    /// [`Fencing::None`]).
+    pub fn fences(&self) -> bool {
+        !matches!(self.fencing, Fencing::None)
+    }
+}
+
+/// How an acquisition attempt treats a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AcquireMode {
+    /// A caller that will not wait: take the lock if it is free, else report it busy and leave
+    /// no trace on the server.
+    Try,
+    /// A caller that will wait if the lock is busy. A backend with a fair wait queue
+    /// ([`Capabilities::fifo`]) enqueues the token (or refreshes its place) when busy and lets
+    /// only the head of the queue take a free lock; the caller gives its place back with
+    /// [`Backend::leave_queue`] when it stops waiting. Backends without a queue treat it as
+    /// [`AcquireMode::Try`].
+    Queue,
 }
 
 /// One lease to renew in a batch.
@@ -214,11 +242,39 @@ pub struct Renewal {
     pub lease: Duration,
 }
 
-/// The atomic operations a coordination service offers to the registry.
+/// The atomic operations a coordination service offers to the registry, each named once.
 ///
-/// Implementations hold no per-lock state of their own beyond what the server needs: the
-/// registry owns the local lock, tokens, deadlines, renewal and loss detection. Every method is
-/// one (or a few pipelined) round trips and must be atomic on the server.
+/// The registry owns everything else: the local lock, tokens, deadlines, waiting, renewal and
+/// loss detection. Every method is one (or a few pipelined) round trips and must be atomic on
+/// the server.
+///
+/// # State
+/// A backend keeps no state that decides who holds a lock: the server decides, so two backend
+/// values (or two processes) over the same server agree. It may keep per-lock state that serves
+/// the protocol, as long as it is bounded by the live tokens and subscriptions and goes with
+/// them: connection pools, the release-notification table ([`ReleaseSignals`]), a wait-queue
+/// entry per queued token, the session that carries a holder's lease (etcd's lease, ZooKeeper's
+/// session and ephemeral node per token) and the watches on a waiter's predecessor. Such state
+/// is keyed by token and dropped by [`release`](Backend::release) and
+/// [`leave_queue`](Backend::leave_queue) (or reaped after a failed attempt).
+///
+/// # Cancel safety
+/// A backend future may be dropped at any await point (a caller's timeout, a cancelled task).
+/// Every method must then leave the server and the backend consistent: a connection whose
+/// request was cut off is closed rather than reused, and no lock stays held beyond its lease.
+/// A method whose request may still take effect after its future was dropped (a statement
+/// already sent) documents it. A dropped [`acquire`](Backend::acquire) may still take the
+/// lock (its request was on its way): SQLite, PostgreSQL and MySQL run the attempt as a task of
+/// its own and give such a lock back once the attempt ends (`backend::detached_attempt`, the
+/// one place for that undo); on the other backends it is held until its lease ends unless the
+/// caller releases the token.
+///
+/// The registry does not rely on that alone: its attempts run detached from the caller (an
+/// abandoned attempt is driven to its end in the background, never dropped midway), and when
+/// an acquisition ends without a guard (error, timeout, cancellation) the registry releases the
+/// token and leaves the queue in the background, ordered after the attempt, so the undo cannot
+/// overtake it. Releases, extensions and subscriptions are owner-checked or idempotent, so a
+/// dropped one is at worst repeated or left to the lease.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// A short name for errors and logs: `memory`, `redis`, `sqlite`, ...
@@ -227,23 +283,43 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// What this backend can promise.
     fn capabilities(&self) -> Capabilities;
 
-    /// One attempt to take the lock for `token` with the given lease. Never waits for the lock.
+    /// One attempt to take the lock for `token` with the given lease. Never waits for the lock;
+    /// with [`AcquireMode::Queue`] a backend with a fair queue also joins (or refreshes) the
+    /// token's place in it when busy.
     ///
     /// The registry retries an attempt that failed (a timeout, a broken connection) with the
     /// same token, and the failed one may have succeeded on the server: a lock already held
     /// with `token` should count as acquired, with the lease set anew and a new fence, rather
-    /// than as busy. Whatever an attempt did, the registry gives the token back with
-    /// [`Backend::release`] when the acquisition ends without a guard, and only once the
-    /// attempt's future has completed; a backend whose request can still take effect after its
-    /// future completed (a statement left running on a dropped connection) must prevent that
-    /// or document it.
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt>;
+    /// than as busy. An error therefore means "outcome unknown": whatever an attempt did, the
+    /// registry gives the token back with [`Backend::release`] when the acquisition ends
+    /// without a guard, and only once the attempt's future has completed; a backend whose
+    /// request can still take effect after its future completed (a statement left running on a
+    /// dropped connection) must prevent that or document it.
+    ///
+    /// # Cancel safety
+    /// See the trait's `# Cancel safety`: dropped midway, the attempt leaves the lock free
+    /// (possibly after it completed in the background) or held until its lease ends.
+    async fn acquire(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        mode: AcquireMode,
+    ) -> Result<Attempt>;
 
     /// Frees the lock if and only if it is held with `token`, and wakes waiters.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the lock is released if the request reached the server and otherwise
+    /// expires with its lease; the release is owner-checked, so repeating it is harmless.
     async fn release(&self, name: &LockName, token: Token) -> Result<Released>;
 
     /// Resets the lease if and only if the lock is still held with `token`; `Ok(false)` when it
     /// is not (expired, deleted, taken by someone else).
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the lease may or may not have been reset; the lock stays held no longer
+    /// than the longer of the two leases.
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool>;
 
     /// Extends many leases at once. The default runs [`Backend::extend`] for each concurrently;
@@ -253,42 +329,139 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
             .await
     }
 
-    /// Starts listening for releases of `name`. The subscription must be active when this
-    /// returns, so that a release after it is never missed. The default never fires: waiters
-    /// fall back to polling.
-    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
-        let _ = name;
+    /// Starts listening for releases of `name` on behalf of the waiter with token `waiter`: the
+    /// subscription fires on every release of the lock and, on a backend with a wait queue,
+    /// when the backend hands the lock to that waiter. It must be active when this returns, so
+    /// that a release after it is never missed. The registry calls it only when
+    /// [`Capabilities::notifies_release`] is true. The default never fires: waiters poll.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, no subscription exists for the caller; bookkeeping a backend made for it
+    /// goes when nobody listens (see [`ReleaseSignals`]).
+    async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
+        let _ = (name, waiter);
         Ok(ReleaseSubscription::never())
     }
 
-    /// One attempt by a caller that will wait if the lock is busy: a backend with a fair wait
-    /// queue enqueues `token` (or refreshes its place) when busy, and lets only the head of the
-    /// queue take a free lock. The default is [`Backend::try_acquire`].
-    async fn try_acquire_queued(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Attempt> {
-        self.try_acquire(name, token, lease).await
-    }
-
-    /// Leaves the wait queue joined by [`Backend::try_acquire_queued`] (the caller gave up).
+    /// Leaves the wait queue joined by an [`AcquireMode::Queue`] attempt (the caller gave up).
     /// The default does nothing.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the place may stay until it expires (a backend's queue entries expire,
+    /// or go with the session); the registry retries it in the background.
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         let _ = (name, token);
         Ok(())
     }
 
-    /// Like [`Backend::subscribe`], for the waiter that queued with `token`: also fires when
-    /// the backend hands the lock to that waiter. The default is [`Backend::subscribe`].
-    async fn subscribe_waiter(&self, name: &LockName, token: Token) -> Result<ReleaseSubscription> {
-        let _ = token;
-        self.subscribe(name).await
-    }
-
     /// Reads the current state of a lock without changing it: `None` when free.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
+
+    /// Frees the lock whoever holds it, as an operator would (`distlock unlock --force`), and
+    /// wakes waiters. Returns whether a holder was removed. The holder learns that it lost the
+    /// lock at its next renewal; fences keep increasing. The default fails with
+    /// [`Error::Unsupported`].
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the lock may or may not have been removed; check with
+    /// [`inspect`](Backend::inspect).
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let _ = name;
+        Err(Error::Unsupported {
+            backend: self.kind(),
+            what: "force release".into(),
+        })
+    }
+}
+
+/// Runs `fut` as a task of its own and waits for its outcome: a caller that stops waiting
+/// (its future is dropped) never cuts a request off midway, so no connection is left half-way
+/// through a protocol. With a `deadline`, the task is stopped after it (pool waits,
+/// connecting, retries and replies included) and the call fails with [`Error::Unavailable`],
+/// "`<context>: no reply within <deadline>`"; a connection whose request was cut off that way
+/// must be closed by the future's own drop guards. `context` names the operation (and
+/// server) and is only called on a timeout.
+pub(crate) async fn detached<T: Send + 'static>(
+    kind: &'static str,
+    context: impl FnOnce() -> String + Send + 'static,
+    deadline: Option<Duration>,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    joined(
+        kind,
+        tokio::spawn(bounded(kind, context, deadline, fut)).await,
+    )
+}
+
+/// [`detached`] for an acquisition attempt, with its undo in one place: if the attempt
+/// acquired the lock but nobody is left to receive the outcome (the caller's future was
+/// dropped), `undo` gives the lock back, in the same task, so only after the attempt ended.
+/// An attempt that fails leaves the undo to its caller (an error means "outcome unknown", see
+/// [`Backend::acquire`]).
+pub(crate) async fn detached_attempt<U, UF>(
+    kind: &'static str,
+    context: impl FnOnce() -> String + Send + 'static,
+    deadline: Option<Duration>,
+    attempt: impl Future<Output = Result<Attempt>> + Send + 'static,
+    undo: U,
+) -> Result<Attempt>
+where
+    U: FnOnce() -> UF + Send + 'static,
+    UF: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let outcome = bounded(kind, context, deadline, attempt).await;
+        if let Err(Ok(Attempt::Acquired { .. })) = tx.send(outcome) {
+            undo().await;
+        }
+        Ok(())
+    });
+    match rx.await {
+        Ok(outcome) => outcome,
+        // The task ended without an outcome: it panicked or the runtime is shutting down.
+        Err(_) => joined(kind, task.await).and_then(|()| {
+            Err(Error::backend(
+                kind,
+                "the acquisition task ended without an outcome",
+            ))
+        }),
+    }
+}
+
+async fn bounded<T>(
+    kind: &'static str,
+    context: impl FnOnce() -> String,
+    deadline: Option<Duration>,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match deadline {
+        Some(limit) => match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::unavailable(
+                kind,
+                format!("{}: no reply within {limit:?}", context()),
+            )),
+        },
+        None => fut.await,
+    }
+}
+
+fn joined<T>(
+    kind: &'static str,
+    r: std::result::Result<Result<T>, tokio::task::JoinError>,
+) -> Result<T> {
+    match r {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => Err(Error::backend(kind, "the backend's task panicked")),
+        Err(_) => Err(Error::unavailable(
+            kind,
+            "the backend's task was cancelled (runtime shutting down)",
+        )),
+    }
 }
 
 /// A wake-up source shared by all subscribers of one lock name.

@@ -18,20 +18,11 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::registry::RegistryOptions;
-
-/// The reentrant hold of one key: which thread owns it and how often it locked.
-pub(crate) struct Reentrant {
-    thread: ThreadId,
-    count: u32,
-    guard: LockGuard,
-}
+use crate::registry::{RegistryOptions, ThreadHold};
 
 /// A [`crate::LockRegistry`] driven by its own small runtime (one worker thread that also runs
 /// lease renewal), for synchronous code (threads of your own, or `spawn_blocking`); async code uses the
@@ -175,7 +166,7 @@ impl Lock {
     fn acquire(&self, timeout: Option<Duration>) -> Result<bool> {
         let me = std::thread::current().id();
         {
-            let mut re = self.lock.slot_reentrant();
+            let mut re = self.lock.thread_hold();
             if let Some(r) = re.as_mut().filter(|r| r.thread == me) {
                 r.guard.ensure_held()?;
                 r.count = r
@@ -198,7 +189,7 @@ impl Lock {
             Err(Error::NotAcquired { .. }) => return Ok(false),
             Err(e) => return Err(e),
         };
-        *self.lock.slot_reentrant() = Some(Reentrant {
+        *self.lock.thread_hold() = Some(ThreadHold {
             thread: me,
             count: 1,
             guard,
@@ -212,7 +203,7 @@ impl Lock {
     pub fn unlock(&self) -> Result<()> {
         let me = std::thread::current().id();
         let guard = {
-            let mut re = self.lock.slot_reentrant();
+            let mut re = self.lock.thread_hold();
             match re.as_mut() {
                 Some(r) if r.thread == me => {
                     r.count -= 1;
@@ -236,7 +227,7 @@ impl Lock {
     pub fn is_held_by_current_thread(&self) -> bool {
         let me = std::thread::current().id();
         self.lock
-            .slot_reentrant()
+            .thread_hold()
             .as_ref()
             .is_some_and(|r| r.thread == me && r.guard.is_held())
     }
@@ -245,7 +236,7 @@ impl Lock {
     pub fn hold_count(&self) -> u32 {
         let me = std::thread::current().id();
         self.lock
-            .slot_reentrant()
+            .thread_hold()
             .as_ref()
             .filter(|r| r.thread == me)
             .map_or(0, |r| r.count)
@@ -255,7 +246,7 @@ impl Lock {
     pub fn fence(&self) -> Option<u64> {
         let me = std::thread::current().id();
         self.lock
-            .slot_reentrant()
+            .thread_hold()
             .as_ref()
             .filter(|r| r.thread == me)
             .map(|r| r.guard.fence())

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, Capabilities, LockName, Token};
+use crate::backend::{AcquireMode, Attempt, Backend, Capabilities, LockName, Token};
 use crate::error::Error;
 use crate::registry::{LockRegistry, RegistryOptions};
 
@@ -54,8 +54,9 @@ impl Harness {
         }
     }
 
-    /// Adds a hook that deletes a lock on the server whoever holds it (enables the
-    /// lost-signal scenarios).
+    /// Adds a hook that deletes a lock on the server whoever holds it, for the lost-signal
+    /// scenarios. Without one they use [`Backend::force_release`] on a fresh connection, and
+    /// are skipped where that is unsupported.
     pub fn with_deleter<F, Fut>(mut self, deleter: F) -> Self
     where
         F: Fn(LockName) -> Fut + Send + Sync + 'static,
@@ -88,7 +89,7 @@ impl Harness {
 
     /// A registry on a new backend connection with `opts` in this namespace.
     pub async fn registry_with(&self, opts: RegistryOptions) -> LockRegistry {
-        LockRegistry::from_backend(self.backend().await, opts.prefix(self.prefix.clone()))
+        LockRegistry::from_backend(self.backend().await, opts.with_prefix(self.prefix.clone()))
             .expect("valid options")
     }
 
@@ -117,12 +118,17 @@ impl Harness {
     }
 
     async fn delete(&self, key: &str) -> bool {
+        let name = LockName::new(self.prefix.as_str(), key).expect("valid key");
         match &self.deleter {
             Some(d) => {
-                d(LockName::new(self.prefix.as_str(), key).expect("valid key")).await;
+                d(name).await;
                 true
             }
-            None => false,
+            None => match self.backend().await.force_release(&name).await {
+                Ok(_) => true,
+                Err(Error::Unsupported { .. }) => false,
+                Err(e) => panic!("force release failed: {e}"),
+            },
         }
     }
 }
@@ -132,7 +138,7 @@ fn random_prefix() -> String {
 }
 
 fn short_lease() -> RegistryOptions {
-    RegistryOptions::default().lease(Duration::from_millis(600))
+    RegistryOptions::default().with_lease(Duration::from_millis(600))
 }
 
 async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
@@ -266,11 +272,17 @@ pub async fn release_is_owner_checked(h: &Harness) {
     let (mine, other) = (Token::random(), Token::random());
     let lease = Duration::from_secs(10);
     assert!(matches!(
-        backend.try_acquire(&name, mine, lease).await.unwrap(),
+        backend
+            .acquire(&name, mine, lease, AcquireMode::Try)
+            .await
+            .unwrap(),
         Attempt::Acquired { .. }
     ));
     assert!(matches!(
-        backend.try_acquire(&name, other, lease).await.unwrap(),
+        backend
+            .acquire(&name, other, lease, AcquireMode::Try)
+            .await
+            .unwrap(),
         Attempt::Busy { .. }
     ));
     assert!(
@@ -303,8 +315,8 @@ pub async fn lease_expiry_frees_lock(h: &Harness) {
     let a = h
         .registry_with(
             RegistryOptions::default()
-                .renew(false)
-                .lease(Duration::from_millis(300)),
+                .with_renew(false)
+                .with_lease(Duration::from_millis(300)),
         )
         .await;
     let b = h.registry().await;
@@ -332,7 +344,7 @@ pub async fn renewal_keeps_lock_past_lease(h: &Harness) {
     // lease leaves room for a loaded machine's round trips and scheduling stalls.
     let lease = Duration::from_secs(1).max(h.cycle_time().await * 30);
     let a = h
-        .registry_with(RegistryOptions::default().lease(lease))
+        .registry_with(RegistryOptions::default().with_lease(lease))
         .await;
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
@@ -372,8 +384,8 @@ pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
     let a = h
         .registry_with(
             RegistryOptions::default()
-                .renew(false)
-                .lease(Duration::from_millis(200)),
+                .with_renew(false)
+                .with_lease(Duration::from_millis(200)),
         )
         .await;
     // The lease counts from when the request was sent, so measure from before it.
@@ -384,8 +396,12 @@ pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
     assert!(matches!(g.ensure_held(), Err(Error::LockLost { .. })));
 }
 
-/// Fences strictly increase per key across holders, registries and local handoffs.
+/// Fences strictly increase per key across holders, registries and local handoffs. Skipped
+/// on backends whose capabilities promise no fencing ([`Fencing::None`](crate::Fencing)).
 pub async fn fencing_is_monotonic(h: &Harness) {
+    if !h.capabilities().await.fences() {
+        return;
+    }
     let regs = [h.registry().await, h.registry().await, h.registry().await];
     let mut last = 0;
     for i in 0..12 {
@@ -429,7 +445,7 @@ pub async fn blocking_facade_is_reentrant(h: &Harness) {
     tokio::task::spawn_blocking(move || {
         let reg = crate::blocking::LockRegistry::from_backend(
             backend,
-            RegistryOptions::default().prefix(prefix),
+            RegistryOptions::default().with_prefix(prefix),
         )
         .unwrap();
         let lock = reg.obtain("re").unwrap();
@@ -527,13 +543,22 @@ impl ReplyFaults {
     fn set(&self, fault: ReplyFault) {
         *self.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
     }
+}
 
-    async fn attempt(
+#[async_trait::async_trait]
+impl Backend for ReplyFaults {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(
         &self,
         name: &LockName,
         token: Token,
         lease: Duration,
-        queued: bool,
+        mode: AcquireMode,
     ) -> crate::Result<Attempt> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
         let (inner, name) = (self.inner.clone(), name.clone());
@@ -544,11 +569,7 @@ impl ReplyFaults {
         // The request is on its way: it arrives whatever happens to the caller.
         let request = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if queued {
-                inner.try_acquire_queued(&name, token, lease).await
-            } else {
-                inner.try_acquire(&name, token, lease).await
-            }
+            inner.acquire(&name, token, lease, mode).await
         });
         let outcome = request
             .await
@@ -562,32 +583,6 @@ impl ReplyFaults {
         }
         outcome
     }
-}
-
-#[async_trait::async_trait]
-impl Backend for ReplyFaults {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-    ) -> crate::Result<Attempt> {
-        self.attempt(name, token, lease, false).await
-    }
-    async fn try_acquire_queued(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-    ) -> crate::Result<Attempt> {
-        self.attempt(name, token, lease, true).await
-    }
     async fn leave_queue(&self, name: &LockName, token: Token) -> crate::Result<()> {
         self.inner.leave_queue(name, token).await
     }
@@ -597,15 +592,15 @@ impl Backend for ReplyFaults {
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> crate::Result<bool> {
         self.inner.extend(name, token, lease).await
     }
-    async fn subscribe(&self, name: &LockName) -> crate::Result<crate::ReleaseSubscription> {
-        self.inner.subscribe(name).await
-    }
-    async fn subscribe_waiter(
+    async fn subscribe(
         &self,
         name: &LockName,
-        token: Token,
+        waiter: Token,
     ) -> crate::Result<crate::ReleaseSubscription> {
-        self.inner.subscribe_waiter(name, token).await
+        self.inner.subscribe(name, waiter).await
+    }
+    async fn force_release(&self, name: &LockName) -> crate::Result<bool> {
+        self.inner.force_release(name).await
     }
     async fn inspect(&self, name: &LockName) -> crate::Result<Option<crate::LockInfo>> {
         self.inner.inspect(name).await
@@ -624,11 +619,13 @@ pub async fn failed_acquisitions_leave_the_lock_free(h: &Harness) {
     });
     let reg = LockRegistry::from_backend(
         faulty.clone(),
-        RegistryOptions::default().prefix(h.prefix()).lease(long),
+        RegistryOptions::default()
+            .with_prefix(h.prefix())
+            .with_lease(long),
     )
     .expect("valid options");
     let other = h
-        .registry_with(RegistryOptions::default().lease(long))
+        .registry_with(RegistryOptions::default().with_lease(long))
         .await;
     let free_for_other = |what: &'static str| {
         let lock = other.obtain("f").unwrap();
@@ -785,7 +782,7 @@ pub async fn invalid_input_is_rejected(h: &Harness) {
     g.release().await.unwrap();
     let bad = LockRegistry::from_backend(
         h.backend().await,
-        RegistryOptions::default().lease(Duration::ZERO),
+        RegistryOptions::default().with_lease(Duration::ZERO),
     );
     assert!(matches!(bad, Err(Error::InvalidConfig(_))));
 }
@@ -832,7 +829,7 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
     }
     let lease = (per_key * n * 3).clamp(Duration::from_millis(1500), Duration::from_secs(30));
     let reg = h
-        .registry_with(RegistryOptions::default().lease(lease))
+        .registry_with(RegistryOptions::default().with_lease(lease))
         .await;
     let mut guards = Vec::with_capacity(n as usize);
     for i in 0..n {

@@ -2,7 +2,6 @@
 //! release.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,7 +141,11 @@ impl LockGuard {
             .registry
             .backend
             .extend(&self.hold.name, self.hold.token, lease)
-            .instrument(tracing::debug_span!("distlock.extend", key = %self.key()));
+            .instrument(tracing::debug_span!(
+                "distlock.extend",
+                key = %self.key(),
+                client = %self.registry.opts.client_id(),
+            ));
         let Ok(reply) = tokio::time::timeout_at(self.hold.valid_until(), request).await else {
             self.hold
                 .mark_lost("the extension did not answer before the lease ended");
@@ -167,7 +170,12 @@ impl LockGuard {
     /// already stopped: the lock is released if the request reached the server, and otherwise
     /// expires with its lease. Either way nothing stays held beyond the lease.
     pub async fn release(mut self) -> Result<()> {
-        let span = tracing::debug_span!("distlock.release", key = %self.key(), fence = self.fence);
+        let span = tracing::debug_span!(
+            "distlock.release",
+            key = %self.key(),
+            fence = self.fence,
+            client = %self.registry.opts.client_id(),
+        );
         let Some((local, hold)) = self.give_up() else {
             return Ok(()); // handed to a local waiter
         };
@@ -180,7 +188,7 @@ impl LockGuard {
                 drop(local);
                 return Err(self.lost_error());
             }
-            let res = release_remote(&self.registry, local, &hold).await;
+            let res = self.registry.release_hold(local, &hold).await;
             let kind = self.registry.backend.kind();
             match res {
                 Ok(true) => {
@@ -207,44 +215,14 @@ impl LockGuard {
         }
     }
 
-    /// Ends this guard's ownership. Returns the local lock and the remote hold when the hold
-    /// must be released remotely, `None` when it passed to a local waiter.
+    /// Ends this guard's ownership (see [`Inner::give_up`]). Returns the local lock and the
+    /// remote hold when the hold must be released remotely, `None` when it passed to a local
+    /// waiter.
     fn give_up(&mut self) -> Option<(OwnedMutexGuard<SlotState>, Arc<Hold>)> {
-        let mut local = self.local.take()?;
-        let hold = self.hold.clone();
-        let max = self.registry.opts_max_local_handoffs();
-        let pass_on = self.slot.waiters.load(Ordering::SeqCst) > 0
-            && hold.local_seq.load(Ordering::Acquire) < max
-            && hold.is_held()
-            && hold.remaining() > hold.lease() / 3;
-        if pass_on {
-            drop(local);
-            // The waiter we counted may have left meanwhile; then the hold is nobody's.
-            self.slot.release_orphaned_hold(&self.registry);
-            return None;
-        }
-        local.hold = None;
-        self.registry.renewer.deregister(&hold);
-        Some((local, hold))
+        let local = self.local.take()?;
+        let local = self.registry.give_up(&self.slot, local, &self.hold)?;
+        Some((local, self.hold.clone()))
     }
-}
-
-/// Releases `hold` on the server, then lets the next local waiter in. Returns whether it was
-/// still held.
-async fn release_remote(
-    registry: &Inner,
-    mut local: OwnedMutexGuard<SlotState>,
-    hold: &Hold,
-) -> Result<bool> {
-    let released = registry.backend.release(&hold.name, hold.token).await?;
-    if released.contended {
-        let grace = registry.opts_contended_release_grace();
-        if !grace.is_zero() {
-            local.yield_until = Some(Instant::now() + grace);
-        }
-    }
-    drop(local);
-    Ok(released.was_held)
 }
 
 impl Drop for LockGuard {
@@ -256,7 +234,7 @@ impl Drop for LockGuard {
             Ok(rt) => {
                 let registry = self.registry.clone();
                 rt.spawn(async move {
-                    if let Err(e) = release_remote(&registry, local, &hold).await {
+                    if let Err(e) = registry.release_hold(local, &hold).await {
                         tracing::debug!(lock = ?hold.name, error = %e, "release on drop failed; the lease will expire");
                     }
                 });

@@ -13,7 +13,9 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Attempt, Backend, LockInfo, LockName, ReleaseSubscription, Token};
+use crate::backend::{
+    AcquireMode, Attempt, Backend, LockInfo, LockName, ReleaseSubscription, Token,
+};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::renewal::{compose_fence, Hold, Renewer, LOCAL_SEQ_BITS};
@@ -23,13 +25,17 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// Longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
-/// How a [`LockRegistry`] behaves. Build with [`RegistryOptions::default`] and the setters.
+/// How a [`LockRegistry`] behaves. Build with [`RegistryOptions::default`] and the `with_*`
+/// setters; the getters carry the plain names.
 ///
 /// ```
 /// use std::time::Duration;
 /// use distlock::RegistryOptions;
-/// let opts = RegistryOptions::default().prefix("billing").lease(Duration::from_secs(10));
-/// assert_eq!(opts.get_prefix(), "billing");
+/// let opts = RegistryOptions::default()
+///     .with_prefix("billing")
+///     .with_lease(Duration::from_secs(10));
+/// assert_eq!(opts.prefix(), "billing");
+/// assert_eq!(opts.lease(), Duration::from_secs(10));
 /// ```
 #[derive(Debug, Clone)]
 pub struct RegistryOptions {
@@ -60,36 +66,36 @@ impl Default for RegistryOptions {
 
 impl RegistryOptions {
     /// Namespace of every key (default `lock`; Redis keys are `<prefix>:<key>`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
     }
     /// Default lease of a remote hold (default 30 s); a [`Lock`] may override it.
-    pub fn lease(mut self, lease: Duration) -> Self {
+    pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
     /// Renew leases while guards live (default true). Without renewal a hold ends with its lease.
-    pub fn renew(mut self, renew: bool) -> Self {
+    pub fn with_renew(mut self, renew: bool) -> Self {
         self.renew = renew;
         self
     }
     /// How many times in a row a remote hold may pass straight to a local waiter before it is
     /// released remotely so that other processes get their turn (default 32, at most 1023).
-    pub fn max_local_handoffs(mut self, n: u32) -> Self {
+    pub fn with_max_local_handoffs(mut self, n: u32) -> Self {
         self.max_local_handoffs = n;
         self
     }
     /// Bound of the handle cache (default 10 000). Held locks are never evicted; idle handles
     /// are, oldest first, when the bound is reached.
-    pub fn max_cached_locks(mut self, n: usize) -> Self {
+    pub fn with_max_cached_locks(mut self, n: usize) -> Self {
         self.max_cached_locks = n;
         self
     }
     /// Longest pause between two attempts of a waiter that has not been notified. Default:
     /// 500 ms on backends that notify releases (polling only catches expiry there), 50 ms on
     /// the others.
-    pub fn max_poll_interval(mut self, d: Duration) -> Self {
+    pub fn with_max_poll_interval(mut self, d: Duration) -> Self {
         self.max_poll_interval = Some(d);
         self
     }
@@ -97,25 +103,47 @@ impl RegistryOptions {
     /// through [`Released::contended`](crate::Released)), how long this registry lets them go
     /// first before contending for it again (default 20 ms; it ends at the next release
     /// notification). Zero allows barging. Backends with a fair wait queue (Redis) need none.
-    pub fn contended_release_grace(mut self, d: Duration) -> Self {
+    pub fn with_contended_release_grace(mut self, d: Duration) -> Self {
         self.contended_release_grace = d;
         self
     }
-    /// Identifies this registry in logs and in backends that record the owner (default random).
-    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+    /// Identifies this registry in logs (default random): every acquisition, extension and
+    /// release span carries it as its `client` field, so the holds of one service can be told
+    /// apart from another's in traces.
+    pub fn with_client_id(mut self, id: impl Into<String>) -> Self {
         self.client_id = id.into();
         self
     }
-    /// The prefix.
-    pub fn get_prefix(&self) -> &str {
+    /// The namespace of every key.
+    pub fn prefix(&self) -> &str {
         &self.prefix
     }
     /// The default lease.
-    pub fn get_lease(&self) -> Duration {
+    pub fn lease(&self) -> Duration {
         self.lease
     }
-    /// The client id.
-    pub fn get_client_id(&self) -> &str {
+    /// Whether leases are renewed while guards live.
+    pub fn renew(&self) -> bool {
+        self.renew
+    }
+    /// The bound on consecutive local handoffs of one remote hold.
+    pub fn max_local_handoffs(&self) -> u32 {
+        self.max_local_handoffs
+    }
+    /// The bound of the handle cache.
+    pub fn max_cached_locks(&self) -> usize {
+        self.max_cached_locks
+    }
+    /// The longest pause between two polls of a waiter, when set (else the backend's default).
+    pub fn max_poll_interval(&self) -> Option<Duration> {
+        self.max_poll_interval
+    }
+    /// How long a releasing registry lets remote waiters go first.
+    pub fn contended_release_grace(&self) -> Duration {
+        self.contended_release_grace
+    }
+    /// This registry's identity in logs: the `client` field of its tracing spans.
+    pub fn client_id(&self) -> &str {
         &self.client_id
     }
 
@@ -199,8 +227,16 @@ pub(crate) struct Slot {
     pub(crate) state: Arc<tokio::sync::Mutex<SlotState>>,
     pub(crate) waiters: AtomicUsize,
     last_used_ms: AtomicU64,
-    /// Owner thread and count of the blocking facade's reentrant hold.
-    pub(crate) reentrant: Mutex<Option<crate::blocking::Reentrant>>,
+    /// The hold a thread took through the blocking facade, which is reentrant per thread.
+    pub(crate) thread_hold: Mutex<Option<ThreadHold>>,
+}
+
+/// A hold taken by one thread (the blocking facade's reentrant lock): the owner thread, how
+/// often it locked without unlocking, and the guard.
+pub(crate) struct ThreadHold {
+    pub(crate) thread: std::thread::ThreadId,
+    pub(crate) count: u32,
+    pub(crate) guard: LockGuard,
 }
 
 /// What the local lock protects: the remote hold that may pass between local guards.
@@ -266,7 +302,7 @@ impl LockRegistry {
                     state: Arc::new(tokio::sync::Mutex::new(SlotState::default())),
                     waiters: AtomicUsize::new(0),
                     last_used_ms: AtomicU64::new(0),
-                    reentrant: Mutex::new(None),
+                    thread_hold: Mutex::new(None),
                 });
                 slots.insert(Arc::from(key), slot.clone());
                 slot
@@ -488,11 +524,10 @@ impl Lock {
         }
     }
 
-    pub(crate) fn slot_reentrant(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<crate::blocking::Reentrant>> {
+    /// The hold a thread took through the blocking facade, shared by all handles of the key.
+    pub(crate) fn thread_hold(&self) -> std::sync::MutexGuard<'_, Option<ThreadHold>> {
         self.slot
-            .reentrant
+            .thread_hold
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
@@ -503,7 +538,11 @@ impl Lock {
     }
 
     async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
-        let span = tracing::debug_span!("distlock.acquire", key = %self.slot.name.key());
+        let span = tracing::debug_span!(
+            "distlock.acquire",
+            key = %self.slot.name.key(),
+            client = %self.registry.opts.client_id,
+        );
         async move {
             let started = Instant::now();
             self.slot
@@ -559,7 +598,7 @@ impl Lock {
         if let Some(hold) = local.hold.clone() {
             // Lock cohorting: take over the remote hold the previous local holder left us,
             // provided enough of its lease is left to be worth it.
-            if hold.is_held() && hold.remaining() > hold.lease() / 3 {
+            if worth_handing_off(&hold) {
                 let seq = hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1;
                 let fence = compose_fence(hold.backend_fence, seq);
                 return Ok(LockGuard::new(
@@ -581,7 +620,15 @@ impl Lock {
         let waits = !matches!(wait, Wait::No);
         let token = Token::random();
         let max_poll = reg.max_poll();
-        let notifies = backend.capabilities().notifies_release;
+        let caps = backend.capabilities();
+        let notifies = caps.notifies_release;
+        // A waiter joins the backend's fair queue, where there is one (and leaves it when it
+        // gives up); elsewhere every attempt is a plain try.
+        let mode = if waits && caps.fifo {
+            AcquireMode::Queue
+        } else {
+            AcquireMode::Try
+        };
         let mut sub: Option<ReleaseSubscription> = None;
         // With notifications, polling only catches expiry and lost messages: start slower.
         let mut poll = if notifies {
@@ -603,7 +650,7 @@ impl Lock {
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
             let until = deadline.map_or(until, |d| d.min(until));
             if notifies {
-                if let Ok(mut s) = backend.subscribe_waiter(name, token).await {
+                if let Ok(mut s) = backend.subscribe(name, token).await {
                     let _ = tokio::time::timeout_at(until, s.released()).await;
                     sub = Some(s);
                 }
@@ -614,7 +661,7 @@ impl Lock {
         // The last acquisition of this key had to wait: expect to wait again and listen before
         // the first attempt, which saves the attempt that would follow a late subscription.
         if waits && notifies && sub.is_none() && local.contended {
-            sub = backend.subscribe_waiter(name, token).await.ok();
+            sub = backend.subscribe(name, token).await.ok();
         }
 
         // Armed once an attempt ended without telling us its outcome (an error, a lost reply):
@@ -628,7 +675,7 @@ impl Lock {
         };
         loop {
             let sent = Instant::now();
-            let mut in_flight = InFlight::start(reg, name, token, self.lease, waits);
+            let mut in_flight = InFlight::start(reg, name, token, self.lease, mode);
             // `try_lock_for` bounds its attempts too: a reply that comes after the deadline
             // is not waited for (the attempt finishes in the background, then is undone).
             let attempt = match wait {
@@ -675,7 +722,7 @@ impl Lock {
                     ));
                 }
                 Ok(Attempt::Busy { retry_after }) => {
-                    queued.joined = waits;
+                    queued.joined = mode == AcquireMode::Queue;
                     was_busy = true;
                     retry_after
                 }
@@ -704,15 +751,10 @@ impl Lock {
                 // Subscribe, then try again at once: a release between the failed attempt and
                 // the subscription would otherwise go unnoticed until the next poll.
                 // A subscription that fails leaves the waiter polling, which still works.
-                sub = Some(
-                    backend
-                        .subscribe_waiter(name, token)
-                        .await
-                        .unwrap_or_else(|e| {
-                            tracing::debug!(error = %e, "no release notifications; polling");
-                            ReleaseSubscription::never()
-                        }),
-                );
+                sub = Some(backend.subscribe(name, token).await.unwrap_or_else(|e| {
+                    tracing::debug!(error = %e, "no release notifications; polling");
+                    ReleaseSubscription::never()
+                }));
                 continue;
             }
             // Without a notification, poll: soon at first, then backing off, never later than
@@ -846,22 +888,17 @@ impl<'a> InFlight<'a> {
         name: &'a LockName,
         token: Token,
         lease: Duration,
-        queued: bool,
+        mode: AcquireMode,
     ) -> Self {
         let backend = registry.backend.clone();
         let owned_name = name.clone();
-        let attempt: AttemptFuture = Box::pin(async move {
-            if queued {
-                backend.try_acquire_queued(&owned_name, token, lease).await
-            } else {
-                backend.try_acquire(&owned_name, token, lease).await
-            }
-        });
+        let attempt: AttemptFuture =
+            Box::pin(async move { backend.acquire(&owned_name, token, lease, mode).await });
         InFlight {
             registry,
             name,
             token,
-            queued,
+            queued: mode == AcquireMode::Queue,
             attempt: Some(attempt),
         }
     }
@@ -909,12 +946,56 @@ impl Drop for InFlight<'_> {
     }
 }
 
+// The local handoff protocol: a remote hold passes from a local guard to the next local waiter
+// (`Inner::give_up`), which takes it over (`acquire_remote`) while it is worth it; a hold
+// left for a waiter who then gave up is released by whoever sees the last waiter leave
+// (`Slot::release_orphaned_hold`).
+
+/// Whether enough of a hold's lease is left to pass it to a local waiter: a renewal is due
+/// at a third of the lease, so below that the next holder would start on a hold about to be
+/// renewed or lost.
+pub(crate) fn worth_handing_off(hold: &Hold) -> bool {
+    hold.is_held() && hold.remaining() > hold.lease() / 3
+}
+
 impl Inner {
-    pub(crate) fn opts_max_local_handoffs(&self) -> u32 {
-        self.opts.max_local_handoffs
+    /// Ends a guard's ownership of `slot`. Returns the local lock and the remote hold when the
+    /// hold must be released remotely, `None` when it passed to a local waiter.
+    pub(crate) fn give_up(
+        &self,
+        slot: &Arc<Slot>,
+        mut local: OwnedMutexGuard<SlotState>,
+        hold: &Arc<Hold>,
+    ) -> Option<OwnedMutexGuard<SlotState>> {
+        let pass_on = slot.waiters.load(Ordering::SeqCst) > 0
+            && hold.local_seq.load(Ordering::Acquire) < self.opts.max_local_handoffs
+            && worth_handing_off(hold);
+        if pass_on {
+            drop(local);
+            // The waiter we counted may have left meanwhile; then the hold is nobody's.
+            slot.release_orphaned_hold(self);
+            return None;
+        }
+        local.hold = None;
+        self.renewer.deregister(hold);
+        Some(local)
     }
 
-    pub(crate) fn opts_contended_release_grace(&self) -> Duration {
-        self.opts.contended_release_grace
+    /// Releases `hold` on the server, then lets the next local waiter in. Returns whether it
+    /// was still held.
+    pub(crate) async fn release_hold(
+        &self,
+        mut local: OwnedMutexGuard<SlotState>,
+        hold: &Hold,
+    ) -> Result<bool> {
+        let released = self.backend.release(&hold.name, hold.token).await?;
+        if released.contended {
+            let grace = self.opts.contended_release_grace;
+            if !grace.is_zero() {
+                local.yield_until = Some(Instant::now() + grace);
+            }
+        }
+        drop(local);
+        Ok(released.was_held)
     }
 }

@@ -20,8 +20,10 @@ async fn memory() -> Harness {
         async move { Ok(b) }
     })
     .with_deleter(move |name| {
-        deleter.force_delete(&name);
-        async {}
+        let deleter = deleter.clone();
+        async move {
+            deleter.force_release(&name).await.expect("force release");
+        }
     })
 }
 
@@ -61,7 +63,7 @@ async fn sqlite() -> Harness {
         let path = path.clone();
         async move {
             let other = SqliteBackend::open(&path).expect("open");
-            other.force_delete(&name).await.expect("delete row");
+            other.force_release(&name).await.expect("delete row");
         }
     })
     .keep_alive(dir)
@@ -92,7 +94,7 @@ async fn postgres_with(spring: bool) -> Harness {
         let url = deleter_url.clone();
         async move {
             let other = PostgresBackend::connect(&url).await.expect("connect");
-            assert!(other.force_delete(&name).await.expect("delete row"));
+            assert!(other.force_release(&name).await.expect("delete row"));
         }
     })
     .keep_alive(db)
@@ -133,7 +135,7 @@ async fn mariadb_with(spring: bool) -> Harness {
         let url = deleter_url.clone();
         async move {
             let other = MySqlBackend::connect(&url).await.expect("connect");
-            assert!(other.force_delete(&name).await.expect("delete row"));
+            assert!(other.force_release(&name).await.expect("delete row"));
         }
     })
     .keep_alive(db)
@@ -182,7 +184,7 @@ async fn zookeeper() -> Harness {
         let url = deleter_url.clone();
         async move {
             let other = ZooKeeperBackend::connect(&url).await.expect("connect");
-            let deleted = other.force_delete(&name).await;
+            let deleted = other.force_release(&name).await;
             assert!(deleted.expect("delete the holder's node"));
         }
     })
@@ -212,7 +214,7 @@ async fn etcd() -> Harness {
         async move {
             let other = EtcdBackend::connect(&url).await.expect("connect");
             assert!(other
-                .force_delete(&name)
+                .force_release(&name)
                 .await
                 .expect("delete the holder's key"));
         }

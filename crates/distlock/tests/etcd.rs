@@ -17,7 +17,7 @@ use distlock::testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock::testkit::timing::scheduling_slack;
 use distlock::testkit::tls::TestCa;
 use distlock::{
-    Attempt, Backend, Error, LockGuard, LockName, LockRegistry, RegistryOptions, Token,
+    AcquireMode, Attempt, Backend, Error, LockGuard, LockName, LockRegistry, RegistryOptions, Token,
 };
 use tokio::time::Instant;
 
@@ -35,7 +35,7 @@ async fn backend(url: &str) -> Arc<dyn Backend> {
 }
 
 async fn registry(url: &str, prefix: &str, opts: RegistryOptions) -> LockRegistry {
-    LockRegistry::from_backend(backend(url).await, opts.prefix(prefix)).unwrap()
+    LockRegistry::from_backend(backend(url).await, opts.with_prefix(prefix)).unwrap()
 }
 
 /// One key as `etcdctl get -w fields` shows it.
@@ -286,19 +286,26 @@ mod etcd {
             backend(&url).await,
         );
         let (ta, tb, tc) = (Token::random(), Token::random(), Token::random());
-        let Attempt::Acquired { fence: fa } = a.try_acquire_queued(&name, ta, lease).await.unwrap()
+        let Attempt::Acquired { fence: fa } = a
+            .acquire(&name, ta, lease, AcquireMode::Queue)
+            .await
+            .unwrap()
         else {
             panic!("free lock not acquired");
         };
         let mut subs = Vec::new();
         for (be, t) in [(&b, tb), (&c, tc)] {
             assert!(matches!(
-                be.try_acquire_queued(&name, t, lease).await.unwrap(),
+                be.acquire(&name, t, lease, AcquireMode::Queue)
+                    .await
+                    .unwrap(),
                 Attempt::Busy { .. }
             ));
-            subs.push(be.subscribe_waiter(&name, t).await.unwrap());
+            subs.push(be.subscribe(&name, t).await.unwrap());
             assert!(matches!(
-                be.try_acquire_queued(&name, t, lease).await.unwrap(),
+                be.acquire(&name, t, lease, AcquireMode::Queue)
+                    .await
+                    .unwrap(),
                 Attempt::Busy { .. }
             ));
         }
@@ -313,19 +320,27 @@ mod etcd {
                 .is_err(),
             "the waiter behind it was woken too"
         );
-        let Attempt::Acquired { fence: fb } = b.try_acquire_queued(&name, tb, lease).await.unwrap()
+        let Attempt::Acquired { fence: fb } = b
+            .acquire(&name, tb, lease, AcquireMode::Queue)
+            .await
+            .unwrap()
         else {
             panic!("woken head did not get the lock");
         };
         assert!(matches!(
-            c.try_acquire_queued(&name, tc, lease).await.unwrap(),
+            c.acquire(&name, tc, lease, AcquireMode::Queue)
+                .await
+                .unwrap(),
             Attempt::Busy { .. }
         ));
         assert!(b.release(&name, tb).await.unwrap().was_held);
         tokio::time::timeout(Duration::from_secs(2), sc.released())
             .await
             .expect("the last waiter is woken");
-        let Attempt::Acquired { fence: fc } = c.try_acquire_queued(&name, tc, lease).await.unwrap()
+        let Attempt::Acquired { fence: fc } = c
+            .acquire(&name, tc, lease, AcquireMode::Queue)
+            .await
+            .unwrap()
         else {
             panic!("woken head did not get the lock");
         };
@@ -375,8 +390,11 @@ mod etcd {
         let shared = backend(&server.url()).await;
         let regs: Vec<LockRegistry> = (0..2)
             .map(|_| {
-                LockRegistry::from_backend(shared.clone(), RegistryOptions::default().prefix(&p))
-                    .unwrap()
+                LockRegistry::from_backend(
+                    shared.clone(),
+                    RegistryOptions::default().with_prefix(&p),
+                )
+                .unwrap()
             })
             .collect();
         let g = regs[0].obtain("same").unwrap().lock().await.unwrap();
@@ -434,7 +452,7 @@ mod etcd {
     async fn lease_revoked_underneath_is_lost() {
         let server = EtcdServer::shared().expect("etcd-server");
         let p = prefix();
-        let short = RegistryOptions::default().lease(Duration::from_millis(900));
+        let short = RegistryOptions::default().with_lease(Duration::from_millis(900));
         let a = registry(&server.url(), &p, short).await;
         let b = registry(&server.url(), &p, RegistryOptions::default()).await;
         let g = a.obtain("rv").unwrap().lock().await.unwrap();
@@ -485,7 +503,7 @@ mod etcd {
         let dir = format!("{p}/j/");
         // The waiter relies on its watch alone (no polling) to show that the re-check is what
         // catches the lost key.
-        let no_poll = RegistryOptions::default().max_poll_interval(Duration::from_secs(30));
+        let no_poll = RegistryOptions::default().with_max_poll_interval(Duration::from_secs(30));
         let h = registry(&server.url(), &p, RegistryOptions::default()).await;
         let w = registry(&server.url(), &p, no_poll).await;
         let c = registry(&server.url(), &p, RegistryOptions::default()).await;
@@ -541,7 +559,7 @@ mod etcd {
     async fn server_killed_mid_hold_and_restarted() {
         let server = EtcdServer::start().expect("etcd-server");
         let p = prefix();
-        let opts = RegistryOptions::default().lease(Duration::from_secs(1));
+        let opts = RegistryOptions::default().with_lease(Duration::from_secs(1));
         let a = registry(&server.url(), &p, opts.clone()).await;
         let g = a.obtain("crash").unwrap().lock().await.unwrap();
         let slack = scheduling_slack().await;
@@ -580,9 +598,14 @@ mod etcd {
         let name = LockName::new(p.as_str(), "gone").unwrap();
         let b = EtcdBackend::connect(&server.url()).await.unwrap();
         assert!(matches!(
-            b.try_acquire(&name, Token::random(), Duration::from_secs(30))
-                .await
-                .unwrap(),
+            b.acquire(
+                &name,
+                Token::random(),
+                Duration::from_secs(30),
+                AcquireMode::Try
+            )
+            .await
+            .unwrap(),
             Attempt::Acquired { .. }
         ));
         assert_eq!(server_keys(&server, &dir).len(), 1);
@@ -631,10 +654,11 @@ mod etcd {
         let res = match EtcdBackend::connect(&anonymous).await {
             Err(e) => Err(e),
             Ok(b) => b
-                .try_acquire(
+                .acquire(
                     &LockName::new(p.as_str(), "auth").unwrap(),
                     Token::random(),
                     Duration::from_secs(5),
+                    AcquireMode::Try,
                 )
                 .await
                 .map(|_| ()),
@@ -679,7 +703,7 @@ mod etcd {
         let cluster = EtcdCluster::start(3).expect("etcd-server");
         let url = cluster.url();
         let p = prefix();
-        let opts = RegistryOptions::default().lease(Duration::from_secs(3));
+        let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
         let a = registry(&url, &p, opts.clone()).await;
         let b = registry(&url, &p, opts).await;
 
@@ -816,7 +840,7 @@ mod etcd {
             d.join("ca.crt").to_str().unwrap()
         );
         let p = prefix();
-        let reg = LockRegistry::connect(&url, RegistryOptions::default().prefix(&p))
+        let reg = LockRegistry::connect(&url, RegistryOptions::default().with_prefix(&p))
             .await
             .expect("TLS connection with the private CA");
         let g = reg.obtain("tls").unwrap().lock().await.unwrap();

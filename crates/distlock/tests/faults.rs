@@ -17,8 +17,8 @@ async fn registry(url: &str, opts: RegistryOptions) -> LockRegistry {
 
 fn opts(lease_ms: u64) -> RegistryOptions {
     RegistryOptions::default()
-        .prefix("faults")
-        .lease(Duration::from_millis(lease_ms))
+        .with_prefix("faults")
+        .with_lease(Duration::from_millis(lease_ms))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock::backends::memory::MemoryBackend;
 use distlock::{
-    Attempt, Backend, Capabilities, Error, LockInfo, LockName, LockRegistry, RegistryOptions,
-    ReleaseSubscription, Released, Token,
+    AcquireMode, Attempt, Backend, Capabilities, Error, LockInfo, LockName, LockRegistry,
+    RegistryOptions, ReleaseSubscription, Released, Token,
 };
 use tokio::time::Instant;
 
@@ -31,13 +31,14 @@ impl Backend for Slow {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(
+    async fn acquire(
         &self,
         name: &LockName,
         token: Token,
         lease: Duration,
+        mode: AcquireMode,
     ) -> distlock::Result<Attempt> {
-        let a = self.inner.try_acquire(name, token, lease).await;
+        let a = self.inner.acquire(name, token, lease, mode).await;
         tokio::time::sleep(self.reply_delay).await;
         a
     }
@@ -55,8 +56,12 @@ impl Backend for Slow {
         }
         self.inner.extend(name, token, lease).await
     }
-    async fn subscribe(&self, name: &LockName) -> distlock::Result<ReleaseSubscription> {
-        self.inner.subscribe(name).await
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        waiter: Token,
+    ) -> distlock::Result<ReleaseSubscription> {
+        self.inner.subscribe(name, waiter).await
     }
     async fn inspect(&self, name: &LockName) -> distlock::Result<Option<LockInfo>> {
         self.inner.inspect(name).await
@@ -66,7 +71,9 @@ impl Backend for Slow {
 fn registry(backend: Arc<Slow>, lease: Duration, renew: bool) -> LockRegistry {
     LockRegistry::from_backend(
         backend,
-        RegistryOptions::default().lease(lease).renew(renew),
+        RegistryOptions::default()
+            .with_lease(lease)
+            .with_renew(renew),
     )
     .unwrap()
 }

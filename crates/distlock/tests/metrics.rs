@@ -29,8 +29,8 @@ async fn acquisitions_releases_and_losses_are_counted() {
     let short = LockRegistry::with_options(
         MemoryBackend::new(),
         RegistryOptions::default()
-            .renew(false)
-            .lease(Duration::from_millis(50)),
+            .with_renew(false)
+            .with_lease(Duration::from_millis(50)),
     )
     .unwrap();
     let g = short.obtain("m").unwrap().lock().await.unwrap();

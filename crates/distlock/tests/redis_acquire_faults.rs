@@ -25,7 +25,9 @@ async fn registry_with(url: &str, options: RedisOptions) -> LockRegistry {
     );
     LockRegistry::from_backend(
         backend,
-        RegistryOptions::default().prefix("acq").lease(LEASE),
+        RegistryOptions::default()
+            .with_prefix("acq")
+            .with_lease(LEASE),
     )
     .unwrap()
 }

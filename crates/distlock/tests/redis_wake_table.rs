@@ -14,7 +14,7 @@ const KEY: &str = "job";
 async fn contended_cycles_on_one_key_keep_the_wake_up_table_bounded() {
     let server = RedisServer::start().expect("redis-server must be installed");
     let backend = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
-    let opts = || RegistryOptions::default().prefix("wake");
+    let opts = || RegistryOptions::default().with_prefix("wake");
     let a = LockRegistry::from_backend(backend.clone(), opts()).unwrap();
     let b = LockRegistry::from_backend(backend.clone(), opts()).unwrap();
     let cycles = 300;

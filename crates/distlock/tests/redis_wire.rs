@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use distlock::backends::redis::RedisBackend;
 use distlock::testkit::redis::RedisServer;
-use distlock::{Backend, LockRegistry, RegistryOptions};
+use distlock::{Backend, LockName, LockRegistry, RegistryOptions};
 use futures_util::StreamExt;
 
 async fn registry(url: &str) -> LockRegistry {
@@ -156,4 +156,33 @@ async fn a_waiter_that_gives_up_does_not_hold_up_the_queue() {
         at - released
     );
     g2.release().await.unwrap();
+}
+
+/// An operator's forced release removes any holder's key (here a plain `SET NX PX` client's),
+/// tells Spring's waiters as a release does, and keeps the fence counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_deletes_any_holder_and_publishes() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let name = LockName::new("lock", "forced").unwrap();
+    let reg = registry(&server.url()).await;
+    let first = reg.obtain("forced").unwrap().lock().await.unwrap();
+    let fence = first.fence();
+    first.release().await.unwrap();
+    server
+        .cli(&["SET", "lock:forced", "foreign", "NX", "PX", "60000"])
+        .expect("SET");
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe("lock-channel:lock:forced").await.unwrap();
+    assert!(backend.force_release(&name).await.unwrap());
+    let msg = tokio::time::timeout(Duration::from_secs(2), pubsub.on_message().next())
+        .await
+        .expect("release message")
+        .unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "lock:forced");
+    assert!(!backend.force_release(&name).await.unwrap(), "already free");
+    let next = reg.obtain("forced").unwrap().try_lock().await.unwrap();
+    assert!(next.fence() > fence, "the fence counter was kept");
+    next.release().await.unwrap();
 }

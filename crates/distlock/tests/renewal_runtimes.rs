@@ -52,7 +52,9 @@ fn memory_holds_are_renewed_after_the_first_runtime_is_dropped() {
     let lease = Duration::from_millis(300);
     let registry = LockRegistry::from_backend(
         backend.clone(),
-        RegistryOptions::default().prefix("rt").lease(lease),
+        RegistryOptions::default()
+            .with_prefix("rt")
+            .with_lease(lease),
     )
     .unwrap();
     holds_survive_the_runtime_that_started_renewal(registry, lease, || true);
@@ -71,7 +73,9 @@ fn redis_holds_are_renewed_after_the_first_runtime_is_dropped() {
     drop(setup);
     let registry = LockRegistry::from_backend(
         backend,
-        RegistryOptions::default().prefix("rt").lease(lease),
+        RegistryOptions::default()
+            .with_prefix("rt")
+            .with_lease(lease),
     )
     .unwrap();
     holds_survive_the_runtime_that_started_renewal(registry, lease, || {

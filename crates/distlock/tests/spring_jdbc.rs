@@ -327,7 +327,7 @@ async fn exclusion_both_ways(
     backend: impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Backend>> + Send>>,
     spring: impl Fn(Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = Spring> + Send>>,
 ) {
-    let opts = || RegistryOptions::default().lease(Duration::from_secs(10));
+    let opts = || RegistryOptions::default().with_lease(Duration::from_secs(10));
     let ours = LockRegistry::from_backend(backend().await, opts()).unwrap();
     let java = spring(Duration::from_secs(10)).await;
     let key = "orders:42";

@@ -17,12 +17,14 @@ use distlock::testkit::mysql::MariaDbServer;
 use distlock::testkit::postgres::PostgresServer;
 use distlock::testkit::proxy::FaultProxy;
 use distlock::testkit::tls::TestCa;
-use distlock::{Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token};
+use distlock::{
+    AcquireMode, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
+};
 
 fn opts(lease_ms: u64) -> RegistryOptions {
     RegistryOptions::default()
-        .prefix("faults")
-        .lease(Duration::from_millis(lease_ms))
+        .with_prefix("faults")
+        .with_lease(Duration::from_millis(lease_ms))
 }
 
 async fn pg(url: &str) -> Arc<dyn Backend> {
@@ -139,7 +141,7 @@ async fn postgres_notifications_resume_after_the_listener_is_killed() {
     let holder = registry(pg(db.url()).await, opts(5000));
     let waiter = registry(
         pg(db.url()).await,
-        opts(5000).max_poll_interval(Duration::from_secs(10)),
+        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
     );
     let guard = holder.obtain("k").unwrap().lock().await.unwrap();
     let lock = waiter.obtain("k").unwrap();
@@ -172,7 +174,7 @@ async fn mariadb_doorbell_wakes(kill: bool) {
     let holder = registry(my(db.url()).await, opts(5000));
     let waiter = registry(
         my(db.url()).await,
-        opts(5000).max_poll_interval(Duration::from_secs(10)),
+        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
     );
     for round in 0..3 {
         let guard = holder.obtain("k").unwrap().lock().await.unwrap();
@@ -229,7 +231,7 @@ async fn mariadb_waiting_processes_are_served_in_arrival_order() {
         // No polling: only the doorbell and the turnstile can hand the lock on.
         let reg = registry(
             my(db.url()).await,
-            opts(5000).max_poll_interval(Duration::from_secs(10)),
+            opts(5000).with_max_poll_interval(Duration::from_secs(10)),
         );
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
@@ -344,8 +346,13 @@ async fn concurrent_first_use(backends: Vec<Arc<dyn Backend>>) {
         .map(|b| {
             let name = name.clone();
             tokio::spawn(async move {
-                b.try_acquire(&name, Token::random(), Duration::from_secs(10))
-                    .await
+                b.acquire(
+                    &name,
+                    Token::random(),
+                    Duration::from_secs(10),
+                    AcquireMode::Try,
+                )
+                .await
             })
         })
         .collect();
@@ -482,7 +489,7 @@ async fn postgres_passwords_and_tls() {
     let name = LockName::new("lock", "tls").unwrap();
     let token = Token::random();
     assert!(matches!(
-        tls.try_acquire(&name, token, Duration::from_secs(5))
+        tls.acquire(&name, token, Duration::from_secs(5), AcquireMode::Try)
             .await
             .unwrap(),
         Attempt::Acquired { .. }
@@ -836,7 +843,7 @@ async fn postgres_cleartext_passwords_go_only_to_verified_servers() {
         let name = LockName::new("lock", "verified").unwrap();
         let token = Token::random();
         assert!(matches!(
-            b.try_acquire(&name, token, Duration::from_secs(5))
+            b.acquire(&name, token, Duration::from_secs(5), AcquireMode::Try)
                 .await
                 .unwrap(),
             Attempt::Acquired { .. }
@@ -952,7 +959,7 @@ async fn mariadb_tls_with_a_private_ca_and_client_certificates() {
         let name = LockName::new("lock", "tls").unwrap();
         let token = Token::random();
         assert!(matches!(
-            b.try_acquire(&name, token, Duration::from_secs(5))
+            b.acquire(&name, token, Duration::from_secs(5), AcquireMode::Try)
                 .await
                 .unwrap(),
             Attempt::Acquired { .. }

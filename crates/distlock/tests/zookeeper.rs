@@ -14,7 +14,9 @@ use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
 use distlock::testkit::proxy::FaultProxy;
 use distlock::testkit::timing::scheduling_slack;
 use distlock::testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
-use distlock::{Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token};
+use distlock::{
+    AcquireMode, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
+};
 use tokio::time::{timeout, Instant};
 
 fn shared() -> Arc<ZooKeeperServer> {
@@ -39,7 +41,7 @@ fn registry(b: &Arc<ZooKeeperBackend>, opts: RegistryOptions) -> LockRegistry {
 }
 
 fn lease(ms: u64) -> RegistryOptions {
-    RegistryOptions::default().lease(Duration::from_millis(ms))
+    RegistryOptions::default().with_lease(Duration::from_millis(ms))
 }
 
 /// `_c_<8-4-4-4-12 hex>-lock-<10 digits>`.
@@ -232,7 +234,7 @@ mod zookeeper {
         let first = Token::random();
         assert!(matches!(
             holder
-                .try_acquire_queued(&name, first, lease)
+                .acquire(&name, first, lease, AcquireMode::Queue)
                 .await
                 .unwrap(),
             Attempt::Acquired { .. }
@@ -241,9 +243,11 @@ mod zookeeper {
         for _ in 0..5 {
             let b = backend(&url).await;
             let t = Token::random();
-            let sub = b.subscribe_waiter(&name, t).await.unwrap();
+            let sub = b.subscribe(&name, t).await.unwrap();
             assert!(matches!(
-                b.try_acquire_queued(&name, t, lease).await.unwrap(),
+                b.acquire(&name, t, lease, AcquireMode::Queue)
+                    .await
+                    .unwrap(),
                 Attempt::Busy { .. }
             ));
             waiters.push((b, t, sub));
@@ -257,7 +261,11 @@ mod zookeeper {
                 .await
                 .unwrap_or_else(|_| panic!("waiter {i} not woken by its predecessor's release"));
             let (b, t) = (waiters[i].0.clone(), waiters[i].1);
-            match b.try_acquire_queued(&name, t, lease).await.unwrap() {
+            match b
+                .acquire(&name, t, lease, AcquireMode::Queue)
+                .await
+                .unwrap()
+            {
                 Attempt::Acquired { fence } => {
                     assert!(fence > last_fence);
                     last_fence = fence;

@@ -142,7 +142,7 @@ async fn run(args: Args) -> Result<(), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| e.to_string())?;
-    let opts = RegistryOptions::default().lease(Duration::from_millis(args.ttl_ms));
+    let opts = RegistryOptions::default().with_lease(Duration::from_millis(args.ttl_ms));
     let registry = LockRegistry::connect(&args.redis, opts)
         .await
         .map_err(|e| e.to_string())?;

@@ -44,7 +44,7 @@ async fn cycles(a: &WorkerArgs) {
     let backend = EtcdBackend::connect(&url(a)).await.expect("connect");
     let reg = LockRegistry::with_options(
         backend,
-        RegistryOptions::default().prefix("/bench/distlock"),
+        RegistryOptions::default().with_prefix("/bench/distlock"),
     )
     .unwrap();
     measure_cycles(&reg, a, CLIENT, 2).await;

@@ -41,7 +41,7 @@ async fn run(a: WorkerArgs) {
     }
     // A ZooKeeper lease is a session, and the harness's server (tickTime 1000) grants at most
     // 20 s, below the default 30 s lease: use kazoo's session timeout in the same run, 10 s.
-    let options = RegistryOptions::default().lease(Duration::from_secs(10));
+    let options = RegistryOptions::default().with_lease(Duration::from_secs(10));
     let registry = LockRegistry::with_options(backend, options).expect("registry");
     measure_cycles(&registry, &a, CLIENT, 2).await;
 }

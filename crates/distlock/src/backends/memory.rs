@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Token,
 };
 use crate::error::Result;
@@ -48,15 +48,6 @@ impl MemoryBackend {
     fn channel(name: &LockName) -> String {
         format!("{}:{}", name.prefix(), name.key())
     }
-
-    /// Deletes a lock whoever holds it, as an operator (or a fault) would. Returns whether it existed.
-    pub fn force_delete(&self, name: &LockName) -> bool {
-        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        let existed = map.get_mut(name).and_then(|e| e.token.take()).is_some();
-        drop(map);
-        self.signals.fire(&Self::channel(name));
-        existed
-    }
 }
 
 #[async_trait]
@@ -74,7 +65,13 @@ impl Backend for MemoryBackend {
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+    async fn acquire(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        _mode: AcquireMode,
+    ) -> Result<Attempt> {
         let now = Instant::now();
         let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         let entry = map.entry(name.clone()).or_insert(Entry {
@@ -128,7 +125,7 @@ impl Backend for MemoryBackend {
         }
     }
 
-    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
         Ok(self.signals.subscribe(&Self::channel(name)).0)
     }
 
@@ -141,5 +138,87 @@ impl Backend for MemoryBackend {
                 remaining: Some(e.expires - now),
             })
         }))
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let now = Instant::now();
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let existed = map
+            .get_mut(name)
+            .and_then(|e| e.token.take().filter(|_| e.expires > now))
+            .is_some();
+        drop(map);
+        self.signals.fire(&Self::channel(name));
+        Ok(existed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend that implements only the required methods.
+    #[derive(Debug)]
+    struct Minimal;
+
+    #[async_trait]
+    impl Backend for Minimal {
+        fn kind(&self) -> &'static str {
+            "minimal"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::basic()
+        }
+        async fn acquire(
+            &self,
+            _: &LockName,
+            _: Token,
+            _: Duration,
+            _: AcquireMode,
+        ) -> Result<Attempt> {
+            Ok(Attempt::Busy { retry_after: None })
+        }
+        async fn release(&self, _: &LockName, _: Token) -> Result<Released> {
+            Ok(Released::default())
+        }
+        async fn extend(&self, _: &LockName, _: Token, _: Duration) -> Result<bool> {
+            Ok(false)
+        }
+        async fn inspect(&self, _: &LockName) -> Result<Option<LockInfo>> {
+            Ok(None)
+        }
+    }
+
+    #[tokio::test]
+    async fn force_release_frees_the_lock_and_keeps_the_fence() {
+        let b = MemoryBackend::new();
+        let n = LockName::new("lock", "k").unwrap();
+        let lease = Duration::from_secs(30);
+        let first = b
+            .acquire(&n, Token::random(), lease, AcquireMode::Try)
+            .await;
+        assert_eq!(first.unwrap(), Attempt::Acquired { fence: 1 });
+        let mut sub = b.subscribe(&n, Token::random()).await.unwrap();
+        assert!(b.force_release(&n).await.unwrap());
+        tokio::time::timeout(Duration::from_secs(1), sub.released())
+            .await
+            .expect("waiters are woken");
+        assert!(
+            !b.force_release(&n).await.unwrap(),
+            "nothing left to remove"
+        );
+        let next = b
+            .acquire(&n, Token::random(), lease, AcquireMode::Queue)
+            .await;
+        assert_eq!(next.unwrap(), Attempt::Acquired { fence: 2 });
+    }
+
+    #[tokio::test]
+    async fn force_release_is_unsupported_by_default() {
+        let n = LockName::new("lock", "k").unwrap();
+        match Minimal.force_release(&n).await {
+            Err(crate::Error::Unsupported { backend, .. }) => assert_eq!(backend, "minimal"),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
     }
 }

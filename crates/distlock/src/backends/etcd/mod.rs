@@ -69,8 +69,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignal,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
+    ReleaseSignal, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -422,22 +422,6 @@ impl EtcdBackend {
         Ok(EtcdBackend { shared })
     }
 
-    /// Deletes the current holder's key of `name`, whoever holds it, as an operator (or a
-    /// fault) would. Returns whether there was one.
-    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
-        let s = &self.shared;
-        let dir = lock_dir(name);
-        let Some(holder) = s.holder(&dir).await? else {
-            return Ok(false);
-        };
-        let txn = pb::txn(
-            vec![pb::create_revision_is(&holder.key, holder.rev)],
-            vec![pb::op_delete(&holder.key)],
-            vec![],
-        );
-        Ok(s.txn(txn).await?.succeeded)
-    }
-
     /// One put of `value` at `key` (no lease) through the backend's gRPC client: the
     /// baseline of the benchmark workers. Not part of the API.
     #[doc(hidden)]
@@ -474,7 +458,7 @@ impl EtcdBackend {
         // after this returned must not run first and let the attempt create a key nobody
         // gives back.
         let mut e = slot.entry.clone().lock_owned().await;
-        spawn_op(async move {
+        detached(KIND, String::new, None, async move {
             let res = shared
                 .attempt_locked(&slot, &mut e, name, token, lease, queued)
                 .await;
@@ -493,20 +477,12 @@ impl EtcdBackend {
             return Ok((false, false));
         };
         let shared = self.shared.clone();
-        spawn_op(async move {
+        detached(KIND, String::new, None, async move {
             let mut e = slot.entry.lock().await;
             shared.finish_locked(&slot, &mut e, token).await
         })
         .await
     }
-}
-
-async fn spawn_op<T: Send + 'static>(
-    fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    tokio::spawn(fut)
-        .await
-        .map_err(|e| Error::backend(KIND, format!("internal task failed: {e}")))?
 }
 
 impl Shared {
@@ -1315,17 +1291,18 @@ impl Backend for EtcdBackend {
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
-        self.attempt(name, token, lease, false).await
-    }
-
-    async fn try_acquire_queued(
+    /// Puts the token's key under the lock's prefix. [`AcquireMode::Try`] deletes it again
+    /// unless it has the lowest create revision; [`AcquireMode::Queue`] keeps it as the
+    /// token's place in line.
+    async fn acquire(
         &self,
         name: &LockName,
         token: Token,
         lease: Duration,
+        mode: AcquireMode,
     ) -> Result<Attempt> {
-        self.attempt(name, token, lease, true).await
+        self.attempt(name, token, lease, mode == AcquireMode::Queue)
+            .await
     }
 
     async fn leave_queue(&self, _name: &LockName, token: Token) -> Result<()> {
@@ -1352,11 +1329,9 @@ impl Backend for EtcdBackend {
         self.shared.extend_batch(batch).await
     }
 
-    async fn subscribe_waiter(
-        &self,
-        _name: &LockName,
-        token: Token,
-    ) -> Result<ReleaseSubscription> {
+    /// Fires when the waiter's predecessor key goes (only the next contender is woken).
+    async fn subscribe(&self, _name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
+        let token = waiter;
         let slot = self.shared.slot_for(token);
         let alive = Arc::new(());
         *slot.sub.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&alive);
@@ -1370,7 +1345,7 @@ impl Backend for EtcdBackend {
         );
         // Watch the known predecessor now; the registry looks again right after.
         let shared = self.shared.clone();
-        spawn_op(async move {
+        detached(KIND, String::new, None, async move {
             let mut e = slot.entry.lock().await;
             e.touched = Some(Instant::now());
             if e.phase != Phase::Queued {
@@ -1386,6 +1361,22 @@ impl Backend for EtcdBackend {
         })
         .await?;
         Ok(sub)
+    }
+
+    /// Deletes the current holder's key of `name`, whoever holds it, as an operator (or a
+    /// fault) would. Returns whether there was one.
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let s = &self.shared;
+        let dir = lock_dir(name);
+        let Some(holder) = s.holder(&dir).await? else {
+            return Ok(false);
+        };
+        let txn = pb::txn(
+            vec![pb::create_revision_is(&holder.key, holder.rev)],
+            vec![pb::op_delete(&holder.key)],
+            vec![],
+        );
+        Ok(s.txn(txn).await?.succeeded)
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {

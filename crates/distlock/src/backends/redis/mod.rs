@@ -31,7 +31,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, Value};
 use self::resp::{ConnInfo, Pool, Reply, RespError};
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -117,6 +117,21 @@ if head then
 else
   redis.call('PUBLISH', ARGV[2], KEYS[1])
   redis.call('PUBLISH', ARGV[2] .. ':' .. KEYS[1], KEYS[1])
+end
+return 1
+";
+
+/// KEYS: lock, queue, waiter expiries. ARGV: channel, wake channel prefix. Returns 1 when a
+/// holder was removed. [`RELEASE`] without the owner check: an operator's forced release, which
+/// wakes waiters the same way.
+const FORCE_RELEASE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[1])
+if head then
+  redis.call('PUBLISH', ARGV[2] .. string.sub(head, 34), head)
+else
+  redis.call('PUBLISH', ARGV[1], KEYS[1])
+  redis.call('PUBLISH', ARGV[1] .. ':' .. KEYS[1], KEYS[1])
 end
 return 1
 ";
@@ -215,6 +230,7 @@ pub struct RedisBackend {
 struct Scripts {
     acquire: Lua,
     release: Lua,
+    force_release: Lua,
     extend: Lua,
     inspect: Lua,
     leave: Lua,
@@ -393,6 +409,7 @@ impl RedisBackend {
             scripts: Scripts {
                 acquire: Lua::with_queue(ACQUIRE, 3, 4),
                 release: Lua::with_queue(RELEASE, 2, 3),
+                force_release: Lua::with_queue(FORCE_RELEASE, 2, 3),
                 leave: Lua::with_queue(LEAVE, 1, 2),
                 extend: Lua::new(EXTEND),
                 inspect: Lua::new(INSPECT),
@@ -581,42 +598,6 @@ impl RedisBackend {
     fn queue_keys(key: &str) -> (String, String) {
         (sibling_key(key, "queue"), sibling_key(key, "waiters"))
     }
-
-    async fn attempt(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        waiter_ttl_ms: u64,
-    ) -> Result<Attempt> {
-        let key = Self::lock_key(name);
-        let fence_key = sibling_key(&key, "fence");
-        let (queue, waiters) = Self::queue_keys(&key);
-        let member = self.member(token);
-        let token = token.to_hex_bytes();
-        let (lease, ttl) = (ms(lease).to_string(), waiter_ttl_ms.to_string());
-        let reply = self
-            .eval(
-                &self.scripts.acquire,
-                &[&key, &fence_key, &queue, &waiters],
-                &[&token, lease.as_bytes(), ttl.as_bytes(), &member],
-            )
-            .await?;
-        let (ok, value) = match reply.ints().as_deref() {
-            Some(&[ok, value]) => (ok, value),
-            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
-        };
-        if ok == 1 {
-            let fence = u64::try_from(value)
-                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
-            Ok(Attempt::Acquired { fence })
-        } else {
-            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
-            // queued first (or it just vanished).
-            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
-            Ok(Attempt::Busy { retry_after })
-        }
-    }
 }
 
 /// Turns pub/sub messages into wake-ups: a wake message names the queued waiter's token, a
@@ -723,22 +704,53 @@ impl Backend for RedisBackend {
         Capabilities {
             fencing: Fencing::MonotonicAcrossDataLoss,
             notifies_release: true,
-            fifo: false,
+            // Distlock waiters queue in a ZSET and only the head may take a free lock (also
+            // against `Try` attempts); foreign `SET NX` clients are not bound by the queue.
+            fifo: true,
             cross_process: true,
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
-        self.attempt(name, token, lease, 0).await
-    }
-
-    async fn try_acquire_queued(
+    /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
+    /// the wait queue, which it keeps for [`RedisOptions::waiter_ttl`].
+    async fn acquire(
         &self,
         name: &LockName,
         token: Token,
         lease: Duration,
+        mode: AcquireMode,
     ) -> Result<Attempt> {
-        self.attempt(name, token, lease, self.waiter_ttl_ms).await
+        let waiter_ttl_ms = match mode {
+            AcquireMode::Try => 0,
+            AcquireMode::Queue => self.waiter_ttl_ms,
+        };
+        let key = Self::lock_key(name);
+        let fence_key = sibling_key(&key, "fence");
+        let (queue, waiters) = Self::queue_keys(&key);
+        let member = self.member(token);
+        let token = token.to_hex_bytes();
+        let (lease, ttl) = (ms(lease).to_string(), waiter_ttl_ms.to_string());
+        let reply = self
+            .eval(
+                &self.scripts.acquire,
+                &[&key, &fence_key, &queue, &waiters],
+                &[&token, lease.as_bytes(), ttl.as_bytes(), &member],
+            )
+            .await?;
+        let (ok, value) = match reply.ints().as_deref() {
+            Some(&[ok, value]) => (ok, value),
+            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
+        };
+        if ok == 1 {
+            let fence = u64::try_from(value)
+                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
+            Ok(Attempt::Acquired { fence })
+        } else {
+            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
+            // queued first (or it just vanished).
+            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
+            Ok(Attempt::Busy { retry_after })
+        }
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
@@ -837,7 +849,12 @@ impl Backend for RedisBackend {
         }
     }
 
-    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+    /// Listens to the lock's release channel and to the waiter's own wake-up (the release
+    /// script wakes only the head of the wait queue).
+    async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
+        // One channel per waiting acquisition: it goes with the subscription, so the table
+        // does not grow with every contended acquisition.
+        let mine = self.signals.subscribe_transient(&waiter.to_string());
         let (sub, fresh) = self.signals.subscribe(&Self::lock_key(name));
         if fresh {
             // The channels are per prefix: forgetting idle keys needs no UNSUBSCRIBE, only
@@ -845,14 +862,24 @@ impl Backend for RedisBackend {
             self.signals.take_idle(1024);
         }
         self.ensure_listening(name).await?;
-        Ok(sub)
+        Ok(sub.merge(mine))
     }
 
-    async fn subscribe_waiter(&self, name: &LockName, token: Token) -> Result<ReleaseSubscription> {
-        // One channel per waiting acquisition: it goes with the subscription, so the table
-        // does not grow with every contended acquisition.
-        let mine = self.signals.subscribe_transient(&token.to_string());
-        Ok(self.subscribe(name).await?.merge(mine))
+    /// Deletes the lock key whoever holds it (also a foreign client's), and wakes waiters as a
+    /// release does. The fence counter is kept.
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let key = Self::lock_key(name);
+        let (queue, waiters) = Self::queue_keys(&key);
+        let channel = Self::channel(name);
+        let wake = Self::wake_prefix(name);
+        let r = self
+            .eval(
+                &self.scripts.force_release,
+                &[&key, &queue, &waiters],
+                &[channel.as_bytes(), wake.as_bytes()],
+            )
+            .await?;
+        Ok(r.int() == Some(1))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {

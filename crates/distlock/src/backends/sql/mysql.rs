@@ -36,8 +36,8 @@ use super::{
     SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
 };
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo,
+    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -357,15 +357,20 @@ impl MySqlBackend {
         // table unless it exists, so that the first lock operation does not pay for the DDL.
         let inner = backend.inner.clone();
         let limit = inner.options.connect_timeout + inner.options.request_timeout;
-        spawn(&backend.inner, "connect", limit, async move {
-            let mut borrowed = Borrowed(Some(inner.conn("connect").await?));
-            let conn = borrowed.0.as_mut().expect("borrowed");
-            if let Err(e) = inner.ensure_table(conn).await {
-                return Err(inner.error("create table", &e));
-            }
-            drop(borrowed.0.take());
-            Ok(())
-        })
+        detached(
+            KIND,
+            backend.inner.context("connect"),
+            Some(limit),
+            async move {
+                let mut borrowed = Borrowed(Some(inner.conn("connect").await?));
+                let conn = borrowed.0.as_mut().expect("borrowed");
+                if let Err(e) = inner.ensure_table(conn).await {
+                    return Err(inner.error("create table", &e));
+                }
+                drop(borrowed.0.take());
+                Ok(())
+            },
+        )
         .await?;
         Ok(backend)
     }
@@ -373,52 +378,6 @@ impl MySqlBackend {
     /// The options in force.
     pub fn options(&self) -> &SqlOptions {
         &self.inner.options
-    }
-
-    /// Frees a lock whoever holds it, as an operator (or a fault) would; the fence is kept
-    /// (native layout). Returns whether a live hold existed.
-    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
-        let inner = self.inner.clone();
-        let name = name.clone();
-        let limit = inner.options.request_timeout;
-        spawn(&self.inner, "force_delete", limit, async move {
-            let (a, b) = inner.ident(&name)?;
-            let sql = inner.sql.force_delete(&MyLock {
-                region: &a,
-                key: &b,
-                token: "",
-            });
-            let out = inner.run("force_delete", &sql, true).await?;
-            if out.affected > 0 {
-                inner.signals.fire(&channel(&name));
-            }
-            Ok(out.affected > 0)
-        })
-        .await
-    }
-}
-
-/// Runs `fut` as its own task, so that a caller who stops waiting never leaves a connection
-/// half-way through the protocol, and stops it after `limit`: pool waits, connecting, retries
-/// and replies included. A connection whose statement was cut off is closed (see
-/// [`Borrowed`]).
-async fn spawn<T: Send + 'static>(
-    inner: &Arc<Inner>,
-    op: &'static str,
-    limit: Duration,
-    fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    match tokio::spawn(tokio::time::timeout(limit, fut)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err(Error::unavailable(
-            KIND,
-            inner.message(op, &format!("no reply within {limit:?}")),
-        )),
-        Err(e) if e.is_panic() => Err(Error::backend(KIND, "the database task panicked")),
-        Err(_) => Err(Error::unavailable(
-            KIND,
-            "the database task was cancelled (runtime shutting down)",
-        )),
     }
 }
 
@@ -468,6 +427,17 @@ fn int(row: &Row, i: usize) -> Option<i64> {
 }
 
 impl Inner {
+    /// Names `op` on this server, for [`detached`]'s timeout message.
+    fn context(self: &Arc<Self>, op: &'static str) -> impl FnOnce() -> String + Send + 'static {
+        let inner = self.clone();
+        move || {
+            scrub(
+                format!("{op} on {}", inner.target),
+                inner.password.as_deref(),
+            )
+        }
+    }
+
     fn message(&self, op: &str, e: &dyn fmt::Display) -> String {
         scrub(
             format!("{op} on {}: {e}", self.target),
@@ -722,8 +692,9 @@ impl Inner {
 }
 
 impl MySqlBackend {
-    /// One attempt; `queued` for a caller that will wait (see [`Backend::try_acquire_queued`]).
-    async fn acquire(
+    /// One attempt (see [`Backend::acquire`]); `queued` for a caller that will wait: its
+    /// acquisitions take the doorbell in the same round trip.
+    async fn attempt(
         &self,
         name: &LockName,
         token: Token,
@@ -731,9 +702,10 @@ impl MySqlBackend {
         queued: bool,
     ) -> Result<Attempt> {
         let inner = self.inner.clone();
+        let (undo, undo_name) = (self.inner.clone(), name.clone());
         let name = name.clone();
         let limit = inner.options.request_timeout;
-        let (attempt, hold) = spawn(&self.inner, "try_acquire", limit, async move {
+        let attempt = async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let lock = MyLock {
@@ -797,7 +769,7 @@ impl MySqlBackend {
                     let sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
                     let out = inner.run("try_acquire", &sql, true).await?;
                     let Some(row) = out.rows.first() else {
-                        return Ok((Attempt::Busy { retry_after: None }, None));
+                        return Ok(Attempt::Busy { retry_after: None });
                     };
                     if int(row, 0).unwrap_or(0) > 0 {
                         MyOutcome::Acquired {
@@ -816,18 +788,15 @@ impl MySqlBackend {
                 MyOutcome::Acquired { fence, wanted } => (fence, wanted),
                 MyOutcome::Busy { remaining_ms } => {
                     inner.doorbells.note_contended(&doorbell);
-                    return Ok((
-                        Attempt::Busy {
-                            retry_after: Some(millis(remaining_ms)),
-                        },
-                        None,
-                    ));
+                    return Ok(Attempt::Busy {
+                        retry_after: Some(millis(remaining_ms)),
+                    });
                 }
             };
             // Ring the doorbell for waiters when there are (or lately were) any; a waiter that
             // comes later finds it silent and looks at the row now and then instead. Armed
-            // before the undo value exists, so that its release (if the caller went away)
-            // gives the doorbell back after this takes it.
+            // within the attempt, so that the undo's release (if the caller went away) gives
+            // the doorbell back after this takes it.
             inner.doorbells.acquired(&doorbell);
             if wanted {
                 inner.doorbells.note_contended(&doorbell);
@@ -835,44 +804,15 @@ impl MySqlBackend {
                     inner.doorbells.arm(doorbell);
                 }
             }
-            let hold = Acquisition {
-                inner: inner.clone(),
-                undo: Some((name, token)),
-            };
-            let fence = fence_from(KIND, fence)?;
-            Ok((Attempt::Acquired { fence }, Some(hold)))
+            Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            })
+        };
+        let context = self.inner.context("try_acquire");
+        detached_attempt(KIND, context, Some(limit), attempt, move || async move {
+            let _ = undo.release_token(&undo_name, token).await;
         })
-        .await?;
-        if let Some(hold) = hold {
-            hold.delivered();
-        }
-        Ok(attempt)
-    }
-}
-
-/// A committed acquisition on its way back to the caller; given back at once if the caller
-/// stopped waiting (see the PostgreSQL backend).
-struct Acquisition {
-    inner: Arc<Inner>,
-    undo: Option<(LockName, Token)>,
-}
-
-impl Acquisition {
-    fn delivered(mut self) {
-        self.undo = None;
-    }
-}
-
-impl Drop for Acquisition {
-    fn drop(&mut self) {
-        if let Some((name, token)) = self.undo.take() {
-            let inner = self.inner.clone();
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = inner.release_token(&name, token).await;
-                });
-            }
-        }
+        .await
     }
 }
 
@@ -890,32 +830,38 @@ impl Backend for MySqlBackend {
                 Fencing::MonotonicAcrossDataLoss
             },
             notifies_release: true,
-            fifo: false,
+            // Waiting processes queue on the lock's doorbell turnstile, which the server
+            // grants in arrival order: one process is woken per release, first come, first
+            // served. A waiter's fallback poll that finds the row free between two rings can
+            // still take it first.
+            fifo: true,
             cross_process: true,
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
-        self.acquire(name, token, lease, false).await
-    }
-
-    /// A caller that will wait: its acquisitions take the doorbell in the same round trip.
-    async fn try_acquire_queued(
+    /// With [`AcquireMode::Queue`] the attempt takes the lock's doorbell in the same round
+    /// trip, which queues the process for the next release (see the module docs).
+    async fn acquire(
         &self,
         name: &LockName,
         token: Token,
         lease: Duration,
+        mode: AcquireMode,
     ) -> Result<Attempt> {
-        self.acquire(name, token, lease, true).await
+        self.attempt(name, token, lease, mode == AcquireMode::Queue)
+            .await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let inner = self.inner.clone();
         let name = name.clone();
         let limit = inner.options.request_timeout;
-        spawn(&self.inner, "release", limit, async move {
-            inner.release_token(&name, token).await
-        })
+        detached(
+            KIND,
+            self.inner.context("release"),
+            Some(limit),
+            async move { inner.release_token(&name, token).await },
+        )
         .await
     }
 
@@ -924,19 +870,24 @@ impl Backend for MySqlBackend {
         let name = name.clone();
         // Bounded by the lease too: a renewal that answers after the lease ended is no use.
         let limit = inner.options.renewal_timeout(lease);
-        spawn(&self.inner, "extend", limit, async move {
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(token);
-            let sql = inner.sql.extend(
-                &MyLock {
-                    region: &a,
-                    key: &b,
-                    token: &owner,
-                },
-                lease_ms(lease),
-            );
-            Ok(inner.run("extend", &sql, true).await?.affected > 0)
-        })
+        detached(
+            KIND,
+            self.inner.context("extend"),
+            Some(limit),
+            async move {
+                let (a, b) = inner.ident(&name)?;
+                let owner = inner.owner(token);
+                let sql = inner.sql.extend(
+                    &MyLock {
+                        region: &a,
+                        key: &b,
+                        token: &owner,
+                    },
+                    lease_ms(lease),
+                );
+                Ok(inner.run("extend", &sql, true).await?.affected > 0)
+            },
+        )
         .await
     }
 
@@ -950,48 +901,53 @@ impl Backend for MySqlBackend {
         let count = batch.len();
         let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
         let limit = inner.options.renewal_timeout(shortest);
-        let result = spawn(&self.inner, "extend_many", limit, async move {
-            let mut extended = vec![false; batch.len()];
-            let idents: Vec<Option<(String, String, String, i64)>> = batch
-                .iter()
-                .map(|r| {
-                    inner
-                        .ident(&r.name)
-                        .ok()
-                        .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
-                })
-                .collect();
-            let valid: Vec<(usize, &(String, String, String, i64))> = idents
-                .iter()
-                .enumerate()
-                .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-                .collect();
-            for chunk in valid.chunks(BATCH) {
-                let locks: Vec<(MyLock<'_>, i64)> = chunk
+        let result = detached(
+            KIND,
+            self.inner.context("extend_many"),
+            Some(limit),
+            async move {
+                let mut extended = vec![false; batch.len()];
+                let idents: Vec<Option<(String, String, String, i64)>> = batch
                     .iter()
-                    .map(|(_, (a, b, t, l))| {
-                        (
-                            MyLock {
-                                region: a,
-                                key: b,
-                                token: t,
-                            },
-                            *l,
-                        )
+                    .map(|r| {
+                        inner
+                            .ident(&r.name)
+                            .ok()
+                            .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
                     })
                     .collect();
-                let sql = inner.sql.extend_many(&locks);
-                let out = inner.run("extend_many", &sql, true).await?;
-                for row in &out.rows {
-                    if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
-                        if let Some((original, _)) = chunk.get(i) {
-                            extended[*original] = true;
+                let valid: Vec<(usize, &(String, String, String, i64))> = idents
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+                    .collect();
+                for chunk in valid.chunks(BATCH) {
+                    let locks: Vec<(MyLock<'_>, i64)> = chunk
+                        .iter()
+                        .map(|(_, (a, b, t, l))| {
+                            (
+                                MyLock {
+                                    region: a,
+                                    key: b,
+                                    token: t,
+                                },
+                                *l,
+                            )
+                        })
+                        .collect();
+                    let sql = inner.sql.extend_many(&locks);
+                    let out = inner.run("extend_many", &sql, true).await?;
+                    for row in &out.rows {
+                        if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
+                            if let Some((original, _)) = chunk.get(i) {
+                                extended[*original] = true;
+                            }
                         }
                     }
                 }
-            }
-            Ok(extended)
-        })
+                Ok(extended)
+            },
+        )
         .await;
         match result {
             Ok(v) => v.into_iter().map(Ok).collect(),
@@ -1011,7 +967,7 @@ impl Backend for MySqlBackend {
     /// Releases made through this backend (or its clones) fire the subscription at once;
     /// other processes' releases ring the lock's doorbell, on which a waiter connection
     /// listens while anybody is subscribed.
-    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
         let _ = self.inner.signals.take_idle(1024);
         let ch = channel(name);
         let sub = self.inner.signals.subscribe(&ch).0;
@@ -1031,28 +987,59 @@ impl Backend for MySqlBackend {
         Ok(sub)
     }
 
+    /// The fence is kept (native layout).
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let inner = self.inner.clone();
+        let name = name.clone();
+        let limit = inner.options.request_timeout;
+        detached(
+            KIND,
+            self.inner.context("force_release"),
+            Some(limit),
+            async move {
+                let (a, b) = inner.ident(&name)?;
+                let sql = inner.sql.force_delete(&MyLock {
+                    region: &a,
+                    key: &b,
+                    token: "",
+                });
+                let out = inner.run("force_release", &sql, true).await?;
+                if out.affected > 0 {
+                    inner.signals.fire(&channel(&name));
+                }
+                Ok(out.affected > 0)
+            },
+        )
+        .await
+    }
+
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let inner = self.inner.clone();
         let name = name.clone();
         let limit = inner.options.request_timeout;
-        spawn(&self.inner, "inspect", limit, async move {
-            let (a, b) = inner.ident(&name)?;
-            let sql = inner.sql.inspect(&MyLock {
-                region: &a,
-                key: &b,
-                token: "",
-            });
-            let out = inner.run("inspect", &sql, true).await?;
-            out.rows
-                .first()
-                .map(|row| {
-                    Ok(LockInfo {
-                        fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
-                        remaining: int(row, 1).map(millis),
+        detached(
+            KIND,
+            self.inner.context("inspect"),
+            Some(limit),
+            async move {
+                let (a, b) = inner.ident(&name)?;
+                let sql = inner.sql.inspect(&MyLock {
+                    region: &a,
+                    key: &b,
+                    token: "",
+                });
+                let out = inner.run("inspect", &sql, true).await?;
+                out.rows
+                    .first()
+                    .map(|row| {
+                        Ok(LockInfo {
+                            fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
+                            remaining: int(row, 1).map(millis),
+                        })
                     })
-                })
-                .transpose()
-        })
+                    .transpose()
+            },
+        )
         .await
     }
 }
@@ -1087,7 +1074,10 @@ mod tests {
         let (h, w) = (Token::random(), Token::random());
 
         assert!(matches!(
-            holder.try_acquire_queued(&name, h, lease).await.unwrap(),
+            holder
+                .acquire(&name, h, lease, AcquireMode::Queue)
+                .await
+                .unwrap(),
             Attempt::Acquired { .. }
         ));
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1097,14 +1087,20 @@ mod tests {
         );
         // The waiter finds it busy (and marks it wanted).
         assert!(matches!(
-            waiter.try_acquire_queued(&name, w, lease).await.unwrap(),
+            waiter
+                .acquire(&name, w, lease, AcquireMode::Queue)
+                .await
+                .unwrap(),
             Attempt::Busy { .. }
         ));
         assert!(holder.release(&name, h).await.unwrap().contended);
 
         // Taken again while wanted: the doorbell is held with the lock, and given back with it.
         assert!(matches!(
-            holder.try_acquire_queued(&name, h, lease).await.unwrap(),
+            holder
+                .acquire(&name, h, lease, AcquireMode::Queue)
+                .await
+                .unwrap(),
             Attempt::Acquired { .. }
         ));
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -1115,7 +1111,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut sub = waiter.subscribe(&name).await.unwrap();
+        let mut sub = waiter.subscribe(&name, Token::random()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await; // the waiter's connection waits
         assert!(holder.release(&name, h).await.unwrap().was_held);
         assert!(
@@ -1126,7 +1122,10 @@ mod tests {
             .await
             .expect("the waiter was not rung");
         assert!(matches!(
-            waiter.try_acquire_queued(&name, w, lease).await.unwrap(),
+            waiter
+                .acquire(&name, w, lease, AcquireMode::Queue)
+                .await
+                .unwrap(),
             Attempt::Acquired { .. }
         ));
     }

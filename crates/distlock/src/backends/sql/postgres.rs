@@ -45,8 +45,8 @@ use super::{
     token_uuid, SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
 };
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo,
+    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -355,20 +355,25 @@ impl PostgresBackend {
         // here, and create the table unless it exists (so the first lock operation does not pay
         // for the DDL).
         let inner = backend.inner.clone();
-        spawn(&backend.inner, "connect", limit, async move {
-            let mut loan = inner.loan("connect").await?;
-            loan.in_flight = true;
-            let client = &loan
-                .conn
-                .as_ref()
-                .expect("a loan holds a connection")
-                .client;
-            if let Err(e) = inner.ensure_table(client).await {
-                return Err(inner.error("create table", &e));
-            }
-            loan.in_flight = false;
-            Ok(())
-        })
+        detached(
+            KIND,
+            backend.inner.context("connect"),
+            Some(limit),
+            async move {
+                let mut loan = inner.loan("connect").await?;
+                loan.in_flight = true;
+                let client = &loan
+                    .conn
+                    .as_ref()
+                    .expect("a loan holds a connection")
+                    .client;
+                if let Err(e) = inner.ensure_table(client).await {
+                    return Err(inner.error("create table", &e));
+                }
+                loan.in_flight = false;
+                Ok(())
+            },
+        )
         .await?;
         Ok(backend)
     }
@@ -376,54 +381,6 @@ impl PostgresBackend {
     /// The options in force.
     pub fn options(&self) -> &SqlOptions {
         &self.inner.options
-    }
-
-    /// Frees a lock whoever holds it, as an operator (or a fault) would; the fence is kept
-    /// (native layout). Returns whether a live hold existed. Waiters are notified.
-    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
-        let inner = self.inner.clone();
-        let name = name.clone();
-        let limit = inner.options.request_timeout;
-        spawn(&self.inner, "force_delete", limit, async move {
-            let (a, b) = inner.ident(&name)?;
-            let payload = inner.payload(&name);
-            let rows = inner
-                .query(
-                    "force_delete",
-                    Stmt::ForceDelete,
-                    &[&a, &b, &inner.listen_channel, &payload],
-                    true,
-                )
-                .await?;
-            if !rows.is_empty() {
-                inner.signals.fire(&channel(&name));
-            }
-            Ok(!rows.is_empty())
-        })
-        .await
-    }
-}
-
-/// Runs `fut` as its own task, so that a caller who stops waiting never leaves a connection
-/// half-way through the protocol, and stops it after `limit`: pool waits, connecting, retries
-/// and replies included. A connection whose statement was cut off is closed (see [`Loan`]).
-async fn spawn<T: Send + 'static>(
-    inner: &Arc<Inner>,
-    op: &'static str,
-    limit: Duration,
-    fut: impl Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    match tokio::spawn(tokio::time::timeout(limit, fut)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err(Error::unavailable(
-            KIND,
-            inner.message(op, &format!("no reply within {limit:?}")),
-        )),
-        Err(e) if e.is_panic() => Err(Error::backend(KIND, "the database task panicked")),
-        Err(_) => Err(Error::unavailable(
-            KIND,
-            "the database task was cancelled (runtime shutting down)",
-        )),
     }
 }
 
@@ -464,6 +421,17 @@ fn classify(e: &tokio_postgres::Error) -> Class {
 }
 
 impl Inner {
+    /// Names `op` on this server, for [`detached`]'s timeout message.
+    fn context(self: &Arc<Self>, op: &'static str) -> impl FnOnce() -> String + Send + 'static {
+        let inner = self.clone();
+        move || {
+            scrub(
+                format!("{op} on {}", inner.target),
+                inner.password.as_deref(),
+            )
+        }
+    }
+
     fn message(&self, op: &str, e: &dyn fmt::Display) -> String {
         scrub(
             format!("{op} on {}: {e}", self.target),
@@ -946,32 +914,6 @@ async fn listen(weak: Weak<Inner>, up: watch::Sender<u64>, mut stop: oneshot::Re
     }
 }
 
-/// A committed acquisition on its way back to the caller. If the caller stopped waiting, the
-/// task's output is dropped instead of delivered, and the lock is given back at once.
-struct Acquisition {
-    inner: Arc<Inner>,
-    undo: Option<(LockName, Token)>,
-}
-
-impl Acquisition {
-    fn delivered(mut self) {
-        self.undo = None;
-    }
-}
-
-impl Drop for Acquisition {
-    fn drop(&mut self) {
-        if let Some((name, token)) = self.undo.take() {
-            let inner = self.inner.clone();
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = inner.release_token(&name, token).await;
-                });
-            }
-        }
-    }
-}
-
 #[async_trait]
 impl Backend for PostgresBackend {
     fn kind(&self) -> &'static str {
@@ -991,11 +933,20 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+    /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
+    /// task; an attempt whose caller went away gives the lock back once it committed.
+    async fn acquire(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        _mode: AcquireMode,
+    ) -> Result<Attempt> {
         let inner = self.inner.clone();
+        let (undo, undo_name) = (self.inner.clone(), name.clone());
         let name = name.clone();
         let limit = inner.options.request_timeout;
-        let outcome = spawn(&self.inner, "try_acquire", limit, async move {
+        let attempt = async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let params: [&(dyn ToSql + Sync); 5] =
@@ -1012,40 +963,35 @@ impl Backend for PostgresBackend {
                     .await?;
             }
             let Some(row) = rows.first() else {
-                return Ok((Attempt::Busy { retry_after: None }, None));
+                return Ok(Attempt::Busy { retry_after: None });
             };
             let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
             if !ours {
-                return Ok((
-                    Attempt::Busy {
-                        retry_after: Some(millis(remaining)),
-                    },
-                    None,
-                ));
+                return Ok(Attempt::Busy {
+                    retry_after: Some(millis(remaining)),
+                });
             }
-            let hold = Acquisition {
-                inner: inner.clone(),
-                undo: Some((name, token)),
-            };
-            // On a bad fence `hold` is dropped here and gives the lock back.
-            let fence = fence_from(KIND, fence)?;
-            Ok((Attempt::Acquired { fence }, Some(hold)))
+            Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            })
+        };
+        let context = self.inner.context("try_acquire");
+        detached_attempt(KIND, context, Some(limit), attempt, move || async move {
+            let _ = undo.release_token(&undo_name, token).await;
         })
-        .await?;
-        let (attempt, hold) = outcome;
-        if let Some(hold) = hold {
-            hold.delivered();
-        }
-        Ok(attempt)
+        .await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let inner = self.inner.clone();
         let name = name.clone();
         let limit = inner.options.request_timeout;
-        spawn(&self.inner, "release", limit, async move {
-            inner.release_token(&name, token).await
-        })
+        detached(
+            KIND,
+            self.inner.context("release"),
+            Some(limit),
+            async move { inner.release_token(&name, token).await },
+        )
         .await
     }
 
@@ -1054,19 +1000,24 @@ impl Backend for PostgresBackend {
         let name = name.clone();
         // Bounded by the lease too: a renewal that answers after the lease ended is no use.
         let limit = inner.options.renewal_timeout(lease);
-        spawn(&self.inner, "extend", limit, async move {
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(token);
-            let rows = inner
-                .query(
-                    "extend",
-                    Stmt::Extend,
-                    &[&a, &b, &owner, &lease_ms(lease)],
-                    true,
-                )
-                .await?;
-            Ok(!rows.is_empty())
-        })
+        detached(
+            KIND,
+            self.inner.context("extend"),
+            Some(limit),
+            async move {
+                let (a, b) = inner.ident(&name)?;
+                let owner = inner.owner(token);
+                let rows = inner
+                    .query(
+                        "extend",
+                        Stmt::Extend,
+                        &[&a, &b, &owner, &lease_ms(lease)],
+                        true,
+                    )
+                    .await?;
+                Ok(!rows.is_empty())
+            },
+        )
         .await
     }
 
@@ -1080,48 +1031,53 @@ impl Backend for PostgresBackend {
         let count = batch.len();
         let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
         let limit = inner.options.renewal_timeout(shortest);
-        let result = spawn(&self.inner, "extend_many", limit, async move {
-            let mut a = Vec::with_capacity(batch.len());
-            let mut b = Vec::with_capacity(batch.len());
-            let mut owners = Vec::with_capacity(batch.len());
-            let mut leases = Vec::with_capacity(batch.len());
-            let mut entries = Vec::with_capacity(batch.len());
-            for r in &batch {
-                match inner.ident(&r.name) {
-                    Ok((x, y)) => {
-                        let owner = inner.owner(r.token);
-                        entries.push(Some((x.clone(), y.clone(), owner.clone())));
-                        a.push(x);
-                        b.push(y);
-                        owners.push(owner);
-                        leases.push(lease_ms(r.lease));
+        let result = detached(
+            KIND,
+            self.inner.context("extend_many"),
+            Some(limit),
+            async move {
+                let mut a = Vec::with_capacity(batch.len());
+                let mut b = Vec::with_capacity(batch.len());
+                let mut owners = Vec::with_capacity(batch.len());
+                let mut leases = Vec::with_capacity(batch.len());
+                let mut entries = Vec::with_capacity(batch.len());
+                for r in &batch {
+                    match inner.ident(&r.name) {
+                        Ok((x, y)) => {
+                            let owner = inner.owner(r.token);
+                            entries.push(Some((x.clone(), y.clone(), owner.clone())));
+                            a.push(x);
+                            b.push(y);
+                            owners.push(owner);
+                            leases.push(lease_ms(r.lease));
+                        }
+                        Err(_) => entries.push(None),
                     }
-                    Err(_) => entries.push(None),
                 }
-            }
-            let rows = inner
-                .query(
-                    "extend_many",
-                    Stmt::ExtendMany,
-                    &[&a, &b, &owners, &leases],
-                    true,
-                )
-                .await?;
-            let extended: HashSet<(String, String, String)> = rows
-                .iter()
-                .map(|r| {
-                    (
-                        r.get::<_, String>(0),
-                        r.get::<_, String>(1),
-                        r.get::<_, String>(2),
+                let rows = inner
+                    .query(
+                        "extend_many",
+                        Stmt::ExtendMany,
+                        &[&a, &b, &owners, &leases],
+                        true,
                     )
-                })
-                .collect();
-            Ok(entries
-                .into_iter()
-                .map(|e| e.is_some_and(|k| extended.contains(&k)))
-                .collect::<Vec<bool>>())
-        })
+                    .await?;
+                let extended: HashSet<(String, String, String)> = rows
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.get::<_, String>(0),
+                            r.get::<_, String>(1),
+                            r.get::<_, String>(2),
+                        )
+                    })
+                    .collect();
+                Ok(entries
+                    .into_iter()
+                    .map(|e| e.is_some_and(|k| extended.contains(&k)))
+                    .collect::<Vec<bool>>())
+            },
+        )
         .await;
         match result {
             Ok(v) => v.into_iter().map(Ok).collect(),
@@ -1133,7 +1089,7 @@ impl Backend for PostgresBackend {
     /// when the `LISTEN` is in force, so that no later release is missed. If the listening
     /// connection cannot be had within the connect timeout, the subscription still works from
     /// the moment it comes up (waiters poll meanwhile).
-    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
         // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
         let _ = self.inner.signals.take_idle(1024);
         let (sub, _) = self.inner.signals.subscribe(&channel(name));
@@ -1143,24 +1099,58 @@ impl Backend for PostgresBackend {
         Ok(sub)
     }
 
+    /// The fence is kept (native layout).
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let inner = self.inner.clone();
+        let name = name.clone();
+        let limit = inner.options.request_timeout;
+        detached(
+            KIND,
+            self.inner.context("force_release"),
+            Some(limit),
+            async move {
+                let (a, b) = inner.ident(&name)?;
+                let payload = inner.payload(&name);
+                let rows = inner
+                    .query(
+                        "force_release",
+                        Stmt::ForceDelete,
+                        &[&a, &b, &inner.listen_channel, &payload],
+                        true,
+                    )
+                    .await?;
+                if !rows.is_empty() {
+                    inner.signals.fire(&channel(&name));
+                }
+                Ok(!rows.is_empty())
+            },
+        )
+        .await
+    }
+
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let inner = self.inner.clone();
         let name = name.clone();
         let limit = inner.options.request_timeout;
-        spawn(&self.inner, "inspect", limit, async move {
-            let (a, b) = inner.ident(&name)?;
-            let rows = inner
-                .query("inspect", Stmt::Inspect, &[&a, &b], true)
-                .await?;
-            rows.first()
-                .map(|row| {
-                    Ok(LockInfo {
-                        fence: Some(fence_from(KIND, row.get(0))?),
-                        remaining: Some(millis(row.get(1))),
+        detached(
+            KIND,
+            self.inner.context("inspect"),
+            Some(limit),
+            async move {
+                let (a, b) = inner.ident(&name)?;
+                let rows = inner
+                    .query("inspect", Stmt::Inspect, &[&a, &b], true)
+                    .await?;
+                rows.first()
+                    .map(|row| {
+                        Ok(LockInfo {
+                            fence: Some(fence_from(KIND, row.get(0))?),
+                            remaining: Some(millis(row.get(1))),
+                        })
                     })
-                })
-                .transpose()
-        })
+                    .transpose()
+            },
+        )
         .await
     }
 }

@@ -43,8 +43,8 @@ use super::dialect::Lite as Statements;
 use super::MAX_LEASE_MS;
 use super::{channel, duplicate, fence_from, lease_ms, millis};
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 use crate::url::{percent_decode, Params};
@@ -131,12 +131,12 @@ struct Inner {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 /// use std::time::Duration;
-/// use distlock::{Attempt, Backend, LockName, Token, backends::sqlite::SqliteBackend};
+/// use distlock::{AcquireMode, Attempt, Backend, LockName, Token, backends::sqlite::SqliteBackend};
 /// let dir = tempfile::tempdir().expect("temporary directory");
 /// let backend = SqliteBackend::open(dir.path().join("locks.db"))?;
 /// let name = LockName::new("lock", "job:nightly")?;
 /// let token = Token::random();
-/// let attempt = backend.try_acquire(&name, token, Duration::from_secs(30)).await?;
+/// let attempt = backend.acquire(&name, token, Duration::from_secs(30), AcquireMode::Try).await?;
 /// assert_eq!(attempt, Attempt::Acquired { fence: 1 });
 /// assert!(backend.release(&name, token).await?.was_held);
 /// # Ok(()) }
@@ -235,24 +235,6 @@ impl SqliteBackend {
     /// The lease table's name.
     pub fn table(&self) -> &str {
         &self.inner.table
-    }
-
-    /// Frees a lock whoever holds it, as an operator (or a fault) would; the fence is kept.
-    /// Returns whether a live hold existed. Waiters of this process are woken.
-    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
-        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
-        let existed = self
-            .run("force_delete", move |inner, conn| {
-                Ok(conn
-                    .prepare_cached(&inner.sql.force_delete)?
-                    .execute(params![region, key])?
-                    > 0)
-            })
-            .await?;
-        if existed {
-            self.inner.signals.fire(&channel(name));
-        }
-        Ok(existed)
     }
 
     /// Runs `f` on the connection in tokio's blocking pool: SQLite calls block, up to the busy
@@ -521,53 +503,6 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteOptions)> {
     Ok((path, options))
 }
 
-/// A committed acquisition on its way back to the caller. If the caller's future was dropped
-/// meanwhile, tokio drops this instead of delivering it, and the lock is given back at once
-/// rather than staying held until its lease ends: that keeps `try_acquire` cancel-safe even
-/// though the blocking task cannot be stopped.
-struct Acquisition {
-    inner: Arc<Inner>,
-    /// Region, key, token and channel; `None` once delivered.
-    undo: Option<(String, String, String, String)>,
-}
-
-impl Acquisition {
-    fn delivered(mut self) {
-        self.undo = None;
-    }
-}
-
-impl Drop for Acquisition {
-    fn drop(&mut self) {
-        let Some((region, key, token, channel)) = self.undo.take() else {
-            return;
-        };
-        let inner = Arc::clone(&self.inner);
-        let undo = move || {
-            let released = inner.with_conn("release", |inner, conn| {
-                Ok(conn
-                    .prepare_cached(&inner.sql.release)?
-                    .execute(params![region, key, token])?
-                    > 0)
-            });
-            if let Ok(true) = released {
-                inner.signals.fire(&channel);
-            }
-        };
-        // Drop must not block an async worker; without a runtime (or on a blocking-pool
-        // thread, where tokio usually drops it) blocking here is fine.
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn_blocking(undo)),
-            Err(_) => undo(),
-        }
-    }
-}
-
-enum Step {
-    Acquired { fence: i64, hold: Acquisition },
-    Busy { remaining_ms: Option<i64> },
-}
-
 #[async_trait]
 impl Backend for SqliteBackend {
     fn kind(&self) -> &'static str {
@@ -583,48 +518,55 @@ impl Backend for SqliteBackend {
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
+    /// SQLite has no wait queue: both modes make the same attempt. It runs as its own task
+    /// (the blocking call cannot be stopped anyway), and an attempt whose caller went away
+    /// gives the lock back at once instead of keeping it until its lease ends.
+    async fn acquire(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        _mode: AcquireMode,
+    ) -> Result<Attempt> {
         let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
-        let (token, lease_ms, channel) = (token.to_string(), lease_ms(lease), channel(name));
-        let step = self
-            .run("try_acquire", move |inner, conn| {
-                // IMMEDIATE takes the write lock up front: the Busy branch reads the holder's
-                // expiry in the same snapshot, and a WAL read transaction could not be upgraded.
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let fence: Option<i64> = tx
-                    .prepare_cached(&inner.sql.acquire)?
-                    .query_row(params![region, key, token, lease_ms], |r| r.get(0))
-                    .optional()?;
-                let Some(fence) = fence else {
-                    let remaining_ms: Option<i64> = tx
-                        .prepare_cached(&inner.sql.remaining)?
-                        .query_row(params![region, key], |r| r.get(0))
+        let (owner, lease_ms) = (token.to_string(), lease_ms(lease));
+        let (this, undo) = (self.clone(), self.clone());
+        let undo_name = name.clone();
+        let attempt = async move {
+            let step = this
+                .run("try_acquire", move |inner, conn| {
+                    // IMMEDIATE takes the write lock up front: the Busy branch reads the
+                    // holder's expiry in the same snapshot, and a WAL read transaction could
+                    // not be upgraded.
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let fence: Option<i64> = tx
+                        .prepare_cached(&inner.sql.acquire)?
+                        .query_row(params![region, key, owner, lease_ms], |r| r.get(0))
                         .optional()?;
+                    let step = match fence {
+                        Some(fence) => Ok(fence),
+                        None => Err(tx
+                            .prepare_cached(&inner.sql.remaining)?
+                            .query_row(params![region, key], |r| r.get(0))
+                            .optional()?),
+                    };
                     tx.commit()?;
-                    return Ok(Step::Busy { remaining_ms });
-                };
-                tx.commit()?;
-                let undo = Some((region, key, token, channel));
-                Ok(Step::Acquired {
-                    fence,
-                    hold: Acquisition {
-                        inner: Arc::clone(inner),
-                        undo,
-                    },
+                    Ok(step)
                 })
-            })
-            .await?;
-        match step {
-            Step::Acquired { fence, hold } => {
-                // On a bad fence `hold` is dropped here and gives the lock back.
-                let fence = fence_from(KIND, fence)?;
-                hold.delivered();
-                Ok(Attempt::Acquired { fence })
+                .await?;
+            match step {
+                Ok(fence) => Ok(Attempt::Acquired {
+                    fence: fence_from(KIND, fence)?,
+                }),
+                Err(remaining_ms) => Ok(Attempt::Busy {
+                    retry_after: remaining_ms.map(millis),
+                }),
             }
-            Step::Busy { remaining_ms } => Ok(Attempt::Busy {
-                retry_after: remaining_ms.map(millis),
-            }),
-        }
+        };
+        detached_attempt(KIND, String::new, None, attempt, move || async move {
+            let _ = undo.release(&undo_name, token).await;
+        })
+        .await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
@@ -707,8 +649,25 @@ impl Backend for SqliteBackend {
 
     /// Only releases made through this backend (or its clones) fire the subscription; other
     /// processes' releases are found by the registry's polling.
-    async fn subscribe(&self, name: &LockName) -> Result<ReleaseSubscription> {
+    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
         Ok(self.inner.signals.subscribe(&channel(name)).0)
+    }
+
+    /// Frees a lock whoever holds it; the fence is kept. Waiters of this process are woken.
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
+        let existed = self
+            .run("force_release", move |inner, conn| {
+                Ok(conn
+                    .prepare_cached(&inner.sql.force_delete)?
+                    .execute(params![region, key])?
+                    > 0)
+            })
+            .await?;
+        if existed {
+            self.inner.signals.fire(&channel(name));
+        }
+        Ok(existed)
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
@@ -762,10 +721,10 @@ mod tests {
         let (t1, t2) = (Token::random(), Token::random());
 
         assert_eq!(
-            b.try_acquire(&n, t1, LEASE).await.unwrap(),
+            b.acquire(&n, t1, LEASE, AcquireMode::Try).await.unwrap(),
             Attempt::Acquired { fence: 1 }
         );
-        match b.try_acquire(&n, t2, LEASE).await.unwrap() {
+        match b.acquire(&n, t2, LEASE, AcquireMode::Try).await.unwrap() {
             Attempt::Busy {
                 retry_after: Some(d),
             } => {
@@ -804,7 +763,7 @@ mod tests {
         );
 
         assert_eq!(
-            b.try_acquire(&n, t2, LEASE).await.unwrap(),
+            b.acquire(&n, t2, LEASE, AcquireMode::Try).await.unwrap(),
             Attempt::Acquired { fence: 2 }
         );
     }
@@ -818,7 +777,7 @@ mod tests {
         let mut last = 0;
         for _ in 0..5 {
             let t = Token::random();
-            let fence = fence_of(b.try_acquire(&a, t, LEASE).await.unwrap());
+            let fence = fence_of(b.acquire(&a, t, LEASE, AcquireMode::Try).await.unwrap());
             assert!(fence > last, "fence {fence} after {last}");
             last = fence;
             assert!(b.release(&a, t).await.unwrap().was_held);
@@ -826,13 +785,17 @@ mod tests {
         assert_eq!(last, 5);
         // Each key has its own counter, and the same key in another region is another lock.
         assert_eq!(
-            fence_of(b.try_acquire(&other, Token::random(), LEASE).await.unwrap()),
+            fence_of(
+                b.acquire(&other, Token::random(), LEASE, AcquireMode::Try)
+                    .await
+                    .unwrap()
+            ),
             1
         );
         let elsewhere = LockName::new("other-prefix", "a").unwrap();
         assert_eq!(
             fence_of(
-                b.try_acquire(&elsewhere, Token::random(), LEASE)
+                b.acquire(&elsewhere, Token::random(), LEASE, AcquireMode::Try)
                     .await
                     .unwrap()
             ),
@@ -844,7 +807,7 @@ mod tests {
         assert_eq!(
             fence_of(
                 reopened
-                    .try_acquire(&a, Token::random(), LEASE)
+                    .acquire(&a, Token::random(), LEASE, AcquireMode::Try)
                     .await
                     .unwrap()
             ),
@@ -860,9 +823,12 @@ mod tests {
         // Long enough that a busy machine still sees it held right after taking it.
         let short = Duration::from_millis(1000);
 
-        assert_eq!(fence_of(b.try_acquire(&n, old, short).await.unwrap()), 1);
+        assert_eq!(
+            fence_of(b.acquire(&n, old, short, AcquireMode::Try).await.unwrap()),
+            1
+        );
         assert!(matches!(
-            b.try_acquire(&n, new, LEASE).await.unwrap(),
+            b.acquire(&n, new, LEASE, AcquireMode::Try).await.unwrap(),
             Attempt::Busy { .. }
         ));
         tokio::time::sleep(Duration::from_millis(1150)).await;
@@ -872,7 +838,10 @@ mod tests {
             None,
             "an expired lease is not held"
         );
-        assert_eq!(fence_of(b.try_acquire(&n, new, LEASE).await.unwrap()), 2);
+        assert_eq!(
+            fence_of(b.acquire(&n, new, LEASE, AcquireMode::Try).await.unwrap()),
+            2
+        );
         // The stale holder can neither extend nor release the new holder's lock.
         assert!(!b.extend(&n, old, LEASE).await.unwrap());
         assert!(!b.release(&n, old).await.unwrap().was_held);
@@ -884,7 +853,7 @@ mod tests {
         let (_dir, b) = temp_backend();
         let n = name("lapsed");
         let t = Token::random();
-        b.try_acquire(&n, t, Duration::from_millis(200))
+        b.acquire(&n, t, Duration::from_millis(200), AcquireMode::Try)
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(350)).await;
@@ -897,7 +866,7 @@ mod tests {
         let (_dir, b) = temp_backend();
         let n = name("renewed");
         let t = Token::random();
-        b.try_acquire(&n, t, Duration::from_millis(500))
+        b.acquire(&n, t, Duration::from_millis(500), AcquireMode::Try)
             .await
             .unwrap();
 
@@ -924,7 +893,9 @@ mod tests {
         // Still held after the original 500 ms lease would have ended.
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(matches!(
-            b.try_acquire(&n, Token::random(), LEASE).await.unwrap(),
+            b.acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+                .await
+                .unwrap(),
             Attempt::Busy { .. }
         ));
     }
@@ -934,10 +905,10 @@ mod tests {
         let (_dir, b) = temp_backend();
         let (x, y) = (name("x"), name("y"));
         let (tx, ty) = (Token::random(), Token::random());
-        b.try_acquire(&x, tx, Duration::from_millis(500))
+        b.acquire(&x, tx, Duration::from_millis(500), AcquireMode::Try)
             .await
             .unwrap();
-        b.try_acquire(&y, ty, Duration::from_millis(500))
+        b.acquire(&y, ty, Duration::from_millis(500), AcquireMode::Try)
             .await
             .unwrap();
         let batch = vec![
@@ -980,9 +951,12 @@ mod tests {
         let n = name("shared");
         let (ta, tb) = (Token::random(), Token::random());
 
-        assert_eq!(fence_of(a.try_acquire(&n, ta, LEASE).await.unwrap()), 1);
+        assert_eq!(
+            fence_of(a.acquire(&n, ta, LEASE, AcquireMode::Try).await.unwrap()),
+            1
+        );
         assert!(matches!(
-            b.try_acquire(&n, tb, LEASE).await.unwrap(),
+            b.acquire(&n, tb, LEASE, AcquireMode::Try).await.unwrap(),
             Attempt::Busy { .. }
         ));
         assert!(
@@ -993,9 +967,12 @@ mod tests {
         );
         assert_eq!(b.inspect(&n).await.unwrap().and_then(|i| i.fence), Some(1));
         assert!(a.release(&n, ta).await.unwrap().was_held);
-        assert_eq!(fence_of(b.try_acquire(&n, tb, LEASE).await.unwrap()), 2);
+        assert_eq!(
+            fence_of(b.acquire(&n, tb, LEASE, AcquireMode::Try).await.unwrap()),
+            2
+        );
         assert!(matches!(
-            a.try_acquire(&n, ta, LEASE).await.unwrap(),
+            a.acquire(&n, ta, LEASE, AcquireMode::Try).await.unwrap(),
             Attempt::Busy { .. }
         ));
     }
@@ -1014,7 +991,10 @@ mod tests {
                 .flat_map(|b| std::iter::repeat_n(b.clone(), 3))
                 .map(|b| {
                     let n = n.clone();
-                    tokio::spawn(async move { b.try_acquire(&n, Token::random(), LEASE).await })
+                    tokio::spawn(async move {
+                        b.acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+                            .await
+                    })
                 })
                 .collect();
             let mut winners = 0;
@@ -1033,9 +1013,12 @@ mod tests {
         let (_dir, b) = temp_backend();
         let n = name("notify");
         let t = Token::random();
-        b.try_acquire(&n, t, LEASE).await.unwrap();
-        let mut sub = b.subscribe(&n).await.unwrap();
-        let mut other = b.subscribe(&name("unrelated")).await.unwrap();
+        b.acquire(&n, t, LEASE, AcquireMode::Try).await.unwrap();
+        let mut sub = b.subscribe(&n, Token::random()).await.unwrap();
+        let mut other = b
+            .subscribe(&name("unrelated"), Token::random())
+            .await
+            .unwrap();
         assert!(b.release(&n, t).await.unwrap().was_held);
         tokio::time::timeout(Duration::from_secs(1), sub.released())
             .await
@@ -1051,19 +1034,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn force_delete_frees_and_keeps_fence() {
+    async fn force_release_frees_and_keeps_fence() {
         let (_dir, b) = temp_backend();
         let n = name("forced");
         let t = Token::random();
-        b.try_acquire(&n, t, LEASE).await.unwrap();
-        assert!(b.force_delete(&n).await.unwrap());
-        assert!(!b.force_delete(&n).await.unwrap());
+        b.acquire(&n, t, LEASE, AcquireMode::Try).await.unwrap();
+        assert!(b.force_release(&n).await.unwrap());
+        assert!(!b.force_release(&n).await.unwrap());
         assert!(
             !b.extend(&n, t, LEASE).await.unwrap(),
             "the holder has lost it"
         );
         assert_eq!(
-            fence_of(b.try_acquire(&n, Token::random(), LEASE).await.unwrap()),
+            fence_of(
+                b.acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+                    .await
+                    .unwrap()
+            ),
             2
         );
     }
@@ -1073,8 +1060,11 @@ mod tests {
         let (_dir, b) = temp_backend();
         let n = name("cancelled");
         // Polled once (which starts the blocking task), then dropped.
-        let cancelled =
-            tokio::time::timeout(Duration::ZERO, b.try_acquire(&n, Token::random(), LEASE)).await;
+        let cancelled = tokio::time::timeout(
+            Duration::ZERO,
+            b.acquire(&n, Token::random(), LEASE, AcquireMode::Try),
+        )
+        .await;
         assert!(
             cancelled.is_err(),
             "the attempt should not have finished in its first poll"
@@ -1082,7 +1072,11 @@ mod tests {
         // The orphaned acquisition commits (fence 1) and is then undone in the background.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
-            match b.try_acquire(&n, Token::random(), LEASE).await.unwrap() {
+            match b
+                .acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+                .await
+                .unwrap()
+            {
                 Attempt::Acquired { fence } => {
                     assert_eq!(
                         fence, 2,
@@ -1109,7 +1103,7 @@ mod tests {
         let b = SqliteBackend::from_url(&url).unwrap();
         assert_eq!(b.table(), "my_locks");
         assert_eq!(b.path(), path.as_path());
-        b.try_acquire(&name("k"), Token::random(), LEASE)
+        b.acquire(&name("k"), Token::random(), LEASE, AcquireMode::Try)
             .await
             .unwrap();
 

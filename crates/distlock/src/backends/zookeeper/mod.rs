@@ -117,7 +117,7 @@ use queue::sort_contenders;
 use session::{check_lease, session_of_lease};
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -405,30 +405,6 @@ impl ZooKeeperBackend {
             .map(str::to_owned)
             .collect())
     }
-
-    /// Deletes the holder's node whoever holds it, as an operator (or a fault) would. Returns
-    /// whether a holder was found. The next waiter gets the lock; the old holder learns it lost
-    /// it at its next renewal.
-    pub async fn force_delete(&self, name: &LockName) -> Result<bool> {
-        let conn = self.inner.conn().await?;
-        let parent = self.lock_path(name);
-        let children = self.inner.list(&conn, &parent).await?;
-        let Some(first) = sort_contenders(&children).first().map(|s| s.to_string()) else {
-            return Ok(false);
-        };
-        match self
-            .inner
-            .timed(
-                "delete",
-                conn.client.delete(&format!("{parent}/{first}"), None),
-            )
-            .await?
-        {
-            Ok(()) => Ok(true),
-            Err(zookeeper_client::Error::NoNode) => Ok(false),
-            Err(e) => Err(zk_err(e)),
-        }
-    }
 }
 
 impl Inner {
@@ -548,20 +524,19 @@ impl Backend for ZooKeeperBackend {
         }
     }
 
-    /// Creates a contender node, and deletes it again unless it is the lowest.
-    async fn try_acquire(&self, name: &LockName, token: Token, lease: Duration) -> Result<Attempt> {
-        self.inner.attempt(name, token, lease, false).await
-    }
-
-    /// Creates a contender node on the first call for `token` (later calls reuse it), and
-    /// watches its predecessor while it is not the lowest.
-    async fn try_acquire_queued(
+    /// Creates a contender node. [`AcquireMode::Try`] deletes it again unless it is the
+    /// lowest; [`AcquireMode::Queue`] keeps it on the first call for `token` (later calls
+    /// reuse it) and watches its predecessor while it is not the lowest.
+    async fn acquire(
         &self,
         name: &LockName,
         token: Token,
         lease: Duration,
+        mode: AcquireMode,
     ) -> Result<Attempt> {
-        self.inner.attempt(name, token, lease, true).await
+        self.inner
+            .attempt(name, token, lease, mode == AcquireMode::Queue)
+            .await
     }
 
     async fn leave_queue(&self, _name: &LockName, token: Token) -> Result<()> {
@@ -686,16 +661,37 @@ impl Backend for ZooKeeperBackend {
             .collect()
     }
 
-    async fn subscribe_waiter(
-        &self,
-        _name: &LockName,
-        token: Token,
-    ) -> Result<ReleaseSubscription> {
-        let (sub, fresh) = self.inner.signals.subscribe(&token.to_string());
+    /// Fires when the waiter's predecessor goes (only the next contender is woken).
+    async fn subscribe(&self, _name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
+        let (sub, fresh) = self.inner.signals.subscribe(&waiter.to_string());
         if fresh {
             self.inner.signals.take_idle(1024);
         }
         Ok(sub)
+    }
+
+    /// Deletes the holder's node whoever holds it, as an operator (or a fault) would. Returns
+    /// whether a holder was found. The next waiter gets the lock; the old holder learns it lost
+    /// it at its next renewal.
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let conn = self.inner.conn().await?;
+        let parent = self.lock_path(name);
+        let children = self.inner.list(&conn, &parent).await?;
+        let Some(first) = sort_contenders(&children).first().map(|s| s.to_string()) else {
+            return Ok(false);
+        };
+        match self
+            .inner
+            .timed(
+                "delete",
+                conn.client.delete(&format!("{parent}/{first}"), None),
+            )
+            .await?
+        {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            Err(e) => Err(zk_err(e)),
+        }
     }
 
     /// The lowest contender's `czxid`; ZooKeeper has no lease to report.
