@@ -695,6 +695,22 @@ impl Lock {
             in_flight.finished();
             uncertain.armed |= attempt.is_err();
             let retry_after = match attempt {
+                Ok(Attempt::Acquired { .. }) if arrived_too_late(sent, self.lease) => {
+                    // The reply took (nearly) the whole lease, counted from before the
+                    // request: the server may have let the lease run out and handed the lock
+                    // on meanwhile, and a guard made now would start out lost, or lose the
+                    // lock before its first renewal could land. Give the token back (the
+                    // attempt has completed, so the release cannot overtake it) and go on as
+                    // if the lock had been busy.
+                    tracing::debug!(waited = ?started.elapsed(), "acquired too late to hold");
+                    queued.joined = false;
+                    uncertain.armed = true;
+                    if backend.release(name, token).await.is_ok() {
+                        uncertain.armed = false;
+                    }
+                    was_busy = true;
+                    None
+                }
                 Ok(Attempt::Acquired {
                     fence: backend_fence,
                 }) => {
@@ -950,6 +966,14 @@ impl Drop for InFlight<'_> {
 // (`Inner::give_up`), which takes it over (`acquire_remote`) while it is worth it; a hold
 // left for a waiter who then gave up is released by whoever sees the last waiter leave
 // (`Slot::release_orphaned_hold`).
+
+/// Whether an attempt sent at `sent` that reports the lock acquired came back too late to be
+/// held: a tenth of the lease or less is left of it. The client counts the lease from before
+/// the request, so the server's lease, counted from when it applied the attempt, never ends
+/// before the client's; but once the client's has run out, somebody else may hold the lock.
+fn arrived_too_late(sent: Instant, lease: Duration) -> bool {
+    (sent + lease).saturating_duration_since(Instant::now()) <= lease / 10
+}
 
 /// Whether enough of a hold's lease is left to pass it to a local waiter: a renewal is due
 /// at a third of the lease, so below that the next holder would start on a hold about to be

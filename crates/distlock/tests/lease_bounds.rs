@@ -2,7 +2,7 @@
 //! request that set the lease, and a renewal or extension that does not answer in time marks
 //! the guard lost when that view ends instead of hanging.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,12 +14,13 @@ use distlock::{
 };
 use tokio::time::Instant;
 
-/// Memory locks over a slow network: acquisition replies take `reply_delay`; once `stall` is
-/// set, extensions never answer.
+/// Memory locks over a slow network: acquisition replies take `reply_delay`, and the next one
+/// `late_once_ms` more; once `stall` is set, extensions never answer.
 #[derive(Debug, Default)]
 struct Slow {
-    inner: MemoryBackend,
+    inner: Arc<MemoryBackend>,
     reply_delay: Duration,
+    late_once_ms: AtomicU64,
     stall: AtomicBool,
 }
 
@@ -39,7 +40,8 @@ impl Backend for Slow {
         mode: AcquireMode,
     ) -> distlock::Result<Attempt> {
         let a = self.inner.acquire(name, token, lease, mode).await;
-        tokio::time::sleep(self.reply_delay).await;
+        let late = Duration::from_millis(self.late_once_ms.swap(0, Ordering::SeqCst));
+        tokio::time::sleep(self.reply_delay + late).await;
         a
     }
     async fn release(&self, name: &LockName, token: Token) -> distlock::Result<Released> {
@@ -130,4 +132,54 @@ async fn an_extension_that_never_answers_fails_by_the_lease_end() {
         .expect("extend() hung past the lease it extends");
     assert!(matches!(r, Err(Error::LockLost { .. })), "{r:?}");
     assert!(!guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_answered_after_its_lease_is_not_a_guard() {
+    // The server grants A's attempt, but its reply takes two leases: by then the lease has run
+    // out, and B (on the same server, without delay) may hold the lock. A must not come back
+    // with a guard for that acquisition; it waits and takes the lock anew.
+    let lease = Duration::from_millis(400);
+    let slow = Arc::new(Slow::default());
+    slow.late_once_ms
+        .store((lease * 2).as_millis() as u64, Ordering::SeqCst);
+    let a = registry(slow.clone(), lease, true);
+    let b = LockRegistry::from_backend(
+        slow.inner.clone(),
+        RegistryOptions::default().with_lease(lease),
+    )
+    .unwrap();
+    let holders = Arc::new(AtomicU64::new(0));
+    let section = |reg: LockRegistry, who: &'static str| {
+        let holders = holders.clone();
+        async move {
+            let guard = reg.obtain("k").unwrap().lock().await.unwrap();
+            assert!(
+                guard.ensure_held().is_ok(),
+                "{who} got a guard that was already lost"
+            );
+            assert_eq!(
+                holders.fetch_add(1, Ordering::SeqCst),
+                0,
+                "{who} got a guard while the other held the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            holders.fetch_sub(1, Ordering::SeqCst);
+            guard.release().await.unwrap();
+        }
+    };
+    let first = tokio::spawn(section(a, "A"));
+    // B starts once A's attempt has reached the server.
+    let name = LockName::new("lock", "k").unwrap();
+    while slow.inner.inspect(&name).await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = tokio::spawn(section(b, "B"));
+    let both = async {
+        first.await.unwrap();
+        second.await.unwrap();
+    };
+    tokio::time::timeout(lease * 20, both)
+        .await
+        .expect("both sections end");
 }
