@@ -93,6 +93,7 @@
 //!   holds waits for itself. [`blocking::Lock`] is reentrant per thread.
 #![warn(missing_docs, unreachable_pub, rustdoc::broken_intra_doc_links)]
 
+mod acquire;
 mod backend;
 pub mod blocking;
 mod connect;

@@ -1,24 +1,19 @@
-//! [`LockRegistry`] and [`Lock`]: handles cached by key, the local lock taken before the remote
-//! one, and acquisition with deadlines, notifications and cancel safety.
+//! [`LockRegistry`] and [`Lock`]: options, handles cached by key and their per-key state. The
+//! path of an acquisition is in `acquire.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::backend::{
-    AcquireMode, Attempt, Backend, LockInfo, LockName, ReleaseSubscription, Token,
-};
+use crate::acquire::Wait;
+use crate::backend::{Backend, LockInfo, LockName, Token};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::renewal::{compose_fence, Hold, Renewer, LOCAL_SEQ_BITS};
+use crate::renewal::{Hold, Renewer, LOCAL_SEQ_BITS};
 
 /// Shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
@@ -226,7 +221,7 @@ pub(crate) struct Slot {
     pub(crate) name: LockName,
     pub(crate) state: Arc<tokio::sync::Mutex<SlotState>>,
     pub(crate) waiters: AtomicUsize,
-    last_used_ms: AtomicU64,
+    pub(crate) last_used_ms: AtomicU64,
     /// The hold a thread took through the blocking facade, which is reentrant per thread.
     pub(crate) thread_hold: Mutex<Option<ThreadHold>>,
 }
@@ -364,11 +359,11 @@ fn evict_idle(slots: &mut HashMap<Arc<str>, Arc<Slot>>, target: usize) {
 }
 
 impl Inner {
-    fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn max_poll(&self) -> Duration {
+    pub(crate) fn max_poll(&self) -> Duration {
         self.opts.max_poll_interval.unwrap_or_else(|| {
             if self.backend.capabilities().notifies_release {
                 Duration::from_millis(500)
@@ -423,9 +418,9 @@ impl Slot {
 /// local lock.
 #[derive(Clone)]
 pub struct Lock {
-    slot: Arc<Slot>,
-    registry: Arc<Inner>,
-    lease: Duration,
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) registry: Arc<Inner>,
+    pub(crate) lease: Duration,
 }
 
 impl fmt::Debug for Lock {
@@ -434,23 +429,6 @@ impl fmt::Debug for Lock {
             .field("name", &self.slot.name)
             .field("lease", &self.lease)
             .finish()
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Wait {
-    No,
-    Until(Instant),
-    Forever,
-}
-
-impl Wait {
-    fn deadline(self) -> Option<Instant> {
-        match self {
-            Wait::No => Some(Instant::now()),
-            Wait::Until(d) => Some(d),
-            Wait::Forever => None,
-        }
     }
 }
 
@@ -535,491 +513,5 @@ impl Lock {
     /// Reads the lock's state on the backend: `None` when nobody holds it.
     pub async fn inspect(&self) -> Result<Option<LockInfo>> {
         self.registry.backend.inspect(&self.slot.name).await
-    }
-
-    async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
-        let span = tracing::debug_span!(
-            "distlock.acquire",
-            key = %self.slot.name.key(),
-            client = %self.registry.opts.client_id,
-        );
-        async move {
-            let started = Instant::now();
-            self.slot
-                .last_used_ms
-                .store(self.registry.now_ms(), Ordering::Relaxed);
-            let res = match self.lock_local(wait, started).await {
-                Ok(local) => self.acquire_remote(local, wait, started).await,
-                Err(e) => Err(e),
-            };
-            let outcome = match &res {
-                Ok(_) => "acquired",
-                Err(Error::NotAcquired { .. }) => "not_acquired",
-                Err(_) => "error",
-            };
-            crate::metrics::acquire(self.registry.backend.kind(), outcome, started.elapsed());
-            res
-        }
-        .instrument(span)
-        .await
-    }
-
-    fn not_acquired(&self, started: Instant) -> Error {
-        Error::NotAcquired {
-            key: self.key().to_owned(),
-            waited: started.elapsed(),
-        }
-    }
-
-    async fn lock_local(&self, wait: Wait, started: Instant) -> Result<OwnedMutexGuard<SlotState>> {
-        let state = self.slot.state.clone();
-        if let Ok(g) = state.clone().try_lock_owned() {
-            return Ok(g);
-        }
-        if let Wait::No = wait {
-            return Err(self.not_acquired(started));
-        }
-        let _waiting = WaiterEntry::new(&self.slot, &self.registry);
-        match wait.deadline() {
-            None => Ok(state.lock_owned().await),
-            Some(d) => tokio::time::timeout_at(d, state.lock_owned())
-                .await
-                .map_err(|_| self.not_acquired(started)),
-        }
-    }
-
-    async fn acquire_remote(
-        &self,
-        mut local: OwnedMutexGuard<SlotState>,
-        wait: Wait,
-        started: Instant,
-    ) -> Result<LockGuard> {
-        let reg = &self.registry;
-        if let Some(hold) = local.hold.clone() {
-            // Lock cohorting: take over the remote hold the previous local holder left us,
-            // provided enough of its lease is left to be worth it.
-            if worth_handing_off(&hold) {
-                let seq = hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1;
-                let fence = compose_fence(hold.backend_fence, seq);
-                return Ok(LockGuard::new(
-                    self.slot.clone(),
-                    reg.clone(),
-                    local,
-                    hold,
-                    fence,
-                ));
-            }
-            local.hold = None;
-            reg.renewer.deregister(&hold);
-            reg.release_in_background(hold.name.clone(), hold.token);
-        }
-
-        let backend = &reg.backend;
-        let name = &self.slot.name;
-        let deadline = wait.deadline();
-        let waits = !matches!(wait, Wait::No);
-        let token = Token::random();
-        let max_poll = reg.max_poll();
-        let caps = backend.capabilities();
-        let notifies = caps.notifies_release;
-        // A waiter joins the backend's fair queue, where there is one (and leaves it when it
-        // gives up); elsewhere every attempt is a plain try.
-        let mode = if waits && caps.fifo {
-            AcquireMode::Queue
-        } else {
-            AcquireMode::Try
-        };
-        let mut sub: Option<ReleaseSubscription> = None;
-        // With notifications, polling only catches expiry and lost messages: start slower.
-        let mut poll = if notifies {
-            max_poll / 4
-        } else {
-            Duration::from_millis(2)
-        }
-        .min(max_poll);
-        let mut error_backoff = Duration::from_millis(20);
-        let mut queued = QueueEntry {
-            registry: reg,
-            name,
-            token,
-            joined: false,
-        };
-        let mut was_busy = false;
-
-        // Having just released a lock others were waiting for, let one of them have it first.
-        if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
-            let until = deadline.map_or(until, |d| d.min(until));
-            if notifies {
-                if let Ok(mut s) = backend.subscribe(name, token).await {
-                    let _ = tokio::time::timeout_at(until, s.released()).await;
-                    sub = Some(s);
-                }
-            } else {
-                tokio::time::sleep_until(until).await;
-            }
-        }
-        // The last acquisition of this key had to wait: expect to wait again and listen before
-        // the first attempt, which saves the attempt that would follow a late subscription.
-        if waits && notifies && sub.is_none() && local.contended {
-            sub = backend.subscribe(name, token).await.ok();
-        }
-
-        // Armed once an attempt ended without telling us its outcome (an error, a lost reply):
-        // the lock may then be ours on the server, so however this acquisition ends without a
-        // guard (returned, or dropped at any await below), the token is given back.
-        let mut uncertain = Abandoned {
-            registry: reg,
-            name,
-            token,
-            armed: false,
-        };
-        loop {
-            let sent = Instant::now();
-            let mut in_flight = InFlight::start(reg, name, token, self.lease, mode);
-            // `try_lock_for` bounds its attempts too: a reply that comes after the deadline
-            // is not waited for (the attempt finishes in the background, then is undone).
-            let attempt = match wait {
-                Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
-                    Ok(a) => a,
-                    Err(_) => {
-                        // The in-flight attempt's undo releases and leaves the queue, after it.
-                        queued.joined = false;
-                        uncertain.armed = false;
-                        drop(in_flight);
-                        local.contended = true;
-                        return Err(self.not_acquired(started));
-                    }
-                },
-                _ => in_flight.outcome().await,
-            };
-            in_flight.finished();
-            uncertain.armed |= attempt.is_err();
-            let retry_after = match attempt {
-                Ok(Attempt::Acquired { .. }) if arrived_too_late(sent, self.lease) => {
-                    // The reply took (nearly) the whole lease, counted from before the
-                    // request: the server may have let the lease run out and handed the lock
-                    // on meanwhile, and a guard made now would start out lost, or lose the
-                    // lock before its first renewal could land. Give the token back (the
-                    // attempt has completed, so the release cannot overtake it) and go on as
-                    // if the lock had been busy.
-                    tracing::debug!(waited = ?started.elapsed(), "acquired too late to hold");
-                    queued.joined = false;
-                    uncertain.armed = true;
-                    if backend.release(name, token).await.is_ok() {
-                        uncertain.armed = false;
-                    }
-                    was_busy = true;
-                    None
-                }
-                Ok(Attempt::Acquired {
-                    fence: backend_fence,
-                }) => {
-                    queued.joined = false;
-                    uncertain.armed = false;
-                    local.contended = was_busy;
-                    let hold = Arc::new(Hold::new(
-                        backend.kind(),
-                        name.clone(),
-                        token,
-                        backend_fence,
-                        self.lease,
-                        sent,
-                    ));
-                    reg.renewer.register(hold.clone());
-                    local.hold = Some(hold.clone());
-                    let fence = compose_fence(backend_fence, 0);
-                    tracing::debug!(fence, waited = ?started.elapsed(), "acquired");
-                    return Ok(LockGuard::new(
-                        self.slot.clone(),
-                        reg.clone(),
-                        local,
-                        hold,
-                        fence,
-                    ));
-                }
-                Ok(Attempt::Busy { retry_after }) => {
-                    queued.joined = mode == AcquireMode::Queue;
-                    was_busy = true;
-                    retry_after
-                }
-                Err(e) => {
-                    let now = Instant::now();
-                    match deadline {
-                        Some(d) if e.is_retryable() && now + error_backoff < d => {
-                            tracing::debug!(error = %e, "acquire attempt failed; retrying");
-                            tokio::time::sleep(error_backoff).await;
-                            error_backoff = (error_backoff * 2).min(Duration::from_secs(1));
-                            continue;
-                        }
-                        _ => {
-                            queued.leave().await;
-                            return Err(e);
-                        }
-                    }
-                }
-            };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                queued.leave().await;
-                local.contended = true;
-                return Err(self.not_acquired(started));
-            }
-            if notifies && sub.is_none() {
-                // Subscribe, then try again at once: a release between the failed attempt and
-                // the subscription would otherwise go unnoticed until the next poll.
-                // A subscription that fails leaves the waiter polling, which still works.
-                sub = Some(backend.subscribe(name, token).await.unwrap_or_else(|e| {
-                    tracing::debug!(error = %e, "no release notifications; polling");
-                    ReleaseSubscription::never()
-                }));
-                continue;
-            }
-            // Without a notification, poll: soon at first, then backing off, never later than
-            // the holder's lease says the lock could be free.
-            let mut delay = poll;
-            if let Some(r) = retry_after {
-                delay = delay
-                    .max(Duration::from_millis(1))
-                    .min(r + Duration::from_millis(1));
-            }
-            let delay = jitter(delay.min(max_poll));
-            poll = (poll * 2).min(max_poll);
-            let wake_at =
-                deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
-            let span = tracing::trace_span!("distlock.wait", delay = ?delay);
-            async {
-                match sub.as_mut() {
-                    Some(s) => {
-                        let _ = tokio::time::timeout_at(wake_at, s.released()).await;
-                    }
-                    None => tokio::time::sleep_until(wake_at).await,
-                }
-            }
-            .instrument(span)
-            .await;
-        }
-    }
-}
-
-/// A place in the backend's wait queue: given back when the waiter gives up, in the
-/// background if the acquisition future is dropped.
-struct QueueEntry<'a> {
-    registry: &'a Inner,
-    name: &'a LockName,
-    token: Token,
-    joined: bool,
-}
-
-impl QueueEntry<'_> {
-    async fn leave(&mut self) {
-        if std::mem::take(&mut self.joined) {
-            if let Err(e) = self
-                .registry
-                .backend
-                .leave_queue(self.name, self.token)
-                .await
-            {
-                tracing::debug!(error = %e, "leaving the wait queue failed; the entry will expire");
-            }
-        }
-    }
-}
-
-impl Drop for QueueEntry<'_> {
-    fn drop(&mut self) {
-        if self.joined {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let backend = self.registry.backend.clone();
-                let (name, token) = (self.name.clone(), self.token);
-                rt.spawn(async move {
-                    let _ = backend.leave_queue(&name, token).await;
-                });
-            }
-        }
-    }
-}
-
-fn jitter(d: Duration) -> Duration {
-    let f: f64 = rand::random_range(0.8..1.2);
-    d.mul_f64(f)
-}
-
-/// Counts a local waiter for as long as it waits; the last one to leave cleans up an orphaned
-/// remote hold.
-struct WaiterEntry<'a> {
-    slot: &'a Arc<Slot>,
-    registry: &'a Inner,
-}
-
-impl<'a> WaiterEntry<'a> {
-    fn new(slot: &'a Arc<Slot>, registry: &'a Inner) -> Self {
-        slot.waiters.fetch_add(1, Ordering::SeqCst);
-        WaiterEntry { slot, registry }
-    }
-}
-
-impl Drop for WaiterEntry<'_> {
-    fn drop(&mut self) {
-        if self.slot.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.slot.release_orphaned_hold(self.registry);
-        }
-    }
-}
-
-/// Gives back, in the background, a token that an earlier attempt may have acquired without
-/// the reply saying so, unless disarmed by the acquisition that got its guard.
-struct Abandoned<'a> {
-    registry: &'a Inner,
-    name: &'a LockName,
-    token: Token,
-    armed: bool,
-}
-
-impl Drop for Abandoned<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.registry
-                .release_in_background(self.name.clone(), self.token);
-        }
-    }
-}
-
-/// The outcome of one remote attempt, boxed so that it can outlive the acquisition future.
-type AttemptFuture = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
-
-/// One remote attempt in flight. If the acquisition ends before the attempt does (its future
-/// is dropped, or `try_lock_for`'s deadline passes), the attempt may still succeed on the
-/// server: it is then driven to its end in the background and only after that is its token
-/// released and its place in the wait queue given back, so the undo can never overtake it.
-struct InFlight<'a> {
-    registry: &'a Inner,
-    name: &'a LockName,
-    token: Token,
-    queued: bool,
-    attempt: Option<AttemptFuture>,
-}
-
-impl<'a> InFlight<'a> {
-    fn start(
-        registry: &'a Inner,
-        name: &'a LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Self {
-        let backend = registry.backend.clone();
-        let owned_name = name.clone();
-        let attempt: AttemptFuture =
-            Box::pin(async move { backend.acquire(&owned_name, token, lease, mode).await });
-        InFlight {
-            registry,
-            name,
-            token,
-            queued: mode == AcquireMode::Queue,
-            attempt: Some(attempt),
-        }
-    }
-
-    /// Drives the attempt; cancel safe (the attempt stays here, see Drop).
-    async fn outcome(&mut self) -> Result<Attempt> {
-        match self.attempt.as_mut() {
-            Some(attempt) => attempt.await,
-            None => Err(Error::backend(
-                "registry",
-                "attempt polled after it finished",
-            )),
-        }
-    }
-
-    /// The attempt ended and its outcome was seen: nothing to undo here.
-    fn finished(mut self) {
-        self.attempt = None;
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        let Some(attempt) = self.attempt.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(lock = ?self.name, "acquisition dropped outside a runtime; the lease will expire");
-            return;
-        };
-        let backend = self.registry.backend.clone();
-        let (name, token, queued) = (self.name.clone(), self.token, self.queued);
-        rt.spawn(async move {
-            // Finish the attempt first: a release sent beside it could reach the server first.
-            // Release even after `Busy`: an earlier attempt with this token may have been the
-            // one that succeeded (owner-checked, so harmless otherwise).
-            let _ = attempt.await;
-            if let Err(e) = backend.release(&name, token).await {
-                tracing::debug!(lock = ?name, error = %e, "undoing an abandoned acquisition failed; the lease will expire");
-            }
-            if queued {
-                let _ = backend.leave_queue(&name, token).await;
-            }
-        });
-    }
-}
-
-// The local handoff protocol: a remote hold passes from a local guard to the next local waiter
-// (`Inner::give_up`), which takes it over (`acquire_remote`) while it is worth it; a hold
-// left for a waiter who then gave up is released by whoever sees the last waiter leave
-// (`Slot::release_orphaned_hold`).
-
-/// Whether an attempt sent at `sent` that reports the lock acquired came back too late to be
-/// held: a tenth of the lease or less is left of it. The client counts the lease from before
-/// the request, so the server's lease, counted from when it applied the attempt, never ends
-/// before the client's; but once the client's has run out, somebody else may hold the lock.
-fn arrived_too_late(sent: Instant, lease: Duration) -> bool {
-    (sent + lease).saturating_duration_since(Instant::now()) <= lease / 10
-}
-
-/// Whether enough of a hold's lease is left to pass it to a local waiter: a renewal is due
-/// at a third of the lease, so below that the next holder would start on a hold about to be
-/// renewed or lost.
-pub(crate) fn worth_handing_off(hold: &Hold) -> bool {
-    hold.is_held() && hold.remaining() > hold.lease() / 3
-}
-
-impl Inner {
-    /// Ends a guard's ownership of `slot`. Returns the local lock and the remote hold when the
-    /// hold must be released remotely, `None` when it passed to a local waiter.
-    pub(crate) fn give_up(
-        &self,
-        slot: &Arc<Slot>,
-        mut local: OwnedMutexGuard<SlotState>,
-        hold: &Arc<Hold>,
-    ) -> Option<OwnedMutexGuard<SlotState>> {
-        let pass_on = slot.waiters.load(Ordering::SeqCst) > 0
-            && hold.local_seq.load(Ordering::Acquire) < self.opts.max_local_handoffs
-            && worth_handing_off(hold);
-        if pass_on {
-            drop(local);
-            // The waiter we counted may have left meanwhile; then the hold is nobody's.
-            slot.release_orphaned_hold(self);
-            return None;
-        }
-        local.hold = None;
-        self.renewer.deregister(hold);
-        Some(local)
-    }
-
-    /// Releases `hold` on the server, then lets the next local waiter in. Returns whether it
-    /// was still held.
-    pub(crate) async fn release_hold(
-        &self,
-        mut local: OwnedMutexGuard<SlotState>,
-        hold: &Hold,
-    ) -> Result<bool> {
-        let released = self.backend.release(&hold.name, hold.token).await?;
-        if released.contended {
-            let grace = self.opts.contended_release_grace;
-            if !grace.is_zero() {
-                local.yield_until = Some(Instant::now() + grace);
-            }
-        }
-        drop(local);
-        Ok(released.was_held)
     }
 }
