@@ -1,0 +1,376 @@
+//! The shared behaviour suite: every backend runs the same scenarios, each in a fresh random
+//! namespace. Backends differ only through their [`Capabilities`] and the hooks of
+//! [`Harness`], never through separate suites.
+//!
+//! The scenarios are listed once, in [`SCENARIOS`], each with the [`Requirement`] on the
+//! backend's capabilities under which it applies. A scenario that does not apply still runs as
+//! a test, and passes printing `not applicable: ...`; a missing server fails, never skips.
+//!
+//! A backend joins the suite with one [`conformance_suite!`](crate::conformance_suite) line.
+//! A backend reachable through [`connect`](crate::connect) gives its URL, which also lets the
+//! cross-process scenarios start child processes on it:
+//!
+//! ```ignore
+//! distlock::conformance_suite!(on_my_backend, || async {
+//!     distlock::conformance::Harness::connect("mine://127.0.0.1:1234")
+//! });
+//! ```
+//!
+//! Others give a factory of connections (the cross-process scenarios are then not
+//! applicable):
+//!
+//! ```ignore
+//! distlock::conformance_suite!(on_my_backend, || async {
+//!     distlock::conformance::Harness::new(|| async { Ok(my_backend().await?) })
+//! });
+//! ```
+//!
+//! Scenarios panic (assert) on a violation, so they read like the guarantee they check.
+
+mod faults;
+mod processes;
+mod scenarios;
+
+pub use faults::failed_acquisitions_leave_the_lock_free;
+pub use processes::{
+    mutual_exclusion_across_processes, remote_waiters_are_fifo, run_child_if_asked,
+};
+pub use scenarios::*;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Backend, Capabilities, LockName};
+use crate::error::Error;
+use crate::registry::{LockRegistry, RegistryOptions};
+
+type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type Factory = Arc<dyn Fn() -> BoxFut<crate::Result<Arc<dyn Backend>>> + Send + Sync>;
+type Deleter = Arc<dyn Fn(LockName) -> BoxFut<()> + Send + Sync>;
+
+/// How the suite reaches one backend: a factory of independent connections (each registry gets
+/// its own, like a separate process would), and optional hooks for fault scenarios.
+#[derive(Clone)]
+pub struct Harness {
+    factory: Factory,
+    deleter: Option<Deleter>,
+    prefix: String,
+    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    url: Option<String>,
+    test_path: Option<String>,
+}
+
+impl Harness {
+    /// A harness over backends made by `factory`.
+    pub fn new<F, Fut>(factory: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = crate::Result<Arc<dyn Backend>>> + Send + 'static,
+    {
+        let factory: Factory = Arc::new(move || Box::pin(factory()));
+        Harness {
+            factory,
+            deleter: None,
+            prefix: random_prefix(),
+            keep: None,
+            url: None,
+            test_path: None,
+        }
+    }
+
+    /// A harness over backends reached through [`connect`](crate::connect)`(url)`. Child
+    /// processes of the cross-process scenarios connect with the same URL.
+    pub fn connect(url: impl Into<String>) -> Self {
+        let url = url.into();
+        let u = url.clone();
+        let mut h = Harness::new(move || {
+            let u = u.clone();
+            async move { crate::connect(&u).await }
+        });
+        h.url = Some(url);
+        h
+    }
+
+    /// Adds a hook that deletes a lock on the server whoever holds it, for the lost-signal
+    /// scenarios. Without one they use [`Backend::force_release`] on a fresh connection (and
+    /// fail where that is unsupported).
+    pub fn with_deleter<F, Fut>(mut self, deleter: F) -> Self
+    where
+        F: Fn(LockName) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.deleter = Some(Arc::new(move |n| Box::pin(deleter(n))));
+        self
+    }
+
+    /// Keeps `value` (a throwaway server, say) alive as long as the harness.
+    pub fn keep_alive(mut self, value: impl std::any::Any + Send + Sync) -> Self {
+        self.keep = Some(Arc::new(value));
+        self
+    }
+
+    /// This harness's namespace, used as every registry's prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The URL the backend is reached at, if the harness was made with
+    /// [`connect`](Self::connect).
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// Names the test this harness runs in (`module::scenario`, as the test harness lists it),
+    /// so that the cross-process scenarios can start this test binary again as a child.
+    /// [`conformance_suite!`](crate::conformance_suite) does this.
+    #[doc(hidden)]
+    pub fn in_test(mut self, module_path: &str, scenario: &str) -> Self {
+        // The test binary lists `on_x::scenario`, without the crate's own name.
+        let module = module_path.split_once("::").map_or("", |(_, m)| m);
+        self.test_path = Some(if module.is_empty() {
+            scenario.to_owned()
+        } else {
+            format!("{module}::{scenario}")
+        });
+        self
+    }
+
+    /// A new backend connection.
+    pub async fn backend(&self) -> Arc<dyn Backend> {
+        (self.factory)().await.expect("backend connects")
+    }
+
+    /// A registry on a new backend connection with default options in this namespace.
+    pub async fn registry(&self) -> LockRegistry {
+        self.registry_with(RegistryOptions::default()).await
+    }
+
+    /// A registry on a new backend connection with `opts` in this namespace.
+    pub async fn registry_with(&self, opts: RegistryOptions) -> LockRegistry {
+        LockRegistry::from_backend(self.backend().await, opts.with_prefix(self.prefix.clone()))
+            .expect("valid options")
+    }
+
+    /// The slowest of a few uncontended acquire-and-release cycles on this backend, measured
+    /// now: the unit by which the scenarios' time limits grow on a slow or loaded machine, so
+    /// that a limit checks the behaviour (no polling delay, no overrun) rather than the CPU.
+    async fn cycle_time(&self) -> Duration {
+        let reg = self.registry().await;
+        let lock = reg.obtain("pace").unwrap();
+        let mut slowest = Duration::ZERO;
+        for _ in 0..5 {
+            let started = Instant::now();
+            lock.try_lock().await.unwrap().release().await.unwrap();
+            slowest = slowest.max(started.elapsed());
+        }
+        slowest
+    }
+
+    /// `base` plus `cycles` of [`cycle_time`](Self::cycle_time).
+    async fn limit(&self, base: Duration, cycles: u32) -> Duration {
+        base + self.cycle_time().await * cycles
+    }
+
+    async fn capabilities(&self) -> Capabilities {
+        self.backend().await.capabilities()
+    }
+
+    async fn delete(&self, key: &str) -> bool {
+        let name = LockName::new(self.prefix.as_str(), key).expect("valid key");
+        match &self.deleter {
+            Some(d) => {
+                d(name).await;
+                true
+            }
+            None => match self.backend().await.force_release(&name).await {
+                Ok(deleted) => {
+                    assert!(deleted, "force release found no lock to delete");
+                    true
+                }
+                Err(Error::Unsupported { .. }) => false,
+                Err(e) => panic!("force release failed: {e}"),
+            },
+        }
+    }
+}
+
+fn random_prefix() -> String {
+    format!("t{:016x}", rand::random::<u64>())
+}
+
+fn short_lease() -> RegistryOptions {
+    RegistryOptions::default().with_lease(Duration::from_millis(600))
+}
+
+async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: took longer than {limit:?}"))
+}
+
+/// What a scenario needs of a backend's [`Capabilities`] to apply.
+#[derive(Clone, Copy)]
+pub struct Requirement {
+    /// What is required, in words (`"fencing"`, ...), for the `not applicable` line.
+    pub what: &'static str,
+    /// Whether `Capabilities` meet it.
+    pub holds: fn(&Capabilities) -> bool,
+}
+
+impl std::fmt::Debug for Requirement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.what)
+    }
+}
+
+impl Requirement {
+    /// Every backend.
+    pub const ANY: Requirement = Requirement {
+        what: "nothing",
+        holds: |_| true,
+    };
+    /// Fences that may fence writes ([`Capabilities::fences`]).
+    pub const FENCING: Requirement = Requirement {
+        what: "fencing",
+        holds: |c| c.fences(),
+    };
+    /// A fair wait queue on the server ([`Capabilities::fifo`]).
+    pub const FIFO: Requirement = Requirement {
+        what: "a fair wait queue (fifo)",
+        holds: |c| c.fifo,
+    };
+    /// Exclusion across OS processes ([`Capabilities::cross_process`]).
+    pub const CROSS_PROCESS: Requirement = Requirement {
+        what: "exclusion across processes (cross_process)",
+        holds: |c| c.cross_process,
+    };
+}
+
+/// A scenario's future.
+pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// One scenario of the suite.
+#[derive(Clone, Copy)]
+pub struct Scenario {
+    /// Its name, which is also its test's name.
+    pub name: &'static str,
+    /// What it needs of the backend.
+    pub requires: Requirement,
+    /// Runs it.
+    pub run: for<'a> fn(&'a Harness) -> ScenarioFuture<'a>,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("name", &self.name)
+            .field("requires", &self.requires)
+            .finish()
+    }
+}
+
+/// The one list of scenarios, each with its [`Requirement`]. [`SCENARIOS`] and the tests of
+/// [`conformance_suite!`](crate::conformance_suite) are both made from it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_scenarios {
+    ($($then:tt)*) => {
+        $crate::__conformance_scenarios_then! { [$($then)*]
+            mutual_exclusion_across_registries: ANY,
+            try_lock_fails_fast_when_held: ANY,
+            try_lock_for_honours_deadline: ANY,
+            blocking_lock_waits_for_release: ANY,
+            release_is_owner_checked: ANY,
+            lease_expiry_frees_lock: ANY,
+            renewal_keeps_lock_past_lease: ANY,
+            lost_signal_fires_when_key_deleted: ANY,
+            lost_signal_fires_when_lease_expires: ANY,
+            fencing_is_monotonic: FENCING,
+            blocking_facade_is_reentrant: ANY,
+            cancelled_acquisitions_leave_nothing_behind: ANY,
+            failed_acquisitions_leave_the_lock_free: ANY,
+            local_waiters_are_fifo: ANY,
+            remote_waiters_are_fifo: FIFO,
+            mutual_exclusion_across_processes: CROSS_PROCESS,
+            odd_keys_are_distinct_locks: ANY,
+            invalid_input_is_rejected: ANY,
+            unused_handles_expire: ANY,
+            thousands_of_keys_at_once: ANY,
+        }
+    };
+}
+
+/// Hands the list of [`__conformance_scenarios!`] to what asked for it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_scenarios_then {
+    ([table] $($name:ident: $req:ident,)*) => {
+        /// Every scenario of the suite, in the order the tests are generated.
+        pub const SCENARIOS: &[Scenario] = &[$(
+            Scenario {
+                name: stringify!($name),
+                requires: Requirement::$req,
+                run: |h| Box::pin($name(h)),
+            },
+        )*];
+    };
+    ([tests $harness:expr] $($name:ident: $req:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                if $crate::conformance::run_child_if_asked().await {
+                    return;
+                }
+                let h: $crate::conformance::Harness = ($harness)().await;
+                let h = h.in_test(module_path!(), stringify!($name));
+                $crate::conformance::run(stringify!($name), &h).await;
+            }
+        )*
+    };
+}
+
+__conformance_scenarios!(table);
+
+/// Runs one named scenario of [`SCENARIOS`] on `h` in a fresh namespace (used by
+/// [`conformance_suite!`](crate::conformance_suite)). A scenario whose [`Requirement`] the
+/// backend's capabilities do not meet passes, printing `not applicable: ...`.
+pub async fn run(name: &str, h: &Harness) {
+    let scenario = SCENARIOS
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no scenario {name:?}"));
+    let h = Harness {
+        prefix: random_prefix(),
+        ..h.clone()
+    };
+    let backend = h.backend().await;
+    let caps = backend.capabilities();
+    if !(scenario.requires.holds)(&caps) {
+        println!(
+            "not applicable: {name} needs {}, which the {} backend does not offer ({caps:?})",
+            scenario.requires.what,
+            backend.kind()
+        );
+        return;
+    }
+    drop(backend);
+    (scenario.run)(&h).await;
+}
+
+/// Expands to one `#[tokio::test]` per scenario of [`SCENARIOS`], in a module named `$name`,
+/// each building its harness with `$harness` (an expression returning a future of
+/// [`Harness`]). The tests are named `$name::<scenario>`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($name:ident, $harness:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__conformance_scenarios!(tests $harness);
+        }
+    };
+}
