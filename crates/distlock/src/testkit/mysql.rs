@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 
 use super::db::{
-    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, service_user,
-    unique_database_name,
+    block_on, chown_tree, find_binary, if_answers, is_root, launch_on_free_port, log_tail,
+    service_user, DatabaseServer, Rows,
 };
-use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
+use super::process;
+use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-mariadb";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -97,20 +98,7 @@ impl MariaDbServer {
                 base: base.to_string().trim_end_matches('/').to_owned(),
             },
         };
-        // Something listens: give a busy server a few chances before starting one of our own.
-        for attempt in 0..3 {
-            match server.query(None, "SELECT 1") {
-                Ok(_) => return Some(server),
-                Err(e) if attempt == 2 => {
-                    eprintln!(
-                        "distlock testkit: MariaDB at {addr} does not answer ({e}); \
-                         starting a throwaway server"
-                    );
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(500)),
-            }
-        }
-        None
+        if_answers(server, "MariaDB", addr, |s| s.query(None, "SELECT 1"))
     }
 
     /// Starts a throwaway server of this test's own. Dropping it kills the server and removes
@@ -195,25 +183,13 @@ impl MariaDbServer {
             child: None,
             extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
-        let mut last = None;
-        for _ in 0..5 {
-            owned.port = free_port();
-            match owned.launch() {
-                Ok(()) => {
-                    return Ok(MariaDbServer {
-                        mode: Mode::Owned(Mutex::new(owned)),
-                    })
-                }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("mariadbd did not start")))
-    }
-
-    /// Whether this is a throwaway server of this process.
-    pub fn is_throwaway(&self) -> bool {
-        matches!(self.mode, Mode::Owned(_))
+        launch_on_free_port("mariadbd", |port| {
+            owned.port = port;
+            owned.launch()
+        })?;
+        Ok(MariaDbServer {
+            mode: Mode::Owned(Mutex::new(owned)),
+        })
     }
 
     /// `mysql://root@127.0.0.1:port/<database>`.
@@ -276,65 +252,43 @@ impl MariaDbServer {
         })?
     }
 
-    /// Creates an empty database for one test; it is dropped when the returned handle is.
-    /// Leftovers of crashed test processes are dropped on the way.
-    pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
-        if let Ok(rows) = self.query(
+    database_server_controls!("MariaDB");
+}
+
+impl DatabaseServer for MariaDbServer {
+    fn database_url(&self, database: &str) -> String {
+        self.url(database)
+    }
+
+    fn query_in(&self, database: &str, sql: &str) -> io::Result<Rows> {
+        self.query(Some(database), sql)
+    }
+
+    fn test_databases(&self) -> io::Result<Vec<String>> {
+        let rows = self.query(
             None,
             "SELECT schema_name FROM information_schema.schemata \
              WHERE schema_name LIKE 'distlock\\_t%'",
-        ) {
-            for name in rows
-                .into_iter()
-                .filter_map(|r| r.into_iter().next().flatten())
-            {
-                if is_stale_database(&name) {
-                    let _ = self.query(None, &format!("DROP DATABASE IF EXISTS `{name}`"));
-                }
-            }
-        }
-        let name = unique_database_name();
-        self.query(None, &format!("CREATE DATABASE `{name}`"))?;
-        Ok(TestDatabase {
-            url: self.url(&name),
-            name,
-            server: self.clone(),
-        })
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect())
     }
 
-    /// Stops a throwaway server at once (`SIGKILL`): a crash as clients see it. The data stays;
-    /// [`start_again`](Self::start_again) brings it back on the same port.
-    ///
-    /// # Panics
-    /// On the machine's server, which tests must never stop.
-    pub fn stop(&self) {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to stop the machine's MariaDB server");
-        };
-        o.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    fn create_database(&self, name: &str) -> io::Result<()> {
+        self.query(None, &format!("CREATE DATABASE `{name}`"))
+            .map(drop)
     }
 
-    /// Starts a stopped throwaway server again on its port, with its data, and waits until it
-    /// accepts connections.
-    ///
-    /// # Panics
-    /// On the machine's server.
-    pub fn start_again(&self) -> io::Result<()> {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to restart the machine's MariaDB server");
-        };
-        let mut o = o.lock().unwrap_or_else(|e| e.into_inner());
-        o.kill();
-        o.launch()
+    fn drop_database(&self, name: &str) {
+        let _ = self.query(None, &format!("DROP DATABASE IF EXISTS `{name}`"));
     }
 }
 
 impl Owned {
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     fn launch(&mut self) -> io::Result<()> {
@@ -404,10 +358,7 @@ impl Owned {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                if let Some(mut c) = self.child.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
+                self.kill();
                 return Err(io::Error::other(format!(
                     "mariadbd did not come up within {START_TIMEOUT:?}: {}",
                     log_tail(&log_path)
@@ -424,47 +375,7 @@ impl Drop for Owned {
     }
 }
 
-/// An empty database on a [`MariaDbServer`], dropped with this handle.
-pub struct TestDatabase {
-    server: Arc<MariaDbServer>,
-    name: String,
-    url: String,
-}
-
-impl fmt::Debug for TestDatabase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TestDatabase")
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl TestDatabase {
-    /// `mysql://…/<this database>`.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The database's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The server it lives on.
-    pub fn server(&self) -> &Arc<MariaDbServer> {
-        &self.server
-    }
-
-    /// Runs `sql` in this database (see [`MariaDbServer::query`]).
-    pub fn query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
-        self.server.query(Some(&self.name), sql)
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let _ = self
-            .server
-            .query(None, &format!("DROP DATABASE IF EXISTS `{}`", self.name));
-    }
-}
+/// An empty database on a [`MariaDbServer`], dropped with this handle: its
+/// [`url`](super::db::TestDatabase::url) is `mysql://…/<this database>`, and its
+/// [`query`](super::db::TestDatabase::query) runs [`MariaDbServer::query`] in it.
+pub type TestDatabase = super::db::TestDatabase<MariaDbServer>;

@@ -29,10 +29,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::db::{
-    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, service_user,
-    unique_database_name,
+    block_on, chown_tree, find_binary, if_answers, is_root, launch_on_free_port, log_tail,
+    service_user, DatabaseServer, Rows,
 };
-use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
+use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-pg";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -113,20 +113,7 @@ impl PostgresServer {
                 },
             },
         };
-        // Something listens: give a busy server a few chances before starting one of our own.
-        for attempt in 0..3 {
-            match server.admin_query("SELECT 1") {
-                Ok(_) => return Some(server),
-                Err(e) if attempt == 2 => {
-                    eprintln!(
-                        "distlock testkit: PostgreSQL at {addr} does not answer ({e}); \
-                         starting a throwaway server"
-                    );
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(500)),
-            }
-        }
-        None
+        if_answers(server, "PostgreSQL", addr, |s| s.admin_query("SELECT 1"))
     }
 
     /// Starts a throwaway server of this test's own: `initdb` into a temporary directory, then
@@ -196,26 +183,13 @@ impl PostgresServer {
             ids,
             child: None,
         };
-        let mut last = None;
-        for _ in 0..5 {
-            owned.port = free_port();
-            match owned.launch() {
-                Ok(()) => {
-                    return Ok(PostgresServer {
-                        mode: Mode::Owned(Mutex::new(owned)),
-                    })
-                }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("postgres did not start")))
-    }
-
-    /// Whether this is a throwaway server of this process (which may be stopped and
-    /// restarted), rather than the machine's.
-    pub fn is_throwaway(&self) -> bool {
-        matches!(self.mode, Mode::Owned(_))
+        launch_on_free_port("postgres", |port| {
+            owned.port = port;
+            owned.launch()
+        })?;
+        Ok(PostgresServer {
+            mode: Mode::Owned(Mutex::new(owned)),
+        })
     }
 
     /// `postgres://user[:password]@127.0.0.1:port/<database>`.
@@ -283,56 +257,34 @@ impl PostgresServer {
         })?
     }
 
-    /// Creates an empty database for one test; it is dropped (with its connections) when the
-    /// returned handle is. Leftovers of crashed test processes are dropped on the way.
-    pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
-        if let Ok(rows) =
-            self.admin_query("SELECT datname FROM pg_database WHERE datname LIKE 'distlock\\_t%'")
-        {
-            for name in rows
-                .into_iter()
-                .filter_map(|r| r.into_iter().next().flatten())
-            {
-                if is_stale_database(&name) {
-                    let _ = self
-                        .admin_query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
-                }
-            }
-        }
-        let name = unique_database_name();
-        self.admin_query(&format!("CREATE DATABASE \"{name}\""))?;
-        Ok(TestDatabase {
-            url: self.url(&name),
-            name,
-            server: self.clone(),
-        })
+    database_server_controls!("PostgreSQL");
+}
+
+impl DatabaseServer for PostgresServer {
+    fn database_url(&self, database: &str) -> String {
+        self.url(database)
     }
 
-    /// Stops a throwaway server at once (`SIGKILL` to the postmaster, whose backends follow):
-    /// a crash as clients see it. The data stays; [`start_again`](Self::start_again) brings it
-    /// back on the same port.
-    ///
-    /// # Panics
-    /// On the machine's server, which tests must never stop.
-    pub fn stop(&self) {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to stop the machine's PostgreSQL server");
-        };
-        o.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    fn query_in(&self, database: &str, sql: &str) -> io::Result<Rows> {
+        self.query(database, sql)
     }
 
-    /// Starts a stopped throwaway server again on its port, with its data, and waits until it
-    /// accepts connections.
-    ///
-    /// # Panics
-    /// On the machine's server.
-    pub fn start_again(&self) -> io::Result<()> {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to restart the machine's PostgreSQL server");
-        };
-        let mut o = o.lock().unwrap_or_else(|e| e.into_inner());
-        o.kill();
-        o.launch()
+    fn test_databases(&self) -> io::Result<Vec<String>> {
+        let rows =
+            self.admin_query("SELECT datname FROM pg_database WHERE datname LIKE 'distlock\\_t%'")?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect())
+    }
+
+    fn create_database(&self, name: &str) -> io::Result<()> {
+        self.admin_query(&format!("CREATE DATABASE \"{name}\""))
+            .map(drop)
+    }
+
+    fn drop_database(&self, name: &str) {
+        let _ = self.admin_query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
     }
 }
 
@@ -517,48 +469,7 @@ fn bin_dir() -> io::Result<PathBuf> {
     ))
 }
 
-/// An empty database on a [`PostgresServer`], dropped with this handle.
-pub struct TestDatabase {
-    server: Arc<PostgresServer>,
-    name: String,
-    url: String,
-}
-
-impl fmt::Debug for TestDatabase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TestDatabase")
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl TestDatabase {
-    /// `postgres://…/<this database>`.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The database's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The server it lives on.
-    pub fn server(&self) -> &Arc<PostgresServer> {
-        &self.server
-    }
-
-    /// Runs `sql` in this database (see [`PostgresServer::query`]).
-    pub fn query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
-        self.server.query(&self.name, sql)
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let _ = self.server.admin_query(&format!(
-            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-            self.name
-        ));
-    }
-}
+/// An empty database on a [`PostgresServer`], dropped with this handle (with its
+/// connections): its [`url`](super::db::TestDatabase::url) is `postgres://…/<this database>`,
+/// and its [`query`](super::db::TestDatabase::query) runs [`PostgresServer::query`] in it.
+pub type TestDatabase = super::db::TestDatabase<PostgresServer>;
