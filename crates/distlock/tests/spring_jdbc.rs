@@ -55,18 +55,19 @@ const REGION: &str = "DEFAULT";
 /// `UUID.nameUUIDFromBytes(key.getBytes(UTF_8))`, computed here independently of distlock.
 fn spring_uuid(key: &str) -> String {
     use md5::{Digest, Md5};
-    let mut d: [u8; 16] = Md5::digest(key.as_bytes()).into();
-    d[6] = (d[6] & 0x0f) | 0x30;
-    d[8] = (d[8] & 0x3f) | 0x80;
-    let h: String = d.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid_text(Md5::digest(key.as_bytes()).into(), 3)
+}
+
+/// `b` as a UUID of `version` (RFC 4122 variant) in its `8-4-4-4-12` hex form.
+fn uuid_text(mut b: [u8; 16], version: u8) -> String {
+    b[6] = (b[6] & 0x0f) | (version << 4);
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let (a, rest) = h.split_at(8);
+    let (b, rest) = rest.split_at(4);
+    let (c, rest) = rest.split_at(4);
+    let (d, e) = rest.split_at(4);
+    format!("{a}-{b}-{c}-{d}-{e}")
 }
 
 /// One Spring `DefaultLockRepository`: a client id (random UUID) and a time to live.
@@ -312,18 +313,7 @@ impl Spring {
 }
 
 fn uuid_v4() -> String {
-    let mut b = rand::random::<u128>().to_be_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid_text(rand::random::<u128>().to_be_bytes(), 4)
 }
 
 async fn exclusion_both_ways(

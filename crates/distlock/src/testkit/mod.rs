@@ -68,49 +68,79 @@ macro_rules! member_controls {
     };
 }
 
-/// The controls shared by the testkit's PostgreSQL and MariaDB servers, for a type whose `mode`
-/// is `Mode::Machine { .. }` (the machine's server) or `Mode::Owned(Mutex<Owned>)` (a
-/// throwaway one, whose `Owned` can `kill` and `launch` it); `$what` names the server.
+/// What the testkit's PostgreSQL and MariaDB servers share, for a type `$server` whose `mode`
+/// is `Mode::Machine { base, .. }` (the machine's server) or `Mode::Owned(Mutex<Owned>)` (a
+/// throwaway one, whose `Owned` has a `port` and can `kill` and `launch` it): sharing one
+/// server per test process, `Debug`, fresh databases, and stopping and restarting throwaway
+/// servers. `$what` names the server in messages, `$package` is the one to install.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! database_server_controls {
-    ($what:literal) => {
-        /// Whether this is a throwaway server of this process (which may be stopped and
-        /// restarted), rather than the machine's.
-        pub fn is_throwaway(&self) -> bool {
-            matches!(self.mode, Mode::Owned(_))
+    ($server:ident, $what:literal, $package:literal) => {
+        impl fmt::Debug for $server {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut d = f.debug_struct(stringify!($server));
+                match &self.mode {
+                    Mode::Machine { base, .. } => d.field("machine", &crate::redact(base)),
+                    Mode::Owned(o) => {
+                        let port = o.lock().unwrap_or_else(|e| e.into_inner()).port;
+                        d.field("throwaway_port", &port)
+                    }
+                }
+                .finish()
+            }
         }
 
-        /// Creates an empty database for one test; it is dropped (with its connections) when
-        /// the returned handle is. Leftovers of crashed test processes are dropped on the way.
-        pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
-            super::db::fresh_database(self)
-        }
+        impl $server {
+            /// The machine's running server if one answers (see the module docs), else
+            /// a throwaway server shared by the whole test process.
+            ///
+            /// # Errors
+            /// When no server answers and none can be started (binaries missing: the message
+            #[doc = concat!("says to install `", $package, "`).")]
+            pub fn machine_or_start() -> io::Result<Arc<$server>> {
+                static SHARED: OnceLock<Mutex<Option<Arc<$server>>>> = OnceLock::new();
+                super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
+            }
 
-        /// Stops a throwaway server at once (`SIGKILL`; PostgreSQL's backends follow their
-        /// postmaster): a crash as clients see it. The data stays;
-        /// [`start_again`](Self::start_again) brings it back on the same port.
-        ///
-        /// # Panics
-        /// On the machine's server, which tests must never stop.
-        pub fn stop(&self) {
-            super::db::lock_owned(self.owned(), $what, "stop").kill();
-        }
+            /// Whether this is a throwaway server of this process (which may be stopped and
+            /// restarted), rather than the machine's.
+            pub fn is_throwaway(&self) -> bool {
+                matches!(self.mode, Mode::Owned(_))
+            }
 
-        /// Starts a stopped throwaway server again on its port, with its data, and waits until
-        /// it accepts connections.
-        ///
-        /// # Panics
-        /// On the machine's server.
-        pub fn start_again(&self) -> io::Result<()> {
-            let mut o = super::db::lock_owned(self.owned(), $what, "restart");
-            o.kill();
-            o.launch()
-        }
+            /// Creates an empty database for one test; it is dropped (with its connections)
+            /// when the returned handle is. Leftovers of crashed test processes are dropped on
+            /// the way.
+            pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
+                super::db::fresh_database(self)
+            }
 
-        fn owned(&self) -> Option<&Mutex<Owned>> {
-            match &self.mode {
-                Mode::Owned(o) => Some(o),
-                Mode::Machine { .. } => None,
+            /// Stops a throwaway server at once (`SIGKILL`; PostgreSQL's backends follow their
+            /// postmaster): a crash as clients see it. The data stays;
+            /// [`start_again`](Self::start_again) brings it back on the same port.
+            ///
+            /// # Panics
+            /// On the machine's server, which tests must never stop.
+            pub fn stop(&self) {
+                super::db::lock_owned(self.owned(), $what, "stop").kill();
+            }
+
+            /// Starts a stopped throwaway server again on its port, with its data, and waits
+            /// until it accepts connections.
+            ///
+            /// # Panics
+            /// On the machine's server.
+            pub fn start_again(&self) -> io::Result<()> {
+                let mut o = super::db::lock_owned(self.owned(), $what, "restart");
+                o.kill();
+                o.launch()
+            }
+
+            fn owned(&self) -> Option<&Mutex<Owned>> {
+                match &self.mode {
+                    Mode::Owned(o) => Some(o),
+                    Mode::Machine { .. } => None,
+                }
             }
         }
     };

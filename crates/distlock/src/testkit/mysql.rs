@@ -50,35 +50,9 @@ struct Owned {
     extra_args: Vec<String>,
 }
 
-impl fmt::Debug for MariaDbServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.mode {
-            Mode::Machine { base } => f
-                .debug_struct("MariaDbServer")
-                .field("machine", &crate::redact(base))
-                .finish(),
-            Mode::Owned(o) => {
-                let o = o.lock().unwrap_or_else(|e| e.into_inner());
-                f.debug_struct("MariaDbServer")
-                    .field("throwaway_port", &o.port)
-                    .finish()
-            }
-        }
-    }
-}
+database_server_controls!(MariaDbServer, "MariaDB", "mariadb-server");
 
 impl MariaDbServer {
-    /// The machine's running server if one answers (see the [module docs](self)), else a
-    /// throwaway server shared by the whole test process.
-    ///
-    /// # Errors
-    /// When no server answers and none can be started (binaries missing: the message says to
-    /// install `mariadb-server`).
-    pub fn machine_or_start() -> io::Result<Arc<MariaDbServer>> {
-        static SHARED: OnceLock<Mutex<Option<Arc<MariaDbServer>>>> = OnceLock::new();
-        super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
-    }
-
     fn machine() -> Option<MariaDbServer> {
         if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
             return None;
@@ -251,8 +225,6 @@ impl MariaDbServer {
                 .collect())
         })?
     }
-
-    database_server_controls!("MariaDB");
 }
 
 impl DatabaseServer for MariaDbServer {

@@ -60,35 +60,9 @@ struct Owned {
     child: Option<Child>,
 }
 
-impl fmt::Debug for PostgresServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.mode {
-            Mode::Machine { base, .. } => f
-                .debug_struct("PostgresServer")
-                .field("machine", &crate::redact(base))
-                .finish(),
-            Mode::Owned(o) => {
-                let o = o.lock().unwrap_or_else(|e| e.into_inner());
-                f.debug_struct("PostgresServer")
-                    .field("throwaway_port", &o.port)
-                    .finish()
-            }
-        }
-    }
-}
+database_server_controls!(PostgresServer, "PostgreSQL", "postgresql");
 
 impl PostgresServer {
-    /// The machine's running server if one answers (see the [module docs](self)), else a
-    /// throwaway server shared by the whole test process.
-    ///
-    /// # Errors
-    /// When no server answers and none can be started (binaries missing: the message says to
-    /// install `postgresql`).
-    pub fn machine_or_start() -> io::Result<Arc<PostgresServer>> {
-        static SHARED: OnceLock<Mutex<Option<Arc<PostgresServer>>>> = OnceLock::new();
-        super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
-    }
-
     fn machine() -> Option<PostgresServer> {
         if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
             return None;
@@ -256,8 +230,6 @@ impl PostgresServer {
             Ok(rows)
         })?
     }
-
-    database_server_controls!("PostgreSQL");
 }
 
 impl DatabaseServer for PostgresServer {
