@@ -249,3 +249,34 @@ pub(crate) fn if_answers<S>(
     }
     None
 }
+
+/// The uid and gid to run a throwaway server as: `user`'s when the tests run as root (servers
+/// refuse to run as root), none otherwise; `package` creates the user.
+pub(crate) fn server_ids(user: &str, what: &str, package: &str) -> io::Result<Option<(u32, u32)>> {
+    if !is_root() {
+        return Ok(None);
+    }
+    service_user(user).map(Some).ok_or_else(|| {
+        io::Error::other(format!(
+            "tests run as root, but there is no '{user}' user to run a throwaway {what} server \
+             as (apt-get install {package} creates it)"
+        ))
+    })
+}
+
+/// Runs a set-up command (`initdb`, `mariadb-install-db`) to its end; a failure is an error
+/// with its output.
+pub(crate) fn run_setup(mut cmd: std::process::Command, name: &str) -> io::Result<()> {
+    let out = cmd
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot run {name}: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "{name} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 
 use super::db::{
-    block_on, chown_tree, find_binary, if_answers, is_root, launch_on_free_port, log_tail,
-    service_user, DatabaseServer, Rows,
+    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, log_tail, run_setup,
+    server_ids, DatabaseServer, Rows,
 };
 use super::process;
 use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
@@ -105,16 +105,7 @@ impl MariaDbServer {
             find_binary(&["mariadb-install-db", "mysql_install_db"], &sbin).ok_or_else(missing)?;
         let server_bin = find_binary(&["mariadbd", "mysqld"], &sbin).ok_or_else(missing)?;
         let dir = TempDir::new(DIR_PREFIX)?;
-        let ids = if is_root() {
-            Some(service_user("mysql").ok_or_else(|| {
-                io::Error::other(
-                    "tests run as root, but there is no 'mysql' user to run a throwaway MariaDB \
-                     server as (apt-get install mariadb-server creates it)",
-                )
-            })?)
-        } else {
-            None
-        };
+        let ids = server_ids("mysql", "MariaDB", "mariadb-server")?;
         if let Some((uid, gid)) = ids {
             chown_tree(dir.path(), uid, gid)?;
         }
@@ -137,18 +128,7 @@ impl MariaDbServer {
         if let Some((uid, gid)) = ids {
             cmd.uid(uid).gid(gid);
         }
-        let out = cmd.output().map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot run {}: {e}", install.display()))
-        })?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "{} failed ({}): {}{}",
-                install.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_setup(cmd, &install.display().to_string())?;
         let mut owned = Owned {
             server_bin,
             dir,

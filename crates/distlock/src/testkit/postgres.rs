@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::db::{
-    block_on, chown_tree, find_binary, if_answers, is_root, launch_on_free_port, log_tail,
-    service_user, DatabaseServer, Rows,
+    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, log_tail, run_setup,
+    server_ids, DatabaseServer, Rows,
 };
 use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
@@ -101,16 +101,7 @@ impl PostgresServer {
         remove_leftover_dirs(DIR_PREFIX);
         let bin = bin_dir()?;
         let dir = TempDir::new(DIR_PREFIX)?;
-        let ids = if is_root() {
-            Some(service_user("postgres").ok_or_else(|| {
-                io::Error::other(
-                    "tests run as root, but there is no 'postgres' user to run a throwaway \
-                     PostgreSQL server as (apt-get install postgresql creates it)",
-                )
-            })?)
-        } else {
-            None
-        };
+        let ids = server_ids("postgres", "PostgreSQL", "postgresql")?;
         let password = format!("pw{:016x}", rand::random::<u64>());
         std::fs::write(dir.path().join("pwfile"), &password)?;
         if let Some((uid, gid)) = ids {
@@ -135,20 +126,7 @@ impl PostgresServer {
         if let Some((uid, gid)) = ids {
             initdb.uid(uid).gid(gid);
         }
-        let out = initdb.output().map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot run {}: {e}", bin.join("initdb").display()),
-            )
-        })?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "initdb failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_setup(initdb, &bin.join("initdb").display().to_string())?;
         let mut owned = Owned {
             bin,
             dir,
