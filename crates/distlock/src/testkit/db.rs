@@ -4,10 +4,11 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::free_port;
 
@@ -279,4 +280,69 @@ pub(crate) fn run_setup(mut cmd: std::process::Command, name: &str) -> io::Resul
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )))
+}
+
+/// How long a throwaway server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a throwaway server writes to its log as it starts.
+pub(crate) struct StartUp<'a> {
+    /// The server binary, for messages.
+    pub(crate) what: &'a str,
+    /// Its log, and where this start's output begins in it.
+    pub(crate) log_path: &'a Path,
+    pub(crate) log_start: u64,
+    /// Written once it accepts connections.
+    pub(crate) ready: &'a str,
+    /// Any of these means another process has its port.
+    pub(crate) port_taken: &'a [&'a str],
+}
+
+/// Waits until the server just spawned as `child` logs that it is ready and accepts
+/// connections on `port`. One that exits is an error (`AddrInUse` when its port was taken, worth
+/// another port); one that is not ready within 30 seconds too, and the caller kills it.
+pub(crate) fn wait_until_ready(
+    child: &mut Option<Child>,
+    port: u16,
+    start: &StartUp<'_>,
+) -> io::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let fresh_log = || {
+        let bytes = std::fs::read(start.log_path).unwrap_or_default();
+        let from = usize::try_from(start.log_start).map_or(0, |s| s.min(bytes.len()));
+        String::from_utf8_lossy(&bytes[from..]).into_owned()
+    };
+    loop {
+        if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
+            *child = None;
+            let log = fresh_log();
+            let kind = if start.port_taken.iter().any(|p| log.contains(p)) {
+                io::ErrorKind::AddrInUse
+            } else {
+                io::ErrorKind::Other
+            };
+            let from = (log.len().saturating_sub(4096)..log.len())
+                .find(|i| log.is_char_boundary(*i))
+                .unwrap_or(log.len());
+            let tail = &log[from..];
+            return Err(io::Error::new(
+                kind,
+                format!("{} exited during start-up ({status}): {tail}", start.what),
+            ));
+        }
+        if fresh_log().contains(start.ready)
+            && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "{} did not come up within {START_TIMEOUT:?}: {}",
+                start.what,
+                log_tail(start.log_path)
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -9,26 +9,24 @@
 //! binaries are an error that says what to install, never a skip.
 
 use std::fmt;
-use std::fs::OpenOptions;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 
 use super::db::{
-    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, log_tail, run_setup,
-    server_ids, DatabaseServer, Rows,
+    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, run_setup, server_ids,
+    wait_until_ready, DatabaseServer, Rows, StartUp,
 };
 use super::process;
 use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-mariadb";
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A MariaDB server for tests: the machine's own, or a throwaway one.
 pub struct MariaDbServer {
@@ -245,10 +243,7 @@ impl Owned {
 
     fn launch(&mut self) -> io::Result<()> {
         let log_path = self.dir.path().join("mariadb.log");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let log = process::open_log(&log_path)?;
         let mut cmd = Command::new(&self.server_bin);
         cmd.arg("--no-defaults")
             .arg(format!(
@@ -274,8 +269,8 @@ impl Owned {
             ])
             .args(&self.extra_args)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
+            .stdout(log.stdout)
+            .stderr(log.stderr);
         if let Some((uid, gid)) = self.ids {
             cmd.uid(uid).gid(gid);
         }
@@ -286,38 +281,18 @@ impl Owned {
             )
         })?;
         self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                let log = log_tail(&log_path);
-                let kind = if log.contains("Address already in use")
-                    || log.contains("Can't start server: Bind")
-                {
-                    io::ErrorKind::AddrInUse
-                } else {
-                    io::ErrorKind::Other
-                };
-                return Err(io::Error::new(
-                    kind,
-                    format!("mariadbd exited during start-up ({status}): {log}"),
-                ));
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-                && log_tail(&log_path).contains("ready for connections")
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                self.kill();
-                return Err(io::Error::other(format!(
-                    "mariadbd did not come up within {START_TIMEOUT:?}: {}",
-                    log_tail(&log_path)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let start = StartUp {
+            what: "mariadbd",
+            log_path: &log_path,
+            log_start: log.start,
+            ready: "ready for connections",
+            port_taken: &["Address already in use", "Can't start server: Bind"],
+        };
+        let started = wait_until_ready(&mut self.child, self.port, &start);
+        if started.is_err() {
+            self.kill();
         }
+        started
     }
 }
 

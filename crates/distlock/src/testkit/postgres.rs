@@ -19,9 +19,8 @@
 //! ```
 
 use std::fmt;
-use std::fs::OpenOptions;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -29,13 +28,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::db::{
-    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, log_tail, run_setup,
-    server_ids, DatabaseServer, Rows,
+    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, run_setup, server_ids,
+    wait_until_ready, DatabaseServer, Rows, StartUp,
 };
+use super::process;
 use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-pg";
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A PostgreSQL server for tests: the machine's own, or a throwaway one.
 pub struct PostgresServer {
@@ -258,11 +257,7 @@ impl Owned {
 
     fn launch(&mut self) -> io::Result<()> {
         let log_path = self.dir.path().join("postgres.log");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        let log_start = log.metadata()?.len();
+        let log = process::open_log(&log_path)?;
         // fsync=off keeps the server fast and still survives the kill of a process (the WAL is
         // in the OS's page cache); synchronous_commit stays on, so that a commit the client saw
         // is never lost by `kill` + `start_again`, as it would be while still in WAL buffers.
@@ -288,8 +283,8 @@ impl Owned {
                 "shared_buffers=32MB",
             ])
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
+            .stdout(log.stdout)
+            .stderr(log.stderr);
         if let Some((uid, gid)) = self.ids {
             cmd.uid(uid).gid(gid);
         }
@@ -300,40 +295,18 @@ impl Owned {
             )
         })?;
         self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                let log = log_tail(&log_path);
-                let log = log.get(log_start as usize..).unwrap_or(&log).to_owned();
-                let kind = if log.contains("could not bind") || log.contains("already in use") {
-                    io::ErrorKind::AddrInUse
-                } else {
-                    io::ErrorKind::Other
-                };
-                return Err(io::Error::new(
-                    kind,
-                    format!("postgres exited during start-up ({status}): {log}"),
-                ));
-            }
-            let fresh_log = std::fs::read(&log_path)
-                .ok()
-                .and_then(|b| b.get(log_start as usize..).map(|b| b.to_vec()))
-                .unwrap_or_default();
-            let ready = String::from_utf8_lossy(&fresh_log).contains("ready to accept connections");
-            if ready && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                self.kill();
-                return Err(io::Error::other(format!(
-                    "postgres did not come up within {START_TIMEOUT:?}: {}",
-                    log_tail(&log_path)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let start = StartUp {
+            what: "postgres",
+            log_path: &log_path,
+            log_start: log.start,
+            ready: "ready to accept connections",
+            port_taken: &["could not bind", "already in use"],
+        };
+        let started = wait_until_ready(&mut self.child, self.port, &start);
+        if started.is_err() {
+            self.kill();
         }
+        started
     }
 }
 
