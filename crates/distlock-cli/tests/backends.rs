@@ -256,19 +256,12 @@ fn etcd_mutual_exclusion() {
 /// server's private authority named by `ca_file`; without it the server is not trusted.
 #[test]
 fn etcds_mutual_exclusion() {
-    use distlock::testkit::etcd::{EtcdServer, EtcdServerOptions, TlsFiles};
+    use distlock::testkit::etcd::EtcdServer;
     let certs = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "distlock")
         .expect("openssl");
     let d = certs.dir();
-    let server = EtcdServer::start_with(EtcdServerOptions {
-        tls: Some(TlsFiles {
-            cert: d.join("server.crt"),
-            key: d.join("server.key"),
-            ca: d.join("ca.crt"),
-        }),
-        ..EtcdServerOptions::default()
-    })
-    .expect("etcd with TLS (apt-get install etcd-server)");
+    let server =
+        EtcdServer::start_tls(&certs).expect("etcd with TLS (apt-get install etcd-server)");
     assert!(server.url().starts_with("etcds://"), "{}", server.url());
 
     let home = Home::new();

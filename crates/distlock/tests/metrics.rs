@@ -15,14 +15,8 @@ async fn acquisitions_releases_and_losses_are_counted() {
         .expect("first recorder of this test binary");
 
     let reg = LockRegistry::new(MemoryBackend::new());
-    reg.obtain("m")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let g = reg.obtain("m").unwrap().lock().await.unwrap();
+    g.release().await.unwrap();
     let held = reg.obtain("m").unwrap().lock().await.unwrap();
     assert!(reg.obtain("m").unwrap().try_lock().await.is_err());
     held.release().await.unwrap();

@@ -85,6 +85,12 @@ async fn wait_until_free(server: &RedisServer, limit: Duration, what: &str) {
     }
 }
 
+/// The SET reached the server, and the key is free again within ten `delay`s (the undo ran).
+async fn set_landed_then_freed(server: &RedisServer, delay: Duration, after: &str) {
+    assert!(key_exists(server), "the SET should have reached the server");
+    wait_until_free(server, delay * 10 + Duration::from_secs(2), after).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_for_whose_deadline_passes_with_the_set_in_flight_leaves_the_key_free() {
     // Each way takes `delay`: the SET lands after one, its reply would come after two.
@@ -106,18 +112,9 @@ async fn try_lock_for_whose_deadline_passes_with_the_set_in_flight_leaves_the_ke
         "try_lock_for({:?}) waited {waited:?}: it waited for the late reply",
         delay + delay / 2
     );
-    // The SET landed (after one delay); the release can only land after three.
-    assert!(
-        key_exists(&server),
-        "the SET should have reached the server"
-    );
-    // The attempt finishes (reply after 2 delays), then the release goes out (1 more).
-    wait_until_free(
-        &server,
-        delay * 10 + Duration::from_secs(2),
-        "after try_lock_for timed out",
-    )
-    .await;
+    // The SET landed (after one delay); the release can only land after three. The attempt
+    // finishes (reply after 2 delays), then the release goes out (1 more).
+    set_landed_then_freed(&server, delay, "after try_lock_for timed out").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,16 +125,7 @@ async fn lock_cancelled_with_the_set_in_flight_leaves_the_key_free() {
     let r = tokio::time::timeout(delay + delay / 2, lock.lock()).await;
     assert!(r.is_err(), "the reply was due after the cancellation");
     // Meanwhile the SET landed: the key is ours on the server until the undo runs.
-    assert!(
-        key_exists(&server),
-        "the SET should have reached the server"
-    );
-    wait_until_free(
-        &server,
-        delay * 10 + Duration::from_secs(2),
-        "after a cancelled lock()",
-    )
-    .await;
+    set_landed_then_freed(&server, delay, "after a cancelled lock()").await;
     // And the registry that cancelled can take it again.
     proxy.set_delay(Duration::ZERO);
     let g = lock

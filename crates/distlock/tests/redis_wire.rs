@@ -1,9 +1,14 @@
 //! The Redis wire layout as other clients see it: Spring's release channels, the plain
 //! `SET NX PX` protocol, and the fair queue between distlock processes.
 
+mod common {
+    pub mod fifo;
+}
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::fifo::spawn_waiter;
 use distlock::backends::redis::RedisBackend;
 use distlock::testkit::redis::RedisServer;
 use distlock::{Backend, LockName, LockRegistry, RegistryOptions};
@@ -25,14 +30,8 @@ async fn release_publishes_the_key_on_both_spring_channels() {
         .await
         .unwrap();
     let reg = registry(&server.url()).await;
-    reg.obtain("voucher:42")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let g = reg.obtain("voucher:42").unwrap().lock().await.unwrap();
+    g.release().await.unwrap();
     let mut got = Vec::new();
     let mut stream = pubsub.on_message();
     for _ in 0..2 {
@@ -103,13 +102,13 @@ async fn waiters_of_different_processes_are_served_in_arrival_order() {
     let mut tasks = Vec::new();
     for i in 0..4 {
         let reg = registry(&server.url()).await; // one registry per "process"
-        let order = order.clone();
-        tasks.push(tokio::spawn(async move {
-            let g = reg.obtain("fifo").unwrap().lock().await.unwrap();
-            order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            g.release().await.unwrap();
-        }));
+        tasks.push(spawn_waiter(
+            reg,
+            "fifo",
+            i,
+            &order,
+            Duration::from_millis(10),
+        ));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The holder comes back at once after releasing: it must queue behind the others.

@@ -5,15 +5,18 @@
 //! times from the client's clock in UTC, `LOCK_KEY` = `UUIDConverter.getUUID(key)`) share the
 //! `INT_LOCK` table and exclude each other both ways, on PostgreSQL and on MariaDB.
 
+mod common {
+    pub mod sql;
+}
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::sql::{my_boxed, my_db, pg_boxed, pg_db, BoxBackend};
 use distlock::backends::mysql::MySqlBackend;
 use distlock::backends::postgres::PostgresBackend;
-use distlock::testkit::mysql::MariaDbServer;
-use distlock::testkit::postgres::PostgresServer;
-use distlock::{Backend, Error, LockRegistry, RegistryOptions};
+use distlock::{Error, LockRegistry, RegistryOptions};
 use mysql_async::prelude::Queryable;
 
 // DefaultLockRepository's statements with the default prefix INT_, verbatim.
@@ -52,18 +55,19 @@ const REGION: &str = "DEFAULT";
 /// `UUID.nameUUIDFromBytes(key.getBytes(UTF_8))`, computed here independently of distlock.
 fn spring_uuid(key: &str) -> String {
     use md5::{Digest, Md5};
-    let mut d: [u8; 16] = Md5::digest(key.as_bytes()).into();
-    d[6] = (d[6] & 0x0f) | 0x30;
-    d[8] = (d[8] & 0x3f) | 0x80;
-    let h: String = d.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid_text(Md5::digest(key.as_bytes()).into(), 3)
+}
+
+/// `b` as a UUID of `version` (RFC 4122 variant) in its `8-4-4-4-12` hex form.
+fn uuid_text(mut b: [u8; 16], version: u8) -> String {
+    b[6] = (b[6] & 0x0f) | (version << 4);
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let (a, rest) = h.split_at(8);
+    let (b, rest) = rest.split_at(4);
+    let (c, rest) = rest.split_at(4);
+    let (d, e) = rest.split_at(4);
+    format!("{a}-{b}-{c}-{d}-{e}")
 }
 
 /// One Spring `DefaultLockRepository`: a client id (random UUID) and a time to live.
@@ -309,23 +313,12 @@ impl Spring {
 }
 
 fn uuid_v4() -> String {
-    let mut b = rand::random::<u128>().to_be_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid_text(rand::random::<u128>().to_be_bytes(), 4)
 }
 
 async fn exclusion_both_ways(
-    backend: impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Backend>> + Send>>,
-    spring: impl Fn(Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = Spring> + Send>>,
+    backend: impl Fn() -> BoxBackend,
+    spring: impl Fn(Duration) -> BoxSpring,
 ) {
     let opts = || RegistryOptions::default().with_lease(Duration::from_secs(10));
     let ours = LockRegistry::from_backend(backend().await, opts()).unwrap();
@@ -449,27 +442,37 @@ async fn exclusion_both_ways(
     );
 }
 
+type BoxSpring = std::pin::Pin<Box<dyn std::future::Future<Output = Spring> + Send>>;
+
+impl Spring {
+    fn pg_boxed(url: String, ttl: Duration) -> BoxSpring {
+        Box::pin(async move { Spring::pg(&url, ttl).await })
+    }
+
+    fn my_boxed(url: String, ttl: Duration) -> BoxSpring {
+        Box::pin(async move { Spring::my(&url, ttl).await })
+    }
+}
+
+/// [`exclusion_both_ways`] on the database at `db_url`: distlock with `spring=true` (connected
+/// by `backend`) against the Spring client `spring` makes. Returns distlock's URL.
+async fn exclusion_on(
+    db_url: &str,
+    backend: fn(&str) -> BoxBackend,
+    spring: fn(String, Duration) -> BoxSpring,
+) -> String {
+    let url = format!("{db_url}?spring=true&region={REGION}");
+    let plain = db_url.to_owned();
+    exclusion_both_ways(|| backend(&url), |ttl| spring(plain.clone(), ttl)).await;
+    url
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_spring_jdbc_lock_registry_and_distlock_exclude_each_other() {
-    let server = PostgresServer::machine_or_start().expect("postgresql");
-    let db = server.fresh_database().unwrap();
+    let db = pg_db();
     // The table as a Spring application's schema script creates it.
     db.query(PG_SCHEMA).unwrap();
-    let url = format!("{}?spring=true&region={REGION}", db.url());
-    let plain = db.url().to_owned();
-    exclusion_both_ways(
-        || {
-            let url = url.clone();
-            Box::pin(async move {
-                Arc::new(PostgresBackend::connect(&url).await.unwrap()) as Arc<dyn Backend>
-            })
-        },
-        |ttl| {
-            let url = plain.clone();
-            Box::pin(async move { Spring::pg(&url, ttl).await })
-        },
-    )
-    .await;
+    let url = exclusion_on(db.url(), pg_boxed, Spring::pg_boxed).await;
     // distlock wrote Spring's LOCK_KEY and a UUID CLIENT_ID.
     let backend = PostgresBackend::connect(&url).await.unwrap();
     let reg = LockRegistry::new(backend);
@@ -493,33 +496,15 @@ async fn postgres_spring_jdbc_lock_registry_and_distlock_exclude_each_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_spring_jdbc_lock_registry_and_distlock_exclude_each_other() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
+    let db = my_db();
     db.query(MYSQL_SCHEMA).unwrap();
-    let url = format!("{}?spring=true&region={REGION}", db.url());
-    let plain = db.url().to_owned();
-    exclusion_both_ways(
-        || {
-            let url = url.clone();
-            Box::pin(async move {
-                Arc::new(MySqlBackend::connect(&url).await.unwrap()) as Arc<dyn Backend>
-            })
-        },
-        |ttl| {
-            let url = plain.clone();
-            Box::pin(async move { Spring::my(&url, ttl).await })
-        },
-    )
-    .await;
+    exclusion_on(db.url(), my_boxed, Spring::my_boxed).await;
 }
 
 /// distlock creates Spring's table itself when it is missing, and Spring's statements work on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_created_by_distlock_take_springs_statements() {
-    let pg = PostgresServer::machine_or_start().expect("postgresql");
-    let pg_db = pg.fresh_database().unwrap();
-    let my = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let my_db = my.fresh_database().unwrap();
+    let (pg_db, my_db) = (pg_db(), my_db());
     let pg_reg = LockRegistry::new(
         PostgresBackend::connect(&format!("{}?spring=true&region={REGION}", pg_db.url()))
             .await

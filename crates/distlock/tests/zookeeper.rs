@@ -1,66 +1,23 @@
 //! ZooKeeper backend on real servers: Curator's layout, key mapping, FIFO and predecessor-only
-//! watches, faults (server killed mid-hold, session expired underneath, the empty parent
-//! reaped), digest authentication, and a three-server ensemble losing a follower and then its
-//! leader. The invariant is always the same: never two holders at once without the stale one
-//! learning it is lost, and fences always tell the stale one.
+//! watches, the empty parent reaped, leases and sessions, and digest authentication. Faults
+//! (servers killed, sessions expired, ensembles losing members) are in `zookeeper_faults.rs`.
 //!
-//! Most tests share one throwaway server per test process, each under its own root; the fault
-//! tests start their own.
+//! The tests share one throwaway server per test process, each under its own root.
+
+mod common {
+    pub mod fifo;
+    pub mod zookeeper;
+}
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::fifo::spawn_waiter;
+use common::zookeeper::*;
 use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
 use distlock::testkit::proxy::FaultProxy;
-use distlock::testkit::timing::scheduling_slack;
-use distlock::testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
-use distlock::{
-    AcquireMode, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
-};
+use distlock::{AcquireMode, Attempt, Backend, Error, LockName, RegistryOptions, Token};
 use tokio::time::{timeout, Instant};
-
-fn shared() -> Arc<ZooKeeperServer> {
-    ZooKeeperServer::shared().expect("ZooKeeper must be installed (apt-get install zookeeper)")
-}
-
-/// A root of this test's own.
-fn root() -> String {
-    format!("/t{:016x}", rand_u64())
-}
-
-fn rand_u64() -> u64 {
-    Token::random().as_u128() as u64
-}
-
-async fn backend(url: &str) -> Arc<ZooKeeperBackend> {
-    Arc::new(ZooKeeperBackend::connect(url).await.expect("connect"))
-}
-
-fn registry(b: &Arc<ZooKeeperBackend>, opts: RegistryOptions) -> LockRegistry {
-    LockRegistry::from_backend(b.clone() as Arc<dyn Backend>, opts).unwrap()
-}
-
-fn lease(ms: u64) -> RegistryOptions {
-    RegistryOptions::default().with_lease(Duration::from_millis(ms))
-}
-
-/// `_c_<8-4-4-4-12 hex>-lock-<10 digits>`.
-fn is_curator_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("_c_") else {
-        return false;
-    };
-    let (uuid, tail) = rest.split_at(36.min(rest.len()));
-    let groups: Vec<&str> = uuid.split('-').collect();
-    let uuid_ok = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
-        && groups.iter().all(|g| {
-            g.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        });
-    let seq_ok = tail
-        .strip_prefix("-lock-")
-        .is_some_and(|s| s.len() == 10 && s.bytes().all(|b| b.is_ascii_digit()));
-    uuid_ok && seq_ok
-}
 
 /// Named `zookeeper::…` so that `-E 'test(/zookeeper/)'` selects them.
 mod zookeeper {
@@ -298,13 +255,13 @@ mod zookeeper {
         let mut tasks = Vec::new();
         for i in 0..6 {
             let reg = registry(&backend(&url).await, RegistryOptions::default());
-            let order = order.clone();
-            tasks.push(tokio::spawn(async move {
-                let g = reg.obtain("fifo").unwrap().lock().await.unwrap();
-                order.lock().unwrap().push(i);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                g.release().await.unwrap();
-            }));
+            tasks.push(spawn_waiter(
+                reg,
+                "fifo",
+                i,
+                &order,
+                Duration::from_millis(5),
+            ));
             tokio::time::sleep(Duration::from_millis(60)).await;
         }
         g.release().await.unwrap();
@@ -398,123 +355,6 @@ mod zookeeper {
         }
     }
 
-    /// The server dies while a lock is held and comes back: the holder is told it lost the lock
-    /// once its lease runs out unconfirmed, its node is deleted when the server is back, and the
-    /// next holder gets a larger fence. Never two holders at once.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn server_killed_mid_hold_and_restarted() {
-        let server = ZooKeeperServer::start().expect("ZooKeeper must be installed");
-        let url = format!(
-            "{}{}?session_timeout=4s&request_timeout=300ms",
-            server.url(),
-            root()
-        );
-        let a = backend(&url).await;
-        let areg = registry(&a, lease(1200));
-        let g = areg.obtain("job").unwrap().lock().await.unwrap();
-        let old = g.fence();
-
-        let slack = scheduling_slack().await;
-        let lease_left = g.remaining();
-        server.kill();
-        let killed = Instant::now();
-        timeout(Duration::from_secs(3) + slack, g.lost())
-            .await
-            .expect("holder not told it lost the lock while the server is down");
-        assert!(!g.is_held());
-        // Told by the end of its client-side lease at the latest.
-        assert!(
-            killed.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            killed.elapsed()
-        );
-        server.restart().expect("restart");
-
-        let b = backend(&url).await;
-        let breg = registry(&b, lease(1200));
-        let next = timeout(Duration::from_secs(10), breg.obtain("job").unwrap().lock())
-            .await
-            .expect("lock free once the server is back")
-            .unwrap();
-        assert!(!g.is_held(), "two holders at once");
-        assert!(next.fence() > old, "fence {} not above {old}", next.fence());
-        assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
-        next.release().await.unwrap();
-
-        // The old backend recovers (same session, resumed) and locks again.
-        let g = timeout(Duration::from_secs(10), areg.obtain("job").unwrap().lock())
-            .await
-            .unwrap()
-            .unwrap();
-        g.release().await.unwrap();
-    }
-
-    /// Another client takes over the holder's session and closes it (as ZooKeeper's own tests and
-    /// Curator's `KillSession` do, or an operator): the server deletes the holder's node with the
-    /// session. The holder, cut off meanwhile, learns of the expiry when it reconnects and is told
-    /// at its next renewal, well before its lease ends; the next holder's fence is larger (ZooKeeper
-    /// cannot tell a cut-off client, so here the fence is what protects the data). The backend goes
-    /// on with a new session.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn session_expired_underneath() {
-        let server = shared();
-        let proxy = FaultProxy::start(server.addr()).await.unwrap();
-        // The session of the URL is the one of the lease, so `client()` is the holder's.
-        let url = format!("zk://{}{}?session_timeout=3s", proxy.addr(), root());
-        let a = backend(&url).await;
-        let areg = registry(&a, lease(3000));
-        let g = areg.obtain("job").unwrap().lock().await.unwrap();
-        let old_session = a.client().await.unwrap().session_id();
-
-        // Cut the holder off, take its session over from another connection, and close it.
-        let info = a.client().await.unwrap().session().clone();
-        proxy.cut();
-        let thief = zookeeper_client::Client::connector()
-            .with_session(info)
-            .connect(&server.connect_string())
-            .await
-            .expect("take over the session");
-        drop(thief);
-        let b = backend(&format!("{}{}", server.url(), url_root(&url))).await;
-        let next = timeout(
-            Duration::from_secs(5),
-            registry(&b, lease(3000)).obtain("job").unwrap().lock(),
-        )
-        .await
-        .expect("the closed session's node is gone")
-        .unwrap();
-        assert!(next.fence() > g.fence());
-
-        let lease_end = Instant::now() + g.remaining();
-        proxy.restore();
-        timeout(Duration::from_secs(5), g.lost())
-            .await
-            .expect("holder not told that its session expired");
-        // Told by the session's expiry when it reconnects, not by its lease running out.
-        let told = Instant::now();
-        assert!(
-            told < lease_end,
-            "told only by its lease ({:?} after the lease's end)",
-            told - lease_end
-        );
-        assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
-        next.release().await.unwrap();
-
-        let g = timeout(Duration::from_secs(5), areg.obtain("job").unwrap().lock())
-            .await
-            .expect("the backend recovers with a new session")
-            .unwrap();
-        assert_ne!(a.client().await.unwrap().session_id(), old_session);
-        g.release().await.unwrap();
-    }
-
-    /// The root path of a `zk://…/root?…` URL.
-    fn url_root(url: &str) -> &str {
-        let rest = &url["zk://".len()..];
-        let path = &rest[rest.find('/').unwrap()..];
-        path.split('?').next().unwrap()
-    }
-
     /// Digest credentials: nodes get the CREATOR_ALL ACL, so a client without them can neither
     /// take nor queue for the lock; the password never shows.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -535,14 +375,7 @@ mod zookeeper {
             .lock()
             .await
             .unwrap();
-        let acl = alice
-            .client()
-            .await
-            .unwrap()
-            .get_acl(&format!("{r}/k"))
-            .await
-            .unwrap()
-            .0;
+        let acl = acl(&alice, &format!("{r}/k")).await;
         assert_eq!(acl.len(), 1);
         assert_eq!(acl[0].scheme(), "digest");
         assert!(acl[0].id().starts_with("alice:"), "{:?}", acl[0]);
@@ -570,15 +403,7 @@ mod zookeeper {
             Err(Error::NotAcquired { .. })
         ));
         g.release().await.unwrap();
-        alice2
-            .obtain("k")
-            .unwrap()
-            .try_lock()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_and_release(&alice2, "k").await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -598,133 +423,6 @@ mod zookeeper {
             .unwrap_err();
         assert!(err.is_retryable(), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
-    }
-
-    /// Three servers: with a follower down locks keep working; with the leader killed while a lock
-    /// is held there are never two holders, a holder that cannot renew is told, and the lock
-    /// works again once a new leader is elected.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn ensemble_survives_losing_a_follower_and_then_its_leader() {
-        let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
-        let url = format!(
-            "{}{}?session_timeout=6s&request_timeout=1s",
-            ensemble.url(),
-            root()
-        );
-        let a = registry(&backend(&url).await, lease(1500));
-        let b = registry(&backend(&url).await, lease(1500));
-
-        // A follower down: acquisitions, renewals and hand-overs go on.
-        // Asked with retries: one four-letter answer may be late on a loaded machine.
-        let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
-        let follower = (leader + 1) % 3;
-        ensemble.kill(follower);
-        let g = a.obtain("e").unwrap().lock().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(2000)).await;
-        assert!(g.is_held(), "lost with a follower down");
-        assert!(matches!(
-            b.obtain("e").unwrap().try_lock().await,
-            Err(Error::NotAcquired { .. })
-        ));
-        let waiter = tokio::spawn({
-            let b = b.clone();
-            async move { b.obtain("e").unwrap().lock().await }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let f1 = g.fence();
-        g.release().await.unwrap();
-        let g = Arc::new(
-            timeout(Duration::from_secs(5), waiter)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap(),
-        );
-        assert!(g.fence() > f1);
-        ensemble.restart(follower).expect("follower back");
-
-        // The leader killed while b holds the lock.
-        let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
-        let lost = g.lost();
-        let watch_b = tokio::spawn(lost);
-        let c = registry(&backend(&url).await, lease(1500));
-        ensemble.kill(leader);
-        let contender = tokio::spawn({
-            let b_guard = Arc::downgrade(&g);
-            async move {
-                // Within a deadline, so that errors while there is no leader are retried.
-                let mine = c
-                    .obtain("e")
-                    .unwrap()
-                    .try_lock_for(Duration::from_secs(60))
-                    .await
-                    .unwrap();
-                // b must know it lost the lock (or have released it) before anybody else has it.
-                if let Some(g) = b_guard.upgrade() {
-                    assert!(!g.is_held(), "two holders at once");
-                }
-                mine
-            }
-        });
-        // Either b keeps its lock through the election (its session survives and renewals
-        // succeed), or it is told it lost it: then c gets it.
-        ensemble.wait_serving(Duration::from_secs(30)).unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        if g.is_held() {
-            assert!(!contender.is_finished(), "two holders at once");
-            watch_b.abort();
-            let Ok(g) = Arc::try_unwrap(g) else {
-                panic!("only guard")
-            };
-            g.release().await.unwrap();
-        } else {
-            timeout(Duration::from_secs(2), watch_b)
-                .await
-                .expect("lost signal")
-                .unwrap();
-        }
-        let mine = timeout(Duration::from_secs(15), contender)
-            .await
-            .expect("the lock works again after the election")
-            .unwrap();
-        assert!(mine.fence() > f1);
-        mine.release().await.unwrap();
-        ensemble.restart(leader).expect("old leader back");
-    }
-
-    /// A holder that stops (here its network is cut: nothing it sends arrives, as when its
-    /// process died) frees the lock after its lease plus one server tick (sessions end on a
-    /// tick), not after a default session of 30 s: the session is sized to the lease.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_stopped_holder_frees_the_lock_after_its_lease() {
-        let server = shared();
-        let proxy = FaultProxy::start(server.addr()).await.unwrap();
-        let r = root();
-        let lease_of = Duration::from_secs(2);
-        let a = backend(&format!("zk://{}{r}", proxy.addr())).await;
-        let areg = registry(&a, lease(2000));
-        let g = areg.obtain("job").unwrap().lock().await.unwrap();
-        let b = backend(&format!("{}{r}", server.url())).await;
-        let breg = registry(&b, lease(2000));
-        let slack = scheduling_slack().await;
-
-        proxy.pause();
-        let stopped = Instant::now();
-        let limit = lease_of + TICK_TIME + slack;
-        let next = timeout(limit * 2, breg.obtain("job").unwrap().lock())
-            .await
-            .unwrap_or_else(|_| panic!("still held {:?} after the holder stopped", limit * 2))
-            .unwrap();
-        let freed = stopped.elapsed();
-        assert!(
-            freed <= limit,
-            "freed {freed:?} after the holder stopped (lease {lease_of:?}, limit {limit:?})"
-        );
-        assert!(next.fence() > g.fence());
-        assert!(!g.is_held(), "two holders at once");
-        next.release().await.unwrap();
-        drop(g);
-        proxy.resume();
     }
 
     /// A lease outside the session timeouts the server grants (its minSessionTimeout..
@@ -751,15 +449,7 @@ mod zookeeper {
             .unwrap()
             .is_empty());
         // A lease the server grants works.
-        registry(&b, lease(1000))
-            .obtain("k")
-            .unwrap()
-            .try_lock()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_and_release(&registry(&b, lease(1000)), "k").await;
     }
 
     /// A password goes over plain TCP only when the URL says so (`allow_insecure_auth=true`); without
@@ -775,100 +465,7 @@ mod zookeeper {
         );
         assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
         let b = backend(&format!("{url}?allow_insecure_auth=true")).await;
-        registry(&b, RegistryOptions::default())
-            .obtain("k")
-            .unwrap()
-            .try_lock()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
-
-    /// Three servers; the holder's only server is a follower that gets cut off from the other
-    /// two. For up to syncLimit ticks it still answers reads from its own copy, while the
-    /// leader lets the holder's session expire and another client takes the lock. Renewals go
-    /// through the leader (`sync` first), so the holder's client-side lease ends before the
-    /// other client gets the lock: never two holders at once without the stale one knowing.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_holder_behind_a_cut_off_follower_is_told_before_anyone_else_holds() {
-        let ensemble = ZooKeeperEnsemble::start_partitionable(3)
-            .await
-            .expect("three ZooKeeper servers");
-        let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
-        let follower = (leader + 1) % 3;
-        let other = (leader + 2) % 3;
-        let r = root();
-        let lease_of = Duration::from_millis(1500);
-        let a = backend(&format!(
-            "zk://{}{r}?session_timeout=1500ms&request_timeout=1s",
-            ensemble.addr(follower)
-        ))
-        .await;
-        let areg = registry(&a, lease(1500));
-        let b = backend(&format!(
-            "zk://{},{}{r}?request_timeout=1s",
-            ensemble.addr(leader),
-            ensemble.addr(other)
-        ))
-        .await;
-        let breg = registry(&b, lease(1500));
-        let g = Arc::new(areg.obtain("job").unwrap().lock().await.unwrap());
-
-        // Cut between two renewals, so that the last one before the cut reached the leader.
-        let before = g.remaining();
-        let wait_renewal = Instant::now();
-        while g.remaining() <= before && wait_renewal.elapsed() < lease_of {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(lease_of / 8).await;
-        // The end of the holder's lease as its client sees it, followed until it is lost.
-        let lease_end = Arc::new(Mutex::new(Instant::now() + g.remaining()));
-        let follow = tokio::spawn({
-            let g = g.clone();
-            let lease_end = lease_end.clone();
-            async move {
-                while g.is_held() {
-                    let end = Instant::now() + g.remaining();
-                    {
-                        let mut e = lease_end.lock().unwrap();
-                        *e = (*e).max(end);
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            }
-        });
-        ensemble.isolate(follower);
-        let cut = Instant::now();
-        let stale_window = TICK_TIME * SYNC_LIMIT;
-        let next = timeout(
-            lease_of + stale_window + Duration::from_secs(10),
-            breg.obtain("job").unwrap().lock(),
-        )
-        .await
-        .expect("the lock is free once the leader ended the holder's session")
-        .unwrap();
-        let taken = Instant::now();
-        // The follower keeps answering until the stale window is over; by then the holder
-        // must long have known.
-        tokio::time::sleep(
-            (cut + stale_window + lease_of).saturating_duration_since(Instant::now()),
-        )
-        .await;
-        assert!(!g.is_held());
-        follow.await.unwrap();
-        let lease_end = *lease_end.lock().unwrap();
-        assert!(
-            lease_end <= taken,
-            "the holder's lease ran {:?} past the moment another client took the lock \
-             ({:?} after the cut)",
-            lease_end - taken,
-            taken - cut
-        );
-        assert!(next.fence() > g.fence());
-        next.release().await.unwrap();
-        ensemble.heal();
+        lock_and_release(&registry(&b, RegistryOptions::default()), "k").await;
     }
 
     /// Every distinct lease gets a session of its own, but sessions of leases nobody holds any

@@ -3,12 +3,17 @@
 //! clear error, a server that requires client certificates, and digest credentials allowed
 //! without `allow_insecure_auth` once the server is verified.
 
+mod common {
+    pub mod zookeeper;
+}
+
 use std::time::{Duration, Instant};
 
+use common::zookeeper::{acl, root};
 use distlock::backends::zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 use distlock::testkit::tls::TestCa;
 use distlock::testkit::zookeeper::{ZooKeeperServer, ZooKeeperTls};
-use distlock::{Error, LockRegistry, RegistryOptions, Token};
+use distlock::{Error, LockRegistry, RegistryOptions};
 
 fn test_ca() -> TestCa {
     TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl")
@@ -17,10 +22,6 @@ fn test_ca() -> TestCa {
 fn tls_server(ca: &TestCa, need_client_auth: bool) -> ZooKeeperServer {
     ZooKeeperServer::start_tls(ZooKeeperTls::from_test_ca(ca, need_client_auth))
         .expect("ZooKeeper with TLS (apt-get install zookeeper)")
-}
-
-fn root() -> String {
-    format!("/t{:016x}", Token::random().as_u128() as u64)
 }
 
 /// `zks://[cred]127.0.0.1:<secure port><root>?ca_file=<ca>[&cert_file=..&key_file=..]`.
@@ -198,14 +199,7 @@ async fn digest_credentials_over_verified_tls() {
     )
     .unwrap();
     let g = reg.obtain("k").unwrap().lock().await.unwrap();
-    let acl = alice
-        .client()
-        .await
-        .unwrap()
-        .get_acl(&format!("{r}/k"))
-        .await
-        .unwrap()
-        .0;
+    let acl = acl(&alice, &format!("{r}/k")).await;
     assert_eq!(acl[0].scheme(), "digest");
     assert!(acl[0].id().starts_with("alice:"), "{:?}", acl[0]);
     // Without the credentials (still over TLS) the lock cannot be taken.

@@ -1,10 +1,16 @@
 //! Helpers shared by the PostgreSQL and MariaDB test servers: service users, blocking on async
 //! client calls from test code, database names and leftover clean-up.
 
+use std::fmt;
 use std::future::Future;
 use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::process::Child;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::free_port;
 
 /// The uid and gid of a system user, such as `postgres`, when it exists.
 pub(crate) fn service_user(name: &str) -> Option<(u32, u32)> {
@@ -113,4 +119,230 @@ pub(crate) fn log_tail(path: &Path) -> String {
         .find(|i| text.is_char_boundary(*i))
         .unwrap_or(text.len());
     text[start..].to_owned()
+}
+
+/// Rows of a query, every value as text (`None` for NULL).
+pub(crate) type Rows = Vec<Vec<Option<String>>>;
+
+/// What a [`TestDatabase`] needs of its server.
+pub trait DatabaseServer: Send + Sync + 'static {
+    /// The URL that connects to `database`.
+    fn database_url(&self, database: &str) -> String;
+    /// Runs `sql` in `database`.
+    fn query_in(&self, database: &str, sql: &str) -> io::Result<Rows>;
+    /// The names of the server's databases that start with `distlock_t`.
+    fn test_databases(&self) -> io::Result<Vec<String>>;
+    /// Creates the empty database `name`.
+    fn create_database(&self, name: &str) -> io::Result<()>;
+    /// Drops the database `name` (with its connections, where the server can), ignoring errors.
+    fn drop_database(&self, name: &str);
+}
+
+/// An empty database on a test server, dropped with this handle.
+pub struct TestDatabase<S: DatabaseServer> {
+    server: Arc<S>,
+    name: String,
+    url: String,
+}
+
+impl<S: DatabaseServer> fmt::Debug for TestDatabase<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestDatabase")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl<S: DatabaseServer> TestDatabase<S> {
+    /// The URL that connects to this database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server it lives on.
+    pub fn server(&self) -> &Arc<S> {
+        &self.server
+    }
+
+    /// Runs `sql` in this database (see the server's `query`).
+    pub fn query(&self, sql: &str) -> io::Result<Rows> {
+        self.server.query_in(&self.name, sql)
+    }
+}
+
+impl<S: DatabaseServer> Drop for TestDatabase<S> {
+    fn drop(&mut self) {
+        self.server.drop_database(&self.name);
+    }
+}
+
+/// Creates an empty database for one test on `server`, dropping the leftovers of crashed test
+/// processes on the way.
+pub(crate) fn fresh_database<S: DatabaseServer>(server: &Arc<S>) -> io::Result<TestDatabase<S>> {
+    if let Ok(names) = server.test_databases() {
+        for name in names.iter().filter(|n| is_stale_database(n)) {
+            server.drop_database(name);
+        }
+    }
+    let name = unique_database_name();
+    server.create_database(&name)?;
+    Ok(TestDatabase {
+        url: server.database_url(&name),
+        name,
+        server: server.clone(),
+    })
+}
+
+/// The throwaway server behind `owned`, locked; `None` (the machine's server) panics, since
+/// tests must never `verb` (stop, restart) it.
+pub(crate) fn lock_owned<'a, O>(
+    owned: Option<&'a Mutex<O>>,
+    what: &str,
+    verb: &str,
+) -> MutexGuard<'a, O> {
+    let Some(owned) = owned else {
+        panic!("refusing to {verb} the machine's {what} server");
+    };
+    owned.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Calls `launch` with free ports until it starts, or fails for a reason other than another
+/// process taking the port first (`AddrInUse`); `what` names the server in the last error.
+pub(crate) fn launch_on_free_port(
+    what: &str,
+    mut launch: impl FnMut(u16) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut last = None;
+    for _ in 0..5 {
+        match launch(free_port()) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other(format!("{what} did not start"))))
+}
+
+/// `server` when it answers `ping` (something listens at `addr`: a busy server gets a few
+/// chances), else `None`, after saying that a throwaway `what` server starts instead.
+pub(crate) fn if_answers<S>(
+    server: S,
+    what: &str,
+    addr: SocketAddr,
+    ping: impl Fn(&S) -> io::Result<Rows>,
+) -> Option<S> {
+    for attempt in 0..3 {
+        match ping(&server) {
+            Ok(_) => return Some(server),
+            Err(e) if attempt == 2 => {
+                eprintln!(
+                    "distlock testkit: {what} at {addr} does not answer ({e}); \
+                     starting a throwaway server"
+                );
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+    None
+}
+
+/// The uid and gid to run a throwaway server as: `user`'s when the tests run as root (servers
+/// refuse to run as root), none otherwise; `package` creates the user.
+pub(crate) fn server_ids(user: &str, what: &str, package: &str) -> io::Result<Option<(u32, u32)>> {
+    if !is_root() {
+        return Ok(None);
+    }
+    service_user(user).map(Some).ok_or_else(|| {
+        io::Error::other(format!(
+            "tests run as root, but there is no '{user}' user to run a throwaway {what} server \
+             as (apt-get install {package} creates it)"
+        ))
+    })
+}
+
+/// Runs a set-up command (`initdb`, `mariadb-install-db`) to its end; a failure is an error
+/// with its output.
+pub(crate) fn run_setup(mut cmd: std::process::Command, name: &str) -> io::Result<()> {
+    let out = cmd
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot run {name}: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "{name} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}
+
+/// How long a throwaway server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a throwaway server writes to its log as it starts.
+pub(crate) struct StartUp<'a> {
+    /// The server binary, for messages.
+    pub(crate) what: &'a str,
+    /// Its log, and where this start's output begins in it.
+    pub(crate) log_path: &'a Path,
+    pub(crate) log_start: u64,
+    /// Written once it accepts connections.
+    pub(crate) ready: &'a str,
+    /// Any of these means another process has its port.
+    pub(crate) port_taken: &'a [&'a str],
+}
+
+/// Waits until the server just spawned as `child` logs that it is ready and accepts
+/// connections on `port`. One that exits is an error (`AddrInUse` when its port was taken, worth
+/// another port); one that is not ready within 30 seconds too, and the caller kills it.
+pub(crate) fn wait_until_ready(
+    child: &mut Option<Child>,
+    port: u16,
+    start: &StartUp<'_>,
+) -> io::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let fresh_log = || {
+        let bytes = std::fs::read(start.log_path).unwrap_or_default();
+        let from = usize::try_from(start.log_start).map_or(0, |s| s.min(bytes.len()));
+        String::from_utf8_lossy(&bytes[from..]).into_owned()
+    };
+    loop {
+        if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
+            *child = None;
+            let log = fresh_log();
+            let kind = if start.port_taken.iter().any(|p| log.contains(p)) {
+                io::ErrorKind::AddrInUse
+            } else {
+                io::ErrorKind::Other
+            };
+            let from = (log.len().saturating_sub(4096)..log.len())
+                .find(|i| log.is_char_boundary(*i))
+                .unwrap_or(log.len());
+            let tail = &log[from..];
+            return Err(io::Error::new(
+                kind,
+                format!("{} exited during start-up ({status}): {tail}", start.what),
+            ));
+        }
+        if fresh_log().contains(start.ready)
+            && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "{} did not come up within {START_TIMEOUT:?}: {}",
+                start.what,
+                log_tail(start.log_path)
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

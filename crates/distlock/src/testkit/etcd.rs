@@ -20,14 +20,14 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use std::fs::OpenOptions;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::process::{self, read_log, spawn_error};
 use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 /// The server binary, looked up on `PATH` (Debian package `etcd-server`).
@@ -92,17 +92,11 @@ impl Member {
     }
 
     fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
-        }
+        process::is_running(&mut self.child)
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     fn spawn(
@@ -113,12 +107,8 @@ impl Member {
         timing: (Duration, Duration),
     ) -> io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())?;
-        self.log_start = log.metadata()?.len();
-        let log_err = log.try_clone()?;
+        let log = process::open_log(&self.log_path())?;
+        self.log_start = log.start;
         let tls = opts.tls.is_some();
         let mut command = Command::new(BINARY);
         command
@@ -148,8 +138,8 @@ impl Member {
             .args(["--enable-v2=false", "--snapshot-count", "10000"])
             .env_remove("ETCD_DATA_DIR")
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_err));
+            .stdout(log.stdout)
+            .stderr(log.stderr);
         if let Some(t) = &opts.tls {
             command
                 .arg("--cert-file")
@@ -157,7 +147,9 @@ impl Member {
                 .arg("--key-file")
                 .arg(&t.key);
         }
-        self.child = Some(spawn_tied_to_process(command).map_err(spawn_error)?);
+        self.child = Some(
+            spawn_tied_to_process(command).map_err(|e| spawn_error(BINARY, "etcd-server", e))?,
+        );
         Ok(())
     }
 
@@ -168,13 +160,7 @@ impl Member {
 
     /// `Some(error)` when the process exited (it is then forgotten).
     fn exited(&mut self) -> Option<io::Error> {
-        let status = match self.child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => return None,
-            Some(Ok(Some(status))) => status.to_string(),
-            Some(Err(e)) => e.to_string(),
-            None => "not running".to_owned(),
-        };
-        self.child = None;
+        let status = process::exit_status(&mut self.child)?;
         let log = self.log();
         let kind = if log.contains("address already in use") {
             io::ErrorKind::AddrInUse
@@ -384,6 +370,23 @@ impl EtcdServer {
         Self::start_with(EtcdServerOptions::default())
     }
 
+    /// Starts a server that serves TLS with the server certificate of `ca` (its clients
+    /// trust `ca`'s authority), and waits until it is healthy.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_tls(ca: &super::tls::TestCa) -> io::Result<EtcdServer> {
+        let (cert, key) = ca.server_cert_and_key();
+        Self::start_with(EtcdServerOptions {
+            tls: Some(TlsFiles {
+                cert,
+                key,
+                ca: ca.ca_cert(),
+            }),
+            ..EtcdServerOptions::default()
+        })
+    }
+
     /// Starts a single-node server configured by `options`.
     ///
     /// # Errors
@@ -433,24 +436,7 @@ impl EtcdServer {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()))
     }
 
-    /// Whether the process is alive.
-    pub fn is_running(&self) -> bool {
-        self.members().members[0].is_running()
-    }
-
-    /// Kills the server with `SIGKILL`, as in a crash. Does nothing if it is not running.
-    pub fn kill(&self) {
-        self.members().members[0].kill();
-    }
-
-    /// Starts the server again on the same port with the same data directory (killing it
-    /// first if it runs) and waits until it is healthy.
-    ///
-    /// # Errors
-    /// When it does not come back (for instance because another process took the port).
-    pub fn restart(&self) -> io::Result<()> {
-        self.members().restart(0)
-    }
+    member_controls!(single);
 
     /// Runs `etcdctl --endpoints=<this server> ARGS` (API v3, with the CA under TLS) and returns
     /// its standard output. Pass `--user=root:PASSWORD` in `args` once auth is enabled.
@@ -525,23 +511,7 @@ impl EtcdCluster {
         self.members().endpoints()
     }
 
-    /// Whether member `i` runs.
-    pub fn is_running(&self, i: usize) -> bool {
-        self.members().members[i].is_running()
-    }
-
-    /// Kills member `i` with `SIGKILL`.
-    pub fn kill(&self, i: usize) {
-        self.members().members[i].kill();
-    }
-
-    /// Starts member `i` again with its data and waits until it is healthy.
-    ///
-    /// # Errors
-    /// When it does not come back.
-    pub fn restart(&self, i: usize) -> io::Result<()> {
-        self.members().restart(i)
-    }
+    member_controls!(cluster);
 
     /// The index of the member that currently leads, asked of the running members.
     ///
@@ -658,36 +628,6 @@ fn ctl_health(endpoint: &str, ca: &Path, peer_port: u16) -> bool {
         && ctl(&["member", "list"]).is_some_and(|o| o.contains(&format!("127.0.0.1:{peer_port}")))
 }
 
-fn read_log(path: &Path, from: u64) -> String {
-    let mut out = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let _ = f.seek(SeekFrom::Start(from));
-        let _ = f.read_to_string(&mut out);
-    }
-    let lines: Vec<&str> = out.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-fn spawn_error(error: io::Error) -> io::Error {
-    if error.kind() == io::ErrorKind::NotFound {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            "`etcd` was not found on PATH: install it with `apt-get install etcd-server` \
-             (scripts/test.sh installs it); server-backed tests never skip",
-        )
-    } else {
-        io::Error::new(error.kind(), format!("cannot run `etcd`: {error}"))
-    }
-}
-
 fn ctl_error(error: io::Error) -> io::Error {
-    if error.kind() == io::ErrorKind::NotFound {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            "`etcdctl` was not found on PATH: install it with `apt-get install etcd-client` \
-             (scripts/test.sh installs it)",
-        )
-    } else {
-        io::Error::new(error.kind(), format!("cannot run `etcdctl`: {error}"))
-    }
+    spawn_error(CTL, "etcd-client", error)
 }

@@ -21,6 +21,131 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The process controls of the testkit's servers that are sets of members (etcd, ZooKeeper):
+/// `self.members()` locks the set, whose `members[i]` says whether it runs and can be killed,
+/// and which restarts member `i`. `single` is for a one-member server, `cluster` for member `i`
+/// of several.
+macro_rules! member_controls {
+    (single) => {
+        /// Whether the process is alive (it may be paused).
+        pub fn is_running(&self) -> bool {
+            self.members().members[0].is_running()
+        }
+
+        /// Kills the server with `SIGKILL`, as in a crash. Does nothing if it is not running.
+        pub fn kill(&self) {
+            self.members().members[0].kill();
+        }
+
+        /// Starts the server again on the same port with the same data (killing it first if it
+        /// runs) and waits until it serves.
+        ///
+        /// # Errors
+        /// When it does not come back (for instance because another process took the port).
+        pub fn restart(&self) -> std::io::Result<()> {
+            self.members().restart(0)
+        }
+    };
+    (cluster) => {
+        /// Whether member `i`'s process is alive.
+        pub fn is_running(&self, i: usize) -> bool {
+            self.members().members[i].is_running()
+        }
+
+        /// Kills member `i` with `SIGKILL`.
+        pub fn kill(&self, i: usize) {
+            self.members().members[i].kill();
+        }
+
+        /// Starts member `i` again with its ports and data and waits until it serves (which
+        /// needs a quorum of running members).
+        ///
+        /// # Errors
+        /// When it does not come back.
+        pub fn restart(&self, i: usize) -> std::io::Result<()> {
+            self.members().restart(i)
+        }
+    };
+}
+
+/// What the testkit's PostgreSQL and MariaDB servers share, for a type `$server` whose `mode`
+/// is `Mode::Machine { base, .. }` (the machine's server) or `Mode::Owned(Mutex<Owned>)` (a
+/// throwaway one, whose `Owned` has a `port` and can `kill` and `launch` it): sharing one
+/// server per test process, `Debug`, fresh databases, and stopping and restarting throwaway
+/// servers. `$what` names the server in messages, `$package` is the one to install.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! database_server_controls {
+    ($server:ident, $what:literal, $package:literal) => {
+        impl fmt::Debug for $server {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut d = f.debug_struct(stringify!($server));
+                match &self.mode {
+                    Mode::Machine { base, .. } => d.field("machine", &crate::redact(base)),
+                    Mode::Owned(o) => {
+                        let port = o.lock().unwrap_or_else(|e| e.into_inner()).port;
+                        d.field("throwaway_port", &port)
+                    }
+                }
+                .finish()
+            }
+        }
+
+        impl $server {
+            /// The machine's running server if one answers (see the module docs), else
+            /// a throwaway server shared by the whole test process.
+            ///
+            /// # Errors
+            /// When no server answers and none can be started (binaries missing: the message
+            #[doc = concat!("says to install `", $package, "`).")]
+            pub fn machine_or_start() -> io::Result<Arc<$server>> {
+                static SHARED: OnceLock<Mutex<Option<Arc<$server>>>> = OnceLock::new();
+                super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
+            }
+
+            /// Whether this is a throwaway server of this process (which may be stopped and
+            /// restarted), rather than the machine's.
+            pub fn is_throwaway(&self) -> bool {
+                matches!(self.mode, Mode::Owned(_))
+            }
+
+            /// Creates an empty database for one test; it is dropped (with its connections)
+            /// when the returned handle is. Leftovers of crashed test processes are dropped on
+            /// the way.
+            pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
+                super::db::fresh_database(self)
+            }
+
+            /// Stops a throwaway server at once (`SIGKILL`; PostgreSQL's backends follow their
+            /// postmaster): a crash as clients see it. The data stays;
+            /// [`start_again`](Self::start_again) brings it back on the same port.
+            ///
+            /// # Panics
+            /// On the machine's server, which tests must never stop.
+            pub fn stop(&self) {
+                super::db::lock_owned(self.owned(), $what, "stop").kill();
+            }
+
+            /// Starts a stopped throwaway server again on its port, with its data, and waits
+            /// until it accepts connections.
+            ///
+            /// # Panics
+            /// On the machine's server.
+            pub fn start_again(&self) -> io::Result<()> {
+                let mut o = super::db::lock_owned(self.owned(), $what, "restart");
+                o.kill();
+                o.launch()
+            }
+
+            fn owned(&self) -> Option<&Mutex<Owned>> {
+                match &self.mode {
+                    Mode::Owned(o) => Some(o),
+                    Mode::Machine { .. } => None,
+                }
+            }
+        }
+    };
+}
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod db;
 pub mod etcd;
@@ -28,6 +153,7 @@ pub mod etcd;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub(crate) mod process;
 pub mod proxy;
 pub mod redis;
 pub mod timing;

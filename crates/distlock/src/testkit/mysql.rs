@@ -9,25 +9,24 @@
 //! binaries are an error that says what to install, never a skip.
 
 use std::fmt;
-use std::fs::OpenOptions;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 
 use super::db::{
-    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, service_user,
-    unique_database_name,
+    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, run_setup, server_ids,
+    wait_until_ready, DatabaseServer, Rows, StartUp,
 };
-use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
+use super::process;
+use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-mariadb";
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A MariaDB server for tests: the machine's own, or a throwaway one.
 pub struct MariaDbServer {
@@ -49,35 +48,9 @@ struct Owned {
     extra_args: Vec<String>,
 }
 
-impl fmt::Debug for MariaDbServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.mode {
-            Mode::Machine { base } => f
-                .debug_struct("MariaDbServer")
-                .field("machine", &crate::redact(base))
-                .finish(),
-            Mode::Owned(o) => {
-                let o = o.lock().unwrap_or_else(|e| e.into_inner());
-                f.debug_struct("MariaDbServer")
-                    .field("throwaway_port", &o.port)
-                    .finish()
-            }
-        }
-    }
-}
+database_server_controls!(MariaDbServer, "MariaDB", "mariadb-server");
 
 impl MariaDbServer {
-    /// The machine's running server if one answers (see the [module docs](self)), else a
-    /// throwaway server shared by the whole test process.
-    ///
-    /// # Errors
-    /// When no server answers and none can be started (binaries missing: the message says to
-    /// install `mariadb-server`).
-    pub fn machine_or_start() -> io::Result<Arc<MariaDbServer>> {
-        static SHARED: OnceLock<Mutex<Option<Arc<MariaDbServer>>>> = OnceLock::new();
-        super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
-    }
-
     fn machine() -> Option<MariaDbServer> {
         if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
             return None;
@@ -97,20 +70,7 @@ impl MariaDbServer {
                 base: base.to_string().trim_end_matches('/').to_owned(),
             },
         };
-        // Something listens: give a busy server a few chances before starting one of our own.
-        for attempt in 0..3 {
-            match server.query(None, "SELECT 1") {
-                Ok(_) => return Some(server),
-                Err(e) if attempt == 2 => {
-                    eprintln!(
-                        "distlock testkit: MariaDB at {addr} does not answer ({e}); \
-                         starting a throwaway server"
-                    );
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(500)),
-            }
-        }
-        None
+        if_answers(server, "MariaDB", addr, |s| s.query(None, "SELECT 1"))
     }
 
     /// Starts a throwaway server of this test's own. Dropping it kills the server and removes
@@ -143,16 +103,7 @@ impl MariaDbServer {
             find_binary(&["mariadb-install-db", "mysql_install_db"], &sbin).ok_or_else(missing)?;
         let server_bin = find_binary(&["mariadbd", "mysqld"], &sbin).ok_or_else(missing)?;
         let dir = TempDir::new(DIR_PREFIX)?;
-        let ids = if is_root() {
-            Some(service_user("mysql").ok_or_else(|| {
-                io::Error::other(
-                    "tests run as root, but there is no 'mysql' user to run a throwaway MariaDB \
-                     server as (apt-get install mariadb-server creates it)",
-                )
-            })?)
-        } else {
-            None
-        };
+        let ids = server_ids("mysql", "MariaDB", "mariadb-server")?;
         if let Some((uid, gid)) = ids {
             chown_tree(dir.path(), uid, gid)?;
         }
@@ -175,18 +126,7 @@ impl MariaDbServer {
         if let Some((uid, gid)) = ids {
             cmd.uid(uid).gid(gid);
         }
-        let out = cmd.output().map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot run {}: {e}", install.display()))
-        })?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "{} failed ({}): {}{}",
-                install.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_setup(cmd, &install.display().to_string())?;
         let mut owned = Owned {
             server_bin,
             dir,
@@ -195,25 +135,13 @@ impl MariaDbServer {
             child: None,
             extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
-        let mut last = None;
-        for _ in 0..5 {
-            owned.port = free_port();
-            match owned.launch() {
-                Ok(()) => {
-                    return Ok(MariaDbServer {
-                        mode: Mode::Owned(Mutex::new(owned)),
-                    })
-                }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("mariadbd did not start")))
-    }
-
-    /// Whether this is a throwaway server of this process.
-    pub fn is_throwaway(&self) -> bool {
-        matches!(self.mode, Mode::Owned(_))
+        launch_on_free_port("mariadbd", |port| {
+            owned.port = port;
+            owned.launch()
+        })?;
+        Ok(MariaDbServer {
+            mode: Mode::Owned(Mutex::new(owned)),
+        })
     }
 
     /// `mysql://root@127.0.0.1:port/<database>`.
@@ -275,74 +203,47 @@ impl MariaDbServer {
                 .collect())
         })?
     }
+}
 
-    /// Creates an empty database for one test; it is dropped when the returned handle is.
-    /// Leftovers of crashed test processes are dropped on the way.
-    pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
-        if let Ok(rows) = self.query(
+impl DatabaseServer for MariaDbServer {
+    fn database_url(&self, database: &str) -> String {
+        self.url(database)
+    }
+
+    fn query_in(&self, database: &str, sql: &str) -> io::Result<Rows> {
+        self.query(Some(database), sql)
+    }
+
+    fn test_databases(&self) -> io::Result<Vec<String>> {
+        let rows = self.query(
             None,
             "SELECT schema_name FROM information_schema.schemata \
              WHERE schema_name LIKE 'distlock\\_t%'",
-        ) {
-            for name in rows
-                .into_iter()
-                .filter_map(|r| r.into_iter().next().flatten())
-            {
-                if is_stale_database(&name) {
-                    let _ = self.query(None, &format!("DROP DATABASE IF EXISTS `{name}`"));
-                }
-            }
-        }
-        let name = unique_database_name();
-        self.query(None, &format!("CREATE DATABASE `{name}`"))?;
-        Ok(TestDatabase {
-            url: self.url(&name),
-            name,
-            server: self.clone(),
-        })
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect())
     }
 
-    /// Stops a throwaway server at once (`SIGKILL`): a crash as clients see it. The data stays;
-    /// [`start_again`](Self::start_again) brings it back on the same port.
-    ///
-    /// # Panics
-    /// On the machine's server, which tests must never stop.
-    pub fn stop(&self) {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to stop the machine's MariaDB server");
-        };
-        o.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    fn create_database(&self, name: &str) -> io::Result<()> {
+        self.query(None, &format!("CREATE DATABASE `{name}`"))
+            .map(drop)
     }
 
-    /// Starts a stopped throwaway server again on its port, with its data, and waits until it
-    /// accepts connections.
-    ///
-    /// # Panics
-    /// On the machine's server.
-    pub fn start_again(&self) -> io::Result<()> {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to restart the machine's MariaDB server");
-        };
-        let mut o = o.lock().unwrap_or_else(|e| e.into_inner());
-        o.kill();
-        o.launch()
+    fn drop_database(&self, name: &str) {
+        let _ = self.query(None, &format!("DROP DATABASE IF EXISTS `{name}`"));
     }
 }
 
 impl Owned {
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     fn launch(&mut self) -> io::Result<()> {
         let log_path = self.dir.path().join("mariadb.log");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let log = process::open_log(&log_path)?;
         let mut cmd = Command::new(&self.server_bin);
         cmd.arg("--no-defaults")
             .arg(format!(
@@ -368,8 +269,8 @@ impl Owned {
             ])
             .args(&self.extra_args)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
+            .stdout(log.stdout)
+            .stderr(log.stderr);
         if let Some((uid, gid)) = self.ids {
             cmd.uid(uid).gid(gid);
         }
@@ -380,41 +281,18 @@ impl Owned {
             )
         })?;
         self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                let log = log_tail(&log_path);
-                let kind = if log.contains("Address already in use")
-                    || log.contains("Can't start server: Bind")
-                {
-                    io::ErrorKind::AddrInUse
-                } else {
-                    io::ErrorKind::Other
-                };
-                return Err(io::Error::new(
-                    kind,
-                    format!("mariadbd exited during start-up ({status}): {log}"),
-                ));
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-                && log_tail(&log_path).contains("ready for connections")
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                if let Some(mut c) = self.child.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Err(io::Error::other(format!(
-                    "mariadbd did not come up within {START_TIMEOUT:?}: {}",
-                    log_tail(&log_path)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let start = StartUp {
+            what: "mariadbd",
+            log_path: &log_path,
+            log_start: log.start,
+            ready: "ready for connections",
+            port_taken: &["Address already in use", "Can't start server: Bind"],
+        };
+        let started = wait_until_ready(&mut self.child, self.port, &start);
+        if started.is_err() {
+            self.kill();
         }
+        started
     }
 }
 
@@ -424,47 +302,7 @@ impl Drop for Owned {
     }
 }
 
-/// An empty database on a [`MariaDbServer`], dropped with this handle.
-pub struct TestDatabase {
-    server: Arc<MariaDbServer>,
-    name: String,
-    url: String,
-}
-
-impl fmt::Debug for TestDatabase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TestDatabase")
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl TestDatabase {
-    /// `mysql://…/<this database>`.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The database's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The server it lives on.
-    pub fn server(&self) -> &Arc<MariaDbServer> {
-        &self.server
-    }
-
-    /// Runs `sql` in this database (see [`MariaDbServer::query`]).
-    pub fn query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
-        self.server.query(Some(&self.name), sql)
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let _ = self
-            .server
-            .query(None, &format!("DROP DATABASE IF EXISTS `{}`", self.name));
-    }
-}
+/// An empty database on a [`MariaDbServer`], dropped with this handle: its
+/// [`url`](super::db::TestDatabase::url) is `mysql://…/<this database>`, and its
+/// [`query`](super::db::TestDatabase::query) runs [`MariaDbServer::query`] in it.
+pub type TestDatabase = super::db::TestDatabase<MariaDbServer>;

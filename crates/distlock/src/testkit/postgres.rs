@@ -19,9 +19,8 @@
 //! ```
 
 use std::fmt;
-use std::fs::OpenOptions;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -29,13 +28,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::db::{
-    block_on, chown_tree, find_binary, is_root, is_stale_database, log_tail, service_user,
-    unique_database_name,
+    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, run_setup, server_ids,
+    wait_until_ready, DatabaseServer, Rows, StartUp,
 };
-use super::{free_port, remove_leftover_dirs, spawn_tied_to_process, TempDir};
+use super::process;
+use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
 
 const DIR_PREFIX: &str = "distlock-testkit-pg";
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A PostgreSQL server for tests: the machine's own, or a throwaway one.
 pub struct PostgresServer {
@@ -60,35 +59,9 @@ struct Owned {
     child: Option<Child>,
 }
 
-impl fmt::Debug for PostgresServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.mode {
-            Mode::Machine { base, .. } => f
-                .debug_struct("PostgresServer")
-                .field("machine", &crate::redact(base))
-                .finish(),
-            Mode::Owned(o) => {
-                let o = o.lock().unwrap_or_else(|e| e.into_inner());
-                f.debug_struct("PostgresServer")
-                    .field("throwaway_port", &o.port)
-                    .finish()
-            }
-        }
-    }
-}
+database_server_controls!(PostgresServer, "PostgreSQL", "postgresql");
 
 impl PostgresServer {
-    /// The machine's running server if one answers (see the [module docs](self)), else a
-    /// throwaway server shared by the whole test process.
-    ///
-    /// # Errors
-    /// When no server answers and none can be started (binaries missing: the message says to
-    /// install `postgresql`).
-    pub fn machine_or_start() -> io::Result<Arc<PostgresServer>> {
-        static SHARED: OnceLock<Mutex<Option<Arc<PostgresServer>>>> = OnceLock::new();
-        super::shared(&SHARED, || Self::machine().map_or_else(Self::start, Ok))
-    }
-
     fn machine() -> Option<PostgresServer> {
         if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
             return None;
@@ -113,20 +86,7 @@ impl PostgresServer {
                 },
             },
         };
-        // Something listens: give a busy server a few chances before starting one of our own.
-        for attempt in 0..3 {
-            match server.admin_query("SELECT 1") {
-                Ok(_) => return Some(server),
-                Err(e) if attempt == 2 => {
-                    eprintln!(
-                        "distlock testkit: PostgreSQL at {addr} does not answer ({e}); \
-                         starting a throwaway server"
-                    );
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(500)),
-            }
-        }
-        None
+        if_answers(server, "PostgreSQL", addr, |s| s.admin_query("SELECT 1"))
     }
 
     /// Starts a throwaway server of this test's own: `initdb` into a temporary directory, then
@@ -140,16 +100,7 @@ impl PostgresServer {
         remove_leftover_dirs(DIR_PREFIX);
         let bin = bin_dir()?;
         let dir = TempDir::new(DIR_PREFIX)?;
-        let ids = if is_root() {
-            Some(service_user("postgres").ok_or_else(|| {
-                io::Error::other(
-                    "tests run as root, but there is no 'postgres' user to run a throwaway \
-                     PostgreSQL server as (apt-get install postgresql creates it)",
-                )
-            })?)
-        } else {
-            None
-        };
+        let ids = server_ids("postgres", "PostgreSQL", "postgresql")?;
         let password = format!("pw{:016x}", rand::random::<u64>());
         std::fs::write(dir.path().join("pwfile"), &password)?;
         if let Some((uid, gid)) = ids {
@@ -174,20 +125,7 @@ impl PostgresServer {
         if let Some((uid, gid)) = ids {
             initdb.uid(uid).gid(gid);
         }
-        let out = initdb.output().map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot run {}: {e}", bin.join("initdb").display()),
-            )
-        })?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "initdb failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_setup(initdb, &bin.join("initdb").display().to_string())?;
         let mut owned = Owned {
             bin,
             dir,
@@ -196,26 +134,13 @@ impl PostgresServer {
             ids,
             child: None,
         };
-        let mut last = None;
-        for _ in 0..5 {
-            owned.port = free_port();
-            match owned.launch() {
-                Ok(()) => {
-                    return Ok(PostgresServer {
-                        mode: Mode::Owned(Mutex::new(owned)),
-                    })
-                }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("postgres did not start")))
-    }
-
-    /// Whether this is a throwaway server of this process (which may be stopped and
-    /// restarted), rather than the machine's.
-    pub fn is_throwaway(&self) -> bool {
-        matches!(self.mode, Mode::Owned(_))
+        launch_on_free_port("postgres", |port| {
+            owned.port = port;
+            owned.launch()
+        })?;
+        Ok(PostgresServer {
+            mode: Mode::Owned(Mutex::new(owned)),
+        })
     }
 
     /// `postgres://user[:password]@127.0.0.1:port/<database>`.
@@ -282,57 +207,33 @@ impl PostgresServer {
             Ok(rows)
         })?
     }
+}
 
-    /// Creates an empty database for one test; it is dropped (with its connections) when the
-    /// returned handle is. Leftovers of crashed test processes are dropped on the way.
-    pub fn fresh_database(self: &Arc<Self>) -> io::Result<TestDatabase> {
-        if let Ok(rows) =
-            self.admin_query("SELECT datname FROM pg_database WHERE datname LIKE 'distlock\\_t%'")
-        {
-            for name in rows
-                .into_iter()
-                .filter_map(|r| r.into_iter().next().flatten())
-            {
-                if is_stale_database(&name) {
-                    let _ = self
-                        .admin_query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
-                }
-            }
-        }
-        let name = unique_database_name();
-        self.admin_query(&format!("CREATE DATABASE \"{name}\""))?;
-        Ok(TestDatabase {
-            url: self.url(&name),
-            name,
-            server: self.clone(),
-        })
+impl DatabaseServer for PostgresServer {
+    fn database_url(&self, database: &str) -> String {
+        self.url(database)
     }
 
-    /// Stops a throwaway server at once (`SIGKILL` to the postmaster, whose backends follow):
-    /// a crash as clients see it. The data stays; [`start_again`](Self::start_again) brings it
-    /// back on the same port.
-    ///
-    /// # Panics
-    /// On the machine's server, which tests must never stop.
-    pub fn stop(&self) {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to stop the machine's PostgreSQL server");
-        };
-        o.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    fn query_in(&self, database: &str, sql: &str) -> io::Result<Rows> {
+        self.query(database, sql)
     }
 
-    /// Starts a stopped throwaway server again on its port, with its data, and waits until it
-    /// accepts connections.
-    ///
-    /// # Panics
-    /// On the machine's server.
-    pub fn start_again(&self) -> io::Result<()> {
-        let Mode::Owned(o) = &self.mode else {
-            panic!("refusing to restart the machine's PostgreSQL server");
-        };
-        let mut o = o.lock().unwrap_or_else(|e| e.into_inner());
-        o.kill();
-        o.launch()
+    fn test_databases(&self) -> io::Result<Vec<String>> {
+        let rows =
+            self.admin_query("SELECT datname FROM pg_database WHERE datname LIKE 'distlock\\_t%'")?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect())
+    }
+
+    fn create_database(&self, name: &str) -> io::Result<()> {
+        self.admin_query(&format!("CREATE DATABASE \"{name}\""))
+            .map(drop)
+    }
+
+    fn drop_database(&self, name: &str) {
+        let _ = self.admin_query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
     }
 }
 
@@ -356,11 +257,7 @@ impl Owned {
 
     fn launch(&mut self) -> io::Result<()> {
         let log_path = self.dir.path().join("postgres.log");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        let log_start = log.metadata()?.len();
+        let log = process::open_log(&log_path)?;
         // fsync=off keeps the server fast and still survives the kill of a process (the WAL is
         // in the OS's page cache); synchronous_commit stays on, so that a commit the client saw
         // is never lost by `kill` + `start_again`, as it would be while still in WAL buffers.
@@ -386,8 +283,8 @@ impl Owned {
                 "shared_buffers=32MB",
             ])
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
+            .stdout(log.stdout)
+            .stderr(log.stderr);
         if let Some((uid, gid)) = self.ids {
             cmd.uid(uid).gid(gid);
         }
@@ -398,40 +295,18 @@ impl Owned {
             )
         })?;
         self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                let log = log_tail(&log_path);
-                let log = log.get(log_start as usize..).unwrap_or(&log).to_owned();
-                let kind = if log.contains("could not bind") || log.contains("already in use") {
-                    io::ErrorKind::AddrInUse
-                } else {
-                    io::ErrorKind::Other
-                };
-                return Err(io::Error::new(
-                    kind,
-                    format!("postgres exited during start-up ({status}): {log}"),
-                ));
-            }
-            let fresh_log = std::fs::read(&log_path)
-                .ok()
-                .and_then(|b| b.get(log_start as usize..).map(|b| b.to_vec()))
-                .unwrap_or_default();
-            let ready = String::from_utf8_lossy(&fresh_log).contains("ready to accept connections");
-            if ready && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                self.kill();
-                return Err(io::Error::other(format!(
-                    "postgres did not come up within {START_TIMEOUT:?}: {}",
-                    log_tail(&log_path)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let start = StartUp {
+            what: "postgres",
+            log_path: &log_path,
+            log_start: log.start,
+            ready: "ready to accept connections",
+            port_taken: &["could not bind", "already in use"],
+        };
+        let started = wait_until_ready(&mut self.child, self.port, &start);
+        if started.is_err() {
+            self.kill();
         }
+        started
     }
 }
 
@@ -517,48 +392,7 @@ fn bin_dir() -> io::Result<PathBuf> {
     ))
 }
 
-/// An empty database on a [`PostgresServer`], dropped with this handle.
-pub struct TestDatabase {
-    server: Arc<PostgresServer>,
-    name: String,
-    url: String,
-}
-
-impl fmt::Debug for TestDatabase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TestDatabase")
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl TestDatabase {
-    /// `postgres://…/<this database>`.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The database's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The server it lives on.
-    pub fn server(&self) -> &Arc<PostgresServer> {
-        &self.server
-    }
-
-    /// Runs `sql` in this database (see [`PostgresServer::query`]).
-    pub fn query(&self, sql: &str) -> io::Result<Vec<Vec<Option<String>>>> {
-        self.server.query(&self.name, sql)
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let _ = self.server.admin_query(&format!(
-            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-            self.name
-        ));
-    }
-}
+/// An empty database on a [`PostgresServer`], dropped with this handle (with its
+/// connections): its [`url`](super::db::TestDatabase::url) is `postgres://…/<this database>`,
+/// and its [`query`](super::db::TestDatabase::query) runs [`PostgresServer::query`] in it.
+pub type TestDatabase = super::db::TestDatabase<PostgresServer>;

@@ -5,8 +5,7 @@
 //! [`restart`](RedisServer::restart) always comes back empty, which is what a crash of an
 //! unpersisted master looks like to a lock client.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,6 +13,10 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod resp;
+
+use self::resp::{encode_command, read_reply, render, Reply};
+use super::process::{self, read_log, spawn_error};
 use super::{free_port, spawn_tied_to_process, TempDir};
 
 /// The binary that is started, looked up on `PATH`.
@@ -162,20 +165,13 @@ impl RedisServer {
 
     /// Whether the process is alive (it may still be paused by [`pause`](Self::pause)).
     pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
-        }
+        process::is_running(&mut self.child)
     }
 
     /// Kills the server with `SIGKILL` and waits for it to exit, as in a crash: clients see their
     /// connections close and new connections are refused. Does nothing if it is not running.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SIGKILL also ends a process stopped by `pause`. An error means it already exited.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     /// Starts the server again on the same port with empty data and waits until it is up,
@@ -219,17 +215,7 @@ impl RedisServer {
     }
 
     fn signal(&self, signal: libc::c_int) -> io::Result<()> {
-        let pid = self.pid().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "redis-server is not running")
-        })?;
-        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child, which
-        // has not been reaped (we only wait in `kill`, which also forgets the pid).
-        if unsafe { libc::kill(pid, signal) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        process::signal(self.child.as_ref(), BINARY, signal)
     }
 
     /// Sends one command over a fresh raw TCP connection (RESP, no `redis-cli` needed) and
@@ -305,13 +291,8 @@ impl RedisServer {
         std::fs::create_dir_all(&data).map_err(failed)?;
 
         let log_path = self.log_path();
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(failed)?;
-        let log_start = log.metadata().map_err(failed)?.len();
-        let log_err = log.try_clone().map_err(failed)?;
+        let log = process::open_log(&log_path).map_err(failed)?;
+        let log_start = log.start;
 
         let mut command = Command::new(&self.binary);
         command
@@ -341,22 +322,15 @@ impl RedisServer {
         }
         command
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_err));
-        let child =
-            spawn_tied_to_process(command).map_err(|e| failed(spawn_error(&self.binary, e)))?;
+            .stdout(log.stdout)
+            .stderr(log.stderr);
+        let child = spawn_tied_to_process(command)
+            .map_err(|e| failed(spawn_error(&self.binary, BINARY, e)))?;
         self.child = Some(child);
 
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let exited = match self.child.as_mut().map(Child::try_wait) {
-                Some(Ok(None)) => None,
-                Some(Ok(Some(status))) => Some(status.to_string()),
-                Some(Err(e)) => Some(e.to_string()),
-                None => Some("gone".to_owned()),
-            };
-            if let Some(status) = exited {
-                self.child = None;
+            if let Some(status) = process::exit_status(&mut self.child) {
                 let log = read_log(&log_path, log_start);
                 let error = io::Error::other(format!(
                     "redis-server on port {} exited during start-up ({status}); its output:\n{log}",
@@ -403,21 +377,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// Turns a spawn failure into an error that says what to install.
-fn spawn_error(binary: &str, error: io::Error) -> io::Error {
-    if error.kind() == io::ErrorKind::NotFound {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "`{binary}` was not found on PATH: install it with `apt-get install redis-server` \
-                 (scripts/test.sh installs it); server-backed tests never skip"
-            ),
-        )
-    } else {
-        io::Error::new(error.kind(), format!("cannot run `{binary}`: {error}"))
-    }
-}
-
 /// The major version of the server binary (`7` for `v=7.0.15`), or 0 if it cannot be read.
 fn major_version(binary: &str) -> io::Result<u32> {
     static DEFAULT: OnceLock<u32> = OnceLock::new();
@@ -430,7 +389,7 @@ fn major_version(binary: &str) -> io::Result<u32> {
         .arg("--version")
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| spawn_error(binary, e))?;
+        .map_err(|e| spawn_error(binary, BINARY, e))?;
     let text = String::from_utf8_lossy(&output.stdout);
     let version = text
         .split_whitespace()
@@ -442,18 +401,6 @@ fn major_version(binary: &str) -> io::Result<u32> {
         let _ = DEFAULT.set(version);
     }
     Ok(version)
-}
-
-/// The server's output since `start`, at most the last 40 lines.
-fn read_log(path: &std::path::Path, start: u64) -> String {
-    let mut text = String::new();
-    if let Ok(mut file) = File::open(path) {
-        if file.seek(SeekFrom::Start(start)).is_ok() {
-            let _ = file.read_to_string(&mut text);
-        }
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// Whether something at `addr` answers a raw `PING` the way a running Redis does.
@@ -489,124 +436,11 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-/// Appends `args` as a RESP array of bulk strings.
-fn encode_command(out: &mut Vec<u8>, args: &[&str]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// One decoded reply; RESP3 scalars are folded into `Text`.
-#[derive(Debug, PartialEq)]
-enum Reply {
-    Text(String),
-    Error(String),
-    Nil,
-    Bulk(Vec<u8>),
-    Array(Vec<Reply>),
-}
-
-fn invalid(what: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what.into())
-}
-
-/// Reads one line without its `\r\n`.
-fn read_line(reader: &mut impl BufRead) -> io::Result<String> {
-    let mut line = Vec::new();
-    reader.read_until(b'\n', &mut line)?;
-    if line.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "redis closed the connection before replying",
-        ));
-    }
-    if !line.ends_with(b"\r\n") {
-        return Err(invalid("reply line does not end with CRLF"));
-    }
-    line.truncate(line.len() - 2);
-    String::from_utf8(line).map_err(|_| invalid("reply line is not UTF-8"))
-}
-
-fn read_len(text: &str) -> io::Result<i64> {
-    text.parse()
-        .map_err(|_| invalid(format!("bad length {text:?}")))
-}
-
-fn read_bulk(reader: &mut impl BufRead, len: i64) -> io::Result<Option<Vec<u8>>> {
-    let Ok(len) = usize::try_from(len) else {
-        return Ok(None); // -1: nil
-    };
-    let mut data = vec![0; len + 2];
-    reader.read_exact(&mut data)?;
-    if !data.ends_with(b"\r\n") {
-        return Err(invalid("bulk string does not end with CRLF"));
-    }
-    data.truncate(len);
-    Ok(Some(data))
-}
-
-fn read_items(reader: &mut impl BufRead, count: i64) -> io::Result<Reply> {
-    let Ok(count) = usize::try_from(count) else {
-        return Ok(Reply::Nil); // -1: nil array
-    };
-    let items = (0..count)
-        .map(|_| read_reply(reader))
-        .collect::<io::Result<Vec<_>>>()?;
-    Ok(Reply::Array(items))
-}
-
-/// Reads one RESP2 (or RESP3, should a test switch with `HELLO 3`) reply.
-fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
-    let line = read_line(reader)?;
-    let Some(kind) = line.chars().next() else {
-        return Err(invalid("empty reply line"));
-    };
-    let rest = &line[kind.len_utf8()..];
-    Ok(match kind {
-        '+' | ':' | ',' | '(' => Reply::Text(rest.to_owned()),
-        '#' => Reply::Text(if rest == "t" { "true" } else { "false" }.to_owned()),
-        '-' => Reply::Error(rest.to_owned()),
-        '_' => Reply::Nil,
-        '$' => match read_bulk(reader, read_len(rest)?)? {
-            Some(data) => Reply::Bulk(data),
-            None => Reply::Nil,
-        },
-        '=' => {
-            // Verbatim string: a three-letter format and ':' precede the text.
-            let data = read_bulk(reader, read_len(rest)?)?.unwrap_or_default();
-            Reply::Bulk(data.get(4..).unwrap_or_default().to_vec())
-        }
-        '!' => {
-            let data = read_bulk(reader, read_len(rest)?)?.unwrap_or_default();
-            Reply::Error(String::from_utf8_lossy(&data).into_owned())
-        }
-        '*' | '~' | '>' => read_items(reader, read_len(rest)?)?,
-        '%' => read_items(reader, read_len(rest)?.saturating_mul(2))?,
-        '|' => {
-            // Attributes annotate the reply that follows; skip them.
-            read_items(reader, read_len(rest)?.saturating_mul(2))?;
-            read_reply(reader)?
-        }
-        other => return Err(invalid(format!("unknown reply type {other:?}"))),
-    })
-}
-
-fn render(reply: &Reply) -> String {
-    match reply {
-        Reply::Text(text) => text.clone(),
-        Reply::Error(text) => format!("(error) {text}"),
-        Reply::Nil => "(nil)".to_owned(),
-        Reply::Bulk(data) => String::from_utf8_lossy(data).into_owned(),
-        Reply::Array(items) => items.iter().map(render).collect::<Vec<_>>().join("\n"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::resp::read_line;
     use super::*;
+    use std::io::Read;
 
     fn options(password: Option<&str>, acl_user: Option<(&str, &str)>) -> RedisServerOptions {
         RedisServerOptions {
