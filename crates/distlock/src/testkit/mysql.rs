@@ -303,6 +303,6 @@ impl Drop for Owned {
 }
 
 /// An empty database on a [`MariaDbServer`], dropped with this handle: its
-/// [`url`](super::db::TestDatabase::url) is `mysql://…/<this database>`, and its
-/// [`query`](super::db::TestDatabase::query) runs [`MariaDbServer::query`] in it.
+/// `url()` is `mysql://…/<this database>`, and its
+/// `query()` runs [`MariaDbServer::query`] in it.
 pub type TestDatabase = super::db::TestDatabase<MariaDbServer>;

@@ -393,6 +393,6 @@ fn bin_dir() -> io::Result<PathBuf> {
 }
 
 /// An empty database on a [`PostgresServer`], dropped with this handle (with its
-/// connections): its [`url`](super::db::TestDatabase::url) is `postgres://…/<this database>`,
-/// and its [`query`](super::db::TestDatabase::query) runs [`PostgresServer::query`] in it.
+/// connections): its `url()` is `postgres://…/<this database>`,
+/// and its `query()` runs [`PostgresServer::query`] in it.
 pub type TestDatabase = super::db::TestDatabase<PostgresServer>;
