@@ -3,9 +3,7 @@
 //! rules of `classify`, and turning driver errors into [`Error`]s. `mod.rs` keeps what the lock
 //! operations mean.
 
-use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -14,7 +12,8 @@ use mysql_async::{Conn, Row, Value};
 use super::{Inner, KIND};
 use crate::backends::sql::dialect::{MyLock, Prepared};
 use crate::backends::sql::doorbell::{outcome, Outcome};
-use crate::backends::sql::{scrub, ATTEMPTS, WANT_WINDOW_MS};
+use crate::backends::sql::server::Server;
+use crate::backends::sql::{ATTEMPTS, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
 
 /// `ssl-mode` in the URL, as MySQL's client names it.
@@ -114,27 +113,6 @@ pub(super) fn int(row: &Row, i: usize) -> Option<i64> {
 }
 
 impl Inner {
-    /// Names `op` on this server, for [`detached`]'s timeout message.
-    pub(super) fn context(
-        self: &Arc<Self>,
-        op: &'static str,
-    ) -> impl FnOnce() -> String + Send + 'static {
-        let inner = self.clone();
-        move || {
-            scrub(
-                format!("{op} on {}", inner.target),
-                inner.password.as_deref(),
-            )
-        }
-    }
-
-    pub(super) fn message(&self, op: &str, e: &dyn fmt::Display) -> String {
-        scrub(
-            format!("{op} on {}: {e}", self.target),
-            self.password.as_deref(),
-        )
-    }
-
     pub(super) fn error(&self, op: &str, e: &mysql_async::Error) -> Error {
         if let mysql_async::Error::Server(s) = e {
             if s.code == 1045 || s.code == 1044 || s.code == 1698 {

@@ -30,13 +30,14 @@ use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome, Prepared};
 use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
+use super::server::{batch_timeout, context, fencing, on_own_task, Server};
 use super::{
-    channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
+    channel, fence_from, lease_ms, millis, parse_url, per_entry, scrub, spring_lock_key,
     SqlOptions, WANT_WINDOW_MS,
 };
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo,
-    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -314,7 +315,7 @@ impl MySqlBackend {
         let limit = inner.options.connect_timeout + inner.options.request_timeout;
         detached(
             KIND,
-            backend.inner.context("connect"),
+            context(&backend.inner, "connect"),
             Some(limit),
             async move {
                 let mut borrowed = Borrowed(Some(inner.conn("connect").await?));
@@ -352,14 +353,6 @@ impl Inner {
     /// released.
     fn doorbell(&self, a: &str, b: &str) -> String {
         doorbell_name(&self.qualified_table, a, b)
-    }
-
-    fn owner(&self, token: Token) -> String {
-        if self.options.spring {
-            token_uuid(token)
-        } else {
-            token.to_string()
-        }
     }
 
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
@@ -519,11 +512,28 @@ impl MySqlBackend {
                 fence: fence_from(KIND, fence)?,
             })
         };
-        let context = self.inner.context("try_acquire");
-        detached_attempt(KIND, context, Some(limit), attempt, move || async move {
+        let named = context(&self.inner, "try_acquire");
+        detached_attempt(KIND, named, Some(limit), attempt, move || async move {
             let _ = undo.release_token(&undo_name, token).await;
         })
         .await
+    }
+}
+
+/// The shared operation plumbing of the server backends (see `sql::server`).
+impl Server for Inner {
+    const KIND: &'static str = KIND;
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    fn options(&self) -> &SqlOptions {
+        &self.options
     }
 }
 
@@ -535,11 +545,7 @@ impl Backend for MySqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fencing: if self.inner.options.spring {
-                Fencing::None
-            } else {
-                Fencing::MonotonicAcrossDataLoss
-            },
+            fencing: fencing(&self.inner.options),
             notifies_release: true,
             // Waiting processes queue on the lock's doorbell turnstile, which the server
             // grants in arrival order: one process is woken per release, first come, first
@@ -564,41 +570,31 @@ impl Backend for MySqlBackend {
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("release"),
-            Some(limit),
-            async move { inner.release_token(&name, token).await },
-        )
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "release", limit, move |inner| async move {
+            inner.release_token(&name, token).await
+        })
         .await
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let inner = self.inner.clone();
         let name = name.clone();
         // Bounded by the lease too: a renewal that answers after the lease ended is no use.
-        let limit = inner.options.renewal_timeout(lease);
-        detached(
-            KIND,
-            self.inner.context("extend"),
-            Some(limit),
-            async move {
-                let (a, b) = inner.ident(&name)?;
-                let owner = inner.owner(token);
-                let sql = inner.sql.extend(
-                    &MyLock {
-                        region: &a,
-                        key: &b,
-                        token: &owner,
-                    },
-                    lease_ms(lease),
-                );
-                Ok(inner.run("extend", &sql, true).await?.affected > 0)
-            },
-        )
+        let limit = self.inner.options.renewal_timeout(lease);
+        on_own_task(&self.inner, "extend", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let owner = inner.owner(token);
+            let sql = inner.sql.extend(
+                &MyLock {
+                    region: &a,
+                    key: &b,
+                    token: &owner,
+                },
+                lease_ms(lease),
+            );
+            Ok(inner.run("extend", &sql, true).await?.affected > 0)
+        })
         .await
     }
 
@@ -607,72 +603,53 @@ impl Backend for MySqlBackend {
         if batch.is_empty() {
             return Vec::new();
         }
-        let inner = self.inner.clone();
         let batch: Vec<Renewal> = batch.to_vec();
         let count = batch.len();
-        let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
-        let limit = inner.options.renewal_timeout(shortest);
-        let result = detached(
-            KIND,
-            self.inner.context("extend_many"),
-            Some(limit),
-            async move {
-                let mut extended = vec![false; batch.len()];
-                let idents: Vec<Option<(String, String, String, i64)>> = batch
+        let limit = batch_timeout(&self.inner.options, &batch);
+        let result = on_own_task(&self.inner, "extend_many", limit, move |inner| async move {
+            let mut extended = vec![false; batch.len()];
+            let idents: Vec<Option<(String, String, String, i64)>> = batch
+                .iter()
+                .map(|r| {
+                    inner
+                        .ident(&r.name)
+                        .ok()
+                        .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
+                })
+                .collect();
+            let valid: Vec<(usize, &(String, String, String, i64))> = idents
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+                .collect();
+            for chunk in valid.chunks(BATCH) {
+                let locks: Vec<(MyLock<'_>, i64)> = chunk
                     .iter()
-                    .map(|r| {
-                        inner
-                            .ident(&r.name)
-                            .ok()
-                            .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
+                    .map(|(_, (a, b, t, l))| {
+                        (
+                            MyLock {
+                                region: a,
+                                key: b,
+                                token: t,
+                            },
+                            *l,
+                        )
                     })
                     .collect();
-                let valid: Vec<(usize, &(String, String, String, i64))> = idents
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-                    .collect();
-                for chunk in valid.chunks(BATCH) {
-                    let locks: Vec<(MyLock<'_>, i64)> = chunk
-                        .iter()
-                        .map(|(_, (a, b, t, l))| {
-                            (
-                                MyLock {
-                                    region: a,
-                                    key: b,
-                                    token: t,
-                                },
-                                *l,
-                            )
-                        })
-                        .collect();
-                    let sql = inner.sql.extend_many(&locks);
-                    let out = inner.run("extend_many", &sql, true).await?;
-                    for row in &out.rows {
-                        if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
-                            if let Some((original, _)) = chunk.get(i) {
-                                extended[*original] = true;
-                            }
+                let sql = inner.sql.extend_many(&locks);
+                let out = inner.run("extend_many", &sql, true).await?;
+                for row in &out.rows {
+                    if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
+                        if let Some((original, _)) = chunk.get(i) {
+                            extended[*original] = true;
                         }
                     }
                 }
-                Ok(extended)
-            },
-        )
+            }
+            Ok(extended)
+        })
         .await;
-        match result {
-            Ok(v) => v.into_iter().map(Ok).collect(),
-            Err(e) => (0..count)
-                .map(|_| {
-                    Err(match &e {
-                        Error::Unavailable { message, .. } => {
-                            Error::unavailable(KIND, message.clone())
-                        }
-                        other => Error::backend(KIND, other.to_string()),
-                    })
-                })
-                .collect(),
-        }
+        per_entry(KIND, count, result)
     }
 
     /// Releases made through this backend (or its clones) fire the subscription at once;
@@ -700,14 +677,13 @@ impl Backend for MySqlBackend {
 
     /// The fence is kept (native layout).
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("force_release"),
-            Some(limit),
-            async move {
+        let limit = self.inner.options.request_timeout;
+        on_own_task(
+            &self.inner,
+            "force_release",
+            limit,
+            move |inner| async move {
                 let (a, b) = inner.ident(&name)?;
                 let sql = inner.sql.force_delete(&MyLock {
                     region: &a,
@@ -725,32 +701,26 @@ impl Backend for MySqlBackend {
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("inspect"),
-            Some(limit),
-            async move {
-                let (a, b) = inner.ident(&name)?;
-                let sql = inner.sql.inspect(&MyLock {
-                    region: &a,
-                    key: &b,
-                    token: "",
-                });
-                let out = inner.run("inspect", &sql, true).await?;
-                out.rows
-                    .first()
-                    .map(|row| {
-                        Ok(LockInfo {
-                            fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
-                            remaining: int(row, 1).map(millis),
-                        })
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "inspect", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let sql = inner.sql.inspect(&MyLock {
+                region: &a,
+                key: &b,
+                token: "",
+            });
+            let out = inner.run("inspect", &sql, true).await?;
+            out.rows
+                .first()
+                .map(|row| {
+                    Ok(LockInfo {
+                        fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
+                        remaining: int(row, 1).map(millis),
                     })
-                    .transpose()
-            },
-        )
+                })
+                .transpose()
+        })
         .await
     }
 }

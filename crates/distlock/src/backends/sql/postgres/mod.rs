@@ -26,13 +26,14 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Config;
 
 use super::dialect::Pg;
+use super::server::{batch_timeout, context, fencing, on_own_task, Server};
 use super::{
-    channel, duplicate, fence_from, lease_ms, millis, parse_url, spring_lock_key, token_uuid,
-    SqlOptions, WANT_WINDOW_MS,
+    channel, fence_from, lease_ms, millis, parse_url, per_entry, spring_lock_key, SqlOptions,
+    WANT_WINDOW_MS,
 };
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo,
-    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -227,7 +228,7 @@ impl PostgresBackend {
         let inner = backend.inner.clone();
         detached(
             KIND,
-            backend.inner.context("connect"),
+            context(&backend.inner, "connect"),
             Some(limit),
             async move {
                 let mut loan = inner.loan("connect").await?;
@@ -267,14 +268,6 @@ impl Inner {
         })
     }
 
-    fn owner(&self, token: Token) -> String {
-        if self.options.spring {
-            token_uuid(token)
-        } else {
-            token.to_string()
-        }
-    }
-
     fn payload(&self, name: &LockName) -> String {
         format!("{}:{}", self.origin, channel(name))
     }
@@ -302,6 +295,23 @@ impl Inner {
     }
 }
 
+/// The shared operation plumbing of the server backends (see `sql::server`).
+impl Server for Inner {
+    const KIND: &'static str = KIND;
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    fn options(&self) -> &SqlOptions {
+        &self.options
+    }
+}
+
 #[async_trait]
 impl Backend for PostgresBackend {
     fn kind(&self) -> &'static str {
@@ -310,11 +320,7 @@ impl Backend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fencing: if self.inner.options.spring {
-                Fencing::None
-            } else {
-                Fencing::MonotonicAcrossDataLoss
-            },
+            fencing: fencing(&self.inner.options),
             notifies_release: true,
             fifo: false,
             cross_process: true,
@@ -363,49 +369,39 @@ impl Backend for PostgresBackend {
                 fence: fence_from(KIND, fence)?,
             })
         };
-        let context = self.inner.context("try_acquire");
-        detached_attempt(KIND, context, Some(limit), attempt, move || async move {
+        let named = context(&self.inner, "try_acquire");
+        detached_attempt(KIND, named, Some(limit), attempt, move || async move {
             let _ = undo.release_token(&undo_name, token).await;
         })
         .await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("release"),
-            Some(limit),
-            async move { inner.release_token(&name, token).await },
-        )
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "release", limit, move |inner| async move {
+            inner.release_token(&name, token).await
+        })
         .await
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let inner = self.inner.clone();
         let name = name.clone();
         // Bounded by the lease too: a renewal that answers after the lease ended is no use.
-        let limit = inner.options.renewal_timeout(lease);
-        detached(
-            KIND,
-            self.inner.context("extend"),
-            Some(limit),
-            async move {
-                let (a, b) = inner.ident(&name)?;
-                let owner = inner.owner(token);
-                let rows = inner
-                    .query(
-                        "extend",
-                        Stmt::Extend,
-                        &[&a, &b, &owner, &lease_ms(lease)],
-                        true,
-                    )
-                    .await?;
-                Ok(!rows.is_empty())
-            },
-        )
+        let limit = self.inner.options.renewal_timeout(lease);
+        on_own_task(&self.inner, "extend", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let owner = inner.owner(token);
+            let rows = inner
+                .query(
+                    "extend",
+                    Stmt::Extend,
+                    &[&a, &b, &owner, &lease_ms(lease)],
+                    true,
+                )
+                .await?;
+            Ok(!rows.is_empty())
+        })
         .await
     }
 
@@ -414,63 +410,53 @@ impl Backend for PostgresBackend {
         if batch.is_empty() {
             return Vec::new();
         }
-        let inner = self.inner.clone();
         let batch: Vec<Renewal> = batch.to_vec();
         let count = batch.len();
-        let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
-        let limit = inner.options.renewal_timeout(shortest);
-        let result = detached(
-            KIND,
-            self.inner.context("extend_many"),
-            Some(limit),
-            async move {
-                let mut a = Vec::with_capacity(batch.len());
-                let mut b = Vec::with_capacity(batch.len());
-                let mut owners = Vec::with_capacity(batch.len());
-                let mut leases = Vec::with_capacity(batch.len());
-                let mut entries = Vec::with_capacity(batch.len());
-                for r in &batch {
-                    match inner.ident(&r.name) {
-                        Ok((x, y)) => {
-                            let owner = inner.owner(r.token);
-                            entries.push(Some((x.clone(), y.clone(), owner.clone())));
-                            a.push(x);
-                            b.push(y);
-                            owners.push(owner);
-                            leases.push(lease_ms(r.lease));
-                        }
-                        Err(_) => entries.push(None),
+        let limit = batch_timeout(&self.inner.options, &batch);
+        let result = on_own_task(&self.inner, "extend_many", limit, move |inner| async move {
+            let mut a = Vec::with_capacity(batch.len());
+            let mut b = Vec::with_capacity(batch.len());
+            let mut owners = Vec::with_capacity(batch.len());
+            let mut leases = Vec::with_capacity(batch.len());
+            let mut entries = Vec::with_capacity(batch.len());
+            for r in &batch {
+                match inner.ident(&r.name) {
+                    Ok((x, y)) => {
+                        let owner = inner.owner(r.token);
+                        entries.push(Some((x.clone(), y.clone(), owner.clone())));
+                        a.push(x);
+                        b.push(y);
+                        owners.push(owner);
+                        leases.push(lease_ms(r.lease));
                     }
+                    Err(_) => entries.push(None),
                 }
-                let rows = inner
-                    .query(
-                        "extend_many",
-                        Stmt::ExtendMany,
-                        &[&a, &b, &owners, &leases],
-                        true,
+            }
+            let rows = inner
+                .query(
+                    "extend_many",
+                    Stmt::ExtendMany,
+                    &[&a, &b, &owners, &leases],
+                    true,
+                )
+                .await?;
+            let extended: HashSet<(String, String, String)> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<_, String>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, String>(2),
                     )
-                    .await?;
-                let extended: HashSet<(String, String, String)> = rows
-                    .iter()
-                    .map(|r| {
-                        (
-                            r.get::<_, String>(0),
-                            r.get::<_, String>(1),
-                            r.get::<_, String>(2),
-                        )
-                    })
-                    .collect();
-                Ok(entries
-                    .into_iter()
-                    .map(|e| e.is_some_and(|k| extended.contains(&k)))
-                    .collect::<Vec<bool>>())
-            },
-        )
+                })
+                .collect();
+            Ok(entries
+                .into_iter()
+                .map(|e| e.is_some_and(|k| extended.contains(&k)))
+                .collect::<Vec<bool>>())
+        })
         .await;
-        match result {
-            Ok(v) => v.into_iter().map(Ok).collect(),
-            Err(e) => (0..count).map(|_| Err(duplicate(KIND, &e))).collect(),
-        }
+        per_entry(KIND, count, result)
     }
 
     /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
@@ -489,14 +475,13 @@ impl Backend for PostgresBackend {
 
     /// The fence is kept (native layout).
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("force_release"),
-            Some(limit),
-            async move {
+        let limit = self.inner.options.request_timeout;
+        on_own_task(
+            &self.inner,
+            "force_release",
+            limit,
+            move |inner| async move {
                 let (a, b) = inner.ident(&name)?;
                 let payload = inner.payload(&name);
                 let rows = inner
@@ -517,28 +502,22 @@ impl Backend for PostgresBackend {
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("inspect"),
-            Some(limit),
-            async move {
-                let (a, b) = inner.ident(&name)?;
-                let rows = inner
-                    .query("inspect", Stmt::Inspect, &[&a, &b], true)
-                    .await?;
-                rows.first()
-                    .map(|row| {
-                        Ok(LockInfo {
-                            fence: Some(fence_from(KIND, row.get(0))?),
-                            remaining: Some(millis(row.get(1))),
-                        })
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "inspect", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let rows = inner
+                .query("inspect", Stmt::Inspect, &[&a, &b], true)
+                .await?;
+            rows.first()
+                .map(|row| {
+                    Ok(LockInfo {
+                        fence: Some(fence_from(KIND, row.get(0))?),
+                        remaining: Some(millis(row.get(1))),
                     })
-                    .transpose()
-            },
-        )
+                })
+                .transpose()
+        })
         .await
     }
 }

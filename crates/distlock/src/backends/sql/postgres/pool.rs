@@ -20,7 +20,8 @@ use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 use super::tls::SslMode;
 use super::{Inner, KIND};
 use crate::backends::sql::auth_guard::{AuthGuard, Watch};
-use crate::backends::sql::{scrub, ATTEMPTS};
+use crate::backends::sql::server::Server;
+use crate::backends::sql::ATTEMPTS;
 use crate::error::{Error, Result};
 
 /// The messages of a connection (notifications, notices), polled by its driver task.
@@ -138,27 +139,6 @@ pub(super) fn classify(e: &tokio_postgres::Error) -> Class {
 }
 
 impl Inner {
-    /// Names `op` on this server, for [`detached`]'s timeout message.
-    pub(super) fn context(
-        self: &Arc<Self>,
-        op: &'static str,
-    ) -> impl FnOnce() -> String + Send + 'static {
-        let inner = self.clone();
-        move || {
-            scrub(
-                format!("{op} on {}", inner.target),
-                inner.password.as_deref(),
-            )
-        }
-    }
-
-    pub(super) fn message(&self, op: &str, e: &dyn fmt::Display) -> String {
-        scrub(
-            format!("{op} on {}: {e}", self.target),
-            self.password.as_deref(),
-        )
-    }
-
     pub(super) fn error(&self, op: &str, e: &tokio_postgres::Error) -> Error {
         let text = match e.as_db_error() {
             Some(db) => format!("{} ({})", db.message(), db.code().code()),

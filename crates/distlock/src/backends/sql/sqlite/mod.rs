@@ -41,7 +41,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use super::dialect::Lite as Statements;
 #[cfg(test)]
 use super::MAX_LEASE_MS;
-use super::{channel, duplicate, fence_from, lease_ms, millis};
+use super::{channel, fence_from, lease_ms, millis, per_entry};
 use crate::backend::{
     detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
     ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
@@ -641,10 +641,7 @@ impl Backend for SqliteBackend {
                 Ok(extended)
             })
             .await;
-        match result {
-            Ok(extended) => extended.into_iter().map(Ok).collect(),
-            Err(e) => (0..count).map(|_| Err(duplicate(KIND, &e))).collect(),
-        }
+        per_entry(KIND, count, result)
     }
 
     /// Only releases made through this backend (or its clones) fire the subscription; other
