@@ -22,7 +22,7 @@ pub(super) const SESSION_IDLE: Duration = Duration::from_secs(60);
 /// How long a failed deletion waits before it is tried again.
 pub(super) const DELETE_RETRY: Duration = Duration::from_secs(1);
 
-/// Connection and session settings of [`EtcdBackend`].
+/// Connection and session settings of [`EtcdBackend`](super::EtcdBackend).
 #[derive(Clone)]
 pub struct EtcdOptions {
     /// Time allowed to connect (default 5 s).

@@ -215,7 +215,7 @@ impl Inner {
     }
 
     /// Opens one connection (TCP or a Unix socket, TLS as configured) with the password guard
-    /// of [`auth_guard`](super::auth_guard) where the server is not verified. Returns the
+    /// of [`auth_guard`](crate::backends::sql::auth_guard) where the server is not verified. Returns the
     /// client and the connection's messages, which the caller must keep polling.
     pub(super) async fn open(
         &self,

@@ -22,8 +22,8 @@ use crate::error::{Error, Result};
 ///
 /// Whatever the mode, a password is sent in a readable form (cleartext or MD5, when the server
 /// asks for those) only over TLS whose certificate was verified, unless
-/// [`SqlOptions::allow_insecure_auth`] says otherwise; see the
-/// [module docs](super#passwords-and-tls).
+/// [`SqlOptions::allow_insecure_auth`](crate::backends::sql::SqlOptions::allow_insecure_auth) says otherwise; see the
+/// [module docs](crate::backends::sql#passwords-and-tls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SslMode {
