@@ -9,7 +9,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
-use super::{Inner, KIND};
+use super::state::{Inner, KIND};
 use crate::backends::sql::dialect::{MyLock, Prepared};
 use crate::backends::sql::doorbell::{outcome, Outcome};
 use crate::backends::sql::server::Server;

@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
-use super::dialect::{My, MyLock, MyOutcome, Prepared};
+use super::dialect::{My, MyLock, MyOutcome};
 use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
 use super::server::{batch_timeout, context, fencing, on_own_task, Server};
 use super::{
@@ -37,51 +37,23 @@ use super::{
 };
 use crate::backend::{
     detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
 mod conn;
+mod state;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
 
 pub(super) use self::conn::discard;
 use self::conn::{classify, int, Borrowed, Class, SslMode};
+use self::state::{Inner, KIND};
 
-const KIND: &str = "mysql";
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
 /// Renewals per `UPDATE` statement in [`Backend::extend_many`] (one commit each).
 const BATCH: usize = 2500;
-
-struct Inner {
-    pool: Pool,
-    target: String,
-    user: String,
-    password: Option<String>,
-    options: SqlOptions,
-    sql: My,
-    ready: tokio::sync::Mutex<bool>,
-    ready_fast: AtomicBool,
-    signals: Arc<ReleaseSignals>,
-    doorbells: Arc<Doorbells>,
-    /// `database.table`, which names the doorbells (see [`Inner::doorbell`]).
-    qualified_table: String,
-    /// The common acquisition and the release, prepared (native layout).
-    acquire_prepared: Prepared,
-    release_prepared: Prepared,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let pool = self.pool.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = pool.disconnect().await;
-            });
-        }
-    }
-}
 
 /// Locks in a MySQL or MariaDB lease table; see the [module docs](self).
 ///
@@ -517,23 +489,6 @@ impl MySqlBackend {
             let _ = undo.release_token(&undo_name, token).await;
         })
         .await
-    }
-}
-
-/// The shared operation plumbing of the server backends (see `sql::server`).
-impl Server for Inner {
-    const KIND: &'static str = KIND;
-
-    fn target(&self) -> &str {
-        &self.target
-    }
-
-    fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    fn options(&self) -> &SqlOptions {
-        &self.options
     }
 }
 

@@ -9,13 +9,16 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch};
 use tokio_postgres::AsyncMessage;
 
-use super::{Inner, LISTENER_CHECK};
+use super::state::Inner;
 
 /// The listening connection's state: the generation of the current `LISTEN` (0 while down).
 pub(super) struct ListenerHandle {
     pub(super) up: watch::Receiver<u64>,
     pub(super) _stop: oneshot::Sender<()>,
 }
+
+/// How often the listening connection is checked.
+const LISTENER_CHECK: Duration = Duration::from_secs(30);
 
 impl Inner {
     /// Starts the listening task once.

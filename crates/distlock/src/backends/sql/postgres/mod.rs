@@ -39,39 +39,16 @@ use crate::error::{Error, Result};
 
 mod listen;
 mod pool;
+mod state;
 mod tls;
 
-use self::listen::ListenerHandle;
 use self::pool::{Pool, Stmt};
+use self::state::{Inner, KIND};
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
 
-const KIND: &str = "postgres";
-/// How often the listening connection is checked.
-const LISTENER_CHECK: Duration = Duration::from_secs(30);
-
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
-
-struct Inner {
-    config: Config,
-    transport: Transport,
-    /// `host:port/database` for messages.
-    target: String,
-    user: String,
-    password: Option<String>,
-    options: SqlOptions,
-    sql: Pg,
-    pool: Pool,
-    ready: tokio::sync::Mutex<bool>,
-    ready_fast: AtomicBool,
-    signals: ReleaseSignals,
-    listener: OnceLock<ListenerHandle>,
-    /// The NOTIFY channel of this table.
-    listen_channel: String,
-    /// Identifies this backend instance in NOTIFY payloads, to skip its own.
-    origin: String,
-}
 
 /// Locks in a PostgreSQL lease table; see the [module docs](self).
 ///
@@ -292,23 +269,6 @@ impl Inner {
             was_held: true,
             contended: row.get(0),
         })
-    }
-}
-
-/// The shared operation plumbing of the server backends (see `sql::server`).
-impl Server for Inner {
-    const KIND: &'static str = KIND;
-
-    fn target(&self) -> &str {
-        &self.target
-    }
-
-    fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    fn options(&self) -> &SqlOptions {
-        &self.options
     }
 }
 

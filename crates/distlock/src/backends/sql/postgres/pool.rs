@@ -17,8 +17,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 
+use super::state::{Inner, KIND};
 use super::tls::SslMode;
-use super::{Inner, KIND};
 use crate::backends::sql::auth_guard::{AuthGuard, Watch};
 use crate::backends::sql::server::Server;
 use crate::backends::sql::ATTEMPTS;
