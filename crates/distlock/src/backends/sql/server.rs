@@ -37,6 +37,29 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
     }
 }
 
+/// Implements [`Server`] for a backend's state type that has the fields `target: String`,
+/// `password: Option<String>` and `options: SqlOptions`, with the backend's kind.
+macro_rules! server_state {
+    ($state:ty, $kind:expr) => {
+        impl $crate::backends::sql::server::Server for $state {
+            const KIND: &'static str = $kind;
+
+            fn target(&self) -> &str {
+                &self.target
+            }
+
+            fn password(&self) -> Option<&str> {
+                self.password.as_deref()
+            }
+
+            fn options(&self) -> &$crate::backends::sql::SqlOptions {
+                &self.options
+            }
+        }
+    };
+}
+pub(crate) use server_state;
+
 /// Runs `op` as its own task (see [`detached`]) within `limit`: a caller who gives up midway
 /// leaves neither a connection in the middle of a reply nor an outcome nobody records. A
 /// timeout names `op` and the server, without the password.

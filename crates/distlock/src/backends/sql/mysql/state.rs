@@ -10,7 +10,7 @@ use mysql_async::Pool;
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::{My, Prepared};
 use crate::backends::sql::doorbell::Doorbells;
-use crate::backends::sql::server::Server;
+use crate::backends::sql::server::server_state;
 use crate::backends::sql::SqlOptions;
 
 pub(super) const KIND: &str = "mysql";
@@ -44,19 +44,5 @@ impl Drop for Inner {
     }
 }
 
-/// The shared operation plumbing of the server backends (see `sql::server`).
-impl Server for Inner {
-    const KIND: &'static str = KIND;
-
-    fn target(&self) -> &str {
-        &self.target
-    }
-
-    fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    fn options(&self) -> &SqlOptions {
-        &self.options
-    }
-}
+// The shared operation plumbing of the server backends (see `sql::server`).
+server_state!(Inner, KIND);

@@ -12,7 +12,7 @@ use super::pool::Pool;
 use super::tls::Transport;
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::Pg;
-use crate::backends::sql::server::Server;
+use crate::backends::sql::server::server_state;
 use crate::backends::sql::SqlOptions;
 
 pub(super) const KIND: &str = "postgres";
@@ -37,19 +37,5 @@ pub(super) struct Inner {
     pub(super) origin: String,
 }
 
-/// The shared operation plumbing of the server backends (see `sql::server`).
-impl Server for Inner {
-    const KIND: &'static str = KIND;
-
-    fn target(&self) -> &str {
-        &self.target
-    }
-
-    fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    fn options(&self) -> &SqlOptions {
-        &self.options
-    }
-}
+// The shared operation plumbing of the server backends (see `sql::server`).
+server_state!(Inner, KIND);
