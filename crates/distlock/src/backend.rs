@@ -377,8 +377,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-// The helpers below serve only the backends that talk to a server or a file (the attributes name
-// them), so a build without those leaves them unused.
+// `detached` and `detached_attempt` serve only the backends that talk to a server or a file (the
+// attributes name them), so a build without those leaves them (and their helpers) unused.
 
 /// Runs `fut` as a task of its own and waits for its outcome: a caller that stops waiting
 /// (its future is dropped) never cuts a request off midway, so no connection is left half-way
@@ -443,15 +443,6 @@ where
     }
 }
 
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "mysql",
-        feature = "postgres",
-        feature = "sqlite"
-    )),
-    allow(dead_code)
-)]
 async fn bounded<T>(
     kind: &'static str,
     context: impl FnOnce() -> String,
@@ -470,15 +461,6 @@ async fn bounded<T>(
     }
 }
 
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "mysql",
-        feature = "postgres",
-        feature = "sqlite"
-    )),
-    allow(dead_code)
-)]
 fn joined<T>(
     kind: &'static str,
     r: std::result::Result<Result<T>, tokio::task::JoinError>,
