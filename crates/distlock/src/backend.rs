@@ -377,6 +377,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+// `detached` and `detached_attempt` serve only the backends that talk to a server or a file (the
+// attributes name them), so a build without those leaves them (and their helpers) unused.
+
 /// Runs `fut` as a task of its own and waits for its outcome: a caller that stops waiting
 /// (its future is dropped) never cuts a request off midway, so no connection is left half-way
 /// through a protocol. With a `deadline`, the task is stopped after it (pool waits,
@@ -384,6 +387,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// "`<context>: no reply within <deadline>`"; a connection whose request was cut off that way
 /// must be closed by the future's own drop guards. `context` names the operation (and
 /// server) and is only called on a timeout.
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "mysql", feature = "postgres")),
+    allow(dead_code)
+)]
 pub(crate) async fn detached<T: Send + 'static>(
     kind: &'static str,
     context: impl FnOnce() -> String + Send + 'static,
@@ -401,6 +408,10 @@ pub(crate) async fn detached<T: Send + 'static>(
 /// dropped), `undo` gives the lock back, in the same task, so only after the attempt ended.
 /// An attempt that fails leaves the undo to its caller (an error means "outcome unknown", see
 /// [`Backend::acquire`]).
+#[cfg_attr(
+    not(any(feature = "mysql", feature = "postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
 pub(crate) async fn detached_attempt<U, UF>(
     kind: &'static str,
     context: impl FnOnce() -> String + Send + 'static,

@@ -1,7 +1,7 @@
 //! `etcd://` and `etcds://` URLs, and the TLS settings they lead to.
 
 use super::client::TlsSettings;
-use super::EtcdOptions;
+use super::options::EtcdOptions;
 use crate::error::{Error, Result};
 use crate::url::{parse_hosts, Decode, Params, RawUrl, UserInfo};
 
@@ -92,7 +92,7 @@ pub(super) fn tls_settings(parsed: &ParsedUrl, options: &EtcdOptions) -> Result<
 #[cfg(not(feature = "etcd-tls"))]
 pub(super) fn tls_settings(_parsed: &ParsedUrl, _options: &EtcdOptions) -> Result<TlsSettings> {
     Err(Error::Unsupported {
-        backend: super::KIND,
+        backend: super::options::KIND,
         what: "etcds:// (TLS) needs distlock's cargo feature `etcd-tls`".into(),
     })
 }

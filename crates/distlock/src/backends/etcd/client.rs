@@ -23,6 +23,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
+use super::options::KIND;
 use super::pb::{
     watch_request, AuthClient, AuthenticateRequest, KvClient, LeaseClient, LeaseGrantRequest,
     LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest,
@@ -30,7 +31,6 @@ use super::pb::{
     RangeResponse, StatusRequest, TxnRequest, TxnResponse, WatchCancelRequest, WatchClient,
     WatchCreateRequest, WatchRequest, WatchResponse,
 };
-use super::KIND;
 use crate::error::Error;
 
 /// How a request failed, before it becomes an [`Error`] (see [`map_err`]).

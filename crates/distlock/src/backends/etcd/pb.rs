@@ -26,6 +26,7 @@ pub(super) use generated::etcdserverpb::{
     RangeResponse, RequestOp, StatusRequest, TxnRequest, TxnResponse, WatchCancelRequest,
     WatchCreateRequest, WatchRequest, WatchResponse,
 };
+
 pub(super) use generated::mvccpb::{event::EventType, KeyValue};
 
 /// The end of the range of all keys that start with `key` (etcd's `clientv3.GetPrefixRangeEnd`).

@@ -11,8 +11,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::client::{is_lease_not_found, map_err, Client, KeepAliveStream, LeaseKeeper};
+use super::options::{KIND, SESSION_IDLE};
 use super::pb::LeaseKeepAliveResponse;
-use super::{Shared, KIND, SESSION_IDLE};
+use super::state::Shared;
 use crate::backend::Token;
 use crate::error::{Error, Result};
 

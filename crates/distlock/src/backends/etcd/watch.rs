@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::client::{map_err, Client, WatchSender, WatchStream};
+use super::options::KIND;
 use super::pb::{EventType, WatchResponse};
-use super::{Slot, KIND};
+use super::state::Slot;
 use crate::backend::ReleaseSignal;
 use crate::error::{Error, Result};
 

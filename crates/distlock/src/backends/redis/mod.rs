@@ -16,7 +16,11 @@
 //! Plain `redis://` connections use a small built-in RESP client on the lock path;
 //! `rediss://` (TLS) goes through the `redis` crate. Pub/sub always uses the `redis` crate.
 
+mod keys;
 mod resp;
+mod scripts;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -26,9 +30,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubSink};
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 
+use self::keys::sibling_key;
 use self::resp::{ConnInfo, Pool, Reply, RespError};
+use self::scripts::{Lua, Scripts, ACQUIRE, EXTEND, FORCE_RELEASE, INSPECT, LEAVE, RELEASE};
 
 use crate::backend::{
     AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
@@ -37,152 +43,6 @@ use crate::backend::{
 use crate::error::{Error, Result};
 
 const KIND: &str = "redis";
-
-/// Leaves the head of the wait queue (KEYS[qi], expiries in KEYS[ei]) in `head`, after dropping
-/// waiters whose place expired. Costs one ZRANGE when nobody waits. Shared by the scripts below.
-const PURGE_HEAD: &str = r"
-local head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
-local t, now_ms
-if head then
-  t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  while head do
-    if tonumber(redis.call('HGET', KEYS[ei], head) or '0') > now_ms then break end
-    redis.call('ZREM', KEYS[qi], head)
-    redis.call('HDEL', KEYS[ei], head)
-    head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
-  end
-end
-";
-
-/// KEYS: lock, fence, queue, waiter expiries. ARGV: token, lease ms, waiter ttl ms (0: the
-/// caller will not wait, do not queue it), queue member (`<token>:<instance>`). Returns
-/// {1, fence} when acquired, {0, pttl} when busy. Only the head of the wait queue (or anyone,
-/// when nobody waits) may take a free lock.
-///
-/// A lock already held with the caller's token is the caller's: an earlier attempt succeeded
-/// but its reply was lost. That counts as acquired, with the lease set anew from now (the
-/// client counts it from this attempt) and a new fence. `pcall`, because a foreign holder may
-/// have left another type at the key (a Redisson hash), which `GET` refuses.
-///
-/// The fence counter starts at the server's clock in microseconds whenever it is missing
-/// (first use, expiry after a day unused, a restart that lost the data) and counts up from
-/// there, so it keeps increasing across data loss unless the clock steps back or the key saw
-/// more than a million acquisitions a second.
-const ACQUIRE: &str = r"
-local won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if not won and redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-if won then
-  if head then
-    redis.call('ZREM', KEYS[3], ARGV[4])
-    redis.call('HDEL', KEYS[4], ARGV[4])
-  end
-  local f = redis.call('INCR', KEYS[2])
-  if f < 1000000000000 then
-    local t = redis.call('TIME')
-    f = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
-  end
-  return {1, f}
-end
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then
-  if not t then
-    t = redis.call('TIME')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  if not redis.call('ZSCORE', KEYS[3], ARGV[4]) then
-    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[4])
-  end
-  redis.call('HSET', KEYS[4], ARGV[4], now_ms + ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl * 2)
-  redis.call('PEXPIRE', KEYS[4], ttl * 2)
-end
-return {0, redis.call('PTTL', KEYS[1])}
-";
-
-/// KEYS: lock, queue, waiter expiries. ARGV: token, channel, wake channel prefix. Returns 1
-/// when released, 0 when not held by token. With distlock waiters queued, the lock goes to the
-/// first of them, so only that waiter is woken: the message `<token>:<instance>` on
-/// `<prefix>-wake:<instance>`. Otherwise the lock key is published for Spring's waiters: on
-/// `<prefix>-channel` (Spring Integration up to 6.5.2) and on `<prefix>-channel:<lock key>`
-/// (later versions).
-const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if head then
-  redis.call('PUBLISH', ARGV[3] .. string.sub(head, 34), head)
-else
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
-  redis.call('PUBLISH', ARGV[2] .. ':' .. KEYS[1], KEYS[1])
-end
-return 1
-";
-
-/// KEYS: lock, queue, waiter expiries. ARGV: channel, wake channel prefix. Returns 1 when a
-/// holder was removed. [`RELEASE`] without the owner check: an operator's forced release, which
-/// wakes waiters the same way.
-const FORCE_RELEASE: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1])
-if head then
-  redis.call('PUBLISH', ARGV[2] .. string.sub(head, 34), head)
-else
-  redis.call('PUBLISH', ARGV[1], KEYS[1])
-  redis.call('PUBLISH', ARGV[1] .. ':' .. KEYS[1], KEYS[1])
-end
-return 1
-";
-
-/// KEYS: queue, waiter expiries, lock. ARGV: queue member, wake channel prefix. Leaves the
-/// queue; when that makes another waiter the head of a free lock, wakes it.
-const LEAVE: &str = r"
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if head and head ~= ARGV[1] then return 1 end
-local next = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-if next and redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('PUBLISH', ARGV[2] .. string.sub(next, 34), next)
-end
-return 1
-";
-
-/// A Lua script with its SHA1, run by EVALSHA (EVAL when the server does not know it yet).
-struct Lua {
-    body: String,
-    sha: String,
-}
-
-impl Lua {
-    fn new(body: &str) -> Self {
-        Lua {
-            sha: Script::new(body).get_hash().to_owned(),
-            body: body.to_owned(),
-        }
-    }
-
-    fn with_queue(body: &str, queue_key: usize, expiry_key: usize) -> Self {
-        let purge = PURGE_HEAD
-            .replace("KEYS[qi]", &format!("KEYS[{queue_key}]"))
-            .replace("KEYS[ei]", &format!("KEYS[{expiry_key}]"));
-        Lua::new(&format!("{purge}{body}"))
-    }
-}
-
-/// KEYS: lock. ARGV: token, lease ms.
-const EXTEND: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-";
-
-/// KEYS: lock, fence. Returns {pttl, fence}.
-const INSPECT: &str = r"
-return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '-1')}
-";
 
 /// Connection settings of [`RedisBackend`].
 #[derive(Clone, Debug)]
@@ -225,15 +85,6 @@ pub struct RedisBackend {
     waiter_ttl_ms: u64,
     /// Names this backend instance's wake channel: queued waiters are woken one at a time.
     instance: String,
-}
-
-struct Scripts {
-    acquire: Lua,
-    release: Lua,
-    force_release: Lua,
-    extend: Lua,
-    inspect: Lua,
-    leave: Lua,
 }
 
 #[derive(Default)]
@@ -629,71 +480,6 @@ async fn read_messages(
     }
 }
 
-/// Redis Cluster's hash slot of a key (CRC16/XMODEM of the hash tag, or of the whole key).
-fn hash_slot(key: &[u8]) -> u16 {
-    crc16(hash_tag(key).unwrap_or(key)) % 16384
-}
-
-fn hash_tag(key: &[u8]) -> Option<&[u8]> {
-    let open = key.iter().position(|&b| b == b'{')?;
-    let close = key[open + 1..].iter().position(|&b| b == b'}')?;
-    (close > 0).then(|| &key[open + 1..open + 1 + close])
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// A key for `kind` bookkeeping that lives in the same hash slot as `lock_key` (so scripts
-/// touching both work on Redis Cluster) and cannot collide with a `<prefix>:<key>` lock key.
-fn sibling_key(lock_key: &str, kind: &str) -> String {
-    let join = |tag: &str, with_key: bool| {
-        let mut k = String::with_capacity(tag.len() + kind.len() + lock_key.len() + 4);
-        k.push('{');
-        k.push_str(tag);
-        k.push_str("}:");
-        k.push_str(kind);
-        if with_key {
-            k.push(':');
-            k.push_str(lock_key);
-        }
-        k
-    };
-    if let Some(tag) = hash_tag(lock_key.as_bytes()) {
-        // '{' and '}' are ASCII, so the tag is a valid slice of the key.
-        let start = lock_key.find('{').map_or(0, |i| i + 1);
-        return join(&lock_key[start..start + tag.len()], true);
-    }
-    if !lock_key.contains('}') {
-        return join(lock_key, false);
-    }
-    // A key with a stray '}' and no hash tag: find a short tag that hashes to the same slot.
-    let slot = hash_slot(lock_key.as_bytes());
-    let alphabet = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    for a in alphabet {
-        for b in alphabet {
-            for c in alphabet {
-                let tag = [*a, *b, *c];
-                if crc16(&tag) % 16384 == slot {
-                    return join(std::str::from_utf8(&tag).unwrap_or("0"), true);
-                }
-            }
-        }
-    }
-    join(&slot.to_string(), true) // unreachable in practice: 46 656 tags cover all slots
-}
-
 #[async_trait]
 impl Backend for RedisBackend {
     fn kind(&self) -> &'static str {
@@ -899,48 +685,5 @@ impl Backend for RedisBackend {
             fence: u64::try_from(fence).ok(),
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn leases_are_rounded_up_to_whole_milliseconds() {
-        assert_eq!(ms(Duration::from_micros(1500)), 2);
-        assert_eq!(ms(Duration::from_nanos(1_000_001)), 2);
-        assert_eq!(ms(Duration::from_millis(1)), 1);
-        assert_eq!(ms(Duration::from_millis(30_000)), 30_000);
-        assert_eq!(ms(Duration::ZERO), 1);
-        assert_eq!(ms(Duration::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn crc16_matches_redis_reference_value() {
-        // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-    }
-
-    #[test]
-    fn sibling_keys_share_the_lock_keys_slot() {
-        for key in [
-            "lock:voucher:42",
-            "lock:{user}:1",
-            "lock:a}b",
-            "lock:{}x}",
-            "lock:ünï cødé/1",
-        ] {
-            let sib = sibling_key(key, "fence");
-            assert_eq!(
-                hash_slot(key.as_bytes()),
-                hash_slot(sib.as_bytes()),
-                "{key} vs {sib}"
-            );
-            assert!(
-                !sib.starts_with("lock:"),
-                "{sib} could collide with a lock key"
-            );
-        }
     }
 }

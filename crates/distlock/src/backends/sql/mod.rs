@@ -192,6 +192,8 @@ mod doorbell;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod server;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -489,11 +491,23 @@ pub(crate) fn fence_from(kind: &'static str, fence: i64) -> Result<u64> {
 }
 
 /// The same error again, for every entry of a failed batch.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn duplicate(kind: &'static str, e: &Error) -> Error {
     match e {
         Error::Unavailable { message, .. } => Error::unavailable(kind, message.clone()),
         other => Error::backend(kind, other.to_string()),
+    }
+}
+
+/// One outcome per entry of a batch of `count`: each entry's own, or the batch's error for
+/// every entry.
+pub(crate) fn per_entry(
+    kind: &'static str,
+    count: usize,
+    batch: Result<Vec<bool>>,
+) -> Vec<Result<bool>> {
+    match batch {
+        Ok(v) => v.into_iter().map(Ok).collect(),
+        Err(e) => (0..count).map(|_| Err(duplicate(kind, &e))).collect(),
     }
 }
 

@@ -21,60 +21,39 @@
 //! in the OK packet (matched rows and a `LAST_INSERT_ID(expr)` value), without a result set.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, SslOpts, Value};
+use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
-use super::dialect::{My, MyLock, MyOutcome, Prepared};
-use super::doorbell::{doorbell_name, outcome, Doorbells, Outcome, Ring, LISTEN_WAIT_S};
+use super::dialect::{My, MyLock, MyOutcome};
+use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
+use super::server::{batch_timeout, context, fencing, on_own_task, Server};
 use super::{
-    channel, fence_from, lease_ms, millis, parse_url, scrub, spring_lock_key, token_uuid,
-    SqlOptions, ATTEMPTS, WANT_WINDOW_MS,
+    channel, fence_from, lease_ms, millis, parse_url, per_entry, scrub, spring_lock_key,
+    SqlOptions, WANT_WINDOW_MS,
 };
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo,
-    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
+    ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
-const KIND: &str = "mysql";
+mod conn;
+mod state;
+#[cfg(all(test, feature = "testkit"))]
+mod tests;
+
+pub(super) use self::conn::discard;
+use self::conn::{classify, int, Borrowed, Class, SslMode};
+use self::state::{Inner, KIND};
+
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
 /// Renewals per `UPDATE` statement in [`Backend::extend_many`] (one commit each).
 const BATCH: usize = 2500;
-
-struct Inner {
-    pool: Pool,
-    target: String,
-    user: String,
-    password: Option<String>,
-    options: SqlOptions,
-    sql: My,
-    ready: tokio::sync::Mutex<bool>,
-    ready_fast: AtomicBool,
-    signals: Arc<ReleaseSignals>,
-    doorbells: Arc<Doorbells>,
-    /// `database.table`, which names the doorbells (see [`Inner::doorbell`]).
-    qualified_table: String,
-    /// The common acquisition and the release, prepared (native layout).
-    acquire_prepared: Prepared,
-    release_prepared: Prepared,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let pool = self.pool.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = pool.disconnect().await;
-            });
-        }
-    }
-}
 
 /// Locks in a MySQL or MariaDB lease table; see the [module docs](self).
 ///
@@ -94,57 +73,6 @@ impl fmt::Debug for MySqlBackend {
             .field("schema", &i.options.schema)
             .field("spring", &i.options.spring)
             .finish()
-    }
-}
-
-/// `ssl-mode` in the URL, as MySQL's client names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SslMode {
-    Disabled,
-    Preferred,
-    Required,
-    VerifyCa,
-    VerifyIdentity,
-}
-
-impl SslMode {
-    fn parse(value: &str) -> Result<Self> {
-        Ok(match value.replace('-', "_").as_str() {
-            "disabled" => SslMode::Disabled,
-            "preferred" => SslMode::Preferred,
-            "required" => SslMode::Required,
-            "verify_ca" => SslMode::VerifyCa,
-            "verify_identity" => SslMode::VerifyIdentity,
-            other => {
-                return Err(Error::config(format!(
-                    "mysql URL: ssl-mode must be disabled, preferred, required, verify_ca or \
-                     verify_identity, got {other:?}"
-                )))
-            }
-        })
-    }
-}
-
-/// How an error is handled.
-enum Class {
-    RolledBack,
-    Connection,
-    NoTable,
-    Permanent,
-}
-
-fn classify(e: &mysql_async::Error) -> Class {
-    match e {
-        mysql_async::Error::Server(s) => match s.code {
-            // Deadlock victim, lock wait timeout: the statement was rolled back.
-            1213 | 1205 | 1040 => Class::RolledBack,
-            // Server shutting down, connection killed (MariaDB 1927), query interrupted.
-            1053 | 1927 | 1317 | 2006 | 2013 => Class::Connection,
-            1146 => Class::NoTable,
-            _ => Class::Permanent,
-        },
-        mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => Class::Connection,
-        _ => Class::Permanent,
     }
 }
 
@@ -359,7 +287,7 @@ impl MySqlBackend {
         let limit = inner.options.connect_timeout + inner.options.request_timeout;
         detached(
             KIND,
-            backend.inner.context("connect"),
+            context(&backend.inner, "connect"),
             Some(limit),
             async move {
                 let mut borrowed = Borrowed(Some(inner.conn("connect").await?));
@@ -381,251 +309,7 @@ impl MySqlBackend {
     }
 }
 
-/// A pooled connection with a statement under way: dropped before the statement finished (the
-/// call ran out of time), it is closed, never handed back to the pool, where its late reply
-/// would reach the next borrower.
-struct Borrowed(Option<Conn>);
-
-impl Drop for Borrowed {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            discard(conn);
-        }
-    }
-}
-
-/// Closes a connection that may be stalled without waiting for it: `disconnect` marks it
-/// disconnected before it writes anything, so when the short wait for the goodbye ends, the
-/// socket is dropped and the pool (if it came from one) forgets the connection.
-pub(super) fn discard(conn: Conn) {
-    let close = async move {
-        let _ = tokio::time::timeout(Duration::from_millis(100), conn.disconnect()).await;
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => {
-            rt.spawn(close);
-        }
-        Err(_) => drop(close),
-    }
-}
-
-/// A statement to run: text (one or more statements), or prepared with its values.
-#[derive(Clone, Copy)]
-enum Sql<'a> {
-    Text(&'a str),
-    Prepared(&'a Prepared, &'a [Value]),
-}
-
-fn int(row: &Row, i: usize) -> Option<i64> {
-    match row.get_opt::<Option<i64>, usize>(i) {
-        Some(Ok(v)) => v,
-        _ => row
-            .get_opt::<Option<String>, usize>(i)
-            .and_then(|r| r.ok().flatten())
-            .and_then(|s| s.split('.').next().and_then(|n| n.parse().ok())),
-    }
-}
-
 impl Inner {
-    /// Names `op` on this server, for [`detached`]'s timeout message.
-    fn context(self: &Arc<Self>, op: &'static str) -> impl FnOnce() -> String + Send + 'static {
-        let inner = self.clone();
-        move || {
-            scrub(
-                format!("{op} on {}", inner.target),
-                inner.password.as_deref(),
-            )
-        }
-    }
-
-    fn message(&self, op: &str, e: &dyn fmt::Display) -> String {
-        scrub(
-            format!("{op} on {}: {e}", self.target),
-            self.password.as_deref(),
-        )
-    }
-
-    fn error(&self, op: &str, e: &mysql_async::Error) -> Error {
-        if let mysql_async::Error::Server(s) = e {
-            if s.code == 1045 || s.code == 1044 || s.code == 1698 {
-                return Error::backend(
-                    KIND,
-                    self.message(
-                        op,
-                        &format!(
-                            "access denied for user {:?}: wrong password or no access ({} {})",
-                            self.user, s.code, s.message
-                        ),
-                    ),
-                );
-            }
-        }
-        // rustls reports a certificate it rejects as invalid data; retrying will not help.
-        let tls = match e {
-            mysql_async::Error::Io(mysql_async::IoError::Tls(t)) => Some(t.to_string()),
-            mysql_async::Error::Io(mysql_async::IoError::Io(io))
-                if io.kind() == std::io::ErrorKind::InvalidData
-                    && io.to_string().contains("certificate") =>
-            {
-                Some(io.to_string())
-            }
-            _ => None,
-        };
-        if let Some(t) = tls {
-            return Error::backend(
-                KIND,
-                self.message(
-                    op,
-                    &format!(
-                        "TLS failed (a certificate that cannot be verified needs ssl-ca=<CA \
-                         file>, or ssl-mode=required for encryption without verification): {t}"
-                    ),
-                ),
-            );
-        }
-        match classify(e) {
-            Class::RolledBack | Class::Connection => Error::unavailable(KIND, self.message(op, e)),
-            Class::NoTable | Class::Permanent => Error::backend(KIND, self.message(op, e)),
-        }
-    }
-
-    async fn conn(&self, op: &str) -> Result<Conn> {
-        match tokio::time::timeout(self.options.connect_timeout, self.pool.get_conn()).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(self.error(op, &e)),
-            Err(_) => Err(Error::unavailable(
-                KIND,
-                self.message(
-                    op,
-                    &format!(
-                        "no connection within the connect timeout of {:?}",
-                        self.options.connect_timeout
-                    ),
-                ),
-            )),
-        }
-    }
-
-    async fn ensure_table(&self, conn: &mut Conn) -> std::result::Result<(), mysql_async::Error> {
-        if self.ready_fast.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let mut ready = self.ready.lock().await;
-        if *ready {
-            return Ok(());
-        }
-        let exists: Option<i64> = conn
-            .query_first(
-                self.sql
-                    .exists(self.options.schema.as_deref(), &self.options.table),
-            )
-            .await?;
-        if exists.unwrap_or(0) == 0 && self.options.create_table {
-            // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
-            // data dictionary serialises them and the losers only get a warning.
-            conn.query_drop(self.sql.create()).await?;
-        }
-        *ready = true;
-        self.ready_fast.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    async fn run_once(
-        &self,
-        conn: &mut Conn,
-        sql: Sql<'_>,
-    ) -> std::result::Result<Outcome, mysql_async::Error> {
-        self.ensure_table(conn).await?;
-        match sql {
-            Sql::Text(text) => outcome(conn.query_iter(text).await?).await,
-            Sql::Prepared(p, values) => {
-                outcome(conn.exec_iter(p.sql.as_str(), values.to_vec()).await?).await
-            }
-        }
-    }
-
-    /// Runs `sql` (one or more statements, autocommit), retrying transient failures at once
-    /// on another connection: always when the server rolled it back or no connection could be
-    /// had, and after a broken connection only when `idempotent`.
-    async fn run(&self, op: &'static str, sql: &str, idempotent: bool) -> Result<Outcome> {
-        self.run_sql(op, Sql::Text(sql), idempotent).await
-    }
-
-    /// [`run`](Self::run) for a prepared statement (see [`Prepared`]) and its values.
-    async fn run_prepared(
-        &self,
-        op: &'static str,
-        p: &Prepared,
-        lock: &MyLock<'_>,
-        lease_ms: i64,
-        idempotent: bool,
-    ) -> Result<Outcome> {
-        let values: Vec<Value> = p
-            .names
-            .iter()
-            .map(|n| match *n {
-                "region" => Value::Bytes(lock.region.as_bytes().to_vec()),
-                "key" => Value::Bytes(lock.key.as_bytes().to_vec()),
-                "tok" => Value::Bytes(lock.token.as_bytes().to_vec()),
-                "lease" => Value::Int(lease_ms),
-                "want" => Value::Int(WANT_WINDOW_MS),
-                "half" => Value::Int(WANT_WINDOW_MS / 2),
-                other => unreachable!("no value for `{other}`"),
-            })
-            .collect();
-        self.run_sql(op, Sql::Prepared(p, &values), idempotent)
-            .await
-    }
-
-    async fn run_sql(&self, op: &'static str, sql: Sql<'_>, idempotent: bool) -> Result<Outcome> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let last = attempt >= ATTEMPTS;
-            let conn = match self.conn(op).await {
-                Ok(c) => c,
-                Err(e) if e.is_retryable() && !last => {
-                    tokio::time::sleep(Duration::from_millis(5 * attempt as u64)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            // Should this call be cut off while the statement is under way, the guard closes
-            // the connection instead of giving it back to the pool.
-            let mut borrowed = Borrowed(Some(conn));
-            let result = self
-                .run_once(borrowed.0.as_mut().expect("borrowed"), sql)
-                .await;
-            let conn = borrowed.0.take().expect("borrowed");
-            match result {
-                Ok(out) => return Ok(out),
-                Err(e) => {
-                    let class = classify(&e);
-                    if matches!(class, Class::Connection) {
-                        // Do not hand a broken connection back to the pool.
-                        discard(conn);
-                    } else {
-                        drop(conn);
-                    }
-                    if matches!(class, Class::NoTable) {
-                        self.ready_fast.store(false, Ordering::Release);
-                        *self.ready.lock().await = false;
-                    }
-                    let retry = match class {
-                        Class::RolledBack | Class::NoTable => true,
-                        Class::Connection => idempotent,
-                        Class::Permanent => false,
-                    };
-                    if retry && !last {
-                        tracing::debug!(op, error = %e, "transient database error; retrying");
-                        continue;
-                    }
-                    return Err(self.error(op, &e));
-                }
-            }
-        }
-    }
-
     /// (region, key) natively, (REGION, LOCK_KEY) in Spring mode.
     fn ident(&self, name: &LockName) -> Result<(String, String)> {
         let region = self.options.region_of(name);
@@ -641,14 +325,6 @@ impl Inner {
     /// released.
     fn doorbell(&self, a: &str, b: &str) -> String {
         doorbell_name(&self.qualified_table, a, b)
-    }
-
-    fn owner(&self, token: Token) -> String {
-        if self.options.spring {
-            token_uuid(token)
-        } else {
-            token.to_string()
-        }
     }
 
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
@@ -808,8 +484,8 @@ impl MySqlBackend {
                 fence: fence_from(KIND, fence)?,
             })
         };
-        let context = self.inner.context("try_acquire");
-        detached_attempt(KIND, context, Some(limit), attempt, move || async move {
+        let named = context(&self.inner, "try_acquire");
+        detached_attempt(KIND, named, Some(limit), attempt, move || async move {
             let _ = undo.release_token(&undo_name, token).await;
         })
         .await
@@ -824,11 +500,7 @@ impl Backend for MySqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fencing: if self.inner.options.spring {
-                Fencing::None
-            } else {
-                Fencing::MonotonicAcrossDataLoss
-            },
+            fencing: fencing(&self.inner.options),
             notifies_release: true,
             // Waiting processes queue on the lock's doorbell turnstile, which the server
             // grants in arrival order: one process is woken per release, first come, first
@@ -853,41 +525,31 @@ impl Backend for MySqlBackend {
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("release"),
-            Some(limit),
-            async move { inner.release_token(&name, token).await },
-        )
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "release", limit, move |inner| async move {
+            inner.release_token(&name, token).await
+        })
         .await
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let inner = self.inner.clone();
         let name = name.clone();
         // Bounded by the lease too: a renewal that answers after the lease ended is no use.
-        let limit = inner.options.renewal_timeout(lease);
-        detached(
-            KIND,
-            self.inner.context("extend"),
-            Some(limit),
-            async move {
-                let (a, b) = inner.ident(&name)?;
-                let owner = inner.owner(token);
-                let sql = inner.sql.extend(
-                    &MyLock {
-                        region: &a,
-                        key: &b,
-                        token: &owner,
-                    },
-                    lease_ms(lease),
-                );
-                Ok(inner.run("extend", &sql, true).await?.affected > 0)
-            },
-        )
+        let limit = self.inner.options.renewal_timeout(lease);
+        on_own_task(&self.inner, "extend", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let owner = inner.owner(token);
+            let sql = inner.sql.extend(
+                &MyLock {
+                    region: &a,
+                    key: &b,
+                    token: &owner,
+                },
+                lease_ms(lease),
+            );
+            Ok(inner.run("extend", &sql, true).await?.affected > 0)
+        })
         .await
     }
 
@@ -896,72 +558,53 @@ impl Backend for MySqlBackend {
         if batch.is_empty() {
             return Vec::new();
         }
-        let inner = self.inner.clone();
         let batch: Vec<Renewal> = batch.to_vec();
         let count = batch.len();
-        let shortest = batch.iter().map(|r| r.lease).min().unwrap_or_default();
-        let limit = inner.options.renewal_timeout(shortest);
-        let result = detached(
-            KIND,
-            self.inner.context("extend_many"),
-            Some(limit),
-            async move {
-                let mut extended = vec![false; batch.len()];
-                let idents: Vec<Option<(String, String, String, i64)>> = batch
+        let limit = batch_timeout(&self.inner.options, &batch);
+        let result = on_own_task(&self.inner, "extend_many", limit, move |inner| async move {
+            let mut extended = vec![false; batch.len()];
+            let idents: Vec<Option<(String, String, String, i64)>> = batch
+                .iter()
+                .map(|r| {
+                    inner
+                        .ident(&r.name)
+                        .ok()
+                        .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
+                })
+                .collect();
+            let valid: Vec<(usize, &(String, String, String, i64))> = idents
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+                .collect();
+            for chunk in valid.chunks(BATCH) {
+                let locks: Vec<(MyLock<'_>, i64)> = chunk
                     .iter()
-                    .map(|r| {
-                        inner
-                            .ident(&r.name)
-                            .ok()
-                            .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
+                    .map(|(_, (a, b, t, l))| {
+                        (
+                            MyLock {
+                                region: a,
+                                key: b,
+                                token: t,
+                            },
+                            *l,
+                        )
                     })
                     .collect();
-                let valid: Vec<(usize, &(String, String, String, i64))> = idents
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-                    .collect();
-                for chunk in valid.chunks(BATCH) {
-                    let locks: Vec<(MyLock<'_>, i64)> = chunk
-                        .iter()
-                        .map(|(_, (a, b, t, l))| {
-                            (
-                                MyLock {
-                                    region: a,
-                                    key: b,
-                                    token: t,
-                                },
-                                *l,
-                            )
-                        })
-                        .collect();
-                    let sql = inner.sql.extend_many(&locks);
-                    let out = inner.run("extend_many", &sql, true).await?;
-                    for row in &out.rows {
-                        if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
-                            if let Some((original, _)) = chunk.get(i) {
-                                extended[*original] = true;
-                            }
+                let sql = inner.sql.extend_many(&locks);
+                let out = inner.run("extend_many", &sql, true).await?;
+                for row in &out.rows {
+                    if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
+                        if let Some((original, _)) = chunk.get(i) {
+                            extended[*original] = true;
                         }
                     }
                 }
-                Ok(extended)
-            },
-        )
+            }
+            Ok(extended)
+        })
         .await;
-        match result {
-            Ok(v) => v.into_iter().map(Ok).collect(),
-            Err(e) => (0..count)
-                .map(|_| {
-                    Err(match &e {
-                        Error::Unavailable { message, .. } => {
-                            Error::unavailable(KIND, message.clone())
-                        }
-                        other => Error::backend(KIND, other.to_string()),
-                    })
-                })
-                .collect(),
-        }
+        per_entry(KIND, count, result)
     }
 
     /// Releases made through this backend (or its clones) fire the subscription at once;
@@ -989,14 +632,13 @@ impl Backend for MySqlBackend {
 
     /// The fence is kept (native layout).
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("force_release"),
-            Some(limit),
-            async move {
+        let limit = self.inner.options.request_timeout;
+        on_own_task(
+            &self.inner,
+            "force_release",
+            limit,
+            move |inner| async move {
                 let (a, b) = inner.ident(&name)?;
                 let sql = inner.sql.force_delete(&MyLock {
                     region: &a,
@@ -1014,119 +656,26 @@ impl Backend for MySqlBackend {
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let inner = self.inner.clone();
         let name = name.clone();
-        let limit = inner.options.request_timeout;
-        detached(
-            KIND,
-            self.inner.context("inspect"),
-            Some(limit),
-            async move {
-                let (a, b) = inner.ident(&name)?;
-                let sql = inner.sql.inspect(&MyLock {
-                    region: &a,
-                    key: &b,
-                    token: "",
-                });
-                let out = inner.run("inspect", &sql, true).await?;
-                out.rows
-                    .first()
-                    .map(|row| {
-                        Ok(LockInfo {
-                            fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
-                            remaining: int(row, 1).map(millis),
-                        })
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "inspect", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let sql = inner.sql.inspect(&MyLock {
+                region: &a,
+                key: &b,
+                token: "",
+            });
+            let out = inner.run("inspect", &sql, true).await?;
+            out.rows
+                .first()
+                .map(|row| {
+                    Ok(LockInfo {
+                        fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
+                        remaining: int(row, 1).map(millis),
                     })
-                    .transpose()
-            },
-        )
+                })
+                .transpose()
+        })
         .await
-    }
-}
-
-#[cfg(all(test, feature = "testkit"))]
-mod tests {
-    use super::*;
-    use crate::testkit::mysql::MariaDbServer;
-
-    /// Whether some session holds the doorbell of `name` (as the backend names it).
-    fn doorbell_held(
-        db: &crate::testkit::mysql::TestDatabase,
-        b: &MySqlBackend,
-        n: &LockName,
-    ) -> bool {
-        let (region, key) = b.inner.ident(n).unwrap();
-        let bell = b.inner.doorbell(&region, &key);
-        let rows = db.query(&format!("SELECT IS_USED_LOCK('{bell}')")).unwrap();
-        rows[0][0].is_some()
-    }
-
-    /// An uncontended hold rings nobody; once a waiter marked the lock wanted, the holder holds
-    /// the doorbell for exactly as long as it holds the lock.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
-        let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-        let db = server.fresh_database().unwrap();
-        let holder = MySqlBackend::connect(db.url()).await.unwrap();
-        let waiter = MySqlBackend::connect(db.url()).await.unwrap();
-        let name = LockName::new("bell", "k").unwrap();
-        let lease = Duration::from_secs(10);
-        let (h, w) = (Token::random(), Token::random());
-
-        assert!(matches!(
-            holder
-                .acquire(&name, h, lease, AcquireMode::Queue)
-                .await
-                .unwrap(),
-            Attempt::Acquired { .. }
-        ));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            !doorbell_held(&db, &holder, &name),
-            "an uncontended hold took the doorbell"
-        );
-        // The waiter finds it busy (and marks it wanted).
-        assert!(matches!(
-            waiter
-                .acquire(&name, w, lease, AcquireMode::Queue)
-                .await
-                .unwrap(),
-            Attempt::Busy { .. }
-        ));
-        assert!(holder.release(&name, h).await.unwrap().contended);
-
-        // Taken again while wanted: the doorbell is held with the lock, and given back with it.
-        assert!(matches!(
-            holder
-                .acquire(&name, h, lease, AcquireMode::Queue)
-                .await
-                .unwrap(),
-            Attempt::Acquired { .. }
-        ));
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        while !doorbell_held(&db, &holder, &name) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the wanted hold never took the doorbell"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let mut sub = waiter.subscribe(&name, Token::random()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await; // the waiter's connection waits
-        assert!(holder.release(&name, h).await.unwrap().was_held);
-        assert!(
-            !doorbell_held(&db, &holder, &name),
-            "the release kept the doorbell"
-        );
-        tokio::time::timeout(Duration::from_millis(500), sub.released())
-            .await
-            .expect("the waiter was not rung");
-        assert!(matches!(
-            waiter
-                .acquire(&name, w, lease, AcquireMode::Queue)
-                .await
-                .unwrap(),
-            Attempt::Acquired { .. }
-        ));
     }
 }

@@ -1,0 +1,312 @@
+//! One acquisition attempt and the deletion of a key: creating the key, reading the queue,
+//! watching the predecessor, and cleaning up after failures (zombies).
+
+use super::options::{DELETE_RETRY, KIND};
+use super::queue::{ascending, before, lock_dir};
+use super::state::{Contender, Entry, Phase, Shared, Slot};
+use crate::backend::{Attempt, LockName, Token};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+
+use super::client::{is_lease_not_found, map_err};
+use super::pb;
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn attempt_locked(
+        &self,
+        slot: &Arc<Slot>,
+        e: &mut Entry,
+        name: LockName,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Result<Attempt> {
+        let sent = Instant::now();
+        e.touched = Some(sent);
+        if e.phase == Phase::Zombie {
+            self.delete_own(e, token).await?;
+            self.forget_key(e, token);
+            e.phase = Phase::New;
+        }
+        if e.phase == Phase::Done {
+            e.phase = Phase::New;
+        }
+        if e.name.is_none() {
+            e.dir = lock_dir(&name);
+            e.name = Some(name);
+        }
+        let token_hex = token.to_hex_bytes().to_vec();
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            if rounds > 8 {
+                // The queue keeps changing under us; the registry comes back after the next
+                // notification or poll. Busy is always safe.
+                return Ok(Attempt::Busy { retry_after: None });
+            }
+            let (mine, view) = if e.phase == Phase::New {
+                if e.session.as_ref().is_none_or(|s| s.is_dead()) {
+                    if let Some(old) = e.session.take() {
+                        old.remove_user(&e.dir, token);
+                    }
+                    let s = self.session_for(&e.dir, token, lease).await?;
+                    e.key = format!("{}{:x}", e.dir, s.id);
+                    e.attached = Some(s.clone());
+                    e.session = Some(s);
+                }
+                let Some(attached) = e.attached.clone() else {
+                    return Err(Error::backend(KIND, "internal: no session for the key"));
+                };
+                let key = e.key.as_bytes();
+                let txn = pb::txn(
+                    vec![pb::create_revision_is(key, 0)],
+                    vec![
+                        pb::op_put(key, &token_hex, attached.id),
+                        pb::op_range(ascending(&e.dir)),
+                    ],
+                    vec![
+                        pb::op_range(pb::range_key(key)),
+                        pb::op_range(ascending(&e.dir)),
+                    ],
+                );
+                e.maybe_created = true;
+                let resp = match self.client.txn(txn).await {
+                    Ok(r) => r,
+                    Err(err) if is_lease_not_found(&err) => {
+                        e.maybe_created = false;
+                        self.session_died(&attached);
+                        continue;
+                    }
+                    Err(err) => return Err(map_err(err)),
+                };
+                let rev = if resp.succeeded {
+                    resp.header.as_ref().map_or(0, |h| h.revision)
+                } else {
+                    let kv = pb::range_at(&resp, 0).and_then(|g| g.kvs.first());
+                    match kv {
+                        Some(kv) if kv.value == token_hex => kv.create_revision,
+                        Some(_) => {
+                            e.maybe_created = false;
+                            return Err(Error::backend(
+                                KIND,
+                                format!(
+                                    "key {} belongs to another owner (lease id collision)",
+                                    e.key
+                                ),
+                            ));
+                        }
+                        // Deleted in between: try again.
+                        None => continue,
+                    }
+                };
+                e.maybe_created = false;
+                e.create_rev = rev;
+                e.phase = Phase::Queued;
+                let mine = Contender {
+                    key: e.key.clone().into_bytes(),
+                    rev,
+                    lease: attached.id,
+                };
+                let Some(asc) = pb::range_at(&resp, 1) else {
+                    return Err(Error::backend(KIND, "short transaction reply"));
+                };
+                let view = self.view(&e.dir, &mine, asc, None).await?;
+                (mine, view)
+            } else {
+                // Queued (or held): one linearizable read confirms the own key and ranges the
+                // queue around it.
+                let txn = pb::txn(
+                    vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
+                    vec![
+                        pb::op_range(ascending(&e.dir)),
+                        pb::op_range(before(&e.dir, e.create_rev)),
+                    ],
+                    vec![],
+                );
+                let resp = self.txn(txn).await?;
+                if !resp.succeeded {
+                    tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
+                    e.phase = Phase::New;
+                    e.create_rev = 0;
+                    continue;
+                }
+                let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
+                else {
+                    return Err(Error::backend(KIND, "short transaction reply"));
+                };
+                let mine = Contender {
+                    key: e.key.clone().into_bytes(),
+                    rev: e.create_rev,
+                    lease: e.attached.as_ref().map_or(0, |s| s.id),
+                };
+                let view = self.view(&e.dir, &mine, asc, Some(desc)).await?;
+                (mine, view)
+            };
+
+            let Some(holder) = view.holder else {
+                // Our own key is always in the queue; an empty view means it just went.
+                e.phase = Phase::New;
+                e.create_rev = 0;
+                continue;
+            };
+            if holder.rev == mine.rev {
+                // The server keeps the key at least until the last confirmed keep-alive plus
+                // the TTL; make sure that covers the lease the registry counts from `sent`.
+                let Some(attached) = e.attached.clone() else {
+                    return Err(Error::backend(KIND, "internal: no session for the key"));
+                };
+                if attached.confirmed() + attached.ttl < sent + lease {
+                    match attached.keep_alive_now(self.opts.request_timeout).await? {
+                        true => {}
+                        false => {
+                            self.session_died(&attached);
+                            e.phase = Phase::New;
+                            e.create_rev = 0;
+                            continue;
+                        }
+                    }
+                }
+                e.phase = Phase::Held;
+                let deadline = sent + lease;
+                e.deadline = Some(deadline);
+                if let Some(w) = slot.take_watch() {
+                    self.watches.cancel(w);
+                }
+                self.reap_at(deadline);
+                return Ok(Attempt::Acquired {
+                    fence: u64::try_from(mine.rev).unwrap_or(0),
+                });
+            }
+            if !queued {
+                match self.delete_own(e, token).await {
+                    Ok(_) => {
+                        e.phase = Phase::Done;
+                        self.forget_key(e, token);
+                        if !slot.subscribed() {
+                            self.drop_slot(token, slot);
+                        }
+                    }
+                    Err(err) => {
+                        self.zombify(e, err);
+                    }
+                }
+                return Ok(Attempt::Busy { retry_after: None });
+            }
+            e.phase = Phase::Queued;
+            e.pred = view.pred.clone();
+            let Some(pred) = view.pred else {
+                // The holder is older than us, so somebody precedes us; the ranges raced with
+                // a change of the queue. Look again.
+                continue;
+            };
+            if !slot.subscribed() || slot.watches(&pred) {
+                return Ok(Attempt::Busy { retry_after: None });
+            }
+            // Watch the predecessor from now on, then look again: if it went before the watch
+            // started, the next read shows it.
+            self.watch_pred(slot, pred).await?;
+        }
+    }
+
+    pub(super) async fn watch_pred(&self, slot: &Arc<Slot>, pred: Contender) -> Result<()> {
+        if let Some(old) = slot.take_watch() {
+            self.watches.cancel(old);
+        }
+        let handle = self
+            .watches
+            .create(
+                pred.key,
+                pred.rev,
+                slot.signal.clone(),
+                self.opts.request_timeout,
+            )
+            .await?;
+        *slot.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        if !slot.subscribed() {
+            if let Some(w) = slot.take_watch() {
+                self.watches.cancel(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the own key if it still holds `token`; returns whether it was there.
+    pub(super) async fn delete_own(&self, e: &Entry, token: Token) -> Result<bool> {
+        if e.key.is_empty() {
+            return Ok(false);
+        }
+        let key = e.key.as_bytes();
+        let txn = pb::txn(
+            vec![pb::value_is(key, &token.to_hex_bytes())],
+            vec![pb::op_delete(key)],
+            vec![],
+        );
+        Ok(self.txn(txn).await?.succeeded)
+    }
+
+    /// The key is gone from the server: free its name for other tokens of this instance.
+    pub(super) fn forget_key(&self, e: &mut Entry, token: Token) {
+        let (named, attached) = (e.session.take(), e.attached.take());
+        if let Some(a) = &attached {
+            if named.as_ref().is_none_or(|n| !Arc::ptr_eq(a, n)) {
+                a.attached.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        if let Some(s) = named {
+            s.remove_user(&e.dir, token);
+        }
+        e.maybe_created = false;
+        e.create_rev = 0;
+        e.deadline = None;
+    }
+
+    pub(super) fn zombify(&self, e: &mut Entry, err: Error) {
+        tracing::debug!(key = %e.key, error = %err, "deleting the lock key failed; retrying in the background");
+        e.phase = Phase::Zombie;
+        let at = Instant::now() + DELETE_RETRY;
+        e.retry_at = Some(at);
+        self.reap_at(at);
+    }
+
+    pub(super) async fn finish_locked(
+        &self,
+        slot: &Arc<Slot>,
+        e: &mut Entry,
+        token: Token,
+    ) -> Result<(bool, bool)> {
+        let held = e.phase == Phase::Held;
+        if let Some(w) = slot.take_watch() {
+            self.watches.cancel(w);
+        }
+        let on_server =
+            matches!(e.phase, Phase::Queued | Phase::Held | Phase::Zombie) || e.maybe_created;
+        if !on_server {
+            e.phase = Phase::Done;
+            self.forget_key(e, token);
+            self.drop_slot(token, slot);
+            return Ok((held, false));
+        }
+        match self.delete_own(e, token).await {
+            Ok(deleted) => {
+                e.phase = Phase::Done;
+                self.forget_key(e, token);
+                self.drop_slot(token, slot);
+                Ok((held, deleted))
+            }
+            Err(err) => {
+                let msg = err.to_string();
+                self.zombify(e, err);
+                Err(Error::unavailable(
+                    KIND,
+                    format!("{msg} (the key will be deleted in the background)"),
+                ))
+            }
+        }
+    }
+}

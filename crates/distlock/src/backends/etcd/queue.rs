@@ -1,0 +1,123 @@
+//! The queue of one lock on the server: key layout (`<prefix>/<key>/<lease hex>`), the ranges
+//! that find the holder and the predecessor, and the reads behind them.
+
+use crate::backend::LockName;
+use std::time::Duration;
+
+use crate::error::Result;
+
+use super::client::map_err;
+use super::options::PEEK;
+use super::pb::{self, range_request::SortOrder};
+use super::state::{Contender, Shared, View};
+
+/// The session TTL class of a lock lease: 1.5 × the lease in whole seconds, at least `min`.
+pub(super) fn class_of(lease: Duration, min: Duration) -> i64 {
+    let want = lease.as_secs_f64() * 1.5;
+    let secs = want.ceil().max(min.as_secs_f64().ceil()).max(1.0);
+    secs.min(9e9) as i64
+}
+
+pub(super) fn lock_dir(name: &LockName) -> String {
+    let mut d = String::with_capacity(name.prefix().len() + name.key().len() + 2);
+    d.push_str(name.prefix());
+    d.push('/');
+    d.push_str(name.key());
+    d.push('/');
+    d
+}
+
+pub(super) fn is_direct_child(dir: &[u8], key: &[u8]) -> bool {
+    key.len() > dir.len() && key.starts_with(dir) && !key[dir.len()..].contains(&b'/')
+}
+
+/// The keys directly below `dir` (not those of a lock whose key extends this one's with `/`).
+pub(super) fn direct_children(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Contender> {
+    kvs.iter()
+        .filter(|kv| is_direct_child(dir, &kv.key))
+        .map(|kv| Contender {
+            key: kv.key.clone(),
+            rev: kv.create_revision,
+            lease: kv.lease,
+        })
+        .collect()
+}
+
+/// The first contenders of `dir`, oldest first.
+pub(super) fn ascending(dir: &str) -> pb::RangeRequest {
+    pb::RangeRequest {
+        limit: PEEK,
+        ..pb::range_by_create(dir.as_bytes(), SortOrder::Ascend)
+    }
+}
+
+/// The contenders of `dir` created before revision `rev`, youngest first.
+pub(super) fn before(dir: &str, rev: i64) -> pb::RangeRequest {
+    pb::RangeRequest {
+        limit: PEEK,
+        max_create_revision: rev - 1,
+        ..pb::range_by_create(dir.as_bytes(), SortOrder::Descend)
+    }
+}
+
+impl Shared {
+    pub(super) async fn txn(&self, txn: pb::TxnRequest) -> Result<pb::TxnResponse> {
+        self.client.txn(txn).await.map_err(map_err)
+    }
+
+    pub(super) async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
+        self.client.range(req).await.map_err(map_err)
+    }
+
+    /// Every contender of `dir`, oldest first (for queues whose head the short ranges missed).
+    pub(super) async fn all_contenders(&self, dir: &str) -> Result<Vec<Contender>> {
+        let resp = self
+            .range(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend))
+            .await?;
+        Ok(direct_children(dir.as_bytes(), &resp.kvs))
+    }
+
+    pub(super) async fn holder(&self, dir: &str) -> Result<Option<Contender>> {
+        let resp = self.range(ascending(dir)).await?;
+        match direct_children(dir.as_bytes(), &resp.kvs)
+            .into_iter()
+            .next()
+        {
+            Some(c) => Ok(Some(c)),
+            None if resp.more => Ok(self.all_contenders(dir).await?.into_iter().next()),
+            None => Ok(None),
+        }
+    }
+
+    /// The queue as seen by `mine` from an ascending range (and, when given, a range of the
+    /// keys created before it), falling back to the whole queue when they missed.
+    pub(super) async fn view(
+        &self,
+        dir: &str,
+        mine: &Contender,
+        asc: &pb::RangeResponse,
+        desc: Option<&pb::RangeResponse>,
+    ) -> Result<View> {
+        let d = dir.as_bytes();
+        let listed = direct_children(d, &asc.kvs);
+        let mut holder = listed.first().cloned();
+        let mut pred = match desc {
+            Some(desc) => direct_children(d, &desc.kvs).into_iter().next(),
+            None => listed
+                .iter()
+                .take_while(|c| c.rev < mine.rev)
+                .last()
+                .cloned(),
+        };
+        let listed_mine = listed.iter().any(|c| c.rev >= mine.rev);
+        let complete = holder.is_some() && (desc.is_some() || listed_mine || !asc.more);
+        let desc_missed =
+            desc.is_some_and(|r| pred.is_none() && r.more) && holder.as_ref() != Some(mine);
+        if !complete || desc_missed {
+            let all = self.all_contenders(dir).await?;
+            holder = all.first().cloned();
+            pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
+        }
+        Ok(View { holder, pred })
+    }
+}

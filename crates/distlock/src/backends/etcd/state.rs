@@ -1,0 +1,184 @@
+//! The backend's in-memory state: the shared core ([`Shared`]), one [`Slot`] per token with its
+//! [`Entry`] (what this instance knows about its key on the server), and the small helpers that
+//! find, create and drop slots.
+
+use crate::backend::{LockName, ReleaseSignal, Token};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::client::Client;
+use super::options::EtcdOptions;
+use super::session::{KaCmd, Session};
+use super::watch::{WatchHandle, WatchHub};
+
+pub(super) struct Shared {
+    /// This value's own `Arc`, for the background tasks it starts.
+    pub(super) me: Weak<Shared>,
+    pub(super) client: Client,
+    /// `etcd://host:port,...` without credentials, for messages.
+    pub(super) target: String,
+    pub(super) opts: EtcdOptions,
+    pub(super) pool: Mutex<Vec<Arc<Session>>>,
+    /// Serializes lease grants, so that concurrent first acquisitions share one session.
+    pub(super) granting: tokio::sync::Mutex<()>,
+    pub(super) slots: Mutex<HashMap<Token, Arc<Slot>>>,
+    pub(super) watches: WatchHub,
+    pub(super) reaper_wake: Arc<Notify>,
+    /// When the reaper looks next (ms since `epoch`).
+    pub(super) reaper_next_ms: AtomicU64,
+    pub(super) epoch: Instant,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Revoke the sessions: every key of this instance goes at once instead of with the TTL.
+        for s in self.pool.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = s.cmds.send(KaCmd::Close);
+        }
+        self.reaper_wake.notify_one();
+    }
+}
+
+/// Per-token state: one acquisition (waiting, holding, or being cleaned up).
+pub(super) struct Slot {
+    pub(super) signal: Arc<ReleaseSignal>,
+    /// Alive while the registry holds the waiter's subscription.
+    pub(super) sub: Mutex<Weak<()>>,
+    /// The predecessor watch, while subscribed.
+    pub(super) watch: Mutex<Option<WatchHandle>>,
+    /// Shared so that an attempt can take it before its task starts (see `attempt`).
+    pub(super) entry: Arc<tokio::sync::Mutex<Entry>>,
+}
+
+impl Slot {
+    pub(super) fn new() -> Self {
+        Slot {
+            signal: Arc::new(ReleaseSignal::default()),
+            sub: Mutex::new(Weak::new()),
+            watch: Mutex::new(None),
+            entry: Arc::new(tokio::sync::Mutex::new(Entry {
+                touched: Some(Instant::now()),
+                ..Entry::default()
+            })),
+        }
+    }
+
+    pub(super) fn subscribed(&self) -> bool {
+        self.sub
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .strong_count()
+            > 0
+    }
+
+    pub(super) fn take_watch(&self) -> Option<WatchHandle> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    pub(super) fn watches(&self, pred: &Contender) -> bool {
+        self.watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|w| {
+                w.key == pred.key && w.rev == pred.rev && !w.broken.load(Ordering::Acquire)
+            })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Phase {
+    /// No key on the server (or not known yet, see `Entry::maybe_created`).
+    #[default]
+    New,
+    /// The key is queued behind others.
+    Queued,
+    /// The key is the lowest: the lock is ours.
+    Held,
+    /// The key must be deleted; an earlier attempt failed.
+    Zombie,
+    /// Nothing left on the server.
+    Done,
+}
+
+#[derive(Default)]
+pub(super) struct Entry {
+    pub(super) phase: Phase,
+    pub(super) name: Option<LockName>,
+    /// `<prefix>/<key>/`.
+    pub(super) dir: String,
+    /// `<dir><session lease id hex>`.
+    pub(super) key: String,
+    /// The session whose id names the key.
+    pub(super) session: Option<Arc<Session>>,
+    /// The session the key is attached to (another one after a longer extension).
+    pub(super) attached: Option<Arc<Session>>,
+    pub(super) create_rev: i64,
+    /// A create request was sent without an answer: the key may exist.
+    pub(super) maybe_created: bool,
+    /// While held: when the registry's lease ends without renewal.
+    pub(super) deadline: Option<Instant>,
+    /// Last call by the registry.
+    pub(super) touched: Option<Instant>,
+    /// While a zombie: when to try deleting again.
+    pub(super) retry_at: Option<Instant>,
+    /// The key created just before ours, as the last attempt saw it.
+    pub(super) pred: Option<Contender>,
+    /// The last attempt failed: the registry may not know that the key is queued.
+    pub(super) failed_at: Option<Instant>,
+}
+
+/// One key in a lock's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Contender {
+    pub(super) key: Vec<u8>,
+    pub(super) rev: i64,
+    pub(super) lease: i64,
+}
+
+/// What a ranging of the queue found.
+pub(super) struct View {
+    pub(super) holder: Option<Contender>,
+    pub(super) pred: Option<Contender>,
+}
+
+impl Shared {
+    pub(super) fn slot(&self, token: Token) -> Option<Arc<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&token)
+            .cloned()
+    }
+
+    pub(super) fn slot_for(&self, token: Token) -> Arc<Slot> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(token)
+            .or_insert_with(|| Arc::new(Slot::new()))
+            .clone()
+    }
+
+    pub(super) fn drop_slot(&self, token: Token, slot: &Arc<Slot>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.get(&token).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(&token);
+        }
+    }
+
+    pub(super) fn ms(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Makes sure the reaper looks at `at` at the latest.
+    pub(super) fn reap_at(&self, at: Instant) {
+        if self.ms(at) < self.reaper_next_ms.load(Ordering::Acquire) {
+            self.reaper_wake.notify_one();
+        }
+    }
+}

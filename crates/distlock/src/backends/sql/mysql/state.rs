@@ -1,0 +1,48 @@
+//! The backend's shared state ([`Inner`]), behind the `Arc` that every clone and the doorbell
+//! tasks hold. Apart from `mod.rs` so that the parts (connections) import it from here and
+//! nothing imports back from the module root.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use mysql_async::Pool;
+
+use crate::backend::ReleaseSignals;
+use crate::backends::sql::dialect::{My, Prepared};
+use crate::backends::sql::doorbell::Doorbells;
+use crate::backends::sql::server::server_state;
+use crate::backends::sql::SqlOptions;
+
+pub(super) const KIND: &str = "mysql";
+
+pub(super) struct Inner {
+    pub(super) pool: Pool,
+    pub(super) target: String,
+    pub(super) user: String,
+    pub(super) password: Option<String>,
+    pub(super) options: SqlOptions,
+    pub(super) sql: My,
+    pub(super) ready: tokio::sync::Mutex<bool>,
+    pub(super) ready_fast: AtomicBool,
+    pub(super) signals: Arc<ReleaseSignals>,
+    pub(super) doorbells: Arc<Doorbells>,
+    /// `database.table`, which names the doorbells (see [`Inner::doorbell`]).
+    pub(super) qualified_table: String,
+    /// The common acquisition and the release, prepared (native layout).
+    pub(super) acquire_prepared: Prepared,
+    pub(super) release_prepared: Prepared,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let pool = self.pool.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = pool.disconnect().await;
+            });
+        }
+    }
+}
+
+// The shared operation plumbing of the server backends (see `sql::server`).
+server_state!(Inner, KIND);

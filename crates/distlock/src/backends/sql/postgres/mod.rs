@@ -1,0 +1,483 @@
+//! PostgreSQL backend: the lease table of the [`sql`](super) module over `tokio-postgres`, with
+//! `LISTEN`/`NOTIFY` to wake waiters.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+//! use distlock::{LockRegistry, RegistryOptions};
+//! use distlock::backends::postgres::PostgresBackend;
+//! let backend = PostgresBackend::connect("postgres://app:secret@127.0.0.1:5432/app").await?;
+//! let registry = LockRegistry::with_options(backend, RegistryOptions::default())?;
+//! let guard = registry.obtain("voucher:42")?.lock().await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See the [module docs](super) for the table, the Spring mode and the URL parameters.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Semaphore;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Config;
+
+use super::dialect::Pg;
+use super::server::{batch_timeout, context, fencing, on_own_task, Server};
+use super::{
+    channel, fence_from, lease_ms, millis, parse_url, per_entry, spring_lock_key, SqlOptions,
+    WANT_WINDOW_MS,
+};
+use crate::backend::{
+    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+};
+use crate::error::{Error, Result};
+
+mod listen;
+mod pool;
+mod state;
+mod tls;
+
+use self::pool::{Pool, Stmt};
+use self::state::{Inner, KIND};
+pub use self::tls::SslMode;
+use self::tls::{TlsFiles, Transport};
+
+/// The URL schemes of this backend.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// Locks in a PostgreSQL lease table; see the [module docs](self).
+///
+/// Cloning is cheap and shares the pool and the listening connection. `Debug` shows the
+/// server, database, user and table, never the password.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("PostgresBackend")
+            .field("target", &i.target)
+            .field("user", &i.user)
+            .field("table", &i.options.table)
+            .field("schema", &i.options.schema)
+            .field("spring", &i.options.spring)
+            .finish()
+    }
+}
+
+impl PostgresBackend {
+    /// Connects with a URL: `postgres://[user[:password]@]host[:port][/database][?params]`
+    /// (see the [module docs](super) for the parameters). One connection is opened and checked
+    /// at once, so that a wrong address or password is reported here.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let mut parsed = parse_url(KIND, SCHEMES, url)?;
+        let mut config = Config::new();
+        config.host(&parsed.host);
+        config.port(parsed.port.unwrap_or(5432));
+        let user = parsed.user.clone().unwrap_or_else(|| "postgres".to_owned());
+        config.user(&user);
+        if let Some(p) = &parsed.password {
+            config.password(p.as_bytes());
+        }
+        let database = parsed.database.clone().unwrap_or_else(|| user.clone());
+        config.dbname(&database);
+        config.application_name("distlock");
+        let mut ssl = SslMode::Prefer;
+        let mut files = TlsFiles::default();
+        for (name, value) in std::mem::take(&mut parsed.rest) {
+            match name.as_str() {
+                "sslmode" => ssl = SslMode::parse(&value)?,
+                "sslrootcert" => files.root_cert = Some(value),
+                "sslcert" => files.cert = Some(value),
+                "sslkey" => files.key = Some(value),
+                "application_name" => {
+                    config.application_name(&value);
+                }
+                other => {
+                    return Err(Error::config(format!(
+                        "postgres URL: unknown query parameter {other:?} (known: table, schema, \
+                         region, spring, create_table, pool_size, connect_timeout, \
+                         request_timeout, allow_insecure_auth, sslmode, sslrootcert, sslcert, \
+                         sslkey, application_name)"
+                    )))
+                }
+            }
+        }
+        let transport = Transport::new(ssl, &files, parsed.options.allow_insecure_auth)?;
+        let target = format!(
+            "{}:{}/{}",
+            parsed.host,
+            parsed.port.unwrap_or(5432),
+            database
+        );
+        Self::with_config(
+            config,
+            transport,
+            target,
+            user,
+            parsed.password,
+            parsed.options,
+        )
+        .await
+    }
+
+    /// Connects with a `tokio-postgres` configuration (its TLS settings are taken from
+    /// `sslmode`-like [`SslMode`], verifying against the Mozilla roots) and explicit options.
+    /// The first host and port of `config` are used.
+    pub async fn connect_with(config: Config, ssl: SslMode, options: SqlOptions) -> Result<Self> {
+        options.validate(KIND)?;
+        let transport = Transport::new(ssl, &TlsFiles::default(), options.allow_insecure_auth)?;
+        let target = format!(
+            "{:?}:{:?}/{}",
+            config.get_hosts(),
+            config.get_ports(),
+            config.get_dbname().unwrap_or("")
+        );
+        let user = config.get_user().unwrap_or("").to_owned();
+        let password = config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
+        Self::with_config(config, transport, target, user, password, options).await
+    }
+
+    async fn with_config(
+        mut config: Config,
+        transport: Transport,
+        target: String,
+        user: String,
+        password: Option<String>,
+        options: SqlOptions,
+    ) -> Result<Self> {
+        config.ssl_mode(match transport.ssl {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        config.connect_timeout(options.connect_timeout);
+        let qualified = format!(
+            "{}.{}",
+            options.schema.as_deref().unwrap_or(""),
+            options.table.to_ascii_lowercase()
+        );
+        let listen_channel = {
+            use md5::{Digest, Md5};
+            let d = Md5::digest(qualified.as_bytes());
+            let hex: String = d.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            format!("distlock_{hex}")
+        };
+        let sql = if options.spring {
+            Pg::spring(options.schema.as_deref(), &options.table)
+        } else {
+            Pg::native(options.schema.as_deref(), &options.table)
+        };
+        let limit = options.connect_timeout + options.request_timeout;
+        let backend = PostgresBackend {
+            inner: Arc::new(Inner {
+                config,
+                transport,
+                target,
+                user,
+                password,
+                pool: Pool {
+                    idle: Mutex::new(Vec::new()),
+                    permits: Arc::new(Semaphore::new(options.pool_size)),
+                },
+                options,
+                sql,
+                ready: tokio::sync::Mutex::new(false),
+                ready_fast: AtomicBool::new(false),
+                signals: ReleaseSignals::default(),
+                listener: OnceLock::new(),
+                listen_channel,
+                origin: format!("{:016x}", rand::random::<u64>()),
+            }),
+        };
+        // Open and check one connection now, so that a wrong host or password is reported
+        // here, and create the table unless it exists (so the first lock operation does not pay
+        // for the DDL).
+        let inner = backend.inner.clone();
+        detached(
+            KIND,
+            context(&backend.inner, "connect"),
+            Some(limit),
+            async move {
+                let mut loan = inner.loan("connect").await?;
+                loan.in_flight = true;
+                let client = &loan
+                    .conn
+                    .as_ref()
+                    .expect("a loan holds a connection")
+                    .client;
+                if let Err(e) = inner.ensure_table(client).await {
+                    return Err(inner.error("create table", &e));
+                }
+                loan.in_flight = false;
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(backend)
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &SqlOptions {
+        &self.inner.options
+    }
+}
+
+impl Inner {
+    /// The first two statement parameters for a lock: (region, key) natively, (LOCK_KEY,
+    /// REGION) in Spring mode.
+    fn ident(&self, name: &LockName) -> Result<(String, String)> {
+        let region = self.options.region_of(name);
+        super::check_region(KIND, self.options.spring, region)?;
+        Ok(if self.options.spring {
+            (spring_lock_key(name.key()), region.to_owned())
+        } else {
+            (region.to_owned(), name.key().to_owned())
+        })
+    }
+
+    fn payload(&self, name: &LockName) -> String {
+        format!("{}:{}", self.origin, channel(name))
+    }
+
+    async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
+        let (a, b) = self.ident(name)?;
+        let owner = self.owner(token);
+        let payload = self.payload(name);
+        let rows = self
+            .query(
+                "release",
+                Stmt::Release,
+                &[&a, &b, &owner, &self.listen_channel, &payload],
+                false,
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(Released::default());
+        };
+        self.signals.fire(&channel(name));
+        Ok(Released {
+            was_held: true,
+            contended: row.get(0),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: fencing(&self.inner.options),
+            notifies_release: true,
+            fifo: false,
+            cross_process: true,
+        }
+    }
+
+    /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
+    /// task; an attempt whose caller went away gives the lock back once it committed.
+    async fn acquire(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        _mode: AcquireMode,
+    ) -> Result<Attempt> {
+        let inner = self.inner.clone();
+        let (undo, undo_name) = (self.inner.clone(), name.clone());
+        let name = name.clone();
+        let limit = inner.options.request_timeout;
+        let attempt = async move {
+            let (a, b) = inner.ident(&name)?;
+            let owner = inner.owner(token);
+            let params: [&(dyn ToSql + Sync); 5] =
+                [&a, &b, &owner, &lease_ms(lease), &WANT_WINDOW_MS];
+            let mut rows = Vec::new();
+            if inner.sql.acquire_existing.is_some() {
+                rows = inner
+                    .query("try_acquire", Stmt::AcquireExisting, &params, true)
+                    .await?;
+            }
+            if rows.is_empty() {
+                rows = inner
+                    .query("try_acquire", Stmt::Acquire, &params, true)
+                    .await?;
+            }
+            let Some(row) = rows.first() else {
+                return Ok(Attempt::Busy { retry_after: None });
+            };
+            let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            if !ours {
+                return Ok(Attempt::Busy {
+                    retry_after: Some(millis(remaining)),
+                });
+            }
+            Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            })
+        };
+        let named = context(&self.inner, "try_acquire");
+        detached_attempt(KIND, named, Some(limit), attempt, move || async move {
+            let _ = undo.release_token(&undo_name, token).await;
+        })
+        .await
+    }
+
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        let name = name.clone();
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "release", limit, move |inner| async move {
+            inner.release_token(&name, token).await
+        })
+        .await
+    }
+
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let name = name.clone();
+        // Bounded by the lease too: a renewal that answers after the lease ended is no use.
+        let limit = self.inner.options.renewal_timeout(lease);
+        on_own_task(&self.inner, "extend", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let owner = inner.owner(token);
+            let rows = inner
+                .query(
+                    "extend",
+                    Stmt::Extend,
+                    &[&a, &b, &owner, &lease_ms(lease)],
+                    true,
+                )
+                .await?;
+            Ok(!rows.is_empty())
+        })
+        .await
+    }
+
+    /// All renewals in one `UPDATE … FROM unnest(…)` statement.
+    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let batch: Vec<Renewal> = batch.to_vec();
+        let count = batch.len();
+        let limit = batch_timeout(&self.inner.options, &batch);
+        let result = on_own_task(&self.inner, "extend_many", limit, move |inner| async move {
+            let mut a = Vec::with_capacity(batch.len());
+            let mut b = Vec::with_capacity(batch.len());
+            let mut owners = Vec::with_capacity(batch.len());
+            let mut leases = Vec::with_capacity(batch.len());
+            let mut entries = Vec::with_capacity(batch.len());
+            for r in &batch {
+                match inner.ident(&r.name) {
+                    Ok((x, y)) => {
+                        let owner = inner.owner(r.token);
+                        entries.push(Some((x.clone(), y.clone(), owner.clone())));
+                        a.push(x);
+                        b.push(y);
+                        owners.push(owner);
+                        leases.push(lease_ms(r.lease));
+                    }
+                    Err(_) => entries.push(None),
+                }
+            }
+            let rows = inner
+                .query(
+                    "extend_many",
+                    Stmt::ExtendMany,
+                    &[&a, &b, &owners, &leases],
+                    true,
+                )
+                .await?;
+            let extended: HashSet<(String, String, String)> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<_, String>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, String>(2),
+                    )
+                })
+                .collect();
+            Ok(entries
+                .into_iter()
+                .map(|e| e.is_some_and(|k| extended.contains(&k)))
+                .collect::<Vec<bool>>())
+        })
+        .await;
+        per_entry(KIND, count, result)
+    }
+
+    /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
+    /// when the `LISTEN` is in force, so that no later release is missed. If the listening
+    /// connection cannot be had within the connect timeout, the subscription still works from
+    /// the moment it comes up (waiters poll meanwhile).
+    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
+        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
+        let _ = self.inner.signals.take_idle(1024);
+        let (sub, _) = self.inner.signals.subscribe(&channel(name));
+        let mut up = self.inner.listener().up.clone();
+        let timeout = self.inner.options.connect_timeout;
+        let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
+        Ok(sub)
+    }
+
+    /// The fence is kept (native layout).
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let name = name.clone();
+        let limit = self.inner.options.request_timeout;
+        on_own_task(
+            &self.inner,
+            "force_release",
+            limit,
+            move |inner| async move {
+                let (a, b) = inner.ident(&name)?;
+                let payload = inner.payload(&name);
+                let rows = inner
+                    .query(
+                        "force_release",
+                        Stmt::ForceDelete,
+                        &[&a, &b, &inner.listen_channel, &payload],
+                        true,
+                    )
+                    .await?;
+                if !rows.is_empty() {
+                    inner.signals.fire(&channel(&name));
+                }
+                Ok(!rows.is_empty())
+            },
+        )
+        .await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let name = name.clone();
+        let limit = self.inner.options.request_timeout;
+        on_own_task(&self.inner, "inspect", limit, move |inner| async move {
+            let (a, b) = inner.ident(&name)?;
+            let rows = inner
+                .query("inspect", Stmt::Inspect, &[&a, &b], true)
+                .await?;
+            rows.first()
+                .map(|row| {
+                    Ok(LockInfo {
+                        fence: Some(fence_from(KIND, row.get(0))?),
+                        remaining: Some(millis(row.get(1))),
+                    })
+                })
+                .transpose()
+        })
+        .await
+    }
+}

@@ -1,0 +1,462 @@
+//! The connection pool: opening connections (through the TLS transport and the auth guard),
+//! lending them out with their prepared statements, and running a statement with the retry
+//! rules of `classify`. Kept apart from `mod.rs`, which holds only what the lock operations
+//! mean.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, Row, Statement};
+
+use super::state::{Inner, KIND};
+use super::tls::SslMode;
+use crate::backends::sql::auth_guard::{AuthGuard, Watch};
+use crate::backends::sql::server::Server;
+use crate::backends::sql::ATTEMPTS;
+use crate::error::{Error, Result};
+
+/// The messages of a connection (notifications, notices), polled by its driver task.
+pub(super) type Messages =
+    Pin<Box<dyn Stream<Item = std::result::Result<AsyncMessage, tokio_postgres::Error>> + Send>>;
+
+/// Why a connection could not be opened.
+pub(super) enum Opening {
+    Io(std::io::Error),
+    Pg(tokio_postgres::Error),
+}
+
+impl fmt::Display for Opening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Opening::Io(e) => e.fmt(f),
+            Opening::Pg(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Statement numbers, for the per-connection cache of prepared statements.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stmt {
+    Acquire = 0,
+    AcquireExisting,
+    Release,
+    Extend,
+    ExtendMany,
+    Inspect,
+    ForceDelete,
+}
+
+pub(super) const STMTS: usize = 7;
+
+/// A pooled connection with its prepared statements.
+pub(super) struct Conn {
+    pub(super) client: Client,
+    pub(super) stmts: [Option<Statement>; STMTS],
+    /// The task that drives the connection; aborting it closes the socket at once.
+    pub(super) driver: AbortHandle,
+}
+
+pub(super) struct Pool {
+    pub(super) idle: Mutex<Vec<Conn>>,
+    pub(super) permits: Arc<Semaphore>,
+}
+
+/// A connection on loan; it goes back to the pool when dropped unless it broke, or unless a
+/// statement was still under way on it (its call ran out of time: the connection may be
+/// stalled, and its late reply must never reach the next borrower).
+pub(super) struct Loan<'a> {
+    pub(super) conn: Option<Conn>,
+    pub(super) pool: &'a Pool,
+    pub(super) _permit: OwnedSemaphorePermit,
+    pub(super) in_flight: bool,
+}
+
+impl Loan<'_> {
+    pub(super) fn discard(&mut self) {
+        self.conn = None;
+    }
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.in_flight {
+                conn.driver.abort();
+            } else if !conn.client.is_closed() {
+                self.pool
+                    .idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(conn);
+            }
+        }
+    }
+}
+
+/// How an error is handled.
+pub(super) enum Class {
+    /// The server rolled the statement back: safe to run again.
+    RolledBack,
+    /// The connection broke; the statement may or may not have run.
+    Connection,
+    /// The table is missing: create it again, then retry.
+    NoTable,
+    /// Will not go away by retrying.
+    Permanent,
+}
+
+pub(super) fn classify(e: &tokio_postgres::Error) -> Class {
+    match e.code() {
+        Some(c)
+            if *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::LOCK_NOT_AVAILABLE
+                || *c == SqlState::TOO_MANY_CONNECTIONS
+                || *c == SqlState::CANNOT_CONNECT_NOW =>
+        {
+            Class::RolledBack
+        }
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || c.code().starts_with("08") =>
+        {
+            Class::Connection
+        }
+        Some(c) if *c == SqlState::UNDEFINED_TABLE => Class::NoTable,
+        Some(_) => Class::Permanent,
+        None => Class::Connection,
+    }
+}
+
+impl Inner {
+    pub(super) fn error(&self, op: &str, e: &tokio_postgres::Error) -> Error {
+        let text = match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => {
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(e);
+                while let Some(s) = source {
+                    text = format!("{text}: {s}");
+                    source = s.source();
+                }
+                text
+            }
+        };
+        match e.code() {
+            Some(c)
+                if *c == SqlState::INVALID_PASSWORD
+                    || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+            {
+                Error::backend(
+                    KIND,
+                    self.message(
+                        op,
+                        &format!(
+                            "authentication failed for user {:?}: wrong password or no access \
+                             ({text})",
+                            self.user
+                        ),
+                    ),
+                )
+            }
+            _ => match classify(e) {
+                Class::RolledBack | Class::Connection => {
+                    Error::unavailable(KIND, self.message(op, &text))
+                }
+                Class::NoTable | Class::Permanent => Error::backend(KIND, self.message(op, &text)),
+            },
+        }
+    }
+
+    pub(super) async fn connect_one(&self, op: &str) -> Result<Conn> {
+        let refused = Arc::new(AtomicBool::new(false));
+        let timeout = self.options.connect_timeout;
+        let opened = match tokio::time::timeout(timeout, self.open(refused.clone())).await {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) if refused.load(Ordering::Acquire) => {
+                tracing::debug!(error = %e, "postgres: refused to send the password");
+                return Err(self.refused(op));
+            }
+            Ok(Err(e)) => return Err(self.connect_error(op, e)),
+            Err(_) => {
+                return Err(Error::unavailable(
+                    KIND,
+                    self.message(
+                        op,
+                        &format!("no connection within the connect timeout of {timeout:?}"),
+                    ),
+                ))
+            }
+        };
+        let (client, mut messages) = opened;
+        let driver = tokio::spawn(async move {
+            while let Some(m) = messages.next().await {
+                if let Err(e) = m {
+                    tracing::debug!(error = %e, "postgres connection ended");
+                    return;
+                }
+            }
+        });
+        Ok(Conn {
+            client,
+            stmts: Default::default(),
+            driver: driver.abort_handle(),
+        })
+    }
+
+    /// Opens one connection (TCP or a Unix socket, TLS as configured) with the password guard
+    /// of [`auth_guard`](crate::backends::sql::auth_guard) where the server is not verified. Returns the
+    /// client and the connection's messages, which the caller must keep polling.
+    pub(super) async fn open(
+        &self,
+        refused: Arc<AtomicBool>,
+    ) -> std::result::Result<(Client, Messages), Opening> {
+        let host = self.config.get_hosts().first().cloned();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        match host {
+            Some(Host::Tcp(host)) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                    .await
+                    .map_err(Opening::Io)?;
+                let _ = tcp.set_nodelay(true);
+                let t = &self.transport;
+                let below = match t.ssl {
+                    _ if t.allow_insecure_auth => Watch::Off,
+                    SslMode::Disable => Watch::Messages,
+                    _ => Watch::SslReply,
+                };
+                let stream = AuthGuard::new(tcp, below, refused.clone());
+                let tls = t.connector(&host, refused).map_err(Opening::Io)?;
+                let (client, mut connection) = self
+                    .config
+                    .connect_raw(stream, tls)
+                    .await
+                    .map_err(Opening::Pg)?;
+                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    connection.poll_message(cx)
+                }));
+                Ok((client, messages))
+            }
+            #[cfg(unix)]
+            Some(Host::Unix(dir)) => {
+                // A local socket: nothing to intercept, no TLS (as libpq).
+                let path = dir.join(format!(".s.PGSQL.{port}"));
+                let unix = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(Opening::Io)?;
+                let mut config = self.config.clone();
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                let (client, mut connection) = config
+                    .connect_raw(unix, tokio_postgres::NoTls)
+                    .await
+                    .map_err(Opening::Pg)?;
+                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    connection.poll_message(cx)
+                }));
+                Ok((client, messages))
+            }
+            _ => Err(Opening::Io(std::io::Error::other("no host to connect to"))),
+        }
+    }
+
+    pub(super) fn connect_error(&self, op: &str, e: Opening) -> Error {
+        match e {
+            Opening::Pg(e) => self.error(op, &e),
+            Opening::Io(e) => Error::unavailable(KIND, self.message(op, &e)),
+        }
+    }
+
+    /// The error of a connection whose server asked for a readable password.
+    pub(super) fn refused(&self, op: &str) -> Error {
+        Error::backend(
+            KIND,
+            self.message(
+                op,
+                &format!(
+                    "refused to send the password of user {:?}: the server asked for it in \
+                     cleartext or as an MD5 digest, over a connection whose server certificate \
+                     was not verified (sslmode={}). Verify the server (sslmode=verify-full or \
+                     verify-ca with sslrootcert=<CA file>), let the server use \
+                     scram-sha-256, or add allow_insecure_auth=true to the URL to send it anyway",
+                    self.user,
+                    self.transport.ssl.name()
+                ),
+            ),
+        )
+    }
+
+    /// A connection from the pool, or a new one.
+    pub(super) async fn loan(&self, op: &str) -> Result<Loan<'_>> {
+        let permit = self
+            .pool
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::unavailable(KIND, "the connection pool is closed"))?;
+        loop {
+            let idle = self
+                .pool
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            match idle {
+                Some(conn) if conn.client.is_closed() => continue,
+                Some(conn) => {
+                    return Ok(Loan {
+                        conn: Some(conn),
+                        pool: &self.pool,
+                        _permit: permit,
+                        in_flight: false,
+                    })
+                }
+                None => break,
+            }
+        }
+        let conn = self.connect_one(op).await?;
+        Ok(Loan {
+            conn: Some(conn),
+            pool: &self.pool,
+            _permit: permit,
+            in_flight: false,
+        })
+    }
+
+    /// Creates the table unless it exists (once per backend, again after it vanished).
+    pub(super) async fn ensure_table(
+        &self,
+        client: &Client,
+    ) -> std::result::Result<(), tokio_postgres::Error> {
+        if self.ready_fast.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut ready = self.ready.lock().await;
+        if *ready {
+            return Ok(());
+        }
+        let exists: bool = client.query_one(&self.sql.exists, &[]).await?.get(0);
+        if !exists && self.options.create_table {
+            // A transaction-scoped advisory lock serialises creators (concurrent CREATE TABLE
+            // IF NOT EXISTS can fail on the catalog's unique index); it ends with the
+            // transaction, so nothing stays on the pooled connection.
+            let mut batch = String::from(
+                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('distlock: create lease table'));",
+            );
+            for s in &self.sql.create {
+                batch.push_str(s);
+                batch.push(';');
+            }
+            batch.push_str("COMMIT;");
+            if let Err(e) = client.batch_execute(&batch).await {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+        *ready = true;
+        self.ready_fast.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(super) fn text(&self, s: Stmt) -> &str {
+        match s {
+            Stmt::Acquire => &self.sql.acquire,
+            Stmt::AcquireExisting => self.sql.acquire_existing.as_deref().unwrap_or(""),
+            Stmt::Release => &self.sql.release,
+            Stmt::Extend => &self.sql.extend,
+            Stmt::ExtendMany => &self.sql.extend_many,
+            Stmt::Inspect => &self.sql.inspect,
+            Stmt::ForceDelete => &self.sql.force_delete,
+        }
+    }
+
+    pub(super) async fn run_once(
+        &self,
+        conn: &mut Conn,
+        stmt: Stmt,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        self.ensure_table(&conn.client).await?;
+        let prepared = match &conn.stmts[stmt as usize] {
+            Some(s) => s.clone(),
+            None => {
+                let s = conn.client.prepare(self.text(stmt)).await?;
+                conn.stmts[stmt as usize] = Some(s.clone());
+                s
+            }
+        };
+        conn.client.query(&prepared, params).await
+    }
+
+    /// Runs one statement, retrying transient failures at once on a fresh connection: always
+    /// when the server rolled it back or the connection could not be had, and after a broken
+    /// connection only when the statement is `idempotent`.
+    pub(super) async fn query(
+        &self,
+        op: &'static str,
+        stmt: Stmt,
+        params: &[&(dyn ToSql + Sync)],
+        idempotent: bool,
+    ) -> Result<Vec<Row>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = attempt >= ATTEMPTS;
+            let mut loan = match self.loan(op).await {
+                Ok(l) => l,
+                Err(e) if e.is_retryable() && !last => {
+                    tokio::time::sleep(Duration::from_millis(5 * attempt as u64)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            // Should this call be cut off while the statement is under way, the loan closes
+            // the connection instead of giving it back.
+            loan.in_flight = true;
+            let conn = loan.conn.as_mut().expect("a loan holds a connection");
+            let result = self.run_once(conn, stmt, params).await;
+            loan.in_flight = false;
+            match result {
+                Ok(rows) => return Ok(rows),
+                Err(e) => {
+                    let class = classify(&e);
+                    if !matches!(class, Class::Permanent | Class::RolledBack) {
+                        loan.discard();
+                    }
+                    if matches!(class, Class::NoTable) {
+                        // Prepared statements of other connections name the old table: drop
+                        // them all, and create the table again.
+                        self.ready_fast.store(false, Ordering::Release);
+                        *self.ready.lock().await = false;
+                        self.pool
+                            .idle
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clear();
+                    }
+                    let retry = match class {
+                        Class::RolledBack | Class::NoTable => true,
+                        Class::Connection => idempotent,
+                        Class::Permanent => false,
+                    };
+                    drop(loan);
+                    if retry && !last {
+                        tracing::debug!(op, error = %e, "transient database error; retrying");
+                        continue;
+                    }
+                    return Err(self.error(op, &e));
+                }
+            }
+        }
+    }
+}

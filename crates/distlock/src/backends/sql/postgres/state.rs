@@ -1,0 +1,41 @@
+//! The backend's shared state ([`Inner`]), behind the `Arc` that every clone, the pool's
+//! loans and the listening task hold. Apart from `mod.rs` so that the parts (pool, listener)
+//! import it from here and nothing imports back from the module root.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::OnceLock;
+
+use tokio_postgres::Config;
+
+use super::listen::ListenerHandle;
+use super::pool::Pool;
+use super::tls::Transport;
+use crate::backend::ReleaseSignals;
+use crate::backends::sql::dialect::Pg;
+use crate::backends::sql::server::server_state;
+use crate::backends::sql::SqlOptions;
+
+pub(super) const KIND: &str = "postgres";
+
+pub(super) struct Inner {
+    pub(super) config: Config,
+    pub(super) transport: Transport,
+    /// `host:port/database` for messages.
+    pub(super) target: String,
+    pub(super) user: String,
+    pub(super) password: Option<String>,
+    pub(super) options: SqlOptions,
+    pub(super) sql: Pg,
+    pub(super) pool: Pool,
+    pub(super) ready: tokio::sync::Mutex<bool>,
+    pub(super) ready_fast: AtomicBool,
+    pub(super) signals: ReleaseSignals,
+    pub(super) listener: OnceLock<ListenerHandle>,
+    /// The NOTIFY channel of this table.
+    pub(super) listen_channel: String,
+    /// Identifies this backend instance in NOTIFY payloads, to skip its own.
+    pub(super) origin: String,
+}
+
+// The shared operation plumbing of the server backends (see `sql::server`).
+server_state!(Inner, KIND);
