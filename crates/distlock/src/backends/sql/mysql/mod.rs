@@ -505,8 +505,9 @@ impl Backend for MySqlBackend {
             // Waiting processes queue on the lock's doorbell turnstile, which the server
             // grants in arrival order: one process is woken per release, first come, first
             // served. A waiter's fallback poll that finds the row free between two rings can
-            // still take it first.
-            fifo: true,
+            // still take it first. Spring mode queues nobody (Spring's clients would not
+            // respect the turnstile), so it promises no order.
+            fifo: !self.inner.options.spring,
             cross_process: true,
         }
     }
