@@ -64,6 +64,9 @@ struct State {
     open: HashMap<usize, SectionId>,
     /// Open sections whose write is on its way.
     writing: HashMap<usize, SectionId>,
+    /// When each worker process (slot, life) was killed: its report of a section it entered
+    /// just before may still be on its way, and that section ended with the process.
+    dead: HashMap<(usize, u32), u64>,
 }
 
 /// The store and the section log, shared by the connection tasks and the driver.
@@ -115,20 +118,23 @@ impl Checker {
         let mut accepted = false;
         match request {
             Request::Acquired { id, fence, t } => {
+                let died = s.dead.get(&(id.worker, id.life)).copied();
                 s.sections.insert(
                     id,
                     Section {
                         id,
                         fence,
                         start: t,
-                        end: None,
+                        end: died.map(|d| d.max(t)),
                         lost: None,
                         wrote: false,
                         accepted: false,
                         held_after_write: false,
                     },
                 );
-                s.open.insert(id.worker, id);
+                if died.is_none() {
+                    s.open.insert(id.worker, id);
+                }
             }
             Request::Read { fence, .. } => s.max_seen = s.max_seen.max(fence),
             Request::Write {
@@ -225,8 +231,9 @@ impl Checker {
     }
 
     /// Ends the open section of a worker that was killed at `t` (its own report never comes).
-    pub(crate) fn killed(&self, worker: usize, t: u64) {
+    pub(crate) fn killed(&self, worker: usize, life: u32, t: u64) {
         let mut s = self.state();
+        s.dead.insert((worker, life), t);
         s.writing.remove(&worker);
         if let Some(id) = s.open.remove(&worker) {
             if let Some(section) = s.sections.get_mut(&id) {
@@ -273,6 +280,21 @@ mod tests {
         })
         .expect("writes are answered")
         .accepted
+    }
+
+    #[test]
+    fn a_section_reported_after_its_worker_was_killed_ends_at_the_kill() {
+        let c = Checker::default();
+        // The worker entered its section just before the kill; its report arrives after.
+        c.killed(0, 0, 1_000);
+        c.handle(Request::Acquired {
+            id: id(0, 1),
+            fence: 5,
+            t: 900,
+        });
+        assert_eq!(c.holder(), None);
+        let (sections, _) = c.finish(1_000_000);
+        assert_eq!(sections[0].end, Some(1_000));
     }
 
     #[test]

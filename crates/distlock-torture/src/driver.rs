@@ -106,7 +106,7 @@ impl Fleet {
             let _ = c.kill();
             let _ = c.wait();
         }
-        self.checker.killed(worker, now_ns());
+        self.checker.killed(worker, child.1, now_ns());
         child.1 += 1;
         child.0 = Some(self.spawn(worker, child.1).map_err(|e| e.to_string())?);
         Ok(())
@@ -120,7 +120,7 @@ impl Fleet {
                 let _ = c.kill();
                 let _ = c.wait();
             }
-            self.checker.killed(i, now_ns());
+            self.checker.killed(i, child.1, now_ns());
         }
     }
 }
