@@ -535,6 +535,10 @@ impl ReleaseSubscription {
 
     /// Completes when the lock may have been released since the last call (or since the
     /// subscription was made). Pending forever for [`never`](Self::never).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a release is consumed only by the call that returns for it, so dropping a
+    /// pending call loses none.
     pub async fn released(&mut self) {
         if self.parts.is_empty() {
             return std::future::pending().await;

@@ -57,6 +57,10 @@ pub const SCHEMES: &[&str] = &[
 /// assert!(distlock::connect("nosuch://x").await.is_err());
 /// # Ok(()) }
 /// ```
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+/// table, a root node) stays, as the next call would make it anyway.
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let scheme = match url.split_once("://") {
         Some((s, _)) if !s.is_empty() => s.to_ascii_lowercase(),

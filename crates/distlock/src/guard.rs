@@ -133,6 +133,10 @@ impl LockGuard {
     /// Bounded by the lease it extends: a request that has not answered when the current
     /// lease ends (as the client counts it) marks the lock lost and fails with
     /// [`Error::LockLost`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped midway, the extension may or may not have reached the server; the guard
+    /// keeps counting its old lease, which ends no later than the server's.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         check_lease(lease)?;
         self.ensure_held()?;

@@ -273,6 +273,10 @@ impl LockRegistry {
     }
 
     /// Connects to the backend named by `url` (see [`crate::connect`]) and builds a registry.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
         Self::from_backend(crate::connect::connect(url).await?, options)
     }
@@ -511,6 +515,9 @@ impl Lock {
     }
 
     /// Reads the lock's state on the backend: `None` when nobody holds it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<Option<LockInfo>> {
         self.registry.backend.inspect(&self.slot.name).await
     }

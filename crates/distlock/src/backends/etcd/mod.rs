@@ -126,11 +126,19 @@ impl EtcdBackend {
     /// Connects to the cluster named by `url` with default options. Fails with
     /// [`Error::InvalidConfig`] on a malformed URL, [`Error::Backend`] on a wrong password and
     /// [`Error::Unavailable`] when no server can be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, EtcdOptions::default()).await
     }
 
     /// Connects with explicit options.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
         let parsed = ParsedUrl::parse(url)?;
         let tls = match parsed.tls {
@@ -192,6 +200,9 @@ impl EtcdBackend {
 
     /// One put of `value` at `key` (no lease) through the backend's gRPC client: the
     /// baseline of the benchmark workers. Not part of the API.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in effect: a dropped call may or may not have written.
     #[doc(hidden)]
     pub async fn raw_put(&self, key: &str, value: &str) -> Result<()> {
         let req = pb::PutRequest {
@@ -204,6 +215,9 @@ impl EtcdBackend {
 
     /// One (linearizable) read of `key` through the backend's gRPC client; see
     /// [`raw_put`](Self::raw_put). Not part of the API.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     #[doc(hidden)]
     pub async fn raw_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let resp = self.shared.range(pb::range_key(key.as_bytes())).await?;

@@ -178,11 +178,19 @@ impl RedisBackend {
     /// Connects to the server named by `url` with default options. Fails with
     /// [`Error::InvalidConfig`] on a malformed URL, [`Error::Backend`] on a wrong password and
     /// [`Error::Unavailable`] when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, RedisOptions::default()).await
     }
 
     /// Connects with explicit options.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         let parsed = url::Url::parse(url)
             .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;

@@ -339,11 +339,19 @@ impl ZooKeeperBackend {
     /// Connects to the ensemble named by `url` with default options and establishes a session.
     /// Fails with [`Error::InvalidConfig`] on a malformed URL and [`Error::Unavailable`] when no
     /// server answers within the connect timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, ZooKeeperOptions::default()).await
     }
 
     /// Connects with explicit options; the URL's path and parameters override them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect_with(url: &str, options: ZooKeeperOptions) -> Result<Self> {
         let parsed = parse_url(url, options)?;
         let tls = parsed
@@ -379,6 +387,9 @@ impl ZooKeeperBackend {
 
     /// The session timeout the server granted to the session of
     /// [`ZooKeeperOptions::session_timeout`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: at most it opens the session, which a later call reuses.
     pub async fn session_timeout(&self) -> Result<Duration> {
         Ok(self.inner.conn().await?.client.session_timeout())
     }
@@ -391,12 +402,18 @@ impl ZooKeeperBackend {
     /// The client of the session of [`ZooKeeperOptions::session_timeout`] (reconnecting when
     /// it ended), for operations this backend does not offer. Holds whose lease equals that
     /// timeout live in the same session; holds of other leases live in sessions of their own.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: at most it opens the session, which a later call reuses.
     pub async fn client(&self) -> Result<Client> {
         Ok(self.inner.conn().await?.client.clone())
     }
 
     /// The names of `name`'s contender nodes in queue order: the holder first, then the
     /// waiters (of every client, Curator's and Spring's included). Empty when nobody holds it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn contenders(&self, name: &LockName) -> Result<Vec<String>> {
         let conn = self.inner.conn().await?;
         let children = self.inner.list(&conn, &self.lock_path(name)).await?;

@@ -80,6 +80,10 @@ impl MySqlBackend {
     /// Connects with a URL: `mysql://[user[:password]@]host[:port][/database][?params]`
     /// (`mariadb://` too; see the [module docs](super) for the parameters). One connection is
     /// opened and checked at once, so that a wrong address or password is reported here.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect(url: &str) -> Result<Self> {
         let parsed = parse_url(KIND, SCHEMES, url)?;
         let mut mode = None;
@@ -212,6 +216,10 @@ impl MySqlBackend {
 
     /// Connects with `mysql_async` options and explicit [`SqlOptions`]; the pool settings
     /// (size, no reset on return, found-rows counting) are set from `options`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect_with_opts(builder: OptsBuilder, options: SqlOptions) -> Result<Self> {
         let opts = mysql_async::Opts::from(builder.clone());
         let user = opts.user().unwrap_or("").to_owned();

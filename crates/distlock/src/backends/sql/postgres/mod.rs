@@ -76,6 +76,10 @@ impl PostgresBackend {
     /// Connects with a URL: `postgres://[user[:password]@]host[:port][/database][?params]`
     /// (see the [module docs](super) for the parameters). One connection is opened and checked
     /// at once, so that a wrong address or password is reported here.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect(url: &str) -> Result<Self> {
         let mut parsed = parse_url(KIND, SCHEMES, url)?;
         let mut config = Config::new();
@@ -131,6 +135,10 @@ impl PostgresBackend {
     /// Connects with a `tokio-postgres` configuration (its TLS settings are taken from
     /// `sslmode`-like [`SslMode`], verifying against the Mozilla roots) and explicit options.
     /// The first host and port of `config` are used.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect_with(config: Config, ssl: SslMode, options: SqlOptions) -> Result<Self> {
         options.validate(KIND)?;
         let transport = Transport::new(ssl, &TlsFiles::default(), options.allow_insecure_auth)?;
