@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use common::*;
 use distlock::testkit::redis::RedisServer;
-use nix::sys::signal::Signal;
 
 #[test]
 fn redis_mutual_exclusion() {
@@ -20,30 +19,8 @@ fn redis_mutual_exclusion() {
         "Spring-compatible key"
     );
 
-    let out = home.run(&[
-        "--backend",
-        &url,
-        "run",
-        "--key",
-        "rk",
-        "--no-wait",
-        "--",
-        "echo",
-        "ran",
-    ]);
-    assert_eq!(out.code, Some(75), "{out:?}");
-    assert_eq!(out.stdout, "");
-
-    let status = home.run(&["--backend", &url, "status", "rk", "--json"]);
-    assert_eq!(status.code, Some(0), "{status:?}");
-    assert_eq!(json_field(status.stdout.trim(), "backend"), "\"redis\"");
-    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
-
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(
-        holder.wait(TIMEOUT).code,
-        Some(128 + Signal::SIGTERM as i32)
-    );
+    assert_busy(&home, &url, "rk", "redis", fence);
+    stop_holder(holder);
     assert_eq!(
         server.cli(&["EXISTS", "lock:rk"]).unwrap(),
         "0",
@@ -74,47 +51,18 @@ fn zookeeper_mutual_exclusion_across_processes() {
     let dump = server.four_letter("dump").unwrap();
     assert!(dump.contains("/lock/zk/_c_"), "Curator layout: {dump}");
 
-    let busy = home.run(&[
-        "--backend",
-        &url,
-        "run",
-        "--key",
-        "zk",
-        "--no-wait",
-        "--",
-        "true",
-    ]);
-    assert_eq!(busy.code, Some(75), "{busy:?}");
-    let status = home.run(&["--backend", &url, "status", "zk", "--json"]);
-    assert_eq!(status.code, Some(0), "{status:?}");
-    assert_eq!(json_field(status.stdout.trim(), "backend"), "\"zookeeper\"");
-    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+    assert_busy(&home, &url, "zk", "zookeeper", fence);
 
-    let dir = home.path("inside-zk");
-    let dir = dir.to_str().unwrap();
-    let procs: Vec<Proc> = (0..4)
-        .map(|_| {
-            Proc::spawn(&mut home.cmd(&[
-                "--backend",
-                &url,
-                "run",
-                "--key",
-                "zk",
-                "--",
-                "sh",
-                "-c",
-                r#"mkdir "$1" || exit 99; sleep 0.1; rmdir "$1"; printf %s "$DISTLOCK_FENCE""#,
-                "sh",
-                dir,
-            ]))
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(
-        holder.wait(TIMEOUT).code,
-        Some(128 + Signal::SIGTERM as i32)
+    let procs = exclusive_runs(
+        &home,
+        &["--backend", &url],
+        "zk",
+        &[],
+        r#"mkdir "$1" || exit 99; sleep 0.1; rmdir "$1"; printf %s "$DISTLOCK_FENCE""#,
+        4,
     );
+    std::thread::sleep(Duration::from_millis(300));
+    stop_holder(holder);
     for p in procs {
         let out = p.wait(TIMEOUT);
         assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");
@@ -145,56 +93,20 @@ fn sql_mutual_exclusion(url: &str, kind: &str, rows: impl Fn() -> usize) {
     let home = Home::new();
     let (holder, fence) = home.hold(&["--backend", url], "sk", &[]);
     assert_eq!(rows(), 1, "the lock is a row of the lease table");
-    let out = home.run(&[
-        "--backend",
-        url,
-        "run",
-        "--key",
-        "sk",
-        "--no-wait",
-        "--",
-        "echo",
-        "ran",
-    ]);
-    assert_eq!(out.code, Some(75), "{out:?}");
-    assert_eq!(out.stdout, "");
-    let status = home.run(&["--backend", url, "status", "sk", "--json"]);
-    assert_eq!(status.code, Some(0), "{status:?}");
-    assert_eq!(
-        json_field(status.stdout.trim(), "backend"),
-        format!("\"{kind}\"")
-    );
-    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(
-        holder.wait(TIMEOUT).code,
-        Some(128 + Signal::SIGTERM as i32)
-    );
+    assert_busy(&home, url, "sk", kind, fence);
+    stop_holder(holder);
     assert_eq!(rows(), 0, "released on the server");
     let status = home.run(&["--backend", url, "status", "sk"]);
     assert_eq!(status.code, Some(3), "{status:?}");
 
-    let dir = home.path("inside");
-    let dir = dir.to_str().unwrap();
-    let procs: Vec<Proc> = (0..4)
-        .map(|_| {
-            Proc::spawn(&mut home.cmd(&[
-                "--backend",
-                url,
-                "run",
-                "--key",
-                "sk",
-                "--wait",
-                "15s",
-                "--",
-                "sh",
-                "-c",
-                r#"mkdir "$1" || exit 99; sleep 0.2; rmdir "$1""#,
-                "sh",
-                dir,
-            ]))
-        })
-        .collect();
+    let procs = exclusive_runs(
+        &home,
+        &["--backend", url],
+        "sk",
+        &["--wait", "15s"],
+        r#"mkdir "$1" || exit 99; sleep 0.2; rmdir "$1""#,
+        4,
+    );
     for p in procs {
         let out = p.wait(TIMEOUT);
         assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");

@@ -131,23 +131,14 @@ fn a_waiting_run_gets_the_lock_once_the_holder_is_done() {
 #[test]
 fn concurrent_waiting_runs_never_overlap() {
     let home = Home::new();
-    let dir = home.path("inside");
-    let dir = dir.to_str().unwrap();
-    let procs: Vec<Proc> = (0..4)
-        .map(|_| {
-            Proc::spawn(&mut home.cmd(&[
-                "run",
-                "--key",
-                "mutex",
-                "--",
-                "sh",
-                "-c",
-                r#"mkdir "$1" || exit 99; sleep 0.2; rmdir "$1""#,
-                "sh",
-                dir,
-            ]))
-        })
-        .collect();
+    let procs = exclusive_runs(
+        &home,
+        &[],
+        "mutex",
+        &[],
+        r#"mkdir "$1" || exit 99; sleep 0.2; rmdir "$1""#,
+        4,
+    );
     for p in procs {
         let out = p.wait(TIMEOUT);
         assert_eq!(out.code, Some(0), "overlap or failure: {out:?}");

@@ -290,3 +290,61 @@ pub fn eventually(bound: Duration, mut done: impl FnMut() -> bool) -> bool {
 pub fn scopeguard_kill(child: &Child) -> KillOnDrop {
     KillOnDrop(vec![i32::try_from(child.id()).unwrap()])
 }
+
+/// Starts `n` runs of `distlock [PRE...] run --key KEY [EXTRA...] -- sh -c SCRIPT sh DIR`. The
+/// script is to `mkdir "$1"` (failing with 99 if it exists, that is, if another run is inside)
+/// and `rmdir` it before it ends, so that any overlap of two commands makes one of them fail.
+pub fn exclusive_runs(
+    home: &Home,
+    pre: &[&str],
+    key: &str,
+    extra: &[&str],
+    script: &str,
+    n: usize,
+) -> Vec<Proc> {
+    let dir = home.path(&format!("inside-{key}"));
+    let dir = dir.to_str().unwrap().to_owned();
+    (0..n)
+        .map(|_| {
+            let mut args: Vec<&str> = pre.to_vec();
+            args.extend(["run", "--key", key]);
+            args.extend(extra);
+            args.extend(["--", "sh", "-c", script, "sh", &dir]);
+            Proc::spawn(&mut home.cmd(&args))
+        })
+        .collect()
+}
+
+/// A `--no-wait` run of a key that is held exits 75 without running its command, and
+/// `status --json` names the `kind` of backend and the holder's `fence`.
+pub fn assert_busy(home: &Home, url: &str, key: &str, kind: &str, fence: u64) {
+    let out = home.run(&[
+        "--backend",
+        url,
+        "run",
+        "--key",
+        key,
+        "--no-wait",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert_eq!(out.stdout, "");
+    let status = home.run(&["--backend", url, "status", key, "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(
+        json_field(status.stdout.trim(), "backend"),
+        format!("\"{kind}\"")
+    );
+    assert_eq!(json_field(status.stdout.trim(), "fence"), fence.to_string());
+}
+
+/// SIGTERM to a holder ends it with 128 + SIGTERM (its command was killed, the lock released).
+pub fn stop_holder(holder: Proc) {
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(
+        holder.wait(TIMEOUT).code,
+        Some(128 + Signal::SIGTERM as i32)
+    );
+}

@@ -17,6 +17,8 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
     const KIND: &'static str;
     /// `host:port/database` (no credentials), for messages.
     fn target(&self) -> &str;
+    /// The user name.
+    fn user(&self) -> &str;
     /// The password, scrubbed from every message.
     fn password(&self) -> Option<&str>;
     /// The options in force.
@@ -38,7 +40,7 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
 }
 
 /// Implements [`Server`] for a backend's state type that has the fields `target: String`,
-/// `password: Option<String>` and `options: SqlOptions`, with the backend's kind.
+/// `user: String`, `password: Option<String>` and `options: SqlOptions`, with the backend's kind.
 macro_rules! server_state {
     ($state:ty, $kind:expr) => {
         impl $crate::backends::sql::server::Server for $state {
@@ -46,6 +48,10 @@ macro_rules! server_state {
 
             fn target(&self) -> &str {
                 &self.target
+            }
+
+            fn user(&self) -> &str {
+                &self.user
             }
 
             fn password(&self) -> Option<&str> {
@@ -59,6 +65,23 @@ macro_rules! server_state {
     };
 }
 pub(crate) use server_state;
+
+/// The `Debug` of a server backend named `name`: the server, user, table and mode, never the
+/// password.
+pub(crate) fn debug<S: Server>(
+    state: &S,
+    name: &str,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    let o = state.options();
+    f.debug_struct(name)
+        .field("target", &state.target())
+        .field("user", &state.user())
+        .field("table", &o.table)
+        .field("schema", &o.schema)
+        .field("spring", &o.spring)
+        .finish()
+}
 
 /// Runs `op` as its own task (see [`detached`]) within `limit`: a caller who gives up midway
 /// leaves neither a connection in the middle of a reply nor an outcome nobody records. A

@@ -30,7 +30,7 @@ use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome};
 use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
-use super::server::{batch_timeout, context, fencing, on_own_task, Server};
+use super::server::{batch_timeout, context, debug, fencing, on_own_task, Server};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, per_entry, scrub, spring_lock_key,
     SqlOptions, WANT_WINDOW_MS,
@@ -65,14 +65,7 @@ pub struct MySqlBackend {
 
 impl fmt::Debug for MySqlBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let i = &self.inner;
-        f.debug_struct("MySqlBackend")
-            .field("target", &i.target)
-            .field("user", &i.user)
-            .field("table", &i.options.table)
-            .field("schema", &i.options.schema)
-            .field("spring", &i.options.spring)
-            .finish()
+        debug(&*self.inner, "MySqlBackend", f)
     }
 }
 

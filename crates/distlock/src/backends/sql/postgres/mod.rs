@@ -26,7 +26,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Config;
 
 use super::dialect::Pg;
-use super::server::{batch_timeout, context, fencing, on_own_task, Server};
+use super::server::{batch_timeout, context, debug, fencing, on_own_task, Server};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, per_entry, spring_lock_key, SqlOptions,
     WANT_WINDOW_MS,
@@ -61,14 +61,7 @@ pub struct PostgresBackend {
 
 impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let i = &self.inner;
-        f.debug_struct("PostgresBackend")
-            .field("target", &i.target)
-            .field("user", &i.user)
-            .field("table", &i.options.table)
-            .field("schema", &i.options.schema)
-            .field("spring", &i.options.spring)
-            .finish()
+        debug(&*self.inner, "PostgresBackend", f)
     }
 }
 
