@@ -123,12 +123,10 @@ impl Lock {
         let caps = backend.capabilities();
         let notifies = caps.notifies_release;
         // A waiter joins the backend's fair queue, where there is one (and leaves it when it
-        // gives up); elsewhere every attempt is a plain try.
-        let mode = if waits && caps.fifo {
-            AcquireMode::Queue
-        } else {
-            AcquireMode::Try
-        };
+        // gives up), once it has seen the lock busy, or when the last acquisition of the key
+        // had to wait; until then an attempt is a plain try, which a backend can make cheaper.
+        let queues = waits && caps.fifo;
+        let expect_busy = local.contended;
         let mut sub: Option<ReleaseSubscription> = None;
         // With notifications, polling only catches expiry and lost messages: start slower.
         let mut poll = if notifies {
@@ -174,6 +172,11 @@ impl Lock {
             armed: false,
         };
         loop {
+            let mode = if queues && (was_busy || expect_busy) {
+                AcquireMode::Queue
+            } else {
+                AcquireMode::Try
+            };
             let sent = Instant::now();
             let mut in_flight = InFlight::start(reg, name, token, self.lease, mode);
             // `try_lock_for` bounds its attempts too: a reply that comes after the deadline

@@ -19,34 +19,57 @@ async fn registry(url: &str) -> LockRegistry {
     LockRegistry::from_backend(backend, RegistryOptions::default()).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_publishes_the_key_on_both_spring_channels() {
-    let server = RedisServer::start().expect("redis-server must be installed");
+/// Releases `voucher:42` through a registry on `url` and returns the first message seen on
+/// each Spring channel, after which a marker is published on both: a channel the release did
+/// not publish on yields the marker.
+async fn spring_messages_of_a_release(server: &RedisServer, url: &str) -> Vec<(String, String)> {
     let client = redis::Client::open(server.url()).unwrap();
     let mut pubsub = client.get_async_pubsub().await.unwrap();
-    pubsub.subscribe("lock-channel").await.unwrap();
-    pubsub
-        .subscribe("lock-channel:lock:voucher:42")
-        .await
-        .unwrap();
-    let reg = registry(&server.url()).await;
+    let channels = ["lock-channel", "lock-channel:lock:voucher:42"];
+    for c in channels {
+        pubsub.subscribe(c).await.unwrap();
+    }
+    let reg = registry(url).await;
     let g = reg.obtain("voucher:42").unwrap().lock().await.unwrap();
     g.release().await.unwrap();
-    let mut got = Vec::new();
-    let mut stream = pubsub.on_message();
-    for _ in 0..2 {
-        let msg = tokio::time::timeout(Duration::from_secs(2), stream.next())
-            .await
-            .expect("release message")
-            .unwrap();
-        got.push((
-            msg.get_channel_name().to_owned(),
-            msg.get_payload::<String>().unwrap(),
-        ));
+    for c in channels {
+        server.cli(&["PUBLISH", c, "marker"]).unwrap();
     }
-    got.sort();
+    let mut first = std::collections::BTreeMap::new();
+    let mut stream = pubsub.on_message();
+    while first.len() < channels.len() {
+        let msg = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("a message on each channel")
+            .unwrap();
+        first
+            .entry(msg.get_channel_name().to_owned())
+            .or_insert(msg.get_payload::<String>().unwrap());
+    }
+    first.into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_publishes_the_key_on_the_spring_channel_of_the_lock() {
+    let server = RedisServer::start().expect("redis-server must be installed");
     assert_eq!(
-        got,
+        spring_messages_of_a_release(&server, &server.url()).await,
+        vec![
+            ("lock-channel".to_owned(), "marker".to_owned()),
+            (
+                "lock-channel:lock:voucher:42".to_owned(),
+                "lock:voucher:42".to_owned()
+            ),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_publishes_the_key_on_both_spring_channels_when_asked() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let url = format!("{}?spring_legacy_channel=true", server.url());
+    assert_eq!(
+        spring_messages_of_a_release(&server, &url).await,
         vec![
             ("lock-channel".to_owned(), "lock:voucher:42".to_owned()),
             (

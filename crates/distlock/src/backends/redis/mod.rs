@@ -34,7 +34,9 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 
 use self::keys::sibling_key;
 use self::resp::{ConnInfo, Pool, Reply, RespError};
-use self::scripts::{Lua, Scripts, ACQUIRE, EXTEND, FORCE_RELEASE, INSPECT, LEAVE, RELEASE};
+use self::scripts::{
+    Lua, Scripts, ACQUIRE, EXTEND, FENCE_SEED, FORCE_RELEASE, INSPECT, LEAVE, RELEASE,
+};
 
 use crate::backend::{
     AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
@@ -58,6 +60,11 @@ pub struct RedisOptions {
     /// For `rediss://`: the PEM certificate(s) of the authority that signed the server's
     /// certificate, when it is not in the system's trust store (a private CA).
     pub tls_root_cert_pem: Option<Vec<u8>>,
+    /// Also publish a release on `<prefix>-channel`, where Spring Integration up to 6.5.2
+    /// listens (default false). Releases are always published on
+    /// `<prefix>-channel:<prefix>:<key>`, where later versions listen; the second message
+    /// costs the server about 5% more per lock cycle.
+    pub spring_legacy_channel: bool,
 }
 
 impl Default for RedisOptions {
@@ -67,6 +74,7 @@ impl Default for RedisOptions {
             response_timeout: Duration::from_secs(5),
             waiter_ttl: Duration::from_secs(2),
             tls_root_cert_pem: None,
+            spring_legacy_channel: false,
         }
     }
 }
@@ -83,6 +91,7 @@ pub struct RedisBackend {
     signals: Arc<ReleaseSignals>,
     pubsub: tokio::sync::Mutex<PubSub>,
     waiter_ttl_ms: u64,
+    spring_legacy_channel: bool,
     /// Names this backend instance's wake channel: queued waiters are woken one at a time.
     instance: String,
 }
@@ -182,8 +191,32 @@ impl RedisBackend {
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
     /// table, a root node) stays, as the next call would make it anyway.
+    ///
+    /// The URL's query may say `spring_legacy_channel=true` (see
+    /// [`RedisOptions::spring_legacy_channel`]); the rest of it goes to the `redis` crate.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, RedisOptions::default()).await
+        let mut options = RedisOptions::default();
+        let url = match url.split_once('?') {
+            Some((base, query)) => {
+                let mut rest = Vec::new();
+                for pair in query.split('&') {
+                    match pair.split_once('=') {
+                        Some(("spring_legacy_channel", v)) => {
+                            options.spring_legacy_channel =
+                                crate::url::parse_bool(KIND, "spring_legacy_channel", v)?;
+                        }
+                        _ => rest.push(pair),
+                    }
+                }
+                if rest.is_empty() {
+                    base.to_owned()
+                } else {
+                    format!("{base}?{}", rest.join("&"))
+                }
+            }
+            None => url.to_owned(),
+        };
+        Self::connect_with(&url, options).await
     }
 
     /// Connects with explicit options.
@@ -269,13 +302,14 @@ impl RedisBackend {
                 acquire: Lua::with_queue(ACQUIRE, 3, 4),
                 release: Lua::with_queue(RELEASE, 2, 3),
                 force_release: Lua::with_queue(FORCE_RELEASE, 2, 3),
-                leave: Lua::with_queue(LEAVE, 1, 2),
+                leave: Lua::with_queue(LEAVE, 2, 3),
                 extend: Lua::new(EXTEND),
                 inspect: Lua::new(INSPECT),
             },
             signals: Arc::new(ReleaseSignals::default()),
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
             waiter_ttl_ms: ms(options.waiter_ttl),
+            spring_legacy_channel: options.spring_legacy_channel,
             instance: format!("{:016x}", rand::random::<u64>()),
         };
         // Connect now, so that a wrong address or password is reported by `connect`.
@@ -375,20 +409,25 @@ impl RedisBackend {
 
     /// One command on the lock path's connection.
     async fn request(&self, cmd: &[&[u8]]) -> Result<Reply> {
-        if let Some(pool) = &self.pool {
-            let mut replies = pool.pipeline(&[cmd]).await.map_err(|e| {
-                pool.clear();
-                resp_err(e)
-            })?;
-            return replies
-                .pop()
-                .ok_or_else(|| Error::unavailable(KIND, "missing reply"));
-        }
-        let owned = vec![cmd.iter().map(|a| a.to_vec()).collect()];
-        let mut replies = self.pipeline(owned).await?;
-        replies
+        self.pipeline_refs(&[cmd])
+            .await?
             .pop()
             .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
+    }
+
+    /// [`Self::pipeline`] without copying the arguments on the built-in client's path.
+    async fn pipeline_refs(&self, cmds: &[&[&[u8]]]) -> Result<Vec<Reply>> {
+        if let Some(pool) = &self.pool {
+            return pool.pipeline(cmds).await.map_err(|e| {
+                pool.clear();
+                resp_err(e)
+            });
+        }
+        let owned = cmds
+            .iter()
+            .map(|c| c.iter().map(|a| a.to_vec()).collect())
+            .collect();
+        self.pipeline(owned).await
     }
 
     fn lock_key(name: &LockName) -> String {
@@ -397,6 +436,15 @@ impl RedisBackend {
         k.push(':');
         k.push_str(name.key());
         k
+    }
+
+    /// The scripts' flag for also publishing on the legacy Spring channel.
+    fn legacy(&self) -> &'static [u8] {
+        if self.spring_legacy_channel {
+            b"1"
+        } else {
+            b"0"
+        }
     }
 
     fn channel(name: &LockName) -> String {
@@ -454,6 +502,47 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// The scripted attempt: joins the wait queue in [`AcquireMode::Queue`], takes over a lock
+    /// already held with `token`, seeds the fence counter.
+    async fn acquire_script(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: Token,
+        hex: &[u8],
+        lease_ms: &str,
+        mode: AcquireMode,
+    ) -> Result<Attempt> {
+        let waiter_ttl_ms = match mode {
+            AcquireMode::Try => 0,
+            AcquireMode::Queue => self.waiter_ttl_ms,
+        };
+        let (queue, waiters) = Self::queue_keys(key);
+        let member = self.member(token);
+        let ttl = waiter_ttl_ms.to_string();
+        let reply = self
+            .eval(
+                &self.scripts.acquire,
+                &[key, fence_key, &queue, &waiters],
+                &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member],
+            )
+            .await?;
+        let (ok, value) = match reply.ints().as_deref() {
+            Some(&[ok, value]) => (ok, value),
+            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
+        };
+        if ok == 1 {
+            let fence = u64::try_from(value)
+                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
+            Ok(Attempt::Acquired { fence })
+        } else {
+            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
+            // queued first (or it just vanished).
+            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
+            Ok(Attempt::Busy { retry_after })
+        }
+    }
+
     fn queue_keys(key: &str) -> (String, String) {
         (sibling_key(key, "queue"), sibling_key(key, "waiters"))
     }
@@ -507,6 +596,15 @@ impl Backend for RedisBackend {
 
     /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
     /// the wait queue, which it keeps for [`RedisOptions::waiter_ttl`].
+    ///
+    /// A [`AcquireMode::Try`] attempt is the common protocol's `SET NX PX`, pipelined with the
+    /// fence's `INCR` and a `GET` that recognises the caller's own token: one round trip and
+    /// no script. It need not look at the wait queue, because a lock with distlock waiters
+    /// queued is never free: a release hands it to the head of the queue (see
+    /// [`scripts::RELEASE`]). The `INCR` is not atomic with the `SET`, and need not be: it
+    /// runs after the `SET` on the same connection, so if another holder's `INCR` came
+    /// between the two, this holder's lease had already run out on the server before its own
+    /// `INCR` ran, and the reply arrives too late for the registry to make a guard of it.
     async fn acquire(
         &self,
         name: &LockName,
@@ -514,48 +612,54 @@ impl Backend for RedisBackend {
         lease: Duration,
         mode: AcquireMode,
     ) -> Result<Attempt> {
-        let waiter_ttl_ms = match mode {
-            AcquireMode::Try => 0,
-            AcquireMode::Queue => self.waiter_ttl_ms,
-        };
         let key = Self::lock_key(name);
         let fence_key = sibling_key(&key, "fence");
-        let (queue, waiters) = Self::queue_keys(&key);
-        let member = self.member(token);
-        let token = token.to_hex_bytes();
-        let (lease, ttl) = (ms(lease).to_string(), waiter_ttl_ms.to_string());
-        let reply = self
-            .eval(
-                &self.scripts.acquire,
-                &[&key, &fence_key, &queue, &waiters],
-                &[&token, lease.as_bytes(), ttl.as_bytes(), &member],
-            )
-            .await?;
-        let (ok, value) = match reply.ints().as_deref() {
-            Some(&[ok, value]) => (ok, value),
-            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
-        };
-        if ok == 1 {
-            let fence = u64::try_from(value)
-                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
-            Ok(Attempt::Acquired { fence })
-        } else {
-            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
-            // queued first (or it just vanished).
-            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
-            Ok(Attempt::Busy { retry_after })
+        let hex = token.to_hex_bytes();
+        let lease_ms = ms(lease).to_string();
+        if mode == AcquireMode::Try {
+            let replies = self
+                .pipeline_refs(&[
+                    &[b"GET", key.as_bytes()],
+                    &[
+                        b"SET",
+                        key.as_bytes(),
+                        &hex,
+                        b"NX",
+                        b"PX",
+                        lease_ms.as_bytes(),
+                    ],
+                    &[b"INCR", fence_key.as_bytes()],
+                ])
+                .await?;
+            let [was, set, fence] = <[Reply; 3]>::try_from(replies)
+                .map_err(|r| Error::backend(KIND, format!("unexpected replies {r:?}")))?;
+            match (set, fence) {
+                (Reply::Error(e), _) => return Err(server_err(e)),
+                (Reply::Bulk(None), _) if !matches!(&was, Reply::Bulk(Some(b)) if b[..] == hex[..]) => {
+                    return Ok(Attempt::Busy { retry_after: None })
+                }
+                (Reply::Simple(_), Reply::Int(f)) if f >= FENCE_SEED => {
+                    return Ok(Attempt::Acquired { fence: f as u64 })
+                }
+                // Ours already (a lost reply), or the fence counter must be seeded: the
+                // script does both.
+                _ => {}
+            }
         }
+        self.acquire_script(&key, &fence_key, token, &hex, &lease_ms, mode)
+            .await
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         let key = Self::lock_key(name);
         let (queue, waiters) = Self::queue_keys(&key);
+        let channel = Self::channel(name);
         let wake = Self::wake_prefix(name);
         let member = self.member(token);
         self.eval(
             &self.scripts.leave,
-            &[&queue, &waiters, &key],
-            &[&member, wake.as_bytes()],
+            &[&key, &queue, &waiters],
+            &[&member, wake.as_bytes(), channel.as_bytes(), self.legacy()],
         )
         .await?;
         Ok(())
@@ -571,7 +675,7 @@ impl Backend for RedisBackend {
             .eval(
                 &self.scripts.release,
                 &[&key, &queue, &waiters],
-                &[&token, channel.as_bytes(), wake.as_bytes()],
+                &[&token, channel.as_bytes(), wake.as_bytes(), self.legacy()],
             )
             .await?;
         // The wait queue already makes the hand-over fair: no grace period needed.
@@ -670,7 +774,7 @@ impl Backend for RedisBackend {
             .eval(
                 &self.scripts.force_release,
                 &[&key, &queue, &waiters],
-                &[channel.as_bytes(), wake.as_bytes()],
+                &[channel.as_bytes(), wake.as_bytes(), self.legacy()],
             )
             .await?;
         Ok(r.int() == Some(1))

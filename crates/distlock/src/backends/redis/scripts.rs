@@ -4,20 +4,54 @@
 
 use redis::Script;
 
-/// Leaves the head of the wait queue (KEYS[qi], expiries in KEYS[ei]) in `head`, after dropping
-/// waiters whose place expired. Costs one ZRANGE when nobody waits. Shared by the scripts below.
-const PURGE_HEAD: &str = r"
-local head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
-local t, now_ms
-if head then
-  t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+/// Queue helpers shared by the scripts that use the wait queue (KEYS[qi], expiries in
+/// KEYS[ei]; the lock is always KEYS[1]):
+///
+/// - `purge()` returns the head of the queue and how long its place still lasts (ms), after
+///   dropping waiters whose place expired. One ZRANGE when nobody waits.
+/// - `pass_on(channel, legacy, wake, leaving)` gives the lock up: to the head of the queue
+///   (skipping the token `leaving`), which gets the lock key set to its token for as long as
+///   its place lasts and a message on its instance's wake channel, so that no `SET NX` client
+///   can take the lock between a release and the head's confirmation; with nobody queued, the
+///   key is deleted and published for Spring's waiters on `<channel>:<lock key>` (Spring
+///   Integration after 6.5.2), and also on `<channel>` (up to 6.5.2) when `legacy` is `1`.
+const QUEUE: &str = r"
+local now_ms
+local function clock()
+  if not now_ms then
+    local t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_ms
+end
+local function purge()
+  local head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
   while head do
-    if tonumber(redis.call('HGET', KEYS[ei], head) or '0') > now_ms then break end
+    local left = tonumber(redis.call('HGET', KEYS[ei], head) or '0') - clock()
+    if left > 0 then return head, left end
     redis.call('ZREM', KEYS[qi], head)
     redis.call('HDEL', KEYS[ei], head)
     head = redis.call('ZRANGE', KEYS[qi], 0, 0)[1]
   end
+end
+local function hand_to(head, left, wake)
+  redis.call('SET', KEYS[1], string.sub(head, 1, 32), 'PX', left)
+  redis.call('PUBLISH', wake .. string.sub(head, 34), head)
+end
+local function pass_on(channel, legacy, wake, leaving)
+  local head, left = purge()
+  while head and string.sub(head, 1, 32) == leaving do
+    redis.call('ZREM', KEYS[qi], head)
+    redis.call('HDEL', KEYS[ei], head)
+    head, left = purge()
+  end
+  if head then
+    hand_to(head, left, wake)
+    return
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', channel .. ':' .. KEYS[1], KEYS[1])
+  if legacy == '1' then redis.call('PUBLISH', channel, KEYS[1]) end
 end
 ";
 
@@ -26,16 +60,18 @@ end
 /// {1, fence} when acquired, {0, pttl} when busy. Only the head of the wait queue (or anyone,
 /// when nobody waits) may take a free lock.
 ///
-/// A lock already held with the caller's token is the caller's: an earlier attempt succeeded
-/// but its reply was lost. That counts as acquired, with the lease set anew from now (the
-/// client counts it from this attempt) and a new fence. `pcall`, because a foreign holder may
-/// have left another type at the key (a Redisson hash), which `GET` refuses.
+/// A lock already held with the caller's token is the caller's: the release before it handed
+/// the lock to the caller as head of the queue, or an earlier attempt succeeded but its reply
+/// was lost. That counts as acquired, with the lease set anew from now (the client counts it
+/// from this attempt) and a new fence. `pcall`, because a foreign holder may have left
+/// another type at the key (a Redisson hash), which `GET` refuses.
 ///
 /// The fence counter starts at the server's clock in microseconds whenever it is missing
 /// (first use, expiry after a day unused, a restart that lost the data) and counts up from
 /// there, so it keeps increasing across data loss unless the clock steps back or the key saw
-/// more than a million acquisitions a second.
+/// more than a million acquisitions a second. [`FENCE_SEED`] is the bound both paths use.
 pub(super) const ACQUIRE: &str = r"
+local head = purge()
 local won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not won and redis.pcall('GET', KEYS[1]) == ARGV[1] then
   won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -55,62 +91,54 @@ if won then
 end
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
-  if not t then
-    t = redis.call('TIME')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
   if not redis.call('ZSCORE', KEYS[3], ARGV[4]) then
+    local t = redis.call('TIME')
     redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[4])
   end
-  redis.call('HSET', KEYS[4], ARGV[4], now_ms + ttl)
+  redis.call('HSET', KEYS[4], ARGV[4], clock() + ttl)
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
 end
 return {0, redis.call('PTTL', KEYS[1])}
 ";
 
-/// KEYS: lock, queue, waiter expiries. ARGV: token, channel, wake channel prefix. Returns 1
-/// when released, 0 when not held by token. With distlock waiters queued, the lock goes to the
-/// first of them, so only that waiter is woken: the message `<token>:<instance>` on
-/// `<prefix>-wake:<instance>`. Otherwise the lock key is published for Spring's waiters: on
-/// `<prefix>-channel` (Spring Integration up to 6.5.2) and on `<prefix>-channel:<lock key>`
-/// (later versions).
+/// The smallest fence counter value that [`ACQUIRE`] accepts as seeded; below it the counter
+/// was missing and is restarted from the server's clock.
+pub(super) const FENCE_SEED: i64 = 1_000_000_000_000;
+
+/// KEYS: lock, queue, waiter expiries. ARGV: token, channel, wake channel prefix, legacy
+/// channel (`1` or `0`). Returns 1 when released, 0 when not held by token. The lock goes to
+/// the first distlock waiter, if any (see `pass_on`), else it is deleted and published.
 pub(super) const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if head then
-  redis.call('PUBLISH', ARGV[3] .. string.sub(head, 34), head)
-else
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
-  redis.call('PUBLISH', ARGV[2] .. ':' .. KEYS[1], KEYS[1])
-end
+pass_on(ARGV[2], ARGV[4], ARGV[3], ARGV[1])
 return 1
 ";
 
-/// KEYS: lock, queue, waiter expiries. ARGV: channel, wake channel prefix. Returns 1 when a
-/// holder was removed. [`RELEASE`] without the owner check: an operator's forced release, which
-/// wakes waiters the same way.
+/// KEYS: lock, queue, waiter expiries. ARGV: channel, wake channel prefix, legacy channel.
+/// Returns 1 when a holder was removed. [`RELEASE`] without the owner check: an operator's
+/// forced release, which passes the lock on the same way.
 pub(super) const FORCE_RELEASE: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1])
-if head then
-  redis.call('PUBLISH', ARGV[2] .. string.sub(head, 34), head)
-else
-  redis.call('PUBLISH', ARGV[1], KEYS[1])
-  redis.call('PUBLISH', ARGV[1] .. ':' .. KEYS[1], KEYS[1])
-end
+local holder = redis.pcall('GET', KEYS[1])
+if not holder then return 0 end
+if type(holder) ~= 'string' then holder = '' end
+pass_on(ARGV[1], ARGV[3], ARGV[2], holder)
 return 1
 ";
 
-/// KEYS: queue, waiter expiries, lock. ARGV: queue member, wake channel prefix. Leaves the
-/// queue; when that makes another waiter the head of a free lock, wakes it.
+/// KEYS: lock, queue, waiter expiries. ARGV: queue member, wake channel prefix, channel,
+/// legacy channel. Leaves the queue. A lock that was already handed to the leaver is passed
+/// on; a free lock goes to the new head of the queue.
 pub(super) const LEAVE: &str = r"
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if head and head ~= ARGV[1] then return 1 end
-local next = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-if next and redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('PUBLISH', ARGV[2] .. string.sub(next, 34), next)
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+local token = string.sub(ARGV[1], 1, 32)
+local holder = redis.pcall('GET', KEYS[1])
+if holder == token then
+  pass_on(ARGV[3], ARGV[4], ARGV[2], token)
+elseif not holder then
+  local head, left = purge()
+  if head then hand_to(head, left, ARGV[2]) end
 end
 return 1
 ";
@@ -130,7 +158,7 @@ impl Lua {
     }
 
     pub(super) fn with_queue(body: &str, queue_key: usize, expiry_key: usize) -> Self {
-        let purge = PURGE_HEAD
+        let purge = QUEUE
             .replace("KEYS[qi]", &format!("KEYS[{queue_key}]"))
             .replace("KEYS[ei]", &format!("KEYS[{expiry_key}]"));
         Lua::new(&format!("{purge}{body}"))
