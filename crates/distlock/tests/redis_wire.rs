@@ -148,6 +148,44 @@ async fn waiters_of_different_processes_are_served_in_arrival_order() {
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 99]);
 }
 
+/// A release with a distlock waiter queued hands the lock to that waiter: at no moment is it
+/// free for a plain `SET NX PX` client or a `try_lock` arriving later, which is what lets an
+/// uncontended attempt skip the queue check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_first_waiter_not_to_a_later_arrival() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let holder = registry(&server.url()).await;
+    let waiter = registry(&server.url()).await;
+    let barger = registry(&server.url()).await;
+    for round in 0..20 {
+        let g = holder.obtain("handoff").unwrap().lock().await.unwrap();
+        let first_fence = g.fence();
+        let lock = waiter.obtain("handoff").unwrap();
+        let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+        // Queued once the queue has a member (a condition, not a delay).
+        let queued = Instant::now();
+        while server.cli(&["ZCARD", "{lock:handoff}:queue"]).unwrap() != "1" {
+            assert!(queued.elapsed() < Duration::from_secs(10), "never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        g.release().await.unwrap();
+        let set = server
+            .cli(&["SET", "lock:handoff", "foreign", "NX", "PX", "60000"])
+            .unwrap();
+        assert_ne!(set, "OK", "round {round}: a SET NX client took the lock");
+        assert!(
+            barger.obtain("handoff").unwrap().try_lock().await.is_err(),
+            "round {round}: a later try_lock took the lock"
+        );
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiter gets the lock")
+            .unwrap();
+        assert!(got.fence() > first_fence);
+        got.release().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_does_not_hold_up_the_queue() {
     let server = RedisServer::start().expect("redis-server must be installed");

@@ -4,7 +4,8 @@
 //! | what | layout |
 //! |---|---|
 //! | lock | STRING `<prefix>:<key>` holding the owner token, with a `PX` lease; taken by `SET NX PX` |
-//! | release | compare-and-delete script that publishes `<prefix>:<key>` on `<prefix>-channel` and `<prefix>-channel:<prefix>:<key>` (or wakes the first queued distlock waiter) |
+//! | acquire | `SET NX PX` pipelined with the fence's `INCR` (a script once waiters queue) |
+//! | release | compare-and-delete script that hands the lock to the first queued distlock waiter, or deletes it and publishes `<prefix>:<key>` on `<prefix>-channel:<prefix>:<key>` (and, if asked, `<prefix>-channel`) |
 //! | fence | counter in the lock key's hash slot, seeded from the server's clock in µs |
 //! | wait queue | ZSET + HASH in the lock key's hash slot: FIFO order and each waiter's expiry |
 //!
@@ -35,7 +36,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 use self::keys::sibling_key;
 use self::resp::{ConnInfo, Pool, Reply, RespError};
 use self::scripts::{
-    Lua, Scripts, ACQUIRE, EXTEND, FENCE_SEED, FORCE_RELEASE, INSPECT, LEAVE, RELEASE,
+    Lua, Scripts, ACQUIRE, EXTEND, EXTEND_MANY, FENCE_SEED, FORCE_RELEASE, INSPECT, LEAVE, RELEASE,
 };
 
 use crate::backend::{
@@ -45,6 +46,10 @@ use crate::backend::{
 use crate::error::{Error, Result};
 
 const KIND: &str = "redis";
+
+/// Locks renewed by one script call: big enough that a batch costs few calls, small enough
+/// that one call does not hold up the server (it runs alone while it runs).
+const RENEW_CHUNK: usize = 256;
 
 /// Connection settings of [`RedisBackend`].
 #[derive(Clone, Debug)]
@@ -304,6 +309,7 @@ impl RedisBackend {
                 force_release: Lua::with_queue(FORCE_RELEASE, 2, 3),
                 leave: Lua::with_queue(LEAVE, 2, 3),
                 extend: Lua::new(EXTEND),
+                extend_many: Lua::new(EXTEND_MANY),
                 inspect: Lua::new(INSPECT),
             },
             signals: Arc::new(ReleaseSignals::default()),
@@ -543,6 +549,37 @@ impl RedisBackend {
         }
     }
 
+    /// Sends [`scripts::EXTEND_MANY`] (by SHA, or its body with `EVAL`) once per chunk of
+    /// [`RENEW_CHUNK`] locks, in one pipeline.
+    async fn extend_chunks(
+        &self,
+        script: &[u8],
+        keys: &[String],
+        args: &[([u8; 32], String)],
+    ) -> Result<Vec<Reply>> {
+        let verb: &[u8] = if script.len() == 40 { b"EVALSHA" } else { b"EVAL" };
+        let counts: Vec<String> = keys
+            .chunks(RENEW_CHUNK)
+            .map(|c| c.len().to_string())
+            .collect();
+        let cmds: Vec<Vec<&[u8]>> = keys
+            .chunks(RENEW_CHUNK)
+            .zip(args.chunks(RENEW_CHUNK))
+            .zip(&counts)
+            .map(|((keys, args), n)| {
+                let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + 3 * keys.len());
+                cmd.extend([verb, script, n.as_bytes()]);
+                cmd.extend(keys.iter().map(|k| k.as_bytes()));
+                for (token, lease) in args {
+                    cmd.extend([token.as_slice(), lease.as_bytes()]);
+                }
+                cmd
+            })
+            .collect();
+        let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+        self.pipeline_refs(&refs).await
+    }
+
     fn queue_keys(key: &str) -> (String, String) {
         (sibling_key(key, "queue"), sibling_key(key, "waiters"))
     }
@@ -587,8 +624,8 @@ impl Backend for RedisBackend {
         Capabilities {
             fencing: Fencing::MonotonicAcrossDataLoss,
             notifies_release: true,
-            // Distlock waiters queue in a ZSET and only the head may take a free lock (also
-            // against `Try` attempts); foreign `SET NX` clients are not bound by the queue.
+            // Distlock waiters queue in a ZSET; a release hands the lock to the head, so no
+            // later attempt (not even a foreign `SET NX`) gets in first.
             fifo: true,
             cross_process: true,
         }
@@ -598,13 +635,17 @@ impl Backend for RedisBackend {
     /// the wait queue, which it keeps for [`RedisOptions::waiter_ttl`].
     ///
     /// A [`AcquireMode::Try`] attempt is the common protocol's `SET NX PX`, pipelined with the
-    /// fence's `INCR` and a `GET` that recognises the caller's own token: one round trip and
-    /// no script. It need not look at the wait queue, because a lock with distlock waiters
+    /// fence's `INCR`: one round trip and no script, which is most of what a lock cycle costs
+    /// the server. It need not look at the wait queue, because a lock with distlock waiters
     /// queued is never free: a release hands it to the head of the queue (see
     /// [`scripts::RELEASE`]). The `INCR` is not atomic with the `SET`, and need not be: it
     /// runs after the `SET` on the same connection, so if another holder's `INCR` came
     /// between the two, this holder's lease had already run out on the server before its own
     /// `INCR` ran, and the reply arrives too late for the registry to make a guard of it.
+    ///
+    /// A lock that already carries the caller's token (an earlier attempt's reply was lost)
+    /// looks busy to a try; the registry's next attempt, in [`AcquireMode::Queue`], is the
+    /// script, which recognises it.
     async fn acquire(
         &self,
         name: &LockName,
@@ -619,7 +660,6 @@ impl Backend for RedisBackend {
         if mode == AcquireMode::Try {
             let replies = self
                 .pipeline_refs(&[
-                    &[b"GET", key.as_bytes()],
                     &[
                         b"SET",
                         key.as_bytes(),
@@ -631,19 +671,15 @@ impl Backend for RedisBackend {
                     &[b"INCR", fence_key.as_bytes()],
                 ])
                 .await?;
-            let [was, set, fence] = <[Reply; 3]>::try_from(replies)
-                .map_err(|r| Error::backend(KIND, format!("unexpected replies {r:?}")))?;
-            match (set, fence) {
-                (Reply::Error(e), _) => return Err(server_err(e)),
-                (Reply::Bulk(None), _) if !matches!(&was, Reply::Bulk(Some(b)) if b[..] == hex[..]) => {
-                    return Ok(Attempt::Busy { retry_after: None })
-                }
-                (Reply::Simple(_), Reply::Int(f)) if f >= FENCE_SEED => {
+            match <[Reply; 2]>::try_from(replies) {
+                Ok([Reply::Bulk(None), _]) => return Ok(Attempt::Busy { retry_after: None }),
+                Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
                     return Ok(Attempt::Acquired { fence: f as u64 })
                 }
-                // Ours already (a lost reply), or the fence counter must be seeded: the
-                // script does both.
-                _ => {}
+                // Taken, but the fence counter must be seeded first: the script does that.
+                Ok([Reply::Simple(_), Reply::Int(_)]) => {}
+                Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
+                r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
             }
         }
         self.acquire_script(&key, &fence_key, token, &hex, &lease_ms, mode)
@@ -705,35 +741,25 @@ impl Backend for RedisBackend {
                     .await,
             ];
         }
-        // One pipeline for the whole batch; EVAL keeps it independent of the script cache.
-        let cmds = batch
+        // One script call per chunk of locks, all chunks in one pipeline: the server runs a
+        // loop instead of parsing and dispatching a command per lock.
+        let keys: Vec<String> = batch.iter().map(|r| Self::lock_key(&r.name)).collect();
+        let args: Vec<([u8; 32], String)> = batch
             .iter()
-            .map(|r| {
-                vec![
-                    b"EVAL".to_vec(),
-                    EXTEND.as_bytes().to_vec(),
-                    b"1".to_vec(),
-                    Self::lock_key(&r.name).into_bytes(),
-                    r.token.to_string().into_bytes(),
-                    ms(r.lease).to_string().into_bytes(),
-                ]
-            })
+            .map(|r| (r.token.to_hex_bytes(), ms(r.lease).to_string()))
             .collect();
-        match self.pipeline(cmds).await {
-            Ok(v) if v.len() == batch.len() => v
-                .into_iter()
-                .map(|r| match r {
-                    Reply::Error(e) => Err(server_err(e)),
-                    r => Ok(r.int() == Some(1)),
-                })
-                .collect(),
-            Ok(_) => batch
-                .iter()
-                .map(|_| Err(Error::backend(KIND, "short pipeline reply")))
-                .collect(),
+        let lua = &self.scripts.extend_many;
+        let mut result = self.extend_chunks(lua.sha.as_bytes(), &keys, &args).await;
+        if matches!(&result, Ok(replies) if replies.iter().any(|r| matches!(r, Reply::Error(e) if e.starts_with("NOSCRIPT"))))
+        {
+            // The server lost its script cache (a restart): send the body this once.
+            result = self.extend_chunks(lua.body.as_bytes(), &keys, &args).await;
+        }
+        let replies = match result {
+            Ok(replies) => replies,
             Err(e) => {
                 let (msg, retry) = (e.to_string(), e.is_retryable());
-                batch
+                return batch
                     .iter()
                     .map(|_| {
                         Err(if retry {
@@ -742,9 +768,25 @@ impl Backend for RedisBackend {
                             Error::backend(KIND, msg.clone())
                         })
                     })
-                    .collect()
+                    .collect();
+            }
+        };
+        let mut out = Vec::with_capacity(batch.len());
+        for (reply, chunk) in replies.into_iter().zip(batch.chunks(RENEW_CHUNK)) {
+            match reply {
+                Reply::Array(Some(items)) if items.len() == chunk.len() => {
+                    out.extend(items.iter().map(|r| Ok(r.int() == Some(1))))
+                }
+                Reply::Error(e) => out.extend(chunk.iter().map(|_| Err(server_err(e.clone())))),
+                r => out.extend(chunk.iter().map(|_| {
+                    Err(Error::backend(KIND, format!("unexpected reply {r:?}")))
+                })),
             }
         }
+        out.resize_with(batch.len(), || {
+            Err(Error::backend(KIND, "short pipeline reply"))
+        });
+        out
     }
 
     /// Listens to the lock's release channel and to the waiter's own wake-up (the release

@@ -71,19 +71,24 @@ struct Conn {
     start: usize,
 }
 
-/// Idle connections to one server.
+/// Connections to one server: at most [`MAX_OPEN`] in use at once, all kept once opened.
 pub(crate) struct Pool {
     info: ConnInfo,
     idle: Mutex<Vec<Conn>>,
+    /// A permit per connection in use. Without a bound, a burst of concurrent requests (a
+    /// registry acquiring 100,000 keys at once) would open a connection for each.
+    open: tokio::sync::Semaphore,
 }
 
-const MAX_IDLE: usize = 16;
+const MAX_IDLE: usize = MAX_OPEN;
+const MAX_OPEN: usize = 32;
 
 impl Pool {
     pub(crate) fn new(info: ConnInfo) -> Self {
         Pool {
             info,
             idle: Mutex::new(Vec::new()),
+            open: tokio::sync::Semaphore::new(MAX_OPEN),
         }
     }
 
@@ -93,6 +98,12 @@ impl Pool {
         &self,
         cmds: &[C],
     ) -> Result<Vec<Reply>, RespError> {
+        // Fair (FIFO) and never closed; waiting for it is not part of the response timeout.
+        let _permit = self
+            .open
+            .acquire()
+            .await
+            .map_err(|_| RespError::Io(io::Error::other("connection pool closed")))?;
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let reused = idle.is_some();
         let mut conn = match idle {

@@ -173,6 +173,19 @@ end
 return 0
 ";
 
+/// KEYS: locks. ARGV: token and lease ms of each lock, in turn. Returns 1 for each lock
+/// extended, 0 for each not held by its token: a batch of renewals in one call.
+pub(super) const EXTEND_MANY: &str = r"
+local out = {}
+for i = 1, #KEYS do
+  out[i] = 0
+  if redis.pcall('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+  end
+end
+return out
+";
+
 /// KEYS: lock, fence. Returns {pttl, fence}.
 pub(super) const INSPECT: &str = r"
 return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '-1')}
@@ -183,6 +196,7 @@ pub(super) struct Scripts {
     pub(super) release: Lua,
     pub(super) force_release: Lua,
     pub(super) extend: Lua,
+    pub(super) extend_many: Lua,
     pub(super) inspect: Lua,
     pub(super) leave: Lua,
 }
