@@ -143,6 +143,7 @@ impl Lock {
             joined: false,
         };
         let mut was_busy = false;
+        let mut last_busy_sent: Option<Instant> = None;
 
         // Having just released a lock others were waiting for, let one of them have it first.
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
@@ -172,30 +173,45 @@ impl Lock {
             armed: false,
         };
         loop {
-            let mode = if queues && (was_busy || expect_busy) {
-                AcquireMode::Queue
+            // A lock handed to us while we waited needs no attempt; its lease is counted from
+            // before the last attempt that found the lock busy (see `Backend::take_grant`).
+            let granted = last_busy_sent
+                .and_then(|at| backend.take_grant(name, token).map(|fence| (fence, at)));
+            let (attempt, sent) = if let Some((fence, at)) = granted {
+                (Ok(Attempt::Acquired { fence }), at)
             } else {
-                AcquireMode::Try
+                let mode = if queues && (was_busy || expect_busy) {
+                    AcquireMode::Queue
+                } else {
+                    AcquireMode::Try
+                };
+                let sent = Instant::now();
+                let mut in_flight = InFlight::start(reg, name, token, self.lease, mode);
+                // `try_lock_for` bounds its attempts too: a reply that comes after the
+                // deadline is not waited for (the attempt finishes in the background, then is
+                // undone).
+                let attempt = match wait {
+                    Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
+                        Ok(a) => a,
+                        Err(_) => {
+                            // The in-flight attempt's undo releases and leaves the queue,
+                            // after it.
+                            queued.joined = false;
+                            uncertain.armed = false;
+                            drop(in_flight);
+                            local.contended = true;
+                            return Err(self.not_acquired(started));
+                        }
+                    },
+                    _ => in_flight.outcome().await,
+                };
+                in_flight.finished();
+                if matches!(attempt, Ok(Attempt::Busy { .. })) {
+                    last_busy_sent = Some(sent);
+                    queued.joined = mode == AcquireMode::Queue;
+                }
+                (attempt, sent)
             };
-            let sent = Instant::now();
-            let mut in_flight = InFlight::start(reg, name, token, self.lease, mode);
-            // `try_lock_for` bounds its attempts too: a reply that comes after the deadline
-            // is not waited for (the attempt finishes in the background, then is undone).
-            let attempt = match wait {
-                Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
-                    Ok(a) => a,
-                    Err(_) => {
-                        // The in-flight attempt's undo releases and leaves the queue, after it.
-                        queued.joined = false;
-                        uncertain.armed = false;
-                        drop(in_flight);
-                        local.contended = true;
-                        return Err(self.not_acquired(started));
-                    }
-                },
-                _ => in_flight.outcome().await,
-            };
-            in_flight.finished();
             uncertain.armed |= attempt.is_err();
             let retry_after = match attempt {
                 Ok(Attempt::Acquired { .. }) if arrived_too_late(sent, self.lease) => {
@@ -241,7 +257,6 @@ impl Lock {
                     ));
                 }
                 Ok(Attempt::Busy { retry_after }) => {
-                    queued.joined = mode == AcquireMode::Queue;
                     was_busy = true;
                     retry_after
                 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::fifo::spawn_waiter;
 use distlock::backends::redis::RedisBackend;
 use distlock::testkit::redis::RedisServer;
-use distlock::{Backend, LockName, LockRegistry, RegistryOptions};
+use distlock::{AcquireMode, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token};
 use futures_util::StreamExt;
 
 async fn registry(url: &str) -> LockRegistry {
@@ -184,6 +184,63 @@ async fn a_release_hands_the_lock_to_the_first_waiter_not_to_a_later_arrival() {
         assert!(got.fence() > first_fence);
         got.release().await.unwrap();
     }
+}
+
+/// The hand-over on the wire: the release sets the lock to the queued waiter's token with the
+/// waiter's lease and tells it the fence, so the waiter holds the lock without an attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_grants_the_lock_and_its_fence_to_the_head_waiter() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let holder = RedisBackend::connect(&server.url()).await.expect("connect");
+    let waiter = RedisBackend::connect(&server.url()).await.expect("connect");
+    let name = LockName::new("lock", "granted").unwrap();
+    let (first, second) = (Token::random(), Token::random());
+    let lease = Duration::from_secs(30);
+    let Attempt::Acquired { fence: f1 } = holder
+        .acquire(&name, first, lease, AcquireMode::Try)
+        .await
+        .unwrap()
+    else {
+        panic!("a free lock is acquired")
+    };
+    let mut sub = waiter.subscribe(&name, second).await.unwrap();
+    assert!(matches!(
+        waiter
+            .acquire(&name, second, Duration::from_secs(20), AcquireMode::Queue)
+            .await
+            .unwrap(),
+        Attempt::Busy { .. }
+    ));
+    assert_eq!(
+        waiter.take_grant(&name, second),
+        None,
+        "nothing granted yet"
+    );
+    assert!(holder.release(&name, first).await.unwrap().was_held);
+    tokio::time::timeout(Duration::from_secs(5), sub.released())
+        .await
+        .expect("the waiter is woken");
+    let f2 = waiter
+        .take_grant(&name, second)
+        .expect("the lock was granted");
+    assert!(f2 > f1, "fence {f2} after {f1}");
+    assert_eq!(waiter.take_grant(&name, second), None, "taken once");
+    assert_eq!(
+        server.cli(&["GET", "lock:granted"]).unwrap(),
+        second.to_string()
+    );
+    let pttl: u64 = server
+        .cli(&["PTTL", "lock:granted"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        pttl > 10_000 && pttl <= 20_000,
+        "the waiter's lease, got {pttl} ms"
+    );
+    let info = waiter.inspect(&name).await.unwrap().expect("held");
+    assert_eq!(info.fence, Some(f2));
+    assert!(waiter.release(&name, second).await.unwrap().was_held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

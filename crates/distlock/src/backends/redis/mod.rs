@@ -23,7 +23,7 @@ mod scripts;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -94,6 +94,7 @@ pub struct RedisBackend {
     conn: Mutex<Option<MultiplexedConnection>>,
     scripts: Scripts,
     signals: Arc<ReleaseSignals>,
+    grants: Arc<Grants>,
     pubsub: tokio::sync::Mutex<PubSub>,
     waiter_ttl_ms: u64,
     spring_legacy_channel: bool,
@@ -304,15 +305,16 @@ impl RedisBackend {
             pool,
             conn: Mutex::new(None),
             scripts: Scripts {
-                acquire: Lua::with_queue(ACQUIRE, 3, 4),
-                release: Lua::with_queue(RELEASE, 2, 3),
-                force_release: Lua::with_queue(FORCE_RELEASE, 2, 3),
-                leave: Lua::with_queue(LEAVE, 2, 3),
+                acquire: Lua::with_queue(ACQUIRE),
+                release: Lua::with_queue(RELEASE),
+                force_release: Lua::with_queue(FORCE_RELEASE),
+                leave: Lua::with_queue(LEAVE),
                 extend: Lua::new(EXTEND),
                 extend_many: Lua::new(EXTEND_MANY),
                 inspect: Lua::new(INSPECT),
             },
             signals: Arc::new(ReleaseSignals::default()),
+            grants: Arc::default(),
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
             waiter_ttl_ms: ms(options.waiter_ttl),
             spring_legacy_channel: options.spring_legacy_channel,
@@ -485,6 +487,7 @@ impl RedisBackend {
             tokio::spawn(read_messages(
                 stream,
                 Arc::downgrade(&self.signals),
+                Arc::downgrade(&self.grants),
                 format!("-wake:{}", self.instance),
                 alive,
             ));
@@ -538,6 +541,8 @@ impl RedisBackend {
             _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
         };
         if ok == 1 {
+            // A hand-over whose message came while this attempt ran is superseded by it.
+            self.grants.take(&token.to_hex_bytes());
             let fence = u64::try_from(value)
                 .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
             Ok(Attempt::Acquired { fence })
@@ -557,7 +562,11 @@ impl RedisBackend {
         keys: &[String],
         args: &[([u8; 32], String)],
     ) -> Result<Vec<Reply>> {
-        let verb: &[u8] = if script.len() == 40 { b"EVALSHA" } else { b"EVAL" };
+        let verb: &[u8] = if script.len() == 40 {
+            b"EVALSHA"
+        } else {
+            b"EVAL"
+        };
         let counts: Vec<String> = keys
             .chunks(RENEW_CHUNK)
             .map(|c| c.len().to_string())
@@ -585,11 +594,39 @@ impl RedisBackend {
     }
 }
 
-/// Turns pub/sub messages into wake-ups: a wake message names the queued waiter's token, a
-/// release message the lock key.
+/// Locks handed to this backend's waiters by a release (token → fence), until the waiter
+/// takes them ([`Backend::take_grant`]) or stops waiting. Bounded: a grant nobody takes (its
+/// waiter is gone) is forgotten when the table fills, and a forgotten grant only costs the
+/// waiter an attempt, which finds the lock carrying its token.
+#[derive(Default)]
+struct Grants(Mutex<HashMap<[u8; 32], u64>>);
+
+const MAX_GRANTS: usize = 4096;
+
+impl Grants {
+    fn insert(&self, token: [u8; 32], fence: u64) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.len() >= MAX_GRANTS {
+            g.clear();
+        }
+        g.insert(token, fence);
+    }
+
+    fn take(&self, token: &[u8; 32]) -> Option<u64> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_empty() {
+            return None;
+        }
+        g.remove(token)
+    }
+}
+
+/// Turns pub/sub messages into wake-ups: a wake message `<token>:<instance>:<fence>` hands
+/// the lock to a queued waiter, a release message names the lock key.
 async fn read_messages(
     mut stream: redis::aio::PubSubStream,
     signals: Weak<ReleaseSignals>,
+    grants: Weak<Grants>,
     wake_suffix: String,
     _alive: Arc<()>,
 ) {
@@ -601,9 +638,21 @@ async fn read_messages(
             continue;
         };
         if !msg.from_pattern() && msg.get_channel_name().ends_with(&wake_suffix) {
-            if let Some((token, _instance)) = payload.split_once(':') {
-                signals.fire(token);
+            let Some((token, rest)) = payload.split_once(':') else {
+                continue;
+            };
+            let fence = rest
+                .rsplit_once(':')
+                .and_then(|(_, f)| f.parse::<u64>().ok());
+            if let (Some(fence), Ok(key), Some(grants)) = (
+                fence,
+                <[u8; 32]>::try_from(token.as_bytes()),
+                grants.upgrade(),
+            ) {
+                // Before the wake-up, so that the woken waiter finds it.
+                grants.insert(key, fence);
             }
+            signals.fire(token);
         } else {
             signals.fire(&payload);
         }
@@ -686,7 +735,14 @@ impl Backend for RedisBackend {
             .await
     }
 
+    /// A release that found this waiter at the head of the queue set the lock key to its token
+    /// with its lease, took its fence and sent both in the wake-up message.
+    fn take_grant(&self, _name: &LockName, token: Token) -> Option<u64> {
+        self.grants.take(&token.to_hex_bytes())
+    }
+
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
+        self.grants.take(&token.to_hex_bytes());
         let key = Self::lock_key(name);
         let (queue, waiters) = Self::queue_keys(&key);
         let channel = Self::channel(name);
@@ -694,7 +750,7 @@ impl Backend for RedisBackend {
         let member = self.member(token);
         self.eval(
             &self.scripts.leave,
-            &[&key, &queue, &waiters],
+            &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
             &[&member, wake.as_bytes(), channel.as_bytes(), self.legacy()],
         )
         .await?;
@@ -710,7 +766,7 @@ impl Backend for RedisBackend {
         let r = self
             .eval(
                 &self.scripts.release,
-                &[&key, &queue, &waiters],
+                &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
                 &[&token, channel.as_bytes(), wake.as_bytes(), self.legacy()],
             )
             .await?;
@@ -778,9 +834,11 @@ impl Backend for RedisBackend {
                     out.extend(items.iter().map(|r| Ok(r.int() == Some(1))))
                 }
                 Reply::Error(e) => out.extend(chunk.iter().map(|_| Err(server_err(e.clone())))),
-                r => out.extend(chunk.iter().map(|_| {
-                    Err(Error::backend(KIND, format!("unexpected reply {r:?}")))
-                })),
+                r => out.extend(
+                    chunk
+                        .iter()
+                        .map(|_| Err(Error::backend(KIND, format!("unexpected reply {r:?}")))),
+                ),
             }
         }
         out.resize_with(batch.len(), || {
@@ -815,7 +873,7 @@ impl Backend for RedisBackend {
         let r = self
             .eval(
                 &self.scripts.force_release,
-                &[&key, &queue, &waiters],
+                &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
                 &[channel.as_bytes(), wake.as_bytes(), self.legacy()],
             )
             .await?;
