@@ -12,6 +12,7 @@ pub const SCHEMES: &[&str] = &[
     "sqlite:///abs/path.db",
     "redis://[user:pass@]host:port[/db]",
     "rediss://[user:pass@]host:port[/db]",
+    "redlock://[user:pass@]host:port,host:port,host:port[/db]",
     #[cfg(feature = "etcd")]
     "etcd://[user:pass@]host:port[,host:port]",
     #[cfg(feature = "etcd-tls")]
@@ -33,6 +34,7 @@ pub const SCHEMES: &[&str] = &[
 /// | `memory://` | in this process | `memory` |
 /// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
 /// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
+/// | `redlock://[user:pass@]host:port,host:port,host:port[/db]` | Redlock over independent Redis masters | `redis` |
 /// | `etcd://[user:pass@]host:port[,host:port]`, `etcds://…` (TLS) | etcd, `concurrency.Mutex` layout | `etcd` (`etcd-tls`) |
 /// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
 /// | `mysql://[user:pass@]host:port/db[?params]`, `mariadb://…` | MySQL / MariaDB lease table | `mysql` |
@@ -82,6 +84,10 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "redis")]
+        "redlock" => Ok(Arc::new(
+            crate::backends::redis::redlock::RedlockBackend::connect(url).await?,
         )),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(

@@ -1,5 +1,5 @@
 //! The conformance suite on every backend this build has: memory, Redis (a throwaway
-//! `redis-server` per test), SQLite (a fresh database file per test), PostgreSQL and
+//! `redis-server` per test), Redlock (three of them), SQLite (a fresh database file per test), PostgreSQL and
 //! MariaDB, each also in Spring mode (a fresh database per test on the machine's server, or on
 //! a throwaway server the test process starts when none runs), ZooKeeper and etcd (a
 //! throwaway server per test process). Each harness is reached by URL, so the lost-signal
@@ -26,6 +26,13 @@ async fn redis() -> Harness {
     let server =
         RedisServer::start().expect("redis-server must be installed (scripts/test.sh installs it)");
     Harness::connect(server.url()).keep_alive(server)
+}
+
+/// Redlock over three throwaway servers.
+async fn redlock() -> Harness {
+    let nodes = RedisServer::start_independent(3)
+        .expect("redis-server must be installed (scripts/test.sh installs it)");
+    Harness::connect(RedisServer::redlock_url(&nodes)).keep_alive(nodes)
 }
 
 async fn sqlite() -> Harness {
@@ -87,6 +94,7 @@ async fn etcd() -> Harness {
 // One line per backend: the suite's name (its tests are `<name>::<scenario>`) and its harness.
 distlock::conformance_suite!(on_memory, memory);
 distlock::conformance_suite!(on_redis, redis);
+distlock::conformance_suite!(on_redlock, redlock);
 distlock::conformance_suite!(on_sqlite, sqlite);
 #[cfg(feature = "postgres")]
 distlock::conformance_suite!(on_postgres, || postgres_with(""));

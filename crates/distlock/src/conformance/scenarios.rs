@@ -199,7 +199,9 @@ pub async fn lease_expiry_frees_lock(h: &Harness) {
         "taken before the lease ended"
     );
     assert!(!g.is_held());
-    assert!(g2.fence() > g.fence());
+    if h.capabilities().await.fences() {
+        assert!(g2.fence() > g.fence());
+    }
     assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
     g2.release().await.unwrap();
 }

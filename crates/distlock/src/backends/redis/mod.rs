@@ -18,6 +18,7 @@
 //! `rediss://` (TLS) goes through the `redis` crate. Pub/sub always uses the `redis` crate.
 
 mod keys;
+pub mod redlock;
 mod resp;
 mod scripts;
 #[cfg(test)]
@@ -231,6 +232,21 @@ impl RedisBackend {
     /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
     /// table, a root node) stays, as the next call would make it anyway.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let backend = Self::build(url, options)?;
+        backend.ping().await?;
+        Ok(backend)
+    }
+
+    /// Answers whether the server is reachable and accepts the credentials.
+    async fn ping(&self) -> Result<()> {
+        match self.command(vec![b"PING".to_vec()]).await? {
+            Reply::Error(e) => Err(server_err(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The backend for `url`, without connecting yet.
+    fn build(url: &str, options: RedisOptions) -> Result<Self> {
         let parsed = url::Url::parse(url)
             .map_err(|e| Error::config(format!("redis URL {:?}: {e}", crate::redact(url))))?;
         match parsed.scheme() {
@@ -298,7 +314,7 @@ impl RedisBackend {
                 response_timeout: options.response_timeout,
             })
         });
-        let backend = RedisBackend {
+        Ok(RedisBackend {
             client,
             target,
             config,
@@ -319,12 +335,7 @@ impl RedisBackend {
             waiter_ttl_ms: ms(options.waiter_ttl),
             spring_legacy_channel: options.spring_legacy_channel,
             instance: format!("{:016x}", rand::random::<u64>()),
-        };
-        // Connect now, so that a wrong address or password is reported by `connect`.
-        match backend.command(vec![b"PING".to_vec()]).await? {
-            Reply::Error(e) => Err(server_err(e)),
-            _ => Ok(backend),
-        }
+        })
     }
 
     /// How many wake-up channels this backend keeps track of (lock keys listened to, waiters'

@@ -153,6 +153,24 @@ impl RedisServer {
         format!("redis://{userinfo}127.0.0.1:{}", self.port)
     }
 
+    /// Starts `n` independent servers, the nodes of a Redlock (see [`redlock_url`](Self::redlock_url)).
+    ///
+    /// # Errors
+    ///
+    /// Fails if a server does not start.
+    pub fn start_independent(n: usize) -> io::Result<Vec<RedisServer>> {
+        (0..n).map(|_| RedisServer::start()).collect()
+    }
+
+    /// `redlock://127.0.0.1:p1,127.0.0.1:p2,…` over `nodes`.
+    pub fn redlock_url(nodes: &[RedisServer]) -> String {
+        let hosts: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redlock://{}", hosts.join(","))
+    }
+
     /// The options the server was started with.
     pub fn options(&self) -> &RedisServerOptions {
         &self.options
