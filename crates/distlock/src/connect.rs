@@ -12,6 +12,7 @@ pub const SCHEMES: &[&str] = &[
     "sqlite:///abs/path.db",
     "redis://[user:pass@]host:port[/db]",
     "rediss://[user:pass@]host:port[/db]",
+    "redis+sentinel://[user:pass@]host:port[,host:port]/master[?min_replicas=N]",
     "redlock://[user:pass@]host:port,host:port,host:port[/db]",
     #[cfg(feature = "etcd")]
     "etcd://[user:pass@]host:port[,host:port]",
@@ -34,6 +35,7 @@ pub const SCHEMES: &[&str] = &[
 /// | `memory://` | in this process | `memory` |
 /// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
 /// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
+/// | `redis+sentinel://[user:pass@]host:port[,host:port]/master[?params]` | Redis under Sentinel: follows failover; acquisitions wait for `min_replicas` | `redis` |
 /// | `redlock://[user:pass@]host:port,host:port,host:port[/db]` | Redlock over independent Redis masters | `redis` |
 /// | `etcd://[user:pass@]host:port[,host:port]`, `etcds://…` (TLS) | etcd, `concurrency.Mutex` layout | `etcd` (`etcd-tls`) |
 /// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
@@ -82,7 +84,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
             url,
         )?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(
+        "redis" | "rediss" | "redis+sentinel" => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect(url).await?,
         )),
         #[cfg(feature = "redis")]

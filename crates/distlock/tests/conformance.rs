@@ -1,5 +1,6 @@
 //! The conformance suite on every backend this build has: memory, Redis (a throwaway
-//! `redis-server` per test), Redlock (three of them), SQLite (a fresh database file per test), PostgreSQL and
+//! `redis-server` per test), Redlock (three of them), Sentinel (a master, two replicas, three
+//! Sentinels), SQLite (a fresh database file per test), PostgreSQL and
 //! MariaDB, each also in Spring mode (a fresh database per test on the machine's server, or on
 //! a throwaway server the test process starts when none runs), ZooKeeper and etcd (a
 //! throwaway server per test process). Each harness is reached by URL, so the lost-signal
@@ -33,6 +34,15 @@ async fn redlock() -> Harness {
     let nodes = RedisServer::start_independent(3)
         .expect("redis-server must be installed (scripts/test.sh installs it)");
     Harness::connect(RedisServer::redlock_url(&nodes)).keep_alive(nodes)
+}
+
+/// Redis under Sentinel: a master, two replicas and three Sentinels; acquisitions wait for one
+/// replica.
+async fn redis_sentinel() -> Harness {
+    use distlock::testkit::redis::sentinel::SentinelSet;
+    let set = tokio::task::block_in_place(|| SentinelSet::start(2))
+        .expect("redis-server must be installed (scripts/test.sh installs it)");
+    Harness::connect(set.url()).keep_alive(set)
 }
 
 async fn sqlite() -> Harness {
@@ -95,6 +105,7 @@ async fn etcd() -> Harness {
 distlock::conformance_suite!(on_memory, memory);
 distlock::conformance_suite!(on_redis, redis);
 distlock::conformance_suite!(on_redlock, redlock);
+distlock::conformance_suite!(on_redis_sentinel, redis_sentinel);
 distlock::conformance_suite!(on_sqlite, sqlite);
 #[cfg(feature = "postgres")]
 distlock::conformance_suite!(on_postgres, || postgres_with(""));

@@ -18,27 +18,30 @@
 //! `rediss://` (TLS) goes through the `redis` crate. Pub/sub always uses the `redis` crate.
 
 mod keys;
+mod notify;
 pub mod redlock;
 mod resp;
 mod scripts;
+mod sentinel;
 #[cfg(test)]
 mod tests;
+mod transport;
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSubSink};
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
 
 use self::keys::sibling_key;
-use self::resp::{ConnInfo, Pool, Reply, RespError};
+use self::notify::{Grants, PubSub};
+use self::resp::{ConnInfo, Pool, Reply};
 use self::scripts::{
     Lua, Scripts, ACQUIRE, EXTEND, EXTEND_MANY, FENCE_SEED, FORCE_RELEASE, INSPECT, LEAVE, RELEASE,
 };
+use self::transport::server_err;
 
 use crate::backend::{
     AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
@@ -99,15 +102,13 @@ pub struct RedisBackend {
     pubsub: tokio::sync::Mutex<PubSub>,
     waiter_ttl_ms: u64,
     spring_legacy_channel: bool,
+    /// Replicas that must acknowledge an acquisition or extension (`WAIT`), 0 for none.
+    min_replicas: u32,
+    replica_timeout_ms: u64,
+    /// With Sentinel: how to reach the current master's pub/sub.
+    sentinel: Option<sentinel::Mode>,
     /// Names this backend instance's wake channel: queued waiters are woken one at a time.
     instance: String,
-}
-
-#[derive(Default)]
-struct PubSub {
-    sink: Option<PubSubSink>,
-    channels: HashSet<String>,
-    alive: Option<Weak<()>>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -115,70 +116,6 @@ impl fmt::Debug for RedisBackend {
         f.debug_struct("RedisBackend")
             .field("server", &self.target)
             .finish()
-    }
-}
-
-fn map_err(e: RedisError) -> Error {
-    let text = e.to_string();
-    if e.kind() == ErrorKind::AuthenticationFailed
-        || text.contains("WRONGPASS")
-        || text.contains("NOAUTH")
-        || text.contains("NOPERM")
-    {
-        return Error::backend(KIND, format!("authentication or permission failed: {text}"));
-    }
-    if e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || text.contains("LOADING")
-        || text.contains("BUSY")
-        || text.contains("TRYAGAIN")
-        || text.contains("MASTERDOWN")
-    {
-        return Error::unavailable(KIND, text);
-    }
-    Error::backend(KIND, text)
-}
-
-/// Maps an error reply of the server.
-fn server_err(text: String) -> Error {
-    if text.starts_with("WRONGPASS") || text.starts_with("NOAUTH") || text.starts_with("NOPERM") {
-        return Error::backend(KIND, format!("authentication or permission failed: {text}"));
-    }
-    if [
-        "LOADING",
-        "BUSY",
-        "TRYAGAIN",
-        "MASTERDOWN",
-        "READONLY",
-        "CLUSTERDOWN",
-    ]
-    .iter()
-    .any(|p| text.starts_with(p))
-    {
-        return Error::unavailable(KIND, text);
-    }
-    Error::backend(KIND, text)
-}
-
-fn resp_err(e: RespError) -> Error {
-    match e {
-        RespError::Io(e) | RespError::Unsent(e) => Error::unavailable(KIND, e.to_string()),
-        RespError::Server(text) => server_err(text),
-    }
-}
-
-fn from_value(v: Value) -> Reply {
-    match v {
-        Value::Int(n) => Reply::Int(n),
-        Value::Nil => Reply::Bulk(None),
-        Value::BulkString(b) => Reply::Bulk(Some(b)),
-        Value::SimpleString(s) => Reply::Simple(s),
-        Value::Okay => Reply::Simple("OK".into()),
-        Value::Array(items) => Reply::Array(Some(items.into_iter().map(from_value).collect())),
-        Value::ServerError(e) => Reply::Error(format!("{e:?}")),
-        other => Reply::Error(format!("unexpected reply {other:?}")),
     }
 }
 
@@ -202,6 +139,9 @@ impl RedisBackend {
     /// The URL's query may say `spring_legacy_channel=true` (see
     /// [`RedisOptions::spring_legacy_channel`]); the rest of it goes to the `redis` crate.
     pub async fn connect(url: &str) -> Result<Self> {
+        if url.starts_with("redis+sentinel://") {
+            return sentinel::connect(url, RedisOptions::default()).await;
+        }
         let mut options = RedisOptions::default();
         let url = match url.split_once('?') {
             Some((base, query)) => {
@@ -312,6 +252,7 @@ impl RedisBackend {
                 db: path.parse().unwrap_or(0),
                 connect_timeout: options.connect_timeout,
                 response_timeout: options.response_timeout,
+                sentinel: None,
             })
         });
         Ok(RedisBackend {
@@ -334,6 +275,9 @@ impl RedisBackend {
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
             waiter_ttl_ms: ms(options.waiter_ttl),
             spring_legacy_channel: options.spring_legacy_channel,
+            min_replicas: 0,
+            replica_timeout_ms: 1000,
+            sentinel: None,
             instance: format!("{:016x}", rand::random::<u64>()),
         })
     }
@@ -343,110 +287,6 @@ impl RedisBackend {
     #[doc(hidden)]
     pub fn wake_channels(&self) -> usize {
         self.signals.len()
-    }
-
-    async fn connection(&self) -> Result<MultiplexedConnection> {
-        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            return Ok(c.clone());
-        }
-        let c = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await
-            .map_err(map_err)?;
-        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
-        Ok(c)
-    }
-
-    /// Sends several commands in one round trip; returns their replies in order (error
-    /// replies included). A broken connection is dropped so that the next call reconnects.
-    async fn pipeline(&self, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>> {
-        if let Some(pool) = &self.pool {
-            let refs: Vec<Vec<&[u8]>> = cmds
-                .iter()
-                .map(|c| c.iter().map(Vec::as_slice).collect())
-                .collect();
-            return pool.pipeline(&refs).await.map_err(|e| {
-                pool.clear();
-                resp_err(e)
-            });
-        }
-        let mut con = self.connection().await?;
-        let mut pipe = redis::pipe();
-        for c in &cmds {
-            let mut cmd = redis::cmd(&String::from_utf8_lossy(&c[0]));
-            for a in &c[1..] {
-                cmd.arg(a.as_slice());
-            }
-            pipe.add_command(cmd);
-        }
-        match pipe.query_async::<Vec<Value>>(&mut con).await {
-            Ok(v) => Ok(v.into_iter().map(from_value).collect()),
-            Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => Ok(cmds
-                .iter()
-                .map(|_| Reply::Error("NOSCRIPT".into()))
-                .collect()),
-            Err(e) => {
-                if e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_unrecoverable_error()
-                    || e.is_timeout()
-                {
-                    *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                }
-                Err(map_err(e))
-            }
-        }
-    }
-
-    async fn command(&self, cmd: Vec<Vec<u8>>) -> Result<Reply> {
-        let mut replies = self.pipeline(vec![cmd]).await?;
-        replies
-            .pop()
-            .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
-    }
-
-    /// Runs `lua` by its SHA, loading it by EVAL when the server lost its script cache (after
-    /// a restart). An error reply becomes an error.
-    async fn eval(&self, lua: &Lua, keys: &[&str], args: &[&[u8]]) -> Result<Reply> {
-        let nkeys = keys.len().to_string();
-        let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
-        cmd.extend([b"EVALSHA".as_slice(), lua.sha.as_bytes(), nkeys.as_bytes()]);
-        cmd.extend(keys.iter().map(|k| k.as_bytes()));
-        cmd.extend_from_slice(args);
-        let mut reply = self.request(&cmd).await?;
-        if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
-            cmd[0] = b"EVAL";
-            cmd[1] = lua.body.as_bytes();
-            reply = self.request(&cmd).await?;
-        }
-        match reply {
-            Reply::Error(e) => Err(server_err(e)),
-            r => Ok(r),
-        }
-    }
-
-    /// One command on the lock path's connection.
-    async fn request(&self, cmd: &[&[u8]]) -> Result<Reply> {
-        self.pipeline_refs(&[cmd])
-            .await?
-            .pop()
-            .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
-    }
-
-    /// [`Self::pipeline`] without copying the arguments on the built-in client's path.
-    async fn pipeline_refs(&self, cmds: &[&[&[u8]]]) -> Result<Vec<Reply>> {
-        if let Some(pool) = &self.pool {
-            return pool.pipeline(cmds).await.map_err(|e| {
-                pool.clear();
-                resp_err(e)
-            });
-        }
-        let owned = cmds
-            .iter()
-            .map(|c| c.iter().map(|a| a.to_vec()).collect())
-            .collect();
-        self.pipeline(owned).await
     }
 
     fn lock_key(name: &LockName) -> String {
@@ -483,45 +323,6 @@ impl RedisBackend {
         m
     }
 
-    /// Makes sure the pub/sub connection listens on the prefix's release and wake channels.
-    async fn ensure_listening(&self, name: &LockName) -> Result<()> {
-        let channel = Self::channel(name);
-        let mut ps = self.pubsub.lock().await;
-        let dead = ps.alive.as_ref().is_none_or(|w| w.strong_count() == 0);
-        if dead {
-            let pubsub = self.client.get_async_pubsub().await.map_err(map_err)?;
-            let (sink, stream) = pubsub.split();
-            let alive = Arc::new(());
-            ps.alive = Some(Arc::downgrade(&alive));
-            ps.sink = Some(sink);
-            ps.channels.clear();
-            tokio::spawn(read_messages(
-                stream,
-                Arc::downgrade(&self.signals),
-                Arc::downgrade(&self.grants),
-                format!("-wake:{}", self.instance),
-                alive,
-            ));
-        }
-        if !ps.channels.contains(&channel) {
-            let sink = ps
-                .sink
-                .as_mut()
-                .ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
-            let wake = format!("{}{}", Self::wake_prefix(name), self.instance);
-            let mut res = sink.subscribe(&[channel.clone(), wake]).await;
-            if res.is_ok() {
-                res = sink.psubscribe(format!("{channel}:*")).await;
-            }
-            if let Err(e) = res {
-                ps.alive = None;
-                return Err(map_err(e));
-            }
-            ps.channels.insert(channel);
-        }
-        Ok(())
-    }
-
     /// The scripted attempt: joins the wait queue in [`AcquireMode::Queue`], takes over a lock
     /// already held with `token`, seeds the fence counter.
     async fn acquire_script(
@@ -541,7 +342,7 @@ impl RedisBackend {
         let member = self.member(token);
         let ttl = waiter_ttl_ms.to_string();
         let reply = self
-            .eval(
+            .eval_replicated(
                 &self.scripts.acquire,
                 &[key, fence_key, &queue, &waiters],
                 &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member],
@@ -596,81 +397,21 @@ impl RedisBackend {
                 cmd
             })
             .collect();
-        let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
-        self.pipeline_refs(&refs).await
+        let wait = self.wait_command();
+        let mut refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+        let wait_refs: Vec<&[u8]> = wait.iter().map(Vec::as_slice).collect();
+        if self.min_replicas > 0 {
+            refs.push(&wait_refs);
+        }
+        let mut replies = self.pipeline_refs(&refs).await?;
+        if self.min_replicas > 0 {
+            self.check_replicated(replies.pop())?;
+        }
+        Ok(replies)
     }
 
     fn queue_keys(key: &str) -> (String, String) {
         (sibling_key(key, "queue"), sibling_key(key, "waiters"))
-    }
-}
-
-/// Locks handed to this backend's waiters by a release (token → fence), until the waiter
-/// takes them ([`Backend::take_grant`]) or stops waiting. Bounded: a grant nobody takes (its
-/// waiter is gone) is forgotten when the table fills, and a forgotten grant only costs the
-/// waiter an attempt, which finds the lock carrying its token.
-#[derive(Default)]
-struct Grants(Mutex<HashMap<[u8; 32], u64>>);
-
-const MAX_GRANTS: usize = 4096;
-
-impl Grants {
-    fn insert(&self, token: [u8; 32], fence: u64) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.len() >= MAX_GRANTS {
-            g.clear();
-        }
-        g.insert(token, fence);
-    }
-
-    fn take(&self, token: &[u8; 32]) -> Option<u64> {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_empty() {
-            return None;
-        }
-        g.remove(token)
-    }
-}
-
-/// Turns pub/sub messages into wake-ups: a wake message `<token>:<instance>:<fence>` hands
-/// the lock to a queued waiter, a release message names the lock key.
-async fn read_messages(
-    mut stream: redis::aio::PubSubStream,
-    signals: Weak<ReleaseSignals>,
-    grants: Weak<Grants>,
-    wake_suffix: String,
-    _alive: Arc<()>,
-) {
-    while let Some(msg) = stream.next().await {
-        let Some(signals) = signals.upgrade() else {
-            return;
-        };
-        let Ok(payload) = msg.get_payload::<String>() else {
-            continue;
-        };
-        if !msg.from_pattern() && msg.get_channel_name().ends_with(&wake_suffix) {
-            let Some((token, rest)) = payload.split_once(':') else {
-                continue;
-            };
-            let fence = rest
-                .rsplit_once(':')
-                .and_then(|(_, f)| f.parse::<u64>().ok());
-            if let (Some(fence), Ok(key), Some(grants)) = (
-                fence,
-                <[u8; 32]>::try_from(token.as_bytes()),
-                grants.upgrade(),
-            ) {
-                // Before the wake-up, so that the woken waiter finds it.
-                grants.insert(key, fence);
-            }
-            signals.fire(token);
-        } else {
-            signals.fire(&payload);
-        }
-    }
-    // The connection is gone: wake every waiter so it re-checks (and resubscribes).
-    if let Some(signals) = signals.upgrade() {
-        signals.fire_all();
     }
 }
 
@@ -718,19 +459,29 @@ impl Backend for RedisBackend {
         let hex = token.to_hex_bytes();
         let lease_ms = ms(lease).to_string();
         if mode == AcquireMode::Try {
-            let replies = self
-                .pipeline_refs(&[
-                    &[
-                        b"SET",
-                        key.as_bytes(),
-                        &hex,
-                        b"NX",
-                        b"PX",
-                        lease_ms.as_bytes(),
-                    ],
-                    &[b"INCR", fence_key.as_bytes()],
-                ])
-                .await?;
+            let set: &[&[u8]] = &[
+                b"SET",
+                key.as_bytes(),
+                &hex,
+                b"NX",
+                b"PX",
+                lease_ms.as_bytes(),
+            ];
+            let incr: &[&[u8]] = &[b"INCR", fence_key.as_bytes()];
+            let wait = self.wait_command();
+            let wait: Vec<&[u8]> = wait.iter().map(Vec::as_slice).collect();
+            let mut replies = if self.min_replicas > 0 {
+                self.pipeline_refs(&[set, incr, &wait]).await?
+            } else {
+                self.pipeline_refs(&[set, incr]).await?
+            };
+            if self.min_replicas > 0 {
+                // Checked only once taken: a busy attempt wrote nothing that matters.
+                let acked = replies.pop();
+                if matches!(replies.first(), Some(Reply::Simple(_))) {
+                    self.check_replicated(acked)?;
+                }
+            }
             match <[Reply; 2]>::try_from(replies) {
                 Ok([Reply::Bulk(None), _]) => return Ok(Attempt::Busy { retry_after: None }),
                 Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
@@ -748,8 +499,11 @@ impl Backend for RedisBackend {
 
     /// A release that found this waiter at the head of the queue set the lock key to its token
     /// with its lease, took its fence and sent both in the wake-up message.
+    /// Not with `min_replicas`: the release's hand-over is not known to be replicated, so the
+    /// waiter confirms it with an attempt of its own, which waits for the replicas.
     fn take_grant(&self, _name: &LockName, token: Token) -> Option<u64> {
-        self.grants.take(&token.to_hex_bytes())
+        let grant = self.grants.take(&token.to_hex_bytes());
+        grant.filter(|_| self.min_replicas == 0)
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
@@ -792,7 +546,7 @@ impl Backend for RedisBackend {
         let key = Self::lock_key(name);
         let (token, lease) = (token.to_string(), ms(lease).to_string());
         let r = self
-            .eval(
+            .eval_replicated(
                 &self.scripts.extend,
                 &[&key],
                 &[token.as_bytes(), lease.as_bytes()],

@@ -37,7 +37,8 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 
 use super::scripts::{Lua, EXTEND};
-use super::{ms, server_err, RedisBackend, RedisOptions, Reply};
+use super::transport::server_err;
+use super::{ms, RedisBackend, RedisOptions, Reply};
 use crate::backend::{
     AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, Released, Token,
 };

@@ -46,6 +46,18 @@ pub(crate) struct ConnInfo {
     pub(crate) db: u16,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// With Sentinel, where `addr` is looked up: at every new connection, so that a pool
+    /// emptied after a failure reconnects to whichever node is master by then.
+    pub(crate) sentinel: Option<SentinelInfo>,
+}
+
+/// How to find the master through Sentinel.
+#[derive(Clone)]
+pub(crate) struct SentinelInfo {
+    pub(crate) hosts: Vec<String>,
+    pub(crate) master: String,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
 }
 
 /// Errors of the transport: the socket (retryable) or a reply that is an error.
@@ -78,6 +90,8 @@ pub(crate) struct Pool {
     /// A permit per connection in use. Without a bound, a burst of concurrent requests (a
     /// registry acquiring 100,000 keys at once) would open a connection for each.
     open: tokio::sync::Semaphore,
+    /// With Sentinel: the master the last connection went to.
+    master: Mutex<Option<String>>,
 }
 
 const MAX_IDLE: usize = MAX_OPEN;
@@ -89,6 +103,7 @@ impl Pool {
             info,
             idle: Mutex::new(Vec::new()),
             open: tokio::sync::Semaphore::new(MAX_OPEN),
+            master: Mutex::new(None),
         }
     }
 
@@ -139,42 +154,148 @@ impl Pool {
     }
 
     async fn connect(&self) -> Result<Conn, RespError> {
-        let stream = tokio::time::timeout(
-            self.info.connect_timeout,
-            TcpStream::connect(&self.info.addr),
+        let info = &self.info;
+        let Some(sentinel) = &info.sentinel else {
+            return open(
+                &info.addr,
+                info.user.as_deref(),
+                info.password.as_deref(),
+                info.db,
+                info.connect_timeout,
+            )
+            .await;
+        };
+        let addr = self.master_addr(sentinel).await?;
+        let mut conn = open(
+            &addr,
+            info.user.as_deref(),
+            info.password.as_deref(),
+            info.db,
+            info.connect_timeout,
+        )
+        .await?;
+        // The Sentinels may still name a master that a failover has just demoted.
+        let role = tokio::time::timeout(
+            info.connect_timeout,
+            conn.exchange(&[&[b"ROLE".as_slice()]]),
         )
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-        stream.set_nodelay(true)?;
-        let mut conn = Conn {
-            stream,
-            out: Vec::with_capacity(512),
-            buf: Vec::with_capacity(512),
-            start: 0,
-        };
-        let mut hello: Vec<Vec<&[u8]>> = Vec::new();
-        if let Some(pw) = &self.info.password {
-            match &self.info.user {
-                Some(u) => hello.push(vec![b"AUTH", u.as_bytes(), pw.as_bytes()]),
-                None => hello.push(vec![b"AUTH", pw.as_bytes()]),
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "ROLE timed out"))??;
+        match role.first() {
+            Some(Reply::Array(Some(r))) if matches!(r.first(), Some(Reply::Bulk(Some(b))) if b == b"master") =>
+            {
+                *self.master.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr);
+                Ok(conn)
             }
+            _ => Err(RespError::Io(io::Error::other(format!(
+                "{addr}, named master by the Sentinels, is not a master (a failover is under way)"
+            )))),
         }
-        let db = self.info.db.to_string();
-        if self.info.db != 0 {
-            hello.push(vec![b"SELECT", db.as_bytes()]);
-        }
-        if !hello.is_empty() {
-            let replies = tokio::time::timeout(self.info.connect_timeout, conn.exchange(&hello))
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
-            for r in replies {
-                if let Reply::Error(e) = r {
-                    return Err(RespError::Server(e));
-                }
-            }
-        }
-        Ok(conn)
     }
+
+    /// Asks the Sentinels, in turn, for the master's address.
+    async fn master_addr(&self, s: &SentinelInfo) -> Result<String, RespError> {
+        let mut errors = Vec::new();
+        for host in &s.hosts {
+            let ask = async {
+                let mut conn = open(
+                    host,
+                    s.user.as_deref(),
+                    s.password.as_deref(),
+                    0,
+                    self.info.connect_timeout,
+                )
+                .await?;
+                let cmd: [&[u8]; 3] =
+                    [b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", s.master.as_bytes()];
+                let reply = tokio::time::timeout(self.info.connect_timeout, conn.exchange(&[cmd]))
+                    .await
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no reply in time"))??;
+                match reply.first() {
+                    Some(Reply::Array(Some(a))) => match (a.first(), a.get(1)) {
+                        (Some(Reply::Bulk(Some(ip))), Some(Reply::Bulk(Some(port)))) => {
+                            Ok(format!(
+                                "{}:{}",
+                                String::from_utf8_lossy(ip),
+                                String::from_utf8_lossy(port)
+                            ))
+                        }
+                        _ => Err(RespError::Server(format!("unexpected reply {a:?}"))),
+                    },
+                    Some(Reply::Array(None)) | Some(Reply::Bulk(None)) => Err(RespError::Server(
+                        format!("the Sentinel does not know a master named {:?}", s.master),
+                    )),
+                    Some(Reply::Error(e)) => Err(RespError::Server(e.clone())),
+                    r => Err(RespError::Server(format!("unexpected reply {r:?}"))),
+                }
+            };
+            match ask.await {
+                Ok(addr) => return Ok(addr),
+                Err(RespError::Server(e))
+                    if e.starts_with("the Sentinel does not know")
+                        || e.starts_with("NOAUTH")
+                        || e.starts_with("WRONGPASS") =>
+                {
+                    return Err(RespError::Server(format!("sentinel {host}: {e}")))
+                }
+                Err(e) => errors.push(format!("{host}: {e:?}")),
+            }
+        }
+        Err(RespError::Io(io::Error::other(format!(
+            "no Sentinel answered: {}",
+            errors.join("; ")
+        ))))
+    }
+
+    /// The master the last connection went to, with Sentinel.
+    pub(crate) fn master(&self) -> Option<String> {
+        self.master
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// A connection to `addr`, logged in and on database `db`.
+async fn open(
+    addr: &str,
+    user: Option<&str>,
+    password: Option<&str>,
+    db: u16,
+    timeout: Duration,
+) -> Result<Conn, RespError> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    let mut conn = Conn {
+        stream,
+        out: Vec::with_capacity(512),
+        buf: Vec::with_capacity(512),
+        start: 0,
+    };
+    let mut hello: Vec<Vec<&[u8]>> = Vec::new();
+    if let Some(pw) = password {
+        match user {
+            Some(u) => hello.push(vec![b"AUTH", u.as_bytes(), pw.as_bytes()]),
+            None => hello.push(vec![b"AUTH", pw.as_bytes()]),
+        }
+    }
+    let db_text = db.to_string();
+    if db != 0 {
+        hello.push(vec![b"SELECT", db_text.as_bytes()]);
+    }
+    if !hello.is_empty() {
+        let replies = tokio::time::timeout(timeout, conn.exchange(&hello))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
+        for r in replies {
+            if let Reply::Error(e) = r {
+                return Err(RespError::Server(e));
+            }
+        }
+    }
+    Ok(conn)
 }
 
 impl Conn {

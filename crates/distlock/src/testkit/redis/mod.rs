@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod resp;
+pub mod sentinel;
 
 use self::resp::{encode_command, read_reply, render, Reply};
 use super::process::{self, read_log, spawn_error};
@@ -38,6 +39,11 @@ pub struct RedisServerOptions {
     /// An extra ACL user `(name, password)` allowed every key, channel and command
     /// (`on >password ~* &* +@all`). When set, [`RedisServer::url`] logs in as this user.
     pub acl_user: Option<(String, String)>,
+    /// Start as a replica of the server on this loopback port (`--replicaof 127.0.0.1 PORT`).
+    pub replica_of: Option<u16>,
+    /// Start as a Sentinel (`--sentinel`) that monitors the master on this loopback port under
+    /// [`sentinel::MASTER`] with quorum 2 (see [`sentinel::SentinelSet`]).
+    pub sentinel_of: Option<u16>,
 }
 
 /// A private `redis-server` process listening on `127.0.0.1` at a free port.
@@ -313,6 +319,17 @@ impl RedisServer {
         let log_start = log.start;
 
         let mut command = Command::new(&self.binary);
+        if let Some(master) = self.options.sentinel_of {
+            // A Sentinel rewrites its configuration file, so it gets one of its own.
+            let conf = self.dir.path().join("sentinel.conf");
+            std::fs::write(&conf, sentinel::config(master)).map_err(failed)?;
+            command.arg(&conf).arg("--sentinel");
+        }
+        if let Some(master) = self.options.replica_of {
+            command
+                .args(["--replicaof", "127.0.0.1"])
+                .arg(master.to_string());
+        }
         command
             .arg("--bind")
             .arg("127.0.0.1")
@@ -464,6 +481,7 @@ mod tests {
         RedisServerOptions {
             password: password.map(str::to_owned),
             acl_user: acl_user.map(|(u, p)| (u.to_owned(), p.to_owned())),
+            ..Default::default()
         }
     }
 

@@ -1,0 +1,128 @@
+//! Redis under Sentinel: `redis+sentinel://[user:pass@]host:port[,host:port]/MASTER[?params]`.
+//!
+//! The host list names the Sentinels (default port 26379); the user info is for the data
+//! nodes. Every new connection of the lock path asks the Sentinels, in turn, where the master
+//! is and checks with `ROLE` that it is one; an I/O error or a `READONLY` reply (a master that a
+//! failover demoted) empties the connection pool, so the next request follows the failover.
+//!
+//! Query parameters: `min_replicas` (replicas that must acknowledge an acquisition or an
+//! extension with `WAIT` before it counts; default 1 when the master has replicas, else 0),
+//! `replica_timeout` (how long `WAIT` may take, default 1 s), `sentinel_user` and
+//! `sentinel_password` (the Sentinels' own credentials), `db`.
+//!
+//! What `WAIT` closes, and what it does not: an acquisition or extension acknowledged by
+//! `min_replicas` replicas survives the failover that promotes one of them, so the new master
+//! knows the holder and its fence. Replication stays asynchronous: Sentinel may promote a
+//! replica that had not acknowledged yet (with several replicas and `min_replicas` below their
+//! number), and a write acknowledged by no replica in time is reported as a failure
+//! (`Error::Unavailable`), although the master may have applied it; the registry then gives
+//! the token back. A hold whose key the promoted replica lacks is reported lost at its next
+//! renewal.
+
+use std::time::Duration;
+
+use super::resp::{ConnInfo, Pool, SentinelInfo};
+use super::transport::server_err;
+use super::{RedisBackend, RedisOptions, Reply, KIND};
+use crate::error::{Error, Result};
+use crate::url::{parse_hosts, Params, RawUrl, UserInfo};
+
+/// What the pub/sub side needs to follow the master.
+pub(super) struct Mode {
+    /// `user:pass@` as written in the URL (still percent-encoded), or empty.
+    userinfo: String,
+    db: u16,
+}
+
+impl Mode {
+    /// A `redis` crate client for the master the lock path reached last.
+    pub(super) fn client(&self, backend: &RedisBackend) -> Result<redis::Client> {
+        let master = backend
+            .pool
+            .as_ref()
+            .and_then(Pool::master)
+            .ok_or_else(|| Error::unavailable(KIND, "no master found through Sentinel yet"))?;
+        redis::Client::open(format!("redis://{}{master}/{}", self.userinfo, self.db))
+            .map_err(|e| Error::backend(KIND, format!("master address {master}: {e}")))
+    }
+}
+
+/// Connects through the Sentinels named by `url`; see the module docs.
+pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
+    let shown = crate::redact(url);
+    let bad = |what: String| Error::config(format!("redis sentinel URL {shown:?}: {what}"));
+    let raw = RawUrl::split(url)
+        .ok_or_else(|| bad("expected redis+sentinel://host:port/MASTER".into()))?;
+    let hosts = parse_hosts(raw.hosts, 26379).map_err(bad)?;
+    let master = raw.path.trim_start_matches('/');
+    if master.is_empty() || master.contains('/') {
+        return Err(bad(format!(
+            "the path must be the master's name, as in /mymaster (got {:?})",
+            raw.path
+        )));
+    }
+    let user = raw
+        .userinfo
+        .map(|u| UserInfo::parse(u, crate::url::Decode::Lenient))
+        .transpose()
+        .map_err(bad)?;
+    let mut params = Params::form("redis sentinel", raw.query).unique()?;
+    let min_replicas = params.integer::<u32>("min_replicas")?;
+    let replica_timeout = params
+        .duration("replica_timeout")?
+        .unwrap_or(Duration::from_secs(1));
+    let sentinel_user = params.decoded("sentinel_user")?;
+    let sentinel_password = params.decoded("sentinel_password")?;
+    let db = params.integer::<u16>("db")?.unwrap_or(0);
+    params.finish(&[
+        "min_replicas",
+        "replica_timeout",
+        "sentinel_user",
+        "sentinel_password",
+        "db",
+    ])?;
+    // The `redis` crate's client of the skeleton is never used: pub/sub goes to the master
+    // found at run time (see `Mode::client`).
+    let mut backend = RedisBackend::build(&format!("redis://{}/{db}", hosts[0]), options.clone())?;
+    backend.pool = Some(Pool::new(ConnInfo {
+        addr: String::new(),
+        user: user
+            .as_ref()
+            .map(|u| u.user.clone())
+            .filter(|u| !u.is_empty()),
+        password: user.as_ref().and_then(|u| u.password.clone()),
+        db,
+        connect_timeout: options.connect_timeout,
+        response_timeout: options.response_timeout,
+        sentinel: Some(SentinelInfo {
+            hosts: hosts.iter().map(ToString::to_string).collect(),
+            master: master.to_owned(),
+            user: sentinel_user,
+            password: sentinel_password,
+        }),
+    }));
+    backend.sentinel = Some(Mode {
+        userinfo: raw.userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
+        db,
+    });
+    backend.replica_timeout_ms = replica_timeout.as_millis().try_into().unwrap_or(u64::MAX);
+    backend.ping().await?;
+    backend.min_replicas = match min_replicas {
+        Some(n) => n,
+        None => u32::from(connected_replicas(&backend).await? > 0),
+    };
+    Ok(backend)
+}
+
+/// How many replicas the master has now (`INFO replication`).
+async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
+    match backend.request(&[b"INFO", b"replication"]).await? {
+        Reply::Bulk(Some(info)) => Ok(String::from_utf8_lossy(&info)
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)),
+        Reply::Error(e) => Err(server_err(e)),
+        r => Err(Error::backend(KIND, format!("unexpected INFO reply {r:?}"))),
+    }
+}

@@ -1,0 +1,254 @@
+//! How requests reach the server: the built-in RESP client's pool for plain `redis://`, the
+//! `redis` crate's multiplexed connection for `rediss://`, scripts by SHA, and the mapping of
+//! errors to [`Error`] classes.
+
+use redis::aio::MultiplexedConnection;
+use redis::{ErrorKind, RedisError, Value};
+
+use super::resp::{Reply, RespError};
+use super::scripts::Lua;
+use super::{RedisBackend, KIND};
+use crate::error::{Error, Result};
+
+pub(super) fn map_err(e: RedisError) -> Error {
+    let text = e.to_string();
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || text.contains("WRONGPASS")
+        || text.contains("NOAUTH")
+        || text.contains("NOPERM")
+    {
+        return Error::backend(KIND, format!("authentication or permission failed: {text}"));
+    }
+    if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || text.contains("LOADING")
+        || text.contains("BUSY")
+        || text.contains("TRYAGAIN")
+        || text.contains("MASTERDOWN")
+    {
+        return Error::unavailable(KIND, text);
+    }
+    Error::backend(KIND, text)
+}
+
+/// Maps an error reply of the server.
+pub(super) fn server_err(text: String) -> Error {
+    if text.starts_with("WRONGPASS") || text.starts_with("NOAUTH") || text.starts_with("NOPERM") {
+        return Error::backend(KIND, format!("authentication or permission failed: {text}"));
+    }
+    if [
+        "LOADING",
+        "BUSY",
+        "TRYAGAIN",
+        "MASTERDOWN",
+        "READONLY",
+        "CLUSTERDOWN",
+    ]
+    .iter()
+    .any(|p| text.starts_with(p))
+    {
+        return Error::unavailable(KIND, text);
+    }
+    Error::backend(KIND, text)
+}
+
+pub(super) fn resp_err(e: RespError) -> Error {
+    match e {
+        RespError::Io(e) | RespError::Unsent(e) => Error::unavailable(KIND, e.to_string()),
+        RespError::Server(text) => server_err(text),
+    }
+}
+
+pub(super) fn from_value(v: Value) -> Reply {
+    match v {
+        Value::Int(n) => Reply::Int(n),
+        Value::Nil => Reply::Bulk(None),
+        Value::BulkString(b) => Reply::Bulk(Some(b)),
+        Value::SimpleString(s) => Reply::Simple(s),
+        Value::Okay => Reply::Simple("OK".into()),
+        Value::Array(items) => Reply::Array(Some(items.into_iter().map(from_value).collect())),
+        Value::ServerError(e) => Reply::Error(format!("{e:?}")),
+        other => Reply::Error(format!("unexpected reply {other:?}")),
+    }
+}
+
+impl RedisBackend {
+    pub(super) async fn connection(&self) -> Result<MultiplexedConnection> {
+        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await
+            .map_err(map_err)?;
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Sends several commands in one round trip; returns their replies in order (error
+    /// replies included). A broken connection is dropped so that the next call reconnects.
+    pub(super) async fn pipeline(&self, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>> {
+        if let Some(pool) = &self.pool {
+            let refs: Vec<Vec<&[u8]>> = cmds
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            return pool.pipeline(&refs).await.map_err(|e| {
+                pool.clear();
+                resp_err(e)
+            });
+        }
+        let mut con = self.connection().await?;
+        let mut pipe = redis::pipe();
+        for c in &cmds {
+            let mut cmd = redis::cmd(&String::from_utf8_lossy(&c[0]));
+            for a in &c[1..] {
+                cmd.arg(a.as_slice());
+            }
+            pipe.add_command(cmd);
+        }
+        match pipe.query_async::<Vec<Value>>(&mut con).await {
+            Ok(v) => Ok(v.into_iter().map(from_value).collect()),
+            Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => Ok(cmds
+                .iter()
+                .map(|_| Reply::Error("NOSCRIPT".into()))
+                .collect()),
+            Err(e) => {
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_unrecoverable_error()
+                    || e.is_timeout()
+                {
+                    *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                Err(map_err(e))
+            }
+        }
+    }
+
+    pub(super) async fn command(&self, cmd: Vec<Vec<u8>>) -> Result<Reply> {
+        let mut replies = self.pipeline(vec![cmd]).await?;
+        replies
+            .pop()
+            .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
+    }
+
+    /// Runs `lua` by its SHA, loading it by EVAL when the server lost its script cache (after
+    /// a restart). An error reply becomes an error.
+    pub(super) async fn eval(&self, lua: &Lua, keys: &[&str], args: &[&[u8]]) -> Result<Reply> {
+        self.eval_then(lua, keys, args, false).await
+    }
+
+    /// [`Self::eval`] for a script whose writes must reach `min_replicas` replicas before it
+    /// counts (Sentinel): `WAIT` follows it on the same connection, in the same round trip.
+    pub(super) async fn eval_replicated(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<Reply> {
+        self.eval_then(lua, keys, args, self.min_replicas > 0).await
+    }
+
+    async fn eval_then(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&[u8]],
+        wait: bool,
+    ) -> Result<Reply> {
+        let nkeys = keys.len().to_string();
+        let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+        cmd.extend([b"EVALSHA".as_slice(), lua.sha.as_bytes(), nkeys.as_bytes()]);
+        cmd.extend(keys.iter().map(|k| k.as_bytes()));
+        cmd.extend_from_slice(args);
+        let wait_cmd = self.wait_command();
+        let wait_refs: Vec<&[u8]> = wait_cmd.iter().map(Vec::as_slice).collect();
+        let mut replies = if wait {
+            self.pipeline_refs(&[&cmd, &wait_refs]).await?
+        } else {
+            self.pipeline_refs(&[&cmd]).await?
+        };
+        if matches!(replies.first(), Some(Reply::Error(e)) if e.starts_with("NOSCRIPT")) {
+            cmd[0] = b"EVAL";
+            cmd[1] = lua.body.as_bytes();
+            replies = if wait {
+                self.pipeline_refs(&[&cmd, &wait_refs]).await?
+            } else {
+                self.pipeline_refs(&[&cmd]).await?
+            };
+        }
+        if wait {
+            self.check_replicated(replies.pop())?;
+        }
+        match replies.into_iter().next() {
+            Some(Reply::Error(e)) => Err(server_err(e)),
+            Some(r) => Ok(r),
+            None => Err(Error::unavailable(KIND, "missing reply")),
+        }
+    }
+
+    /// `WAIT <min_replicas> <timeout ms>`.
+    pub(super) fn wait_command(&self) -> [Vec<u8>; 3] {
+        [
+            b"WAIT".to_vec(),
+            self.min_replicas.to_string().into_bytes(),
+            self.replica_timeout_ms.to_string().into_bytes(),
+        ]
+    }
+
+    /// Fails unless the reply of a `WAIT` counts at least `min_replicas` replicas.
+    pub(super) fn check_replicated(&self, reply: Option<Reply>) -> Result<()> {
+        match reply {
+            Some(Reply::Int(n)) if n >= i64::from(self.min_replicas) => Ok(()),
+            Some(Reply::Int(n)) => Err(Error::unavailable(
+                KIND,
+                format!(
+                    "only {n} of the {} replicas asked for acknowledged the write within {} ms (min_replicas)",
+                    self.min_replicas, self.replica_timeout_ms
+                ),
+            )),
+            Some(Reply::Error(e)) => Err(server_err(e)),
+            r => Err(Error::backend(KIND, format!("unexpected WAIT reply {r:?}"))),
+        }
+    }
+
+    /// One command on the lock path's connection.
+    pub(super) async fn request(&self, cmd: &[&[u8]]) -> Result<Reply> {
+        self.pipeline_refs(&[cmd])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::unavailable(KIND, "missing reply"))
+    }
+
+    /// [`Self::pipeline`] without copying the arguments on the built-in client's path.
+    pub(super) async fn pipeline_refs(&self, cmds: &[&[&[u8]]]) -> Result<Vec<Reply>> {
+        if let Some(pool) = &self.pool {
+            let mut replies = Vec::new();
+            for _ in 0..2 {
+                replies = pool.pipeline(cmds).await.map_err(|e| {
+                    pool.clear();
+                    resp_err(e)
+                })?;
+                // A master demoted by a failover refuses writes with READONLY, so nothing was
+                // done: reconnect (with Sentinel, to the new master) and send it once more.
+                if !replies
+                    .iter()
+                    .any(|r| matches!(r, Reply::Error(e) if e.starts_with("READONLY")))
+                {
+                    break;
+                }
+                pool.clear();
+            }
+            return Ok(replies);
+        }
+        let owned = cmds
+            .iter()
+            .map(|c| c.iter().map(|a| a.to_vec()).collect())
+            .collect();
+        self.pipeline(owned).await
+    }
+}

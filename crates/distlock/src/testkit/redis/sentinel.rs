@@ -1,0 +1,166 @@
+//! A Redis Sentinel deployment on loopback: one master, replicas and Sentinels, each a
+//! [`RedisServer`] of its own, for failover tests.
+
+use std::io;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{RedisServer, RedisServerOptions};
+
+/// The master name the Sentinels monitor.
+pub const MASTER: &str = "mymaster";
+
+/// The Sentinel configuration for a master on `port`: quorum 2, down after 1 s of silence,
+/// failovers at most every 3 s.
+pub(super) fn config(port: u16) -> String {
+    format!(
+        "sentinel monitor {MASTER} 127.0.0.1 {port} 2\n\
+         sentinel down-after-milliseconds {MASTER} 1000\n\
+         sentinel failover-timeout {MASTER} 3000\n\
+         sentinel parallel-syncs {MASTER} 1\n"
+    )
+}
+
+/// One master, `replicas` replicas and three Sentinels. The servers are indexed from 0 (the
+/// first master); after a failover another one is master, see [`master`](Self::master).
+#[derive(Debug)]
+pub struct SentinelSet {
+    /// The data nodes: the first master and its replicas.
+    pub servers: Vec<RedisServer>,
+    /// The Sentinels.
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl SentinelSet {
+    /// Starts the master, its replicas and three Sentinels, and waits until every replica is
+    /// in sync and every Sentinel knows the master and all replicas.
+    ///
+    /// # Errors
+    ///
+    /// Fails if a server does not start or the set does not settle within 30 s.
+    pub fn start(replicas: usize) -> io::Result<SentinelSet> {
+        let master = RedisServer::start()?;
+        let port = master.port();
+        let mut servers = vec![master];
+        for _ in 0..replicas {
+            servers.push(RedisServer::start_with(RedisServerOptions {
+                replica_of: Some(port),
+                ..Default::default()
+            })?);
+        }
+        let sentinels = (0..3)
+            .map(|_| {
+                RedisServer::start_with(RedisServerOptions {
+                    sentinel_of: Some(port),
+                    ..Default::default()
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let set = SentinelSet { servers, sentinels };
+        set.wait_until(Duration::from_secs(30), "the replicas are in sync", |s| {
+            s.servers[0]
+                .cli(&["INFO", "replication"])
+                .map(|info| info.matches("state=online").count() == replicas)
+                .unwrap_or(false)
+        })?;
+        set.wait_until(Duration::from_secs(30), "the Sentinels know the set", |s| {
+            s.sentinels.iter().all(|sen| {
+                sen.cli(&["SENTINEL", "REPLICAS", MASTER])
+                    .map(|r| r.matches("flags").count() == replicas)
+                    .unwrap_or(false)
+                    && sen
+                        .cli(&["SENTINEL", "SENTINELS", MASTER])
+                        .map(|r| r.matches("flags").count() == 2)
+                        .unwrap_or(false)
+            })
+        })?;
+        Ok(set)
+    }
+
+    /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/mymaster`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// The index in [`servers`](Self::servers) of the master the Sentinels name now.
+    pub fn master(&self) -> Option<usize> {
+        let reply = self
+            .sentinels
+            .iter()
+            .find_map(|s| s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER]).ok())?;
+        let port: u16 = reply.lines().nth(1)?.trim().parse().ok()?;
+        self.servers.iter().position(|s| s.port() == port)
+    }
+
+    /// Asks the Sentinels for a failover now (`SENTINEL FAILOVER`), and waits until they name
+    /// a new master that answers as one. Returns its index.
+    ///
+    /// # Errors
+    ///
+    /// Fails if no new master is in place within 30 s.
+    pub fn failover(&self) -> io::Result<usize> {
+        let old = self.master();
+        self.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER])?;
+        self.await_new_master(old)
+    }
+
+    /// Waits until the Sentinels name a master other than `old` that answers as a master.
+    ///
+    /// # Errors
+    ///
+    /// Fails if that does not happen within 30 s.
+    pub fn await_new_master(&self, old: Option<usize>) -> io::Result<usize> {
+        let mut found = None;
+        self.wait_until(Duration::from_secs(30), "a new master", |s| {
+            found = s.master().filter(|m| Some(*m) != old).filter(|m| {
+                s.servers[*m]
+                    .cli(&["ROLE"])
+                    .map(|r| r.starts_with("master"))
+                    .unwrap_or(false)
+            });
+            found.is_some()
+        })?;
+        found.ok_or_else(|| io::Error::other("no new master"))
+    }
+
+    /// Waits until the current master has `n` replicas in sync (after a failover the others
+    /// are reconfigured one by one, each with a full resynchronisation).
+    ///
+    /// # Errors
+    ///
+    /// Fails if that does not happen within 30 s.
+    pub fn await_replicas(&self, n: usize) -> io::Result<()> {
+        self.wait_until(Duration::from_secs(30), "replicas in sync", |s| {
+            s.master().is_some_and(|m| {
+                s.servers[m]
+                    .cli(&["INFO", "replication"])
+                    .map(|info| info.matches("state=online").count() >= n)
+                    .unwrap_or(false)
+            })
+        })
+    }
+
+    fn wait_until(
+        &self,
+        limit: Duration,
+        what: &str,
+        mut cond: impl FnMut(&Self) -> bool,
+    ) -> io::Result<()> {
+        let start = Instant::now();
+        while !cond(self) {
+            if start.elapsed() > limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis sentinel set: {what}: not within {limit:?}"),
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+}

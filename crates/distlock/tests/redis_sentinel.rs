@@ -1,0 +1,185 @@
+//! Redis under Sentinel (one master, two replicas, three Sentinels, all throwaway): holds and
+//! fences across a manual failover and across the master's `kill -9`, `min_replicas`, and URL
+//! errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::backends::redis::RedisBackend;
+use distlock::testkit::redis::sentinel::SentinelSet;
+use distlock::{Error, LockRegistry, RegistryOptions};
+
+fn set() -> SentinelSet {
+    SentinelSet::start(2).expect("redis-server must be installed (scripts/test.sh installs it)")
+}
+
+async fn registry(url: &str, lease: Duration) -> LockRegistry {
+    let backend = RedisBackend::connect(url).await.expect("connect");
+    LockRegistry::from_backend(
+        Arc::new(backend),
+        RegistryOptions::default().with_lease(lease),
+    )
+    .unwrap()
+}
+
+/// Holds `job` across `fail` (a failover of some kind): the hold is kept, nobody else gets the
+/// lock meanwhile, and the next holder's fence is higher.
+async fn hold_across(set: &SentinelSet, lease: Duration, fail: impl FnOnce(&SentinelSet)) {
+    let url = set.url();
+    let holder = registry(&url, lease).await;
+    let other = registry(&url, lease).await;
+    let g = holder.obtain("job").unwrap().lock().await.unwrap();
+    let first = g.fence();
+    let old = set.master();
+    fail(set);
+    let new = tokio::task::block_in_place(|| set.await_new_master(old)).expect("failover");
+    assert_ne!(Some(new), old);
+    // Once a replica follows the new master, renewals (which wait for one) succeed again; a
+    // third of the lease later one has.
+    tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
+    tokio::time::sleep(lease / 2).await;
+    assert!(g.is_held(), "the acknowledged hold survives the failover");
+    assert!(matches!(
+        other.obtain("job").unwrap().try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    g.release().await.unwrap();
+    let next = take_when_replicated(&other).await;
+    assert!(next.fence() > first, "fence {} after {first}", next.fence());
+    next.release().await.unwrap();
+}
+
+/// Takes `job`, retrying while the new master's replicas resynchronise (an acquisition that
+/// no replica acknowledges in time fails as `Unavailable`, and gives its token back).
+async fn take_when_replicated(reg: &LockRegistry) -> distlock::LockGuard {
+    for _ in 0..100 {
+        match reg.obtain("job").unwrap().lock().await {
+            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            r => return r.expect("acquired"),
+        }
+    }
+    panic!("no acquisition was replicated within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_and_its_fence_survive_a_manual_failover() {
+    let set = set();
+    hold_across(&set, Duration::from_secs(15), |s| {
+        s.failover().expect("SENTINEL FAILOVER");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_and_its_fence_survive_the_master_killed() {
+    let mut set = set();
+    let master = set.master().expect("a master");
+    // Sentinel needs about 1 s to see the master down and a few more to promote a replica:
+    // the lease outlasts that, so renewals that fail meanwhile do not end the hold.
+    let lease = Duration::from_secs(15);
+    let url = set.url();
+    let holder = registry(&url, lease).await;
+    let other = registry(&url, lease).await;
+    let g = holder.obtain("job").unwrap().lock().await.unwrap();
+    let first = g.fence();
+    set.servers[master].kill();
+    let new = tokio::task::block_in_place(|| set.await_new_master(Some(master)))
+        .expect("failover after kill -9");
+    assert_ne!(new, master);
+    assert!(g.is_held());
+    // The new master knows the holder: a try fails, and so does a foreign SET NX.
+    let attempt = loop {
+        match other.obtain("job").unwrap().try_lock().await {
+            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            r => break r,
+        }
+    };
+    assert!(
+        matches!(attempt, Err(Error::NotAcquired { .. })),
+        "{attempt:?}"
+    );
+    assert_ne!(
+        set.servers[new]
+            .cli(&["SET", "lock:job", "foreign", "NX", "PX", "60000"])
+            .unwrap(),
+        "OK"
+    );
+    tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
+    // The first request may meet a connection to the dead master; the next one goes to the
+    // new master.
+    let mut extended = g.extend(lease).await;
+    for _ in 0..20 {
+        if !matches!(extended, Err(Error::Unavailable { .. })) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        extended = g.extend(lease).await;
+    }
+    extended.expect("extended on the new master");
+    g.release().await.unwrap();
+    let next = take_when_replicated(&other).await;
+    assert!(next.fence() > first, "fence {} after {first}", next.fence());
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_beyond_the_replicas_fails_clearly_and_holds_nothing() {
+    let set = set();
+    let url = format!("{}?min_replicas=3&replica_timeout=200ms", set.url());
+    let reg = registry(&url, Duration::from_secs(5)).await;
+    match reg.obtain("job").unwrap().try_lock().await {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("min_replicas"), "{message}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let default = registry(&set.url(), Duration::from_secs(5)).await;
+    let g = tokio::time::timeout(
+        Duration::from_secs(10),
+        default.obtain("job").unwrap().lock(),
+    )
+    .await
+    .expect("the failed attempt's token was given back")
+    .unwrap();
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_urls_give_clear_errors() {
+    let set = set();
+    let sentinels = set.url();
+    let hosts = sentinels
+        .trim_start_matches("redis+sentinel://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    for (url, part) in [
+        (format!("redis+sentinel://{hosts}"), "master's name"),
+        (
+            format!("redis+sentinel://{hosts}/mymaster?bogus=1"),
+            "bogus",
+        ),
+        (
+            format!("redis+sentinel://{hosts}/mymaster?min_replicas=x"),
+            "min_replicas",
+        ),
+    ] {
+        match RedisBackend::connect(&url).await {
+            Err(Error::InvalidConfig(msg)) => assert!(msg.contains(part), "{url}: {msg}"),
+            other => panic!("{url}: expected a config error, got {other:?}"),
+        }
+    }
+    match RedisBackend::connect(&format!("redis+sentinel://{hosts}/nosuchmaster")).await {
+        Err(Error::Backend { message, .. }) => {
+            assert!(message.contains("nosuchmaster"), "{message}")
+        }
+        other => panic!("unknown master: expected a backend error, got {other:?}"),
+    }
+    match RedisBackend::connect("redis+sentinel://127.0.0.1:1/mymaster").await {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("no Sentinel answered"), "{message}")
+        }
+        other => panic!("no Sentinel: expected Unavailable, got {other:?}"),
+    }
+}
