@@ -1,0 +1,184 @@
+//! distlock on the Redis topologies beside the raw cycle each is measured against, in the same
+//! run, alternating rounds. One client, one key, acquire + release back to back (the shape of
+//! the shared harness's S1).
+//!
+//! - `redlock`: three independent `redis-server`s; raw = parallel `SET key token NX PX` to every
+//!   node, then a parallel compare-and-delete (redsync's cycle).
+//! - `sentinel`: a master with one replica under three Sentinels, `min_replicas=1`; raw = `SET`
+//!   plus `WAIT 1 0` issued by redis-rs on the master.
+//!
+//! `cargo run --release -p distlock-bench --features topologies --bin topology_bench -- redlock|sentinel [SECONDS]`
+//!
+//! Prints one JSON line per measurement and the ratio distlock / raw.
+
+use std::time::{Duration, Instant};
+
+use distlock::backends::redis::redlock::RedlockBackend;
+use distlock::backends::redis::RedisBackend;
+use distlock::testkit::redis::sentinel::SentinelSet;
+use distlock::testkit::redis::RedisServer;
+use distlock::{LockRegistry, RegistryOptions};
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+
+const UNLOCK: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+async fn raw_cycles(conns: &mut [MultiplexedConnection], until: Instant) -> u64 {
+    let script = redis::Script::new(UNLOCK);
+    let mut cycles = 0;
+    while Instant::now() < until {
+        let token = format!("{:032x}", rand_token());
+        let sets = join_all(conns.iter_mut().map(|c| {
+            let mut c = c.clone();
+            let token = token.clone();
+            async move {
+                redis::cmd("SET")
+                    .arg("lock:raw")
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async::<Option<String>>(&mut c)
+                    .await
+            }
+        }))
+        .await;
+        let won = sets.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        assert!(won >= 2, "raw: no majority on an uncontended key");
+        join_all(conns.iter_mut().map(|c| {
+            let mut c = c.clone();
+            let token = token.clone();
+            let script = script.clone();
+            async move {
+                script
+                    .key("lock:raw")
+                    .arg(&token)
+                    .invoke_async::<i64>(&mut c)
+                    .await
+            }
+        }))
+        .await;
+        cycles += 1;
+    }
+    cycles
+}
+
+fn rand_token() -> u128 {
+    // Distinct per cycle is all the raw reference needs.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    u128::from(N.fetch_add(1, Ordering::Relaxed)) << 64 | u128::from(std::process::id())
+}
+
+async fn distlock_cycles(reg: &LockRegistry, until: Instant) -> u64 {
+    let lock = reg.obtain("bench").expect("key");
+    let mut cycles = 0;
+    while Instant::now() < until {
+        let g = lock.lock().await.expect("lock");
+        g.release().await.expect("release");
+        cycles += 1;
+    }
+    cycles
+}
+
+/// `SET k v` then `WAIT 1 0` on the master, as redis-rs issues them.
+async fn set_wait_cycles(conn: &mut MultiplexedConnection, until: Instant) -> u64 {
+    let mut cycles = 0;
+    while Instant::now() < until {
+        let _: () = redis::cmd("SET")
+            .arg("raw:k")
+            .arg(cycles)
+            .query_async(conn)
+            .await
+            .expect("SET");
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(0)
+            .query_async(conn)
+            .await
+            .expect("WAIT");
+        assert!(acked >= 1, "WAIT 1: no replica");
+        cycles += 1;
+    }
+    cycles
+}
+
+async fn connection(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let topology = args.next().unwrap_or_else(|| "redlock".into());
+    let secs: f64 = args
+        .next()
+        .map(|s| s.parse().expect("SECONDS must be a number"))
+        .unwrap_or(5.0);
+    let span = Duration::from_secs_f64(secs);
+    let (reg, mut raw, _servers): (LockRegistry, Raw, Box<dyn std::any::Any>) =
+        match topology.as_str() {
+            "redlock" => {
+                let nodes = RedisServer::start_independent(3).expect("redis-server");
+                let url = RedisServer::redlock_url(&nodes);
+                let backend = RedlockBackend::connect(&url).await.expect("connect");
+                let mut conns = Vec::new();
+                for n in &nodes {
+                    conns.push(connection(&n.url()).await);
+                }
+                (registry(backend), Raw::Redlock(conns), Box::new(nodes))
+            }
+            "sentinel" => {
+                let set = SentinelSet::start(1).expect("redis-server");
+                let url = format!("{}?min_replicas=1", set.url());
+                let backend = RedisBackend::connect(&url).await.expect("connect");
+                let master = set.master().expect("a master");
+                let conn = connection(&set.servers[master].url()).await;
+                (registry(backend), Raw::SetWait(conn), Box::new(set))
+            }
+            other => panic!("unknown topology {other:?}: redlock or sentinel"),
+        };
+    let mut rates = [0.0f64; 2];
+    // Two rounds each, alternating, so that drift in the machine's load hits both alike.
+    for round in 0..2 {
+        for (i, name) in ["raw", "distlock"].iter().enumerate() {
+            let start = Instant::now();
+            let until = start + span / 4;
+            let cycles = match (i, &mut raw) {
+                (0, Raw::Redlock(conns)) => raw_cycles(conns, until).await,
+                (0, Raw::SetWait(conn)) => set_wait_cycles(conn, until).await,
+                _ => distlock_cycles(&reg, until).await,
+            };
+            let rate = cycles as f64 / start.elapsed().as_secs_f64();
+            rates[i] += rate / 2.0;
+            println!(
+                "{}",
+                serde_json::json!({"topology": topology, "round": round, "peer": name, "cycles": cycles, "cycles_per_s": rate.round()})
+            );
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "topology": topology,
+            "raw_cycles_per_s": rates[0].round(),
+            "distlock_cycles_per_s": rates[1].round(),
+            "ratio": (rates[1] / rates[0] * 100.0).round() / 100.0,
+        })
+    );
+}
+
+enum Raw {
+    Redlock(Vec<MultiplexedConnection>),
+    SetWait(MultiplexedConnection),
+}
+
+fn registry(backend: impl distlock::Backend + 'static) -> LockRegistry {
+    LockRegistry::from_backend(std::sync::Arc::new(backend), RegistryOptions::default())
+        .expect("registry")
+}
