@@ -38,6 +38,9 @@ pub struct Event {
     pub reason: Option<String>,
     /// Wall-clock time of the event, milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// Its place in the order of events (from 1): a page that loads the list while following
+    /// the stream applies only the events after the list's `seq`.
+    pub seq: u64,
 }
 
 impl Event {
@@ -52,6 +55,7 @@ impl Event {
             lease_ms: None,
             reason: None,
             at_ms: epoch_ms(SystemTime::now()),
+            seq: 0,
         }
     }
 }
@@ -82,6 +86,8 @@ struct State {
     holds: BTreeMap<u64, ShownHold>,
     waiters: BTreeMap<u64, ShownWaiter>,
     timeline: VecDeque<Event>,
+    /// The `seq` of the last event published.
+    seq: u64,
 }
 
 /// Shared by the routes, the HTTP holds and the demonstration. Cheap to clone.
@@ -134,7 +140,9 @@ impl Board {
 
     /// Records `event` in the timeline and sends it to every subscriber. Called with the state
     /// locked, so that subscribers see events in the order the board changed.
-    fn publish(state: &mut State, sender: &broadcast::Sender<Event>, event: Event) {
+    fn publish(state: &mut State, sender: &broadcast::Sender<Event>, mut event: Event) {
+        state.seq += 1;
+        event.seq = state.seq;
         if state.timeline.len() == TIMELINE_LEN {
             state.timeline.pop_front();
         }
@@ -226,14 +234,16 @@ impl Board {
         }
     }
 
-    /// Holds and waiters on the board, ordered by key.
-    pub fn snapshot(&self) -> (Vec<ShownHold>, Vec<ShownWaiter>) {
+    /// Holds and waiters on the board, ordered by key, and the `seq` of the last event they
+    /// include.
+    pub fn snapshot(&self) -> (Vec<ShownHold>, Vec<ShownWaiter>, u64) {
         let state = self.state();
+        let seq = state.seq;
         let mut holds: Vec<ShownHold> = state.holds.values().cloned().collect();
         let mut waiters: Vec<ShownWaiter> = state.waiters.values().cloned().collect();
         holds.sort_by(|a, b| a.key.cmp(&b.key).then(a.hold.cmp(&b.hold)));
         waiters.sort_by(|a, b| a.key.cmp(&b.key).then(a.waiter.cmp(&b.waiter)));
-        (holds, waiters)
+        (holds, waiters, seq)
     }
 
     /// The recent events, oldest first.

@@ -166,7 +166,8 @@ async fn status(
 /// The holds and waiters this service knows, grouped by key. The library cannot list a
 /// backend's locks yet, so locks taken elsewhere are missing: `complete` says so.
 async fn list(State(service): State<Arc<Service>>) -> Response {
-    let (holds, waiters) = service.board.snapshot();
+    let (holds, waiters, seq) = service.board.snapshot();
+    let now = super::events::epoch_ms(std::time::SystemTime::now());
     let mut locks: Vec<serde_json::Value> = Vec::new();
     let mut i = 0;
     while i < holds.len() {
@@ -179,7 +180,6 @@ async fn list(State(service): State<Arc<Service>>) -> Response {
         let waiting = waiters.iter().filter(|w| &w.key == key).count();
         let fence = group.iter().map(|h| h.fence).max();
         let expires = group.iter().map(|h| h.expires_at_ms).max().unwrap_or(0);
-        let now = super::events::epoch_ms(std::time::SystemTime::now());
         locks.push(json!({
             "key": key,
             "kind": LockKind::Exclusive.name(),
@@ -195,6 +195,8 @@ async fn list(State(service): State<Arc<Service>>) -> Response {
         "note": "only the holds and waiters of this service; locks taken elsewhere on the backend are not listed",
         "locks": locks,
         "waiters": waiters,
+        "seq": seq,
+        "now_ms": now,
         "timeline": service.board.timeline(),
     }))
     .into_response()
