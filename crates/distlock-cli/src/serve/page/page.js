@@ -159,7 +159,7 @@
     lastAcquired.clear();
     for (const lock of list.locks) for (const h of lock.holders) addHold(h, false);
     for (const w of list.waiters) addWaiter(w);
-    for (const e of list.timeline) if (e.seq <= list.seq) timeline(e);
+    for (const e of list.timeline) if (e.seq <= list.seq && e.kind !== "stopped_waiting") timeline(e);
     $("note").textContent = list.complete ? "" :
       "Shows the locks held and awaited through this service; locks taken elsewhere on the backend are not listed.";
     snapshotSeq = list.seq;
@@ -197,6 +197,7 @@
     const r = await fetch(withToken("demo?" + q), { headers });
     if (!r.ok) report(new Error("demo: " + (await r.text())));
   });
+  if (params.get("key")) $("demo-key").value = params.get("key");
   // `?demo=1` starts the demonstration on load (how the browser test presses the button).
   if (params.get("demo")) window.addEventListener("load", () => $("demo-run").click());
   connect();
