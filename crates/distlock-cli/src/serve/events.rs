@@ -263,29 +263,25 @@ impl Board {
         let stream = futures_util::stream::unfold(
             (receiver, closed),
             |(mut receiver, mut closed)| async move {
-                loop {
-                    if *closed.borrow() {
-                        return None;
-                    }
-                    let received = tokio::select! {
-                        r = receiver.recv() => r,
-                        _ = closed.changed() => return None,
-                    };
-                    let event = match received {
-                        Ok(event) => event,
-                        // A subscriber that fell behind is told so; the page reloads the list.
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            let sse = SseEvent::default()
-                                .event("lagged")
-                                .data(format!("{{\"skipped\":{n}}}"));
-                            return Some((Ok(sse), (receiver, closed)));
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    };
-                    let data = serde_json::to_string(&event).unwrap_or_default();
-                    let sse = SseEvent::default().event(event.kind).data(data);
-                    return Some((Ok(sse), (receiver, closed)));
+                if *closed.borrow() {
+                    return None;
                 }
+                let received = tokio::select! {
+                    r = receiver.recv() => r,
+                    _ = closed.changed() => return None,
+                };
+                let sse = match received {
+                    Ok(event) => {
+                        let data = serde_json::to_string(&event).unwrap_or_default();
+                        SseEvent::default().event(event.kind).data(data)
+                    }
+                    // A subscriber that fell behind is told so; the page reloads the list.
+                    Err(broadcast::error::RecvError::Lagged(n)) => SseEvent::default()
+                        .event("lagged")
+                        .data(format!("{{\"skipped\":{n}}}")),
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                };
+                Some((Ok(sse), (receiver, closed)))
             },
         );
         Sse::new(stream).keep_alive(KeepAlive::default())
@@ -294,7 +290,7 @@ impl Board {
 
 /// Milliseconds since the Unix epoch.
 pub fn epoch_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(|d| millis(d)).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0)
 }
 
 /// A duration in whole milliseconds, saturating.
