@@ -278,3 +278,60 @@ async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_thousand_locks_an_event_touches_one_row_not_the_table() {
+    const LOCKS: usize = 1000;
+    let served = Served::start("memory://", &[]);
+    let http = client();
+    let posts = (0..LOCKS).map(|i| {
+        let (http, url) = (http.clone(), served.url(&format!("/v1/locks/bulk-{i:04}")));
+        async move { http.post(url).send().await.map(|r| r.status().as_u16()) }
+    });
+    for status in futures_util::future::join_all(posts).await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    let url = served.url("/");
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut page = Browser::open(&url);
+        page.until(
+            BOUND,
+            "document.querySelectorAll('#holds tr').length",
+            |v| v.as_u64() == Some(LOCKS as u64),
+        );
+        // Watch the table's rows while one more lock is taken and the countdowns run.
+        page.eval(
+            "window.rowChanges = 0; new MutationObserver(ms => { for (const m of ms) \
+             window.rowChanges += [...m.addedNodes, ...m.removedNodes]\
+             .filter(n => n.nodeName === 'TR').length; })\
+             .observe(document.getElementById('holds'), {childList: true, subtree: true});",
+        );
+        let (status, _) = runtime.block_on(post(&http, &served, "bulk-0500-late", json!({})));
+        assert_eq!(status, 200);
+        page.until(
+            BOUND,
+            "document.querySelectorAll('#holds tr').length",
+            |v| v.as_u64() == Some(LOCKS as u64 + 1),
+        );
+        let first = page
+            .eval(&countdown("bulk-0999"))
+            .as_f64()
+            .expect("countdown");
+        page.until(BOUND, &countdown("bulk-0999"), |v| {
+            v.as_f64().is_some_and(|s| s < first)
+        });
+        assert_eq!(
+            page.eval("window.rowChanges"),
+            json!(1),
+            "one row added, none redrawn"
+        );
+        // The new row sits in key order.
+        let after = page.eval(
+            "document.querySelector('tr[data-key=\"bulk-0500-late\"]').previousSibling.dataset.key",
+        );
+        assert_eq!(after, json!("bulk-0500"));
+    })
+    .await
+    .unwrap();
+}
