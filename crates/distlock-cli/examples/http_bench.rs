@@ -91,7 +91,15 @@ fn rss_kib(pid: u32) -> u64 {
 
 fn start_service(a: &Args, prefix: &str) -> (Child, String) {
     let mut child = Command::new(&a.distlock)
-        .args(["--backend", &a.backend, "--prefix", prefix, "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--backend",
+            &a.backend,
+            "--prefix",
+            prefix,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .expect("distlock serve");
@@ -117,7 +125,9 @@ async fn main() {
         .with_prefix(prefix.clone())
         .with_renew(false)
         .with_max_local_handoffs(0);
-    let registry = LockRegistry::connect(&a.backend, options).await.expect("backend");
+    let registry = LockRegistry::connect(&a.backend, options)
+        .await
+        .expect("backend");
     let direct = measure(a.concurrency, length, move |i| {
         let registry = registry.clone();
         async move {
@@ -147,7 +157,11 @@ async fn main() {
                 assert_eq!(r.status(), 200, "POST {url}");
                 let granted: serde_json::Value = r.json().await.expect("JSON");
                 let token = granted["token"].as_str().expect("token");
-                let r = http.delete(format!("{url}/{token}")).send().await.expect("DELETE");
+                let r = http
+                    .delete(format!("{url}/{token}"))
+                    .send()
+                    .await
+                    .expect("DELETE");
                 assert_eq!(r.status(), 204);
             }
         })
@@ -167,7 +181,11 @@ async fn main() {
         .map(|_| {
             let (http, url) = (http.clone(), format!("{base}/v1/locks/wait"));
             tokio::spawn(async move {
-                let _ = http.post(url).json(&json!({"wait_ms": 120_000})).send().await;
+                let _ = http
+                    .post(url)
+                    .json(&json!({"wait_ms": 120_000}))
+                    .send()
+                    .await;
             })
         })
         .collect();

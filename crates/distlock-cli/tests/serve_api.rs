@@ -466,3 +466,40 @@ async fn tls_serves_https_with_the_given_certificate() {
         .await
         .is_err());
 }
+
+/// The number of waiters `GET /v1/locks` lists.
+async fn waiters(http: &reqwest::Client, served: &Served) -> usize {
+    let (_, list) = json(http.get(served.url("/v1/locks")).send().await.unwrap()).await;
+    list["waiters"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn a_wait_the_caller_abandons_leaves_nothing_behind() {
+    let served = Served::start("memory://", &[]);
+    let http = client();
+    let (_, first) = post(&http, &served, "a", json!({})).await;
+    let waiting = {
+        let http = client();
+        let url = served.url("/v1/locks/a");
+        tokio::spawn(async move { http.post(url).json(&json!({"wait_ms": 60000})).send().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(&http, &served).await != 1 {
+        assert!(Instant::now() < deadline, "the waiter is listed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    waiting.abort(); // drops the connection
+    while waiters(&http, &served).await != 0 {
+        assert!(Instant::now() < deadline, "the waiter is gone");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let token = first["token"].as_str().unwrap();
+    let r = http
+        .delete(served.url(&format!("/v1/locks/a/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let (_, state) = json(http.get(served.url("/v1/locks/a")).send().await.unwrap()).await;
+    assert_eq!(state["held"], false, "the abandoned waiter took nothing");
+}
