@@ -26,7 +26,7 @@ async fn every_row_of_the_contract_answers_as_designed() {
     assert!(busy["error"].is_string(), "{busy}");
 
     let path = format!("/v1/locks/{}", encode(key));
-    let (status, state) = json(http.get(served.url(&path)).send().await.unwrap()).await;
+    let (status, state) = send(http.get(served.url(&path))).await;
     assert_eq!(status, 200);
     assert_eq!(state["key"], key);
     assert_eq!(state["held"], true);
@@ -39,42 +39,36 @@ async fn every_row_of_the_contract_answers_as_designed() {
 
     let hold = format!("{path}/{token}");
     let put = http.put(served.url(&hold)).json(&json!({"lease_ms": 8000}));
-    let (status, extended) = json(put.send().await.unwrap()).await;
+    let (status, extended) = send(put).await;
     assert_eq!(status, 200, "{extended}");
     let left = extended["remaining_ms"].as_u64().unwrap();
     assert!(left > 5000 && left <= 8000, "{extended}");
 
-    let deleted = http.delete(served.url(&hold)).send().await.unwrap();
-    assert_eq!(deleted.status(), 204);
-    let (status, gone) = json(http.delete(served.url(&hold)).send().await.unwrap()).await;
+    assert_eq!(send(http.delete(served.url(&hold))).await.0, 204);
+    let (status, gone) = send(http.delete(served.url(&hold))).await;
     assert_eq!(status, 410, "{gone}");
     let put = http.put(served.url(&hold)).json(&json!({"lease_ms": 8000}));
-    assert_eq!(put.send().await.unwrap().status(), 410);
-    let (_, state) = json(http.get(served.url(&path)).send().await.unwrap()).await;
+    assert_eq!(send(put).await.0, 410);
+    let (_, state) = send(http.get(served.url(&path))).await;
     assert_eq!(state["held"], false);
     assert!(listed_keys(&http, &served).await.is_empty());
 
-    let health = http.get(served.url("/healthz")).send().await.unwrap();
-    assert_eq!(health.status(), 200);
+    assert_eq!(
+        text(http.get(served.url("/healthz"))).await,
+        (200, "ok\n".into())
+    );
 
-    let metrics = http.get(served.url("/metrics")).send().await.unwrap();
-    assert_eq!(metrics.status(), 200);
-    let text = metrics.text().await.unwrap();
+    let (status, metrics) = text(http.get(served.url("/metrics"))).await;
+    assert_eq!(status, 200);
     for name in [
         "distlock_http_requests_total",
         "distlock_acquire_total",
         "distlock_release_total",
     ] {
-        assert!(text.contains(name), "{name} missing from {text}");
+        assert!(metrics.contains(name), "{name} missing from {metrics}");
     }
 
-    let (status, api) = json(
-        http.get(served.url("/v1/openapi.json"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, api) = send(http.get(served.url("/v1/openapi.json"))).await;
     assert_eq!(status, 200);
     assert!(api["openapi"].as_str().unwrap().starts_with("3."));
     for p in [
@@ -87,19 +81,14 @@ async fn every_row_of_the_contract_answers_as_designed() {
         assert!(api["paths"][p].is_object(), "{p} missing");
     }
 
-    let page = http.get(served.url("/")).send().await.unwrap();
-    assert_eq!(page.status(), 200);
-    assert!(page.text().await.unwrap().contains("page.js"));
-    let script = http.get(served.url("/page.js")).send().await.unwrap();
-    assert!(script.text().await.unwrap().contains("EventSource"));
+    let (status, page) = text(http.get(served.url("/"))).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("page.js"));
+    let (_, script) = text(http.get(served.url("/page.js"))).await;
+    assert!(script.contains("EventSource"));
 
-    let demo = http
-        .get(served.url("/demo?key=d&workers=2&hold=50ms"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(demo.status(), 200);
-    assert_eq!(demo.text().await.unwrap().trim(), "OK");
+    let demo = text(http.get(served.url("/demo?key=d&workers=2&hold=50ms"))).await;
+    assert_eq!(demo, (200, "OK\n".into()));
 }
 
 #[tokio::test]
@@ -112,15 +101,12 @@ async fn a_waiting_request_gets_the_lock_when_the_holder_releases() {
     let waiting = {
         let http = http.clone();
         let url = served.url("/v1/locks/w");
-        tokio::spawn(async move {
-            let r = http.post(url).json(&json!({"wait_ms": 20000})).send();
-            json(r.await.unwrap()).await
-        })
+        tokio::spawn(async move { send(http.post(url).json(&json!({"wait_ms": 20000}))).await })
     };
     // The waiter shows in the list before the holder lets go.
     let listed = async {
         loop {
-            let (_, list) = json(http.get(served.url("/v1/locks")).send().await.unwrap()).await;
+            let (_, list) = send(http.get(served.url("/v1/locks"))).await;
             if list["waiters"].as_array().is_some_and(|w| w.len() == 1) {
                 break;
             }
@@ -130,12 +116,8 @@ async fn a_waiting_request_gets_the_lock_when_the_holder_releases() {
     tokio::time::timeout(Duration::from_secs(10), listed)
         .await
         .expect("the waiter is listed");
-    let released = http
-        .delete(served.url(&format!("/v1/locks/w/{token}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(released.status(), 204);
+    let released = send(http.delete(served.url(&format!("/v1/locks/w/{token}")))).await;
+    assert_eq!(released.0, 204);
     let (status, second) = waiting.await.unwrap();
     assert_eq!(status, 200, "{second}");
     assert!(second["fence"].as_u64() > first["fence"].as_u64());
@@ -172,35 +154,25 @@ async fn bad_input_answers_400_and_leaves_nothing_held() {
         assert_eq!(status, 400, "{what}: {answer}");
         assert!(answer["error"].is_string(), "{what}: {answer}");
     }
-    let r = http
-        .post(served.url("/v1/locks/k"))
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
-    let (status, answer) = json(r).await;
+    let r = send(http.post(served.url("/v1/locks/k")).body("{not json")).await;
+    let (status, answer) = r;
     assert_eq!(status, 400, "{answer}");
-    let r = http.post(served.url("/v1/locks/%FF")).send().await.unwrap();
-    let (status, answer) = json(r).await;
+    let r = send(http.post(served.url("/v1/locks/%FF"))).await;
+    let (status, answer) = r;
     assert_eq!(status, 400, "invalid UTF-8 in the key: {answer}");
-    let r = http
-        .put(served.url("/v1/locks/k/0000"))
-        .json(&json!({"lease_ms": 0}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let r = http
-        .get(served.url("/demo?workers=0"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let r = http.get(served.url("/demo?hold=abc")).send().await.unwrap();
-    assert_eq!(r.status(), 400);
+    let r = send(
+        http.put(served.url("/v1/locks/k/0000"))
+            .json(&json!({"lease_ms": 0})),
+    )
+    .await;
+    assert_eq!(r.0, 400);
+    let r = send(http.get(served.url("/demo?workers=0"))).await;
+    assert_eq!(r.0, 400);
+    let r = send(http.get(served.url("/demo?hold=abc"))).await;
+    assert_eq!(r.0, 400);
 
     assert!(listed_keys(&http, &served).await.is_empty());
-    let (_, state) = json(http.get(served.url("/v1/locks/k")).send().await.unwrap()).await;
+    let (_, state) = send(http.get(served.url("/v1/locks/k"))).await;
     assert_eq!(state["held"], false);
 }
 
@@ -212,41 +184,23 @@ async fn requests_without_the_right_bearer_token_answer_401() {
     let served = Served::start("memory://", &["--token-file", token_file.to_str().unwrap()]);
     let http = client();
     for path in ["/v1/locks", "/", "/healthz", "/v1/events", "/metrics"] {
-        let r = http.get(served.url(path)).send().await.unwrap();
-        assert_eq!(r.status(), 401, "{path} without a token");
+        let r = send(http.get(served.url(path))).await;
+        assert_eq!(r.0, 401, "{path} without a token");
     }
     let (status, answer) = post(&http, &served, "t", json!({})).await;
     assert_eq!(status, 401);
     assert!(answer["error"].is_string());
-    let r = http
-        .post(served.url("/v1/locks/t"))
-        .bearer_auth("wrong")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    let r = http
-        .get(served.url("/v1/locks/t"))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .unwrap();
-    let (status, state) = json(r).await;
+    let r = send(http.post(served.url("/v1/locks/t")).bearer_auth("wrong")).await;
+    assert_eq!(r.0, 401);
+    let r = send(http.get(served.url("/v1/locks/t")).bearer_auth("s3cret")).await;
+    let (status, state) = r;
     assert_eq!(status, 200);
     assert_eq!(
         state["held"], false,
         "nothing was taken by the refused requests"
     );
-    let r = http
-        .get(served.url("/v1/locks?access_token=s3cret"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        200,
-        "the page's EventSource passes it in the query"
-    );
+    let r = send(http.get(served.url("/v1/locks?access_token=s3cret"))).await;
+    assert_eq!(r.0, 200, "the page's EventSource passes it in the query");
 }
 
 #[tokio::test]
@@ -262,22 +216,21 @@ async fn an_unreachable_backend_answers_503_and_nothing_is_held() {
     let (status, answer) = post(&http, &served, "r2", json!({})).await;
     assert_eq!(status, 503, "{answer}");
     assert!(answer["error"].is_string());
-    let r = http.get(served.url("/v1/locks/r2")).send().await.unwrap();
-    assert_eq!(r.status(), 503);
-    let r = http
-        .put(served.url(&format!("/v1/locks/r/{token}")))
-        .json(&json!({"lease_ms": 5000}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
+    let r = send(http.get(served.url("/v1/locks/r2"))).await;
+    assert_eq!(r.0, 503);
+    let r = send(
+        http.put(served.url(&format!("/v1/locks/r/{token}")))
+            .json(&json!({"lease_ms": 5000})),
+    )
+    .await;
+    assert_eq!(r.0, 503);
     assert_eq!(
         listed_keys(&http, &served).await,
         ["r"],
         "only the earlier hold"
     );
-    let r = http.get(served.url("/healthz")).send().await.unwrap();
-    assert_eq!(r.status(), 200, "the service itself is alive");
+    let r = send(http.get(served.url("/healthz"))).await;
+    assert_eq!(r.0, 200, "the service itself is alive");
 }
 
 #[tokio::test]
@@ -285,21 +238,18 @@ async fn a_hold_neither_extended_nor_released_ends_with_its_lease() {
     let served = Served::start("memory://", &[]);
     let http = client();
     let lease = Duration::from_millis(300);
-    let sent = Instant::now();
     let (status, granted) = post(&http, &served, "e", json!({"lease_ms": 300})).await;
+    let answered = Instant::now();
     assert_eq!(status, 200, "{granted}");
     let token = granted["token"].as_str().unwrap().to_owned();
 
-    // Past the lease, counted from before the request: the service's lease ended before ours.
-    tokio::time::sleep((sent + lease).saturating_duration_since(Instant::now())).await;
+    // The service counts the lease from before its request to the backend, which is before
+    // its answer: a lease after the answer, the hold has ended.
+    tokio::time::sleep((answered + lease).saturating_duration_since(Instant::now())).await;
     let hold = served.url(&format!("/v1/locks/e/{token}"));
-    let r = http
-        .put(&hold)
-        .json(&json!({"lease_ms": 5000}))
-        .send()
-        .await;
-    assert_eq!(r.unwrap().status(), 410);
-    assert_eq!(http.delete(&hold).send().await.unwrap().status(), 410);
+    let put = http.put(&hold).json(&json!({"lease_ms": 5000}));
+    assert_eq!(send(put).await.0, 410);
+    assert_eq!(send(http.delete(&hold)).await.0, 410);
     // The key is free for the next caller: it gets it within a lease at most.
     let (status, next) = post(&http, &served, "e", json!({"wait_ms": 300})).await;
     assert_eq!(status, 200, "{next}");
@@ -319,12 +269,8 @@ async fn events_report_acquired_and_released_holds() {
 
     let (_, granted) = post(&http, &served, "ev", json!({})).await;
     let token = granted["token"].as_str().unwrap();
-    let r = http
-        .delete(served.url(&format!("/v1/locks/ev/{token}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    let r = send(http.delete(served.url(&format!("/v1/locks/ev/{token}")))).await;
+    assert_eq!(r.0, 204);
 
     let mut text = String::new();
     let read = async {
@@ -378,12 +324,8 @@ async fn an_http_holder_and_a_cli_holder_exclude_each_other() {
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(state["fence"], granted["fence"]);
     let token = granted["token"].as_str().unwrap();
-    let r = http
-        .delete(served.url(&format!("/v1/locks/x/{token}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    let r = send(http.delete(served.url(&format!("/v1/locks/x/{token}")))).await;
+    assert_eq!(r.0, 204);
 
     // A CLI holder: its command signals that it runs, then waits to be killed.
     let marker = dir.path().join("running");
@@ -428,13 +370,12 @@ async fn shutdown_releases_open_holds_and_their_tokens_answer_410() {
 
     let next = Served::start(&url, &[]);
     let token = granted["token"].as_str().unwrap();
-    let r = http
-        .put(next.url(&format!("/v1/locks/s/{token}")))
-        .json(&json!({"lease_ms": 5000}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 410);
+    let r = send(
+        http.put(next.url(&format!("/v1/locks/s/{token}")))
+            .json(&json!({"lease_ms": 5000})),
+    )
+    .await;
+    assert_eq!(r.0, 410);
 }
 
 #[tokio::test]
@@ -469,7 +410,7 @@ async fn tls_serves_https_with_the_given_certificate() {
 
 /// The number of waiters `GET /v1/locks` lists.
 async fn waiters(http: &reqwest::Client, served: &Served) -> usize {
-    let (_, list) = json(http.get(served.url("/v1/locks")).send().await.unwrap()).await;
+    let (_, list) = send(http.get(served.url("/v1/locks"))).await;
     list["waiters"].as_array().map_or(0, Vec::len)
 }
 
@@ -494,12 +435,8 @@ async fn a_wait_the_caller_abandons_leaves_nothing_behind() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let token = first["token"].as_str().unwrap();
-    let r = http
-        .delete(served.url(&format!("/v1/locks/a/{token}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
-    let (_, state) = json(http.get(served.url("/v1/locks/a")).send().await.unwrap()).await;
+    let r = send(http.delete(served.url(&format!("/v1/locks/a/{token}")))).await;
+    assert_eq!(r.0, 204);
+    let (_, state) = send(http.get(served.url("/v1/locks/a"))).await;
     assert_eq!(state["held"], false, "the abandoned waiter took nothing");
 }

@@ -124,10 +124,16 @@ pub fn client() -> reqwest::Client {
         .expect("HTTP client")
 }
 
-/// The answer's status and JSON body (`Null` when empty or not JSON).
-pub async fn json(response: reqwest::Response) -> (u16, serde_json::Value) {
+/// Sends `request`; the answer's status and text.
+pub async fn text(request: reqwest::RequestBuilder) -> (u16, String) {
+    let response = request.send().await.expect("request");
     let status = response.status().as_u16();
-    let text = response.text().await.expect("body");
+    (status, response.text().await.expect("body"))
+}
+
+/// Sends `request`; the answer's status and JSON body (`Null` when empty or not JSON).
+pub async fn send(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
+    let (status, text) = text(request).await;
     (
         status,
         serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
@@ -141,13 +147,11 @@ pub async fn post(
     key: &str,
     body: serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let r = http
-        .post(served.url(&format!("/v1/locks/{}", encode(key))))
-        .json(&body)
-        .send()
-        .await
-        .expect("POST");
-    json(r).await
+    send(
+        http.post(served.url(&format!("/v1/locks/{}", encode(key))))
+            .json(&body),
+    )
+    .await
 }
 
 /// Percent-encodes everything but unreserved characters.
@@ -165,7 +169,7 @@ pub fn encode(key: &str) -> String {
 
 /// The keys `GET /v1/locks` lists.
 pub async fn listed_keys(http: &reqwest::Client, served: &Served) -> Vec<String> {
-    let (status, list) = json(http.get(served.url("/v1/locks")).send().await.unwrap()).await;
+    let (status, list) = send(http.get(served.url("/v1/locks"))).await;
     assert_eq!(status, 200, "{list}");
     list["locks"]
         .as_array()
