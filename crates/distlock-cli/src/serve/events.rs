@@ -297,3 +297,53 @@ pub fn epoch_ms(t: SystemTime) -> u64 {
 pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_board_follows_holds_and_waiters_and_numbers_its_events() {
+        let board = Board::default();
+        let ticket = board.waiting("k", "http");
+        let id = board.acquired("k", "http", 1024, Duration::from_secs(5));
+        drop(ticket);
+        let (holds, waiters, seq) = board.snapshot();
+        assert_eq!(holds.len(), 1);
+        assert_eq!(holds[0].fence, 1024);
+        assert!(waiters.is_empty(), "the ticket's drop took the waiter off");
+        assert_eq!(seq, 3);
+        board.extended(id, Duration::from_secs(9));
+        board.ended(id, "released", None);
+        board.ended(id, "released", None); // a second end changes nothing
+        let kinds: Vec<&str> = board.timeline().iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "waiting",
+                "acquired",
+                "stopped_waiting",
+                "extended",
+                "released"
+            ]
+        );
+        let seqs: Vec<u64> = board.timeline().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
+        assert!(board.snapshot().0.is_empty());
+    }
+
+    #[test]
+    fn the_timeline_keeps_the_latest_events() {
+        let board = Board::default();
+        for i in 0..TIMELINE_LEN + 10 {
+            let id = board.acquired(&format!("k{i}"), "http", 1, Duration::from_secs(1));
+            board.ended(id, "lost", Some("lease ended".into()));
+        }
+        let timeline = board.timeline();
+        assert_eq!(timeline.len(), TIMELINE_LEN);
+        assert_eq!(
+            timeline.last().map(|e| e.seq),
+            Some(2 * (TIMELINE_LEN as u64 + 10))
+        );
+    }
+}

@@ -248,3 +248,42 @@ async fn metrics(State(service): State<Arc<Service>>) -> Response {
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cret", b"s3creT"));
+        assert!(!constant_time_eq(b"s3cret", b"s3cre"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn query_pairs_are_decoded() {
+        assert_eq!(
+            url_query_pairs("a=1&access_token=x%2By&b"),
+            [("a", "1"), ("access_token", "x+y"), ("b", "")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        assert!(url_query_pairs("%%%").len() <= 1);
+    }
+
+    #[test]
+    fn bodies_are_optional_and_strict() {
+        let empty: super::super::holds::AcquireRequest = body(&Bytes::from_static(b" \n")).unwrap();
+        assert!(empty.lease_ms.is_none() && empty.wait_ms.is_none());
+        let typo =
+            body::<super::super::holds::AcquireRequest>(&Bytes::from_static(b"{\"lease\":1}"));
+        assert_eq!(typo.unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn the_openapi_document_names_every_route() {
+        let doc = super::super::openapi::document();
+        assert_eq!(doc["openapi"], "3.0.3");
+        assert_eq!(doc["paths"].as_object().map(|p| p.len()), Some(7));
+    }
+}
