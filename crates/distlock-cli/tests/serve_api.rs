@@ -440,3 +440,37 @@ async fn a_wait_the_caller_abandons_leaves_nothing_behind() {
     let (_, state) = send(http.get(served.url("/v1/locks/a"))).await;
     assert_eq!(state["held"], false, "the abandoned waiter took nothing");
 }
+
+#[test]
+fn bad_serve_options_are_usage_errors_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let missing = dir.path().join("missing");
+    let any = "127.0.0.1:0";
+    let cases: [&[&str]; 5] = [
+        &["--listen", any, "--token-file", missing.to_str().unwrap()],
+        &["--listen", any, "--token-file", empty.to_str().unwrap()],
+        &["--listen", any, "--tls-cert", missing.to_str().unwrap()],
+        &[
+            "--listen",
+            any,
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            missing.to_str().unwrap(),
+        ],
+        &["--listen", "not-an-address"],
+    ];
+    for extra in cases {
+        let out = std::process::Command::new(BIN)
+            .args(["--backend", "memory://", "serve"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{extra:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "never started listening: {out:?}");
+    }
+}
