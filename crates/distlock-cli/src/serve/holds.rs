@@ -160,7 +160,12 @@ impl Holds {
             return Err(ApiError::shutting_down());
         }
         let guard = match wait {
-            None | Some(Duration::ZERO) => lock.try_lock().await?,
+            None | Some(Duration::ZERO) => match lock.try_lock().await {
+                Err(Error::NotAcquired { .. }) => {
+                    return Err(ApiError::conflict(format!("lock {key:?} is held")))
+                }
+                got => got?,
+            },
             Some(wait) => {
                 let _ticket = self.board.waiting(key, "http");
                 tokio::select! {

@@ -87,6 +87,9 @@ impl ApiError {
             message: message.into(),
         }
     }
+    fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
     fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
@@ -191,7 +194,9 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                 let watcher = graceful.watcher();
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let builder = hyper::server::conn::http1::Builder::new();
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    // With a timer, hyper drops clients that trickle their headers (30 s).
+                    builder.timer(hyper_util::rt::TokioTimer::new());
                     let result = match tls {
                         None => {
                             let conn = builder.serve_connection(TokioIo::new(tcp), service);
