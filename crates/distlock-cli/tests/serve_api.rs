@@ -350,7 +350,7 @@ async fn an_http_holder_and_a_cli_holder_exclude_each_other() {
     assert_eq!(status, 200, "{granted}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_releases_open_holds_and_their_tokens_answer_410() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_in(dir.path());
@@ -358,8 +358,22 @@ async fn shutdown_releases_open_holds_and_their_tokens_answer_410() {
     let http = client();
     let (status, granted) = post(&http, &served, "s", json!({"lease_ms": 60000})).await;
     assert_eq!(status, 200, "{granted}");
+    // An open event stream and a waiting request do not hold the shutdown up.
+    let mut stream = http.get(served.url("/v1/events")).send().await.unwrap();
+    let waiting = {
+        let (http, url) = (http.clone(), served.url("/v1/locks/s"));
+        tokio::spawn(async move { send(http.post(url).json(&json!({"wait_ms": 30000}))).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(&http, &served).await != 1 {
+        assert!(Instant::now() < deadline, "the waiter is listed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     served.signal(nix::sys::signal::Signal::SIGTERM);
-    let (code, _, stderr) = served.wait(Duration::from_secs(20));
+    let (status, answer) = waiting.await.unwrap();
+    assert_eq!(status, 503, "the wait ends with the service: {answer}");
+    while stream.chunk().await.unwrap().is_some() {}
+    let (code, _, stderr) = tokio::task::block_in_place(|| served.wait(Duration::from_secs(20)));
     assert_eq!(code, Some(0), "{stderr}");
 
     let out = std::process::Command::new(BIN)

@@ -169,8 +169,9 @@ impl Holds {
             Some(wait) => {
                 let _ticket = self.board.waiting(key, "http");
                 tokio::select! {
-                    got = lock.try_lock_for(wait) => got?,
+                    biased;
                     _ = stopping.wait_for(|s| *s) => return Err(ApiError::shutting_down()),
+                    got = lock.try_lock_for(wait) => got?,
                 }
             }
         };
@@ -192,6 +193,12 @@ impl Holds {
             this.expire(&expiring_token).await;
         });
         *hold.expiry.lock().unwrap_or_else(|e| e.into_inner()) = Some(expiry.abort_handle());
+        // Shutdown releases the holds in the table once it is stopping; one entered after that
+        // (acquired while shutdown began) is given back here, so none outlives the service.
+        if *self.stopping.borrow() {
+            let _ = self.release(key, &token).await;
+            return Err(ApiError::shutting_down());
+        }
         Ok(Granted {
             key: key.to_owned(),
             token,
