@@ -118,7 +118,6 @@ fn start_service(a: &Args, prefix: &str) -> (Child, String) {
 #[tokio::main]
 async fn main() {
     let a = args();
-    let length = Duration::from_secs(a.seconds);
     let prefix = format!("bench{}", std::process::id());
 
     let options = RegistryOptions::default()
@@ -128,29 +127,33 @@ async fn main() {
     let registry = LockRegistry::connect(&a.backend, options)
         .await
         .expect("backend");
-    let direct = measure(a.concurrency, length, move |i| {
-        let registry = registry.clone();
-        async move {
-            let guard = registry
-                .obtain(&format!("direct-{i}"))
-                .expect("key")
-                .try_lock()
-                .await
-                .expect("free key");
-            guard.release().await.expect("release");
-        }
-    })
-    .await;
-
     let (mut service, base) = start_service(&a, &prefix);
     let http = reqwest::Client::builder()
         .http1_only()
         .pool_max_idle_per_host(a.waiters + a.concurrency)
         .build()
         .expect("client");
-    let over_http = {
+
+    // Direct and HTTP alternate in one-second slices, so that a change of load on the machine
+    // falls on both alike.
+    let (mut direct, mut over_http) = (0.0, 0.0);
+    for _ in 0..a.seconds {
+        let registry = registry.clone();
+        direct += measure(a.concurrency, Duration::from_secs(1), move |i| {
+            let registry = registry.clone();
+            async move {
+                let guard = registry
+                    .obtain(&format!("direct-{i}"))
+                    .expect("key")
+                    .try_lock()
+                    .await
+                    .expect("free key");
+                guard.release().await.expect("release");
+            }
+        })
+        .await;
         let (http, base) = (http.clone(), base.clone());
-        measure(a.concurrency, length, move |i| {
+        over_http += measure(a.concurrency, Duration::from_secs(1), move |i| {
             let (http, url) = (http.clone(), format!("{base}/v1/locks/http-{i}"));
             async move {
                 let r = http.post(&url).send().await.expect("POST");
@@ -165,8 +168,10 @@ async fn main() {
                 assert_eq!(r.status(), 204);
             }
         })
-        .await
-    };
+        .await;
+    }
+    let seconds = a.seconds.max(1) as f64;
+    let (direct, over_http) = (direct / seconds, over_http / seconds);
 
     // Waiters: one holder, then `waiters` requests that wait for the same key.
     let held = http
