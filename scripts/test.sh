@@ -107,6 +107,8 @@ need_pkg mariadbd mariadb-server
 need_pkg mariadb-install-db mariadb-server
 # The PostgreSQL TLS test makes its certificates with openssl.
 need_pkg openssl openssl
+# The page test of `distlock serve` drives headless Chromium.
+need_pkg chromium chromium
 # etcd: the server and etcdctl (interop tests).
 need_pkg etcd etcd-server
 need_pkg etcdctl etcd-client

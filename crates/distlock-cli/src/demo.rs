@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use distlock::{Backend, LockRegistry};
+use distlock::{Backend, LockRegistry, RegistryOptions};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -28,18 +28,8 @@ pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
     let options = global.options()?;
     let url = global.backend_url()?;
     let first: Arc<dyn Backend> = distlock::connect(&url).await?;
-    // An in-process backend must be shared, or the workers would not see each other.
-    let share = !first.capabilities().cross_process;
     let kind = first.kind();
-    let mut registries = Vec::with_capacity(req.workers as usize);
-    for i in 0..req.workers {
-        let backend = if share || i == 0 {
-            first.clone()
-        } else {
-            distlock::connect(&url).await?
-        };
-        registries.push(LockRegistry::from_backend(backend, options.clone())?);
-    }
+    let registries = registries(first, &url, &options, req.workers).await?;
 
     out(&format!(
         "demo: {} workers, each with its own registry on {kind}, contend for lock {:?} and hold it {} each",
@@ -51,6 +41,7 @@ pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
     let (stop, stopped) = watch::channel(false);
     let start = Instant::now();
     let mut workers = JoinSet::new();
+    let report: Report = Arc::new(print_step);
     for (i, registry) in registries.into_iter().enumerate() {
         workers.spawn(worker(
             i + 1,
@@ -59,6 +50,7 @@ pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
             req.hold,
             start,
             stopped.clone(),
+            report.clone(),
         ));
     }
 
@@ -97,34 +89,106 @@ pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
     Ok(0)
 }
 
+/// `workers` registries over the backend of `url`, each with its own connection as separate
+/// service instances would have; `first` is the first one's backend. An in-process backend is
+/// shared, or the workers would not see each other.
+pub async fn registries(
+    first: Arc<dyn Backend>,
+    url: &str,
+    options: &RegistryOptions,
+    workers: u32,
+) -> distlock::Result<Vec<LockRegistry>> {
+    let share = !first.capabilities().cross_process;
+    let mut registries = Vec::with_capacity(workers as usize);
+    for i in 0..workers {
+        let backend = if share || i == 0 {
+            first.clone()
+        } else {
+            distlock::connect(url).await?
+        };
+        registries.push(LockRegistry::from_backend(backend, options.clone())?);
+    }
+    Ok(registries)
+}
+
+/// What a worker tells as it goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Step {
+    /// It starts waiting for the lock.
+    Waiting,
+    /// It got the lock `at` after the start, with `fence`, to hold it for `hold`.
+    Acquired {
+        at: Duration,
+        fence: u64,
+        hold: Duration,
+    },
+    /// It lost the lock while holding it.
+    Lost,
+    /// It gave the lock back (or stopped waiting, when stopped first).
+    Done,
+}
+
+/// Where a worker's steps go: worker number, key, step.
+pub type Report = Arc<dyn Fn(usize, &str, Step) + Send + Sync>;
+
+/// The command's report: a line per acquisition and per loss.
+fn print_step(n: usize, key: &str, step: Step) {
+    match step {
+        Step::Acquired { at, fence, .. } => out(&format!(
+            "worker {n} acquired lock {key:?} at {} (+{:.2}s) fence {fence}",
+            clock(SystemTime::now()),
+            at.as_secs_f64(),
+        )),
+        Step::Lost => out(&format!("worker {n} lost lock {key:?} while holding it")),
+        Step::Waiting | Step::Done => {}
+    }
+}
+
 /// One worker: take the lock, say when, hold it, give it back. Returns when it got it, or
 /// `None` when stopped first.
-async fn worker(
+pub async fn worker(
     n: usize,
     registry: LockRegistry,
     key: String,
     hold: Duration,
     start: Instant,
     mut stop: watch::Receiver<bool>,
+    report: Report,
 ) -> distlock::Result<Option<Duration>> {
     let lock = registry.obtain(&key)?;
+    report(n, &key, Step::Waiting);
     let guard = tokio::select! {
-        guard = lock.lock() => guard?,
-        _ = stop.changed() => return Ok(None),
+        guard = lock.lock() => guard,
+        _ = stop.changed() => {
+            report(n, &key, Step::Done);
+            return Ok(None);
+        }
+    };
+    let guard = match guard {
+        Ok(guard) => guard,
+        Err(e) => {
+            report(n, &key, Step::Done);
+            return Err(e);
+        }
     };
     let at = start.elapsed();
-    out(&format!(
-        "worker {n} acquired lock {key:?} at {} (+{:.2}s) fence {}",
-        clock(SystemTime::now()),
-        at.as_secs_f64(),
-        guard.fence()
-    ));
+    report(
+        n,
+        &key,
+        Step::Acquired {
+            at,
+            fence: guard.fence(),
+            hold,
+        },
+    );
     let lost = guard.lost();
+    let mut was_lost = false;
     tokio::select! {
         () = tokio::time::sleep(hold) => {}
-        () = lost => out(&format!("worker {n} lost lock {key:?} while holding it")),
+        () = lost => was_lost = true,
         _ = stop.changed() => {}
     }
+    report(n, &key, if was_lost { Step::Lost } else { Step::Done });
     match guard.release().await {
         Ok(()) | Err(distlock::Error::LockLost { .. }) => Ok(Some(at)),
         Err(e) => Err(e),

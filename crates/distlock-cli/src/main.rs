@@ -5,6 +5,7 @@
 //!   run --key K [--lease DUR] [--wait DUR | --no-wait] -- CMD [ARGS...]
 //!   status K [--json]
 //!   demo [--workers N] [--hold DUR] [--key K]
+//!   serve [--listen ADDR] [--token-file FILE] [--tls-cert PEM --tls-key PEM]
 //! ```
 //!
 //! `run` starts CMD in a process group of its own and stops that group before the lease can
@@ -18,6 +19,7 @@ mod demo;
 mod duration;
 mod group;
 mod run;
+mod serve;
 mod signals;
 mod status;
 mod util;
@@ -94,6 +96,27 @@ enum Command {
     Status(StatusArgs),
     /// N workers contend for one key and hold it in turn
     Demo(DemoArgs),
+    /// Serve the backend over HTTP, with a live page (see docs/SERVE.md)
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0: any free port, printed on stdout)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
+    listen: std::net::SocketAddr,
+
+    /// Require `Authorization: Bearer <the file's content>` on every request
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
+
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key)
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+
+    /// The PEM private key of --tls-cert
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -210,6 +233,15 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
                 key: args.key,
             };
             demo::demo(global, request).await
+        }
+        Command::Serve(args) => {
+            let request = serve::ServeRequest {
+                listen: args.listen,
+                token_file: args.token_file,
+                tls_cert: args.tls_cert,
+                tls_key: args.tls_key,
+            };
+            serve::serve(global, request).await
         }
     }
 }

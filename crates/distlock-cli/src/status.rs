@@ -53,7 +53,7 @@ struct StatusJson<'a> {
 
 /// One JSON object. `fence` is what a `distlock run` holder sees in `DISTLOCK_FENCE`;
 /// `backend_fence` is the backend's own counter.
-fn to_json(key: &str, prefix: &str, backend: &str, info: Option<&LockInfo>) -> String {
+pub(crate) fn to_json(key: &str, prefix: &str, backend: &str, info: Option<&LockInfo>) -> String {
     let fence = info.and_then(|i| i.fence);
     let status = StatusJson {
         key,

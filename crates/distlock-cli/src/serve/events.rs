@@ -1,0 +1,349 @@
+//! The board: what the service shows (holds and waiters it knows of), the recent timeline,
+//! and the live event stream (`GET /v1/events`, server-sent events) that the page follows.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+
+/// How many events the timeline keeps for a page that connects later.
+const TIMELINE_LEN: usize = 200;
+/// How many events a slow subscriber may fall behind before it skips ahead.
+const CHANNEL_LEN: usize = 4096;
+
+/// One change of the board, as sent on `/v1/events` (the SSE event name is `kind`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// `acquired`, `extended`, `released`, `lost`, `waiting` or `stopped_waiting`.
+    pub kind: &'static str,
+    pub key: String,
+    /// The hold's id on the board (not its token: tokens stay with their caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiter: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Wall-clock time of the event, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Its place in the order of events (from 1): a page that loads the list while following
+    /// the stream applies only the events after the list's `seq`.
+    pub seq: u64,
+}
+
+impl Event {
+    fn new(kind: &'static str, key: &str) -> Self {
+        Event {
+            kind,
+            key: key.to_owned(),
+            hold: None,
+            waiter: None,
+            fence: None,
+            holder: None,
+            lease_ms: None,
+            reason: None,
+            at_ms: epoch_ms(SystemTime::now()),
+            seq: 0,
+        }
+    }
+}
+
+/// A hold as listed by `GET /v1/locks` and drawn by the page.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShownHold {
+    pub hold: u64,
+    pub key: String,
+    pub holder: String,
+    pub fence: u64,
+    pub lease_ms: u64,
+    /// When the caller's lease ends, milliseconds since the Unix epoch.
+    pub expires_at_ms: u64,
+}
+
+/// A caller waiting for a key.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShownWaiter {
+    pub waiter: u64,
+    pub key: String,
+    pub holder: String,
+    pub since_ms: u64,
+}
+
+#[derive(Default)]
+struct State {
+    holds: BTreeMap<u64, ShownHold>,
+    waiters: BTreeMap<u64, ShownWaiter>,
+    timeline: VecDeque<Event>,
+    /// The `seq` of the last event published.
+    seq: u64,
+}
+
+/// Shared by the routes, the HTTP holds and the demonstration. Cheap to clone.
+#[derive(Clone)]
+pub struct Board {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    sender: broadcast::Sender<Event>,
+    next_id: AtomicU64,
+    closed: watch::Sender<bool>,
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        Board {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::default()),
+                sender: broadcast::channel(CHANNEL_LEN).0,
+                next_id: AtomicU64::new(1),
+                closed: watch::channel(false).0,
+            }),
+        }
+    }
+}
+
+/// Removes a waiter from the board when it stops waiting, however that happens (acquired,
+/// timed out, or the caller hung up and its request was dropped).
+pub struct WaiterTicket {
+    board: Board,
+    id: u64,
+}
+
+impl Drop for WaiterTicket {
+    fn drop(&mut self) {
+        self.board.stop_waiting(self.id);
+    }
+}
+
+impl Board {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn next_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records `event` in the timeline and sends it to every subscriber. Called with the state
+    /// locked, so that subscribers see events in the order the board changed.
+    fn publish(state: &mut State, sender: &broadcast::Sender<Event>, mut event: Event) {
+        state.seq += 1;
+        event.seq = state.seq;
+        if state.timeline.len() == TIMELINE_LEN {
+            state.timeline.pop_front();
+        }
+        state.timeline.push_back(event.clone());
+        let _ = sender.send(event);
+    }
+
+    /// A new hold; returns its id on the board.
+    pub fn acquired(&self, key: &str, holder: &str, fence: u64, lease: Duration) -> u64 {
+        let id = self.next_id();
+        let shown = ShownHold {
+            hold: id,
+            key: key.to_owned(),
+            holder: holder.to_owned(),
+            fence,
+            lease_ms: millis(lease),
+            expires_at_ms: epoch_ms(SystemTime::now() + lease),
+        };
+        let mut event = Event::new("acquired", key);
+        event.hold = Some(id);
+        event.fence = Some(fence);
+        event.holder = Some(shown.holder.clone());
+        event.lease_ms = Some(shown.lease_ms);
+        let mut state = self.state();
+        state.holds.insert(id, shown);
+        Self::publish(&mut state, &self.inner.sender, event);
+        id
+    }
+
+    /// The hold's lease now ends `remaining` from now.
+    pub fn extended(&self, id: u64, remaining: Duration) {
+        let mut state = self.state();
+        let Some(shown) = state.holds.get_mut(&id) else {
+            return;
+        };
+        shown.lease_ms = millis(remaining);
+        shown.expires_at_ms = epoch_ms(SystemTime::now() + remaining);
+        let mut event = Event::new("extended", &shown.key);
+        event.hold = Some(id);
+        event.fence = Some(shown.fence);
+        event.lease_ms = Some(shown.lease_ms);
+        Self::publish(&mut state, &self.inner.sender, event);
+    }
+
+    /// The hold ended: `released` (given back) or `lost` (lease ended, taken away), with why.
+    pub fn ended(&self, id: u64, kind: &'static str, reason: Option<String>) {
+        let mut state = self.state();
+        let Some(shown) = state.holds.remove(&id) else {
+            return;
+        };
+        let mut event = Event::new(kind, &shown.key);
+        event.hold = Some(id);
+        event.fence = Some(shown.fence);
+        event.holder = Some(shown.holder);
+        event.reason = reason;
+        Self::publish(&mut state, &self.inner.sender, event);
+    }
+
+    /// A caller starts waiting for `key`; it is on the board until the ticket is dropped.
+    pub fn waiting(&self, key: &str, holder: &str) -> WaiterTicket {
+        let id = self.next_id();
+        let now = SystemTime::now();
+        let mut event = Event::new("waiting", key);
+        event.waiter = Some(id);
+        event.holder = Some(holder.to_owned());
+        let mut state = self.state();
+        state.waiters.insert(
+            id,
+            ShownWaiter {
+                waiter: id,
+                key: key.to_owned(),
+                holder: holder.to_owned(),
+                since_ms: epoch_ms(now),
+            },
+        );
+        Self::publish(&mut state, &self.inner.sender, event);
+        WaiterTicket {
+            board: self.clone(),
+            id,
+        }
+    }
+
+    fn stop_waiting(&self, id: u64) {
+        let mut state = self.state();
+        if let Some(w) = state.waiters.remove(&id) {
+            let mut event = Event::new("stopped_waiting", &w.key);
+            event.waiter = Some(id);
+            Self::publish(&mut state, &self.inner.sender, event);
+        }
+    }
+
+    /// Holds and waiters on the board, ordered by key, and the `seq` of the last event they
+    /// include.
+    pub fn snapshot(&self) -> (Vec<ShownHold>, Vec<ShownWaiter>, u64) {
+        let state = self.state();
+        let seq = state.seq;
+        let mut holds: Vec<ShownHold> = state.holds.values().cloned().collect();
+        let mut waiters: Vec<ShownWaiter> = state.waiters.values().cloned().collect();
+        holds.sort_by(|a, b| a.key.cmp(&b.key).then(a.hold.cmp(&b.hold)));
+        waiters.sort_by(|a, b| a.key.cmp(&b.key).then(a.waiter.cmp(&b.waiter)));
+        (holds, waiters, seq)
+    }
+
+    /// The recent events, oldest first.
+    pub fn timeline(&self) -> Vec<Event> {
+        self.state().timeline.iter().cloned().collect()
+    }
+
+    /// Ends every event stream (at shutdown, so that open streams do not hold it up).
+    pub fn close(&self) {
+        let _ = self.inner.closed.send(true);
+    }
+
+    /// The live stream of `GET /v1/events`.
+    pub fn stream(&self) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+        let receiver = self.inner.sender.subscribe();
+        let closed = self.inner.closed.subscribe();
+        let stream = futures_util::stream::unfold(
+            (receiver, closed),
+            |(mut receiver, mut closed)| async move {
+                if *closed.borrow() {
+                    return None;
+                }
+                let received = tokio::select! {
+                    r = receiver.recv() => r,
+                    _ = closed.changed() => return None,
+                };
+                let sse = match received {
+                    Ok(event) => {
+                        let data = serde_json::to_string(&event).unwrap_or_default();
+                        SseEvent::default().event(event.kind).data(data)
+                    }
+                    // A subscriber that fell behind is told so; the page reloads the list.
+                    Err(broadcast::error::RecvError::Lagged(n)) => SseEvent::default()
+                        .event("lagged")
+                        .data(format!("{{\"skipped\":{n}}}")),
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                };
+                Some((Ok(sse), (receiver, closed)))
+            },
+        );
+        Sse::new(stream).keep_alive(KeepAlive::default())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0)
+}
+
+/// A duration in whole milliseconds, saturating.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_board_follows_holds_and_waiters_and_numbers_its_events() {
+        let board = Board::default();
+        let ticket = board.waiting("k", "http");
+        let id = board.acquired("k", "http", 1024, Duration::from_secs(5));
+        drop(ticket);
+        let (holds, waiters, seq) = board.snapshot();
+        assert_eq!(holds.len(), 1);
+        assert_eq!(holds[0].fence, 1024);
+        assert!(waiters.is_empty(), "the ticket's drop took the waiter off");
+        assert_eq!(seq, 3);
+        board.extended(id, Duration::from_secs(9));
+        board.ended(id, "released", None);
+        board.ended(id, "released", None); // a second end changes nothing
+        let kinds: Vec<&str> = board.timeline().iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "waiting",
+                "acquired",
+                "stopped_waiting",
+                "extended",
+                "released"
+            ]
+        );
+        let seqs: Vec<u64> = board.timeline().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
+        assert!(board.snapshot().0.is_empty());
+    }
+
+    #[test]
+    fn the_timeline_keeps_the_latest_events() {
+        let board = Board::default();
+        for i in 0..TIMELINE_LEN + 10 {
+            let id = board.acquired(&format!("k{i}"), "http", 1, Duration::from_secs(1));
+            board.ended(id, "lost", Some("lease ended".into()));
+        }
+        let timeline = board.timeline();
+        assert_eq!(timeline.len(), TIMELINE_LEN);
+        assert_eq!(
+            timeline.last().map(|e| e.seq),
+            Some(2 * (TIMELINE_LEN as u64 + 10))
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! `distlock serve`: the configured backend over HTTP/1.1 (DESIGN §5), with a live page.
+//!
+//! - `routes`: the router, authentication, bad input;
+//! - `holds`: holds taken over HTTP, each a lease its caller owns;
+//! - `events`: what the page shows, the timeline and the server-sent events;
+//! - `demo`: the articles' demonstration, started from the page or `GET /demo`;
+//! - `page`, `openapi`, `metrics`, `tls`: the page's assets, `/v1/openapi.json`, `/metrics`,
+//!   the certificate files.
+//!
+//! # Shutdown
+//! On SIGTERM, SIGINT or SIGHUP the service stops accepting connections, answers 503 to
+//! requests still arriving on open ones, ends the waits of waiting requests (503), releases
+//! every open hold on the backend (a `released` event each), ends the event streams and gives
+//! requests in flight up to [`DRAIN`] to finish. A caller's next request for a hold it had
+//! then answers 410 (the token is unknown, to this process and to the next one): its lock is
+//! free and somebody else may have it.
+
+mod demo;
+mod events;
+mod holds;
+mod metrics;
+mod openapi;
+mod page;
+mod routes;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::{Failure, Global, EXIT_BACKEND};
+use crate::signals::Signals;
+use crate::util::{out, say};
+use events::Board;
+use holds::Holds;
+
+/// How long requests in flight may take to finish after a shutdown signal.
+pub const DRAIN: Duration = Duration::from_secs(5);
+
+/// What `serve` was asked to do.
+#[derive(Debug)]
+pub struct ServeRequest {
+    pub listen: SocketAddr,
+    pub token_file: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+}
+
+/// What every handler shares.
+pub struct Service {
+    holds: Holds,
+    board: Board,
+    token: Option<String>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    backend_url: String,
+    options: distlock::RegistryOptions,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Service {
+    fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+}
+
+/// An error answer: a status and `{"error": message}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+    fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    fn gone() -> Self {
+        Self::new(
+            StatusCode::GONE,
+            "the hold is gone (released, or its lease ended)",
+        )
+    }
+    fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the service is shutting down",
+        )
+    }
+}
+
+impl From<distlock::Error> for ApiError {
+    fn from(e: distlock::Error) -> Self {
+        use distlock::Error;
+        let status = match &e {
+            Error::InvalidKey(_) | Error::InvalidConfig(_) => StatusCode::BAD_REQUEST,
+            Error::NotAcquired { .. } => StatusCode::CONFLICT,
+            Error::LockLost { .. } | Error::NotHeld { .. } => StatusCode::GONE,
+            Error::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(serde_json::json!({ "error": self.message }));
+        (self.status, body).into_response()
+    }
+}
+
+/// Runs the service until a termination signal; returns the exit status.
+pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
+    let token = match &req.token_file {
+        Some(path) => Some(read_token(path)?),
+        None => None,
+    };
+    let tls = match (&req.tls_cert, &req.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        (None, None) => None,
+        _ => return Err(Failure::usage("--tls-cert and --tls-key go together")),
+    };
+    let metrics = metrics::install()?;
+    let options = global.options()?;
+    let url = global.backend_url()?;
+    let backend = distlock::connect(&url).await.map_err(|e| Failure {
+        code: EXIT_BACKEND,
+        message: format!("{e} (backend {})", distlock::redact(&url)),
+    })?;
+    let registry = distlock::LockRegistry::from_backend(
+        backend,
+        options.clone().with_renew(false).with_max_local_handoffs(0),
+    )?;
+    let listener = TcpListener::bind(req.listen).await.map_err(|e| Failure {
+        code: EXIT_BACKEND,
+        message: format!("cannot listen on {}: {e}", req.listen),
+    })?;
+    let local = listener.local_addr().map_err(|e| Failure {
+        code: EXIT_BACKEND,
+        message: format!("cannot read the listening address: {e}"),
+    })?;
+
+    let (stop, stopping) = watch::channel(false);
+    let board = Board::default();
+    let service = Arc::new(Service {
+        holds: Holds::new(registry, board.clone(), stopping.clone()),
+        board,
+        token,
+        metrics,
+        backend_url: url,
+        options,
+        stopping,
+    });
+    let router = routes::router(service.clone());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    // Tests and scripts read this line to learn the port of `--listen 127.0.0.1:0`.
+    out(&format!("distlock serve: listening on {scheme}://{local}"));
+
+    let mut signals = Signals::install();
+    let graceful = GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (tcp, _) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "accept failed");
+                        // Out of descriptors and the like: give it a moment to pass.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let service = TowerToHyperService::new(router.clone());
+                let watcher = graceful.watcher();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    // With a timer, hyper drops clients that trickle their headers (30 s).
+                    builder.timer(hyper_util::rt::TokioTimer::new());
+                    let result = match tls {
+                        None => {
+                            let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                            watcher.watch(conn).await
+                        }
+                        Some(acceptor) => match acceptor.accept(tcp).await {
+                            Ok(stream) => {
+                                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                                watcher.watch(conn).await
+                            }
+                            Err(e) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                        },
+                    };
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            sig = signals.recv() => {
+                tracing::debug!(signal = sig, "shutting down");
+                break;
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    service.holds.release_all().await;
+    service.board.close();
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        say("serve: requests still open after the drain time were cut off");
+    }
+    Ok(0)
+}
+
+/// The bearer token: the file's content without surrounding white space.
+fn read_token(path: &PathBuf) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::usage(format!(
+            "cannot read the token file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(Failure::usage(format!(
+            "the token file {} must hold one word",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
+}

@@ -1,0 +1,337 @@
+//! The page of `distlock serve` in a real browser: headless Chromium (Debian's `chromium`)
+//! driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: JSON messages ended
+//! by NUL on descriptors 3 and 4), as a user would see it.
+//!
+//! With `DISTLOCK_SCREENSHOT=FILE` the demonstration test also saves a PNG of the page.
+
+mod serve_support;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serve_support::*;
+
+/// A headless Chromium with one page open, killed on drop.
+struct Browser {
+    child: Child,
+    commands: File,
+    replies: BufReader<File>,
+    next_id: u64,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe2")
+}
+
+impl Browser {
+    /// Starts Chromium and opens `url` in a 1280×800 page.
+    fn open(url: &str) -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let (their_in, our_out) = pipe();
+        let (our_in, their_out) = pipe();
+        let (fd_in, fd_out) = (their_in.as_raw_fd(), their_out.as_raw_fd());
+        let mut command = Command::new("chromium");
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-pipe",
+                "--window-size=1280,800",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: only dup2, which is async-signal-safe, between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                for (from, to) in [(fd_in, 3), (fd_out, 4)] {
+                    if nix::libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("chromium (Debian package chromium)");
+        drop((their_in, their_out));
+        let mut browser = Browser {
+            child,
+            commands: File::from(our_out),
+            replies: BufReader::new(File::from(our_in)),
+            next_id: 0,
+            session: String::new(),
+            _profile: profile,
+        };
+        let target = browser.call("Target.createTarget", json!({"url": url}));
+        let target = target["targetId"].as_str().expect("targetId").to_owned();
+        let attached = browser.call(
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+        );
+        browser.session = attached["sessionId"]
+            .as_str()
+            .expect("sessionId")
+            .to_owned();
+        browser
+    }
+
+    /// Sends one command (to the page once attached) and returns its result.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(0);
+        self.commands.write_all(&bytes).expect("write to chromium");
+        loop {
+            let mut reply = Vec::new();
+            let n = self
+                .replies
+                .read_until(0, &mut reply)
+                .expect("read chromium");
+            assert!(n > 0, "chromium closed the pipe");
+            reply.pop();
+            let reply: Value = serde_json::from_slice(&reply).expect("JSON from chromium");
+            if reply["id"] == json!(id) {
+                assert!(reply["error"].is_null(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// The value of a JavaScript expression in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Evaluates `expression` every 50 ms until `done` accepts its value (at most `bound`).
+    fn until(&mut self, bound: Duration, expression: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + bound;
+        loop {
+            let v = self.eval(expression);
+            if done(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{expression} stayed {v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn screenshot(&mut self, path: &str) {
+        let shot = self.call("Page.captureScreenshot", json!({"format": "png"}));
+        let png = base64_decode(shot["data"].as_str().expect("data"));
+        std::fs::write(path, png).expect("write the screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=').map(value).collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &d)| n | u32::from(d) << (18 - 6 * i));
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+const BOUND: Duration = Duration::from_secs(20);
+
+/// The countdown of `key`'s row in seconds, or null while the row is not there.
+fn countdown(key: &str) -> String {
+    format!(
+        "(() => {{ const c = document.querySelector('tr[data-key=\"{key}\"] .countdown'); \
+         return c && c.textContent ? parseFloat(c.textContent) : null; }})()"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_key_appears_on_the_page_and_its_countdown_moves() {
+    let served = Served::start("memory://", &[]);
+    let http = client();
+    let (status, granted) = post(&http, &served, "page-key", json!({"lease_ms": 60000})).await;
+    assert_eq!(status, 200, "{granted}");
+    let url = served.url("/");
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut page = Browser::open(&url);
+        let first = page.until(BOUND, &countdown("page-key"), Value::is_number);
+        let first = first.as_f64().unwrap();
+        assert!(first > 0.0 && first <= 60.0, "{first}");
+        let fence =
+            page.eval("document.querySelector('tr[data-key=\"page-key\"]').cells[3].textContent");
+        assert_eq!(fence.as_str().unwrap(), granted["fence"].to_string());
+        // The countdown moves: a later reading is lower.
+        page.until(BOUND, &countdown("page-key"), |v| {
+            v.as_f64().is_some_and(|s| s < first)
+        });
+
+        // A hold taken after the page loaded arrives through the event stream.
+        let (status, _) = runtime.block_on(post(&http, &served, "later-key", json!({})));
+        assert_eq!(status, 200);
+        page.until(BOUND, &countdown("later-key"), Value::is_number);
+
+        // The filter hides rows whose key does not match.
+        page.eval(
+            "(() => { const f = document.getElementById('filter'); f.value = 'later'; \
+             f.dispatchEvent(new Event('input')); })()",
+        );
+        let hidden = page.eval(
+            "[...document.querySelectorAll('#holds tr')].map(r => [r.dataset.key, r.hidden])",
+        );
+        assert_eq!(hidden, json!([["later-key", false], ["page-key", true]]));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
+    const WORKERS: usize = 10;
+    let hold = Duration::from_secs(1);
+    let slack = distlock::testkit::timing::scheduling_slack().await;
+    let served = Served::start("memory://", &[]);
+    let http = client();
+    // Some other holds, so that the page (and its screenshot) shows more than the demo.
+    for (key, lease) in [("billing:invoice-7", 90_000), ("reports/daily", 45_000)] {
+        let (status, _) = post(&http, &served, key, json!({"lease_ms": lease})).await;
+        assert_eq!(status, 200);
+    }
+    let url = served.url(&format!(
+        "/?demo=1&key=demo&workers={WORKERS}&hold={}ms",
+        hold.as_millis()
+    ));
+    let acquisitions =
+        "[...document.querySelectorAll('#timeline li[data-kind=\"acquired\"][data-key=\"demo\"]')]\
+         .map(li => Number(li.dataset.at))";
+    let times = tokio::task::spawn_blocking(move || {
+        let mut page = Browser::open(&url);
+        // Midway: a holder, waiters, a countdown.
+        page.until(BOUND, acquisitions, |v| {
+            v.as_array().is_some_and(|a| a.len() >= 3)
+        });
+        let waiting = page.eval("document.querySelectorAll('#waiters tr').length");
+        assert!(
+            waiting.as_u64().is_some_and(|n| n >= 1),
+            "waiters shown: {waiting}"
+        );
+        if let Ok(path) = std::env::var("DISTLOCK_SCREENSHOT") {
+            page.screenshot(&path);
+        }
+        let bound = hold * u32::try_from(WORKERS).unwrap() + BOUND;
+        page.until(bound, acquisitions, |v| {
+            v.as_array().is_some_and(|a| a.len() == WORKERS)
+        })
+    })
+    .await
+    .unwrap();
+    let mut times: Vec<u64> = times
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    times.sort_unstable();
+    // Each worker holds for `hold`, so no gap is shorter; a gap longer than the hold is the
+    // handoff, which takes no more than this machine's scheduling slack.
+    let hold_ms = u64::try_from(hold.as_millis()).unwrap();
+    let slack_ms = u64::try_from(slack.as_millis()).unwrap();
+    for gap in times.windows(2).map(|w| w[1] - w[0]) {
+        assert!(
+            gap >= hold_ms && gap <= hold_ms + slack_ms,
+            "gap {gap} ms, hold {hold_ms} ms, slack {slack_ms} ms: {times:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_thousand_locks_an_event_touches_one_row_not_the_table() {
+    const LOCKS: usize = 1000;
+    let served = Served::start("memory://", &[]);
+    let http = client();
+    let posts = (0..LOCKS).map(|i| {
+        let (http, url) = (http.clone(), served.url(&format!("/v1/locks/bulk-{i:04}")));
+        async move { http.post(url).send().await.map(|r| r.status().as_u16()) }
+    });
+    for status in futures_util::future::join_all(posts).await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    let url = served.url("/");
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut page = Browser::open(&url);
+        page.until(
+            BOUND,
+            "document.querySelectorAll('#holds tr').length",
+            |v| v.as_u64() == Some(LOCKS as u64),
+        );
+        // Watch the table's rows while one more lock is taken and the countdowns run.
+        page.eval(
+            "window.rowChanges = 0; new MutationObserver(ms => { for (const m of ms) \
+             window.rowChanges += [...m.addedNodes, ...m.removedNodes]\
+             .filter(n => n.nodeName === 'TR').length; })\
+             .observe(document.getElementById('holds'), {childList: true, subtree: true});",
+        );
+        let (status, _) = runtime.block_on(post(&http, &served, "bulk-0500-late", json!({})));
+        assert_eq!(status, 200);
+        page.until(
+            BOUND,
+            "document.querySelectorAll('#holds tr').length",
+            |v| v.as_u64() == Some(LOCKS as u64 + 1),
+        );
+        let first = page
+            .eval(&countdown("bulk-0999"))
+            .as_f64()
+            .expect("countdown");
+        page.until(BOUND, &countdown("bulk-0999"), |v| {
+            v.as_f64().is_some_and(|s| s < first)
+        });
+        assert_eq!(
+            page.eval("window.rowChanges"),
+            json!(1),
+            "one row added, none redrawn"
+        );
+        // The new row sits in key order.
+        let after = page.eval(
+            "document.querySelector('tr[data-key=\"bulk-0500-late\"]').previousSibling.dataset.key",
+        );
+        assert_eq!(after, json!("bulk-0500"));
+    })
+    .await
+    .unwrap();
+}

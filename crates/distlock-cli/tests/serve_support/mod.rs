@@ -1,0 +1,180 @@
+//! What the tests of `distlock serve` share: a service process on a free port and an HTTP
+//! client for it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// How long a service may take to start and print its address.
+const START: Duration = Duration::from_secs(20);
+
+/// A running `distlock serve`, killed on drop.
+pub struct Served {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT` (or https).
+    pub base: String,
+    pub home: tempfile::TempDir,
+    stdout: Option<std::thread::JoinHandle<String>>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Served {
+    /// `distlock --backend BACKEND serve --listen 127.0.0.1:0 EXTRA...`.
+    pub fn start(backend: &str, extra: &[&str]) -> Served {
+        let home = tempfile::tempdir().expect("temporary directory");
+        let mut child = Command::new(BIN)
+            .args(["--backend", backend, "serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("DISTLOCK_HOME", home.path())
+            .env_remove("DISTLOCK_BACKEND")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn distlock serve");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let out = std::thread::spawn(move || {
+            let mut first = String::new();
+            let _ = stdout.read_line(&mut first);
+            let _ = tx.send(first.clone());
+            let mut rest = String::new();
+            let _ = stdout.read_to_string(&mut rest);
+            first + &rest
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        let first = rx.recv_timeout(START).unwrap_or_default();
+        let Some(base) = first.trim().strip_prefix("distlock serve: listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "serve did not start: {first:?}, stderr {:?}",
+                err.join().unwrap_or_default()
+            );
+        };
+        Served {
+            base: base.to_owned(),
+            child,
+            home,
+            stdout: Some(out),
+            stderr: Some(err),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        kill(Pid::from_raw(pid), sig).expect("kill(2) on our own child");
+    }
+
+    /// Waits at most `bound` for the process to exit; its exit code, stdout and stderr.
+    pub fn wait(mut self, bound: Duration) -> (Option<i32>, String, String) {
+        let deadline = std::time::Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                let out = self.stdout.take().unwrap().join().unwrap_or_default();
+                let err = self.stderr.take().unwrap().join().unwrap_or_default();
+                return (status.code(), out, err);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve still running after {bound:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A `sqlite://` URL of a fresh file in `dir`.
+pub fn sqlite_in(dir: &std::path::Path) -> String {
+    format!("sqlite://{}", dir.join("locks.db").display())
+}
+
+/// An HTTP/1.1 client (keep-alive) without a timeout of its own beyond `bound`.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .http1_only()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client")
+}
+
+/// Sends `request`; the answer's status and text.
+pub async fn text(request: reqwest::RequestBuilder) -> (u16, String) {
+    let response = request.send().await.expect("request");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+/// Sends `request`; the answer's status and JSON body (`Null` when empty or not JSON).
+pub async fn send(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
+    let (status, text) = text(request).await;
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// `POST /v1/locks/{key}` with `body`.
+pub async fn post(
+    http: &reqwest::Client,
+    served: &Served,
+    key: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    send(
+        http.post(served.url(&format!("/v1/locks/{}", encode(key))))
+            .json(&body),
+    )
+    .await
+}
+
+/// Percent-encodes everything but unreserved characters.
+pub fn encode(key: &str) -> String {
+    let mut s = String::new();
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            s.push(char::from(b));
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+/// The keys `GET /v1/locks` lists.
+pub async fn listed_keys(http: &reqwest::Client, served: &Served) -> Vec<String> {
+    let (status, list) = send(http.get(served.url("/v1/locks"))).await;
+    assert_eq!(status, 200, "{list}");
+    list["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .map(|l| l["key"].as_str().unwrap().to_owned())
+        .collect()
+}
