@@ -158,7 +158,9 @@ pub struct Released {
 /// What [`Backend::inspect`] sees of a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
-    /// The fence of the current holder, where the backend records it.
+    /// The fence of the current holder, where the backend records it. Redis records the
+    /// latest fence issued for the key: an uncontended attempt takes one with its `SET NX`,
+    /// whether it wins or not, so this may be above the holder's (never below it).
     pub fence: Option<u64>,
     /// The remaining lease, where the backend knows it.
     pub remaining: Option<Duration>,
