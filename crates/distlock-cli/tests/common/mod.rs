@@ -341,7 +341,10 @@ pub fn assert_busy(home: &Home, url: &str, key: &str, kind: &str, fence: u64) {
     if kind == "redis" {
         // Redis records the latest fence issued for the key, and the refused `--no-wait`
         // attempt above took one too (see `LockInfo::fence`).
-        assert!(shown >= fence, "status fence {shown} below the holder's {fence}");
+        assert!(
+            shown >= fence,
+            "status fence {shown} below the holder's {fence}"
+        );
     } else {
         assert_eq!(shown, fence);
     }
