@@ -257,7 +257,7 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
     fleet.stop_all();
     checker_task.abort();
     let (sections, counters) = checker.finish(t_end);
-    let report = analysis::analyse(
+    let mut report = analysis::analyse(
         backend,
         &kinds,
         &faults,
@@ -268,6 +268,7 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         t0,
         t_end,
     );
+    report.fencing = servers.fences();
     let timeline = opts.logs.join(format!("{backend}-timeline.txt"));
     if let Err(e) = std::fs::write(&timeline, analysis::timeline(&sections, &faults, t0)) {
         eprintln!("torture: cannot write {}: {e}", timeline.display());

@@ -9,13 +9,23 @@ use std::time::Duration;
 use distlock::testkit::etcd::EtcdCluster;
 use distlock::testkit::mysql::{self, MariaDbServer};
 use distlock::testkit::postgres::{self, PostgresServer};
+use distlock::testkit::redis::sentinel::SentinelSet;
 use distlock::testkit::redis::RedisServer;
 use distlock::testkit::zookeeper::ZooKeeperEnsemble;
 
 use crate::nemesis::FaultKind;
 
 /// The backends the harness knows, in the order it runs them.
-pub(crate) const ALL: &[&str] = &["sqlite", "redis", "postgres", "mysql", "zookeeper", "etcd"];
+pub(crate) const ALL: &[&str] = &[
+    "sqlite",
+    "redis",
+    "redis-sentinel",
+    "redlock",
+    "postgres",
+    "mysql",
+    "zookeeper",
+    "etcd",
+];
 
 /// How long a member stays down before it is started again.
 const DOWN: Duration = Duration::from_millis(500);
@@ -26,6 +36,10 @@ pub(crate) enum Servers {
         dir: PathGuard,
     },
     Redis(Mutex<RedisServer>),
+    /// A master with one replica under three Sentinels.
+    RedisSentinel(Mutex<SentinelSet>),
+    /// Three independent masters.
+    Redlock(Mutex<Vec<RedisServer>>),
     Postgres {
         db: postgres::TestDatabase,
         server: Arc<PostgresServer>,
@@ -65,6 +79,8 @@ impl Servers {
                 }
             }
             "redis" => Servers::Redis(Mutex::new(RedisServer::start()?)),
+            "redis-sentinel" => Servers::RedisSentinel(Mutex::new(SentinelSet::start(1)?)),
+            "redlock" => Servers::Redlock(Mutex::new(RedisServer::start_independent(3)?)),
             "postgres" => {
                 let server = Arc::new(PostgresServer::start()?);
                 let db = server.fresh_database()?;
@@ -91,6 +107,14 @@ impl Servers {
         match self {
             Servers::Sqlite { .. } => Vec::new(),
             Servers::Redis(r) => vec![r.lock().unwrap_or_else(|e| e.into_inner()).addr()],
+            // Workers reach the nodes the Sentinels name, not proxies: no connection faults.
+            Servers::RedisSentinel(_) => Vec::new(),
+            Servers::Redlock(nodes) => nodes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(RedisServer::addr)
+                .collect(),
             Servers::Postgres { db, .. } => vec![url_addr(db.url())],
             Servers::Mysql { db, .. } => vec![url_addr(db.url())],
             Servers::ZooKeeper(zk) => (0..zk.len()).map(|i| zk.addr(i)).collect(),
@@ -114,6 +138,8 @@ impl Servers {
         match self {
             Servers::Sqlite { dir } => format!("sqlite://{}/locks.db", dir.0.display()),
             Servers::Redis(_) => format!("redis://{}", proxies[0]),
+            Servers::RedisSentinel(set) => set.lock().unwrap_or_else(|e| e.into_inner()).url(),
+            Servers::Redlock(_) => format!("redlock://{}", hosts()),
             Servers::Postgres { db, .. } => with_addr(db.url(), proxies[0]),
             Servers::Mysql { db, .. } => with_addr(db.url(), proxies[0]),
             // The session is sized to the lease, as the backend's docs ask ("keep the lease at
@@ -132,14 +158,23 @@ impl Servers {
         let mut kinds = vec![FaultKind::Pause, FaultKind::Kill];
         match self {
             Servers::Sqlite { .. } => {}
-            Servers::Redis(_) | Servers::Postgres { .. } | Servers::Mysql { .. } => {
+            Servers::Redis(_)
+            | Servers::Redlock(_)
+            | Servers::Postgres { .. }
+            | Servers::Mysql { .. } => {
                 kinds.extend([FaultKind::Stall, FaultKind::Cut, FaultKind::ServerRestart])
             }
+            Servers::RedisSentinel(_) => kinds.push(FaultKind::LeaderKill),
             Servers::ZooKeeper(_) | Servers::Etcd(_) => {
                 kinds.extend([FaultKind::Stall, FaultKind::Cut, FaultKind::LeaderKill])
             }
         }
         kinds
+    }
+
+    /// Whether the backend issues fences (Redlock does not).
+    pub(crate) fn fences(&self) -> bool {
+        !matches!(self, Servers::Redlock(_))
     }
 
     /// Kills the server (`SIGKILL`) and starts it again after a moment. Returns whether the
@@ -151,6 +186,15 @@ impl Servers {
                 r.kill();
                 std::thread::sleep(DOWN);
                 r.restart()?;
+                Ok(true)
+            }
+            // One node at a time, empty when it comes back: a majority always keeps the key.
+            Servers::Redlock(nodes) => {
+                let mut nodes = nodes.lock().unwrap_or_else(|e| e.into_inner());
+                let i = rand::random::<u32>() as usize % nodes.len();
+                nodes[i].kill();
+                std::thread::sleep(DOWN);
+                nodes[i].restart()?;
                 Ok(true)
             }
             Servers::Postgres { server, .. } => {
@@ -187,6 +231,18 @@ impl Servers {
                 std::thread::sleep(DOWN);
                 etcd.restart(leader)?;
                 Ok(leader)
+            }
+            // The master is killed and comes back (empty) only after the Sentinels promoted
+            // its replica: an unpersisted master that returned before would wipe the replica.
+            Servers::RedisSentinel(set) => {
+                let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
+                let master = set
+                    .master()
+                    .ok_or_else(|| io::Error::other("the Sentinels name no master"))?;
+                set.servers[master].kill();
+                set.await_new_master(Some(master))?;
+                set.servers[master].restart()?;
+                Ok(master)
             }
             _ => Err(io::Error::other("this backend has no leader")),
         }
