@@ -178,11 +178,26 @@ pub enum Fencing {
     None,
 }
 
-/// What a backend can promise. The registry and the conformance suite consult it, so each
-/// field must be accurate: a backend never claims more than it does.
+/// What a backend is and what it can promise. The registry and the conformance suite consult
+/// it, so each field must be accurate: a backend never claims more than it does.
+///
+/// Built from [`Capabilities::new`] (a plain compare-and-set store across processes, without
+/// notifications or queue) and const setters, so that a backend states only what differs:
+///
+/// ```
+/// use distlock::{Capabilities, Fencing};
+/// const CAPS: Capabilities = Capabilities::new("redis")
+///     .fencing(Fencing::MonotonicAcrossDataLoss)
+///     .notifies_release(true)
+///     .fifo(true);
+/// assert!(CAPS.fifo && CAPS.cross_process);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
+    /// A short name for errors, logs and metric labels: `memory`, `redis`, `sqlite`, ...
+    /// ([`Backend::kind`] returns it).
+    pub kind: &'static str,
     /// Fencing guarantee. The conformance suite selects its fencing scenarios on it: a backend
     /// with [`Fencing::None`] skips them (and its guards' fences must not fence writes).
     pub fencing: Fencing,
@@ -200,14 +215,44 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// The capabilities of a plain compare-and-set store without notifications.
-    pub const fn basic() -> Self {
+    /// The backend named `kind` as a plain compare-and-set store: [`Fencing::Monotonic`],
+    /// across processes, no release notifications, no wait queue.
+    pub const fn new(kind: &'static str) -> Self {
         Capabilities {
+            kind,
             fencing: Fencing::Monotonic,
             notifies_release: false,
             fifo: false,
             cross_process: true,
         }
+    }
+
+    /// Sets [`fencing`](Self::fencing).
+    #[must_use]
+    pub const fn fencing(mut self, fencing: Fencing) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Sets [`notifies_release`](Self::notifies_release).
+    #[must_use]
+    pub const fn notifies_release(mut self, notifies: bool) -> Self {
+        self.notifies_release = notifies;
+        self
+    }
+
+    /// Sets [`fifo`](Self::fifo).
+    #[must_use]
+    pub const fn fifo(mut self, fifo: bool) -> Self {
+        self.fifo = fifo;
+        self
+    }
+
+    /// Sets [`cross_process`](Self::cross_process).
+    #[must_use]
+    pub const fn cross_process(mut self, cross_process: bool) -> Self {
+        self.cross_process = cross_process;
+        self
     }
 
     /// Whether the backend's fences may be used to fence writes (anything but
@@ -229,6 +274,49 @@ pub enum AcquireMode {
     /// [`Backend::leave_queue`] when it stops waiting. Backends without a queue treat it as
     /// [`AcquireMode::Try`].
     Queue,
+}
+
+/// One acquisition attempt, as the registry asks a backend for it ([`Backend::acquire`]).
+///
+/// A request rather than an argument list, so that what an attempt carries can grow (the kind
+/// of hold: shared or exclusive, a number of permits) without changing every backend's
+/// signature; fields are added, never removed, hence `#[non_exhaustive]`: build it with
+/// [`AcquireRequest::new`] and the `with_*` setters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireRequest {
+    /// The lock.
+    pub name: LockName,
+    /// The owner token of this acquisition; the registry repeats it on a retry.
+    pub token: Token,
+    /// The lease, counted from when the server applies the attempt.
+    pub lease: Duration,
+    /// What a busy lock means for this attempt.
+    pub mode: AcquireMode,
+}
+
+impl AcquireRequest {
+    /// An [`AcquireMode::Try`] attempt on `name` for `token` with `lease`.
+    pub fn new(name: LockName, token: Token, lease: Duration) -> Self {
+        AcquireRequest {
+            name,
+            token,
+            lease,
+            mode: AcquireMode::Try,
+        }
+    }
+
+    /// Sets [`mode`](Self::mode).
+    #[must_use]
+    pub fn with_mode(mut self, mode: AcquireMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether the attempt joins the backend's wait queue when busy ([`AcquireMode::Queue`]).
+    pub fn queued(&self) -> bool {
+        self.mode == AcquireMode::Queue
+    }
 }
 
 /// One lease to renew in a batch.
@@ -277,15 +365,17 @@ pub struct Renewal {
 /// dropped one is at worst repeated or left to the lease.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
-    /// A short name for errors and logs: `memory`, `redis`, `sqlite`, ...
-    fn kind(&self) -> &'static str;
-
-    /// What this backend can promise.
+    /// What this backend is and can promise.
     fn capabilities(&self) -> Capabilities;
 
-    /// One attempt to take the lock for `token` with the given lease. Never waits for the lock;
-    /// with [`AcquireMode::Queue`] a backend with a fair queue also joins (or refreshes) the
-    /// token's place in it when busy.
+    /// A short name for errors, logs and metric labels: [`Capabilities::kind`].
+    fn kind(&self) -> &'static str {
+        self.capabilities().kind
+    }
+
+    /// One attempt to take `request.name` for `request.token` with `request.lease`. Never waits
+    /// for the lock; with [`AcquireMode::Queue`] a backend with a fair queue also joins (or
+    /// refreshes) the token's place in it when busy.
     ///
     /// The registry retries an attempt that failed (a timeout, a broken connection) with the
     /// same token, and the failed one may have succeeded on the server: a lock already held
@@ -299,13 +389,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// # Cancel safety
     /// See the trait's `# Cancel safety`: dropped midway, the attempt leaves the lock free
     /// (possibly after it completed in the background) or held until its lease ends.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt>;
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt>;
 
     /// Frees the lock if and only if it is held with `token`, and wakes waiters.
     ///

@@ -20,7 +20,8 @@ use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
 use distlock::testkit::etcd::EtcdServer;
 use distlock::testkit::tls::TestCa;
 use distlock::{
-    AcquireMode, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
+    AcquireMode, AcquireRequest, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions,
+    Token,
 };
 use tokio::time::Instant;
 
@@ -146,7 +147,7 @@ mod etcd {
         );
         let (ta, tb, tc) = (Token::random(), Token::random(), Token::random());
         let Attempt::Acquired { fence: fa } = a
-            .acquire(&name, ta, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), ta, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap()
         else {
@@ -155,16 +156,20 @@ mod etcd {
         let mut subs = Vec::new();
         for (be, t) in [(&b, tb), (&c, tc)] {
             assert!(matches!(
-                be.acquire(&name, t, lease, AcquireMode::Queue)
-                    .await
-                    .unwrap(),
+                be.acquire(
+                    &AcquireRequest::new(name.clone(), t, lease).with_mode(AcquireMode::Queue)
+                )
+                .await
+                .unwrap(),
                 Attempt::Busy { .. }
             ));
             subs.push(be.subscribe(&name, t).await.unwrap());
             assert!(matches!(
-                be.acquire(&name, t, lease, AcquireMode::Queue)
-                    .await
-                    .unwrap(),
+                be.acquire(
+                    &AcquireRequest::new(name.clone(), t, lease).with_mode(AcquireMode::Queue)
+                )
+                .await
+                .unwrap(),
                 Attempt::Busy { .. }
             ));
         }
@@ -180,14 +185,14 @@ mod etcd {
             "the waiter behind it was woken too"
         );
         let Attempt::Acquired { fence: fb } = b
-            .acquire(&name, tb, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), tb, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap()
         else {
             panic!("woken head did not get the lock");
         };
         assert!(matches!(
-            c.acquire(&name, tc, lease, AcquireMode::Queue)
+            c.acquire(&AcquireRequest::new(name.clone(), tc, lease).with_mode(AcquireMode::Queue))
                 .await
                 .unwrap(),
             Attempt::Busy { .. }
@@ -197,7 +202,7 @@ mod etcd {
             .await
             .expect("the last waiter is woken");
         let Attempt::Acquired { fence: fc } = c
-            .acquire(&name, tc, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), tc, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap()
         else {
@@ -341,12 +346,11 @@ mod etcd {
         let res = match EtcdBackend::connect(&anonymous).await {
             Err(e) => Err(e),
             Ok(b) => b
-                .acquire(
-                    &LockName::new(p.as_str(), "auth").unwrap(),
+                .acquire(&AcquireRequest::new(
+                    LockName::new(p.as_str(), "auth").unwrap(),
                     Token::random(),
                     Duration::from_secs(5),
-                    AcquireMode::Try,
-                )
+                ))
                 .await
                 .map(|_| ()),
         };

@@ -16,7 +16,9 @@ use common::fifo::spawn_waiter;
 use common::zookeeper::*;
 use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
 use distlock::testkit::proxy::FaultProxy;
-use distlock::{AcquireMode, Attempt, Backend, Error, LockName, RegistryOptions, Token};
+use distlock::{
+    AcquireMode, AcquireRequest, Attempt, Backend, Error, LockName, RegistryOptions, Token,
+};
 use tokio::time::{timeout, Instant};
 
 /// Named `zookeeper::…` so that `-E 'test(/zookeeper/)'` selects them.
@@ -191,7 +193,9 @@ mod zookeeper {
         let first = Token::random();
         assert!(matches!(
             holder
-                .acquire(&name, first, lease, AcquireMode::Queue)
+                .acquire(
+                    &AcquireRequest::new(name.clone(), first, lease).with_mode(AcquireMode::Queue)
+                )
                 .await
                 .unwrap(),
             Attempt::Acquired { .. }
@@ -202,9 +206,11 @@ mod zookeeper {
             let t = Token::random();
             let sub = b.subscribe(&name, t).await.unwrap();
             assert!(matches!(
-                b.acquire(&name, t, lease, AcquireMode::Queue)
-                    .await
-                    .unwrap(),
+                b.acquire(
+                    &AcquireRequest::new(name.clone(), t, lease).with_mode(AcquireMode::Queue)
+                )
+                .await
+                .unwrap(),
                 Attempt::Busy { .. }
             ));
             waiters.push((b, t, sub));
@@ -219,7 +225,7 @@ mod zookeeper {
                 .unwrap_or_else(|_| panic!("waiter {i} not woken by its predecessor's release"));
             let (b, t) = (waiters[i].0.clone(), waiters[i].1);
             match b
-                .acquire(&name, t, lease, AcquireMode::Queue)
+                .acquire(&AcquireRequest::new(name.clone(), t, lease).with_mode(AcquireMode::Queue))
                 .await
                 .unwrap()
             {

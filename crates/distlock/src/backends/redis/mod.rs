@@ -37,8 +37,8 @@ use self::resp::{ConnInfo, Pool, Reply, RespError};
 use self::scripts::{Lua, Scripts, ACQUIRE, EXTEND, FORCE_RELEASE, INSPECT, LEAVE, RELEASE};
 
 use crate::backend::{
-    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    AcquireMode, AcquireRequest, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -490,30 +490,20 @@ async fn read_messages(
 
 #[async_trait]
 impl Backend for RedisBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::MonotonicAcrossDataLoss,
-            notifies_release: true,
-            // Distlock waiters queue in a ZSET and only the head may take a free lock (also
-            // against `Try` attempts); foreign `SET NX` clients are not bound by the queue.
-            fifo: true,
-            cross_process: true,
-        }
+        // Distlock waiters queue in a ZSET and only the head may take a free lock (also
+        // against `Try` attempts); foreign `SET NX` clients are not bound by the queue.
+        Capabilities::new(KIND)
+            .fencing(Fencing::MonotonicAcrossDataLoss)
+            .notifies_release(true)
+            .fifo(true)
     }
 
     /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
     /// the wait queue, which it keeps for [`RedisOptions::waiter_ttl`].
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease, mode) =
+            (&request.name, request.token, request.lease, request.mode);
         let waiter_ttl_ms = match mode {
             AcquireMode::Try => 0,
             AcquireMode::Queue => self.waiter_ttl_ms,

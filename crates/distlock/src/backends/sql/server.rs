@@ -1,6 +1,6 @@
 //! What the two server backends (PostgreSQL, MySQL/MariaDB) share above their drivers: naming
 //! the server in messages without the password, running an operation as its own task, the
-//! owner column's text, the fence guarantee and a batch's time limit. The drivers differ; this
+//! owner column's text, the capabilities and a batch's time limit. The drivers differ; this
 //! logic did not, and was written twice before.
 
 use std::future::Future;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{scrub, token_uuid, SqlOptions};
-use crate::backend::{detached, Fencing, Renewal, Token};
+use crate::backend::{detached, Capabilities, Fencing, Renewal, Token};
 use crate::error::Result;
 
 /// The state of a server backend, as the shared operation plumbing sees it.
@@ -110,13 +110,17 @@ pub(crate) fn context<S: Server>(
     move || scrub(format!("{op} on {}", state.target()), state.password())
 }
 
-/// The fences a server table gives: none in Spring mode (its table has no fence column).
-pub(crate) fn fencing(options: &SqlOptions) -> Fencing {
-    if options.spring {
+/// What a server table promises: release notifications, and fences from the server's clock
+/// except in Spring mode (its table has no fence column).
+pub(crate) fn capabilities(kind: &'static str, options: &SqlOptions) -> Capabilities {
+    let fencing = if options.spring {
         Fencing::None
     } else {
         Fencing::MonotonicAcrossDataLoss
-    }
+    };
+    Capabilities::new(kind)
+        .fencing(fencing)
+        .notifies_release(true)
 }
 
 /// The limit of a batch renewal: that of its shortest lease.

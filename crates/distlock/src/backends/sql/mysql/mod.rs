@@ -30,13 +30,13 @@ use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome};
 use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
-use super::server::{batch_timeout, context, debug, fencing, on_own_task, Server};
+use super::server::{batch_timeout, capabilities, context, debug, on_own_task, Server};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, per_entry, scrub, spring_lock_key,
     SqlOptions, WANT_WINDOW_MS,
 };
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
+    detached, detached_attempt, AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName,
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -371,13 +371,9 @@ impl Inner {
 impl MySqlBackend {
     /// One attempt (see [`Backend::acquire`]); `queued` for a caller that will wait: its
     /// acquisitions take the doorbell in the same round trip.
-    async fn attempt(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-    ) -> Result<Attempt> {
+    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
+        let queued = request.queued();
         let inner = self.inner.clone();
         let (undo, undo_name) = (self.inner.clone(), name.clone());
         let name = name.clone();
@@ -495,35 +491,19 @@ impl MySqlBackend {
 
 #[async_trait]
 impl Backend for MySqlBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: fencing(&self.inner.options),
-            notifies_release: true,
-            // Waiting processes queue on the lock's doorbell turnstile, which the server
-            // grants in arrival order: one process is woken per release, first come, first
-            // served. A waiter's fallback poll that finds the row free between two rings can
-            // still take it first. Spring mode queues nobody (Spring's clients would not
-            // respect the turnstile), so it promises no order.
-            fifo: !self.inner.options.spring,
-            cross_process: true,
-        }
+        // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
+        // arrival order: one process is woken per release, first come, first served. A
+        // waiter's fallback poll that finds the row free between two rings can still take it
+        // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
+        // so it promises no order.
+        capabilities(KIND, &self.inner.options).fifo(!self.inner.options.spring)
     }
 
-    /// With [`AcquireMode::Queue`] the attempt takes the lock's doorbell in the same round
-    /// trip, which queues the process for the next release (see the module docs).
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
-        self.attempt(name, token, lease, mode == AcquireMode::Queue)
-            .await
+    /// A [`Queue`](crate::AcquireMode::Queue) attempt takes the lock's doorbell in the same
+    /// round trip, which queues the process for the next release (see the module docs).
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.attempt(request).await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::backend::AcquireMode;
 use crate::testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).
@@ -23,7 +24,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
 
     assert!(matches!(
         holder
-            .acquire(&name, h, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), h, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap(),
         Attempt::Acquired { .. }
@@ -36,7 +37,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
     // The waiter finds it busy (and marks it wanted).
     assert!(matches!(
         waiter
-            .acquire(&name, w, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), w, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap(),
         Attempt::Busy { .. }
@@ -46,7 +47,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
     // Taken again while wanted: the doorbell is held with the lock, and given back with it.
     assert!(matches!(
         holder
-            .acquire(&name, h, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), h, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap(),
         Attempt::Acquired { .. }
@@ -71,7 +72,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
         .expect("the waiter was not rung");
     assert!(matches!(
         waiter
-            .acquire(&name, w, lease, AcquireMode::Queue)
+            .acquire(&AcquireRequest::new(name.clone(), w, lease).with_mode(AcquireMode::Queue))
             .await
             .unwrap(),
         Attempt::Acquired { .. }

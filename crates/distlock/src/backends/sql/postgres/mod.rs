@@ -26,22 +26,25 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Config;
 
 use super::dialect::Pg;
-use super::server::{batch_timeout, context, debug, fencing, on_own_task, Server};
+use super::server::{batch_timeout, capabilities, context, debug, on_own_task, Server};
 use super::{
     channel, fence_from, lease_ms, millis, parse_url, per_entry, spring_lock_key, SqlOptions,
     WANT_WINDOW_MS,
 };
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
+    detached, detached_attempt, AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName,
     ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
+mod cycle;
 mod listen;
 mod pool;
 mod state;
 mod tls;
 
+#[doc(hidden)]
+pub use self::cycle::LockCycle;
 use self::pool::{Pool, Stmt};
 use self::state::{Inner, KIND};
 pub use self::tls::SslMode;
@@ -275,28 +278,14 @@ impl Inner {
 
 #[async_trait]
 impl Backend for PostgresBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: fencing(&self.inner.options),
-            notifies_release: true,
-            fifo: false,
-            cross_process: true,
-        }
+        capabilities(KIND, &self.inner.options)
     }
 
     /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
     /// task; an attempt whose caller went away gives the lock back once it committed.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        _mode: AcquireMode,
-    ) -> Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
         let inner = self.inner.clone();
         let (undo, undo_name) = (self.inner.clone(), name.clone());
         let name = name.clone();
