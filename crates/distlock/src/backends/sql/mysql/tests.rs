@@ -1,10 +1,10 @@
 use super::*;
-use crate::backend::AcquireMode;
+use crate::backend::{AcquireMode, Backend};
 use crate::testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).
 fn doorbell_held(db: &crate::testkit::mysql::TestDatabase, b: &MySqlBackend, n: &LockName) -> bool {
-    let (region, key) = b.inner.ident(n).unwrap();
+    let (region, key) = b.inner.row_key(n).unwrap();
     let bell = b.inner.doorbell(&region, &key);
     let rows = db.query(&format!("SELECT IS_USED_LOCK('{bell}')")).unwrap();
     rows[0][0].is_some()

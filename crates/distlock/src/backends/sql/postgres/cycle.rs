@@ -86,18 +86,7 @@ impl PostgresBackend {
     #[doc(hidden)]
     pub async fn run_lock_cycle(&self, cycle: &LockCycle) -> Result<bool> {
         let inner = &self.inner;
-        let params = cycle.acquire_params();
-        let mut rows = Vec::new();
-        if cycle.acquire_existing.is_some() {
-            rows = inner
-                .query("try_acquire", Stmt::AcquireExisting, &params, true)
-                .await?;
-        }
-        if rows.is_empty() {
-            rows = inner
-                .query("try_acquire", Stmt::Acquire, &params, true)
-                .await?;
-        }
+        let rows = inner.try_take(&cycle.acquire_params()).await?;
         let taken = rows.first().is_some_and(|row| row.get::<_, bool>(0));
         let released = inner
             .query("release", Stmt::Release, &cycle.release_params(), false)
