@@ -14,9 +14,8 @@ use common::etcd::*;
 use distlock::backends::etcd::EtcdBackend;
 use distlock::testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock::testkit::timing::scheduling_slack;
-use distlock::{
-    AcquireRequest, Attempt, Backend, Error, LockGuard, LockName, RegistryOptions, Token,
-};
+use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
+use distlock::{LockName, RegistryOptions, Token};
 use tokio::time::Instant;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.

@@ -254,8 +254,9 @@ async fn main() -> Result<(), Failure> {
     let cycle = backend.lock_cycle(&probe, Token::random(), LEASE)?;
     backend.run_lock_cycle(&cycle).await?;
     let config: tokio_postgres::Config = db.url().parse()?;
-    let mut manager = deadpool_postgres::ManagerConfig::default();
-    manager.recycling_method = deadpool_postgres::RecyclingMethod::Fast;
+    let manager = deadpool_postgres::ManagerConfig {
+        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+    };
     let deadpool = deadpool_postgres::Pool::builder(deadpool_postgres::Manager::from_config(
         config.clone(),
         NoTls,

@@ -15,7 +15,7 @@
 //! `cargo build --release -p distlock-bench --features sql --bin sql_bench_worker`.
 
 use distlock::{LockRegistry, RegistryOptions};
-use distlock_bench::{block_on, measure_cycles, measure_ops, WorkerArgs};
+use distlock_bench::{measure_cycles, measure_ops, run_worker, WorkerArgs};
 use mysql_async::prelude::Queryable;
 
 fn url(a: &WorkerArgs) -> String {
@@ -96,12 +96,8 @@ async fn cycles(a: &WorkerArgs) {
 }
 
 fn main() {
-    let a = WorkerArgs::from_env();
-    block_on(async {
-        if a.mode == "baseline" {
-            baseline(&a).await
-        } else {
-            cycles(&a).await
-        }
-    });
+    run_worker(
+        |a| async move { baseline(&a).await },
+        |a| async move { cycles(&a).await },
+    );
 }

@@ -10,6 +10,14 @@ fn doorbell_held(db: &crate::testkit::mysql::TestDatabase, b: &MySqlBackend, n: 
     rows[0][0].is_some()
 }
 
+/// One attempt of a caller that will wait.
+async fn queued(b: &MySqlBackend, name: &LockName, token: Token, lease: Duration) -> Attempt {
+    let request = AcquireRequest::new(name.clone(), token, lease);
+    b.acquire(&request.with_mode(AcquireMode::Queue))
+        .await
+        .unwrap()
+}
+
 /// An uncontended hold rings nobody; once a waiter marked the lock wanted, the holder holds
 /// the doorbell for exactly as long as it holds the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,10 +31,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
     let (h, w) = (Token::random(), Token::random());
 
     assert!(matches!(
-        holder
-            .acquire(&AcquireRequest::new(name.clone(), h, lease).with_mode(AcquireMode::Queue))
-            .await
-            .unwrap(),
+        queued(&holder, &name, h, lease).await,
         Attempt::Acquired { .. }
     ));
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -36,20 +41,14 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
     );
     // The waiter finds it busy (and marks it wanted).
     assert!(matches!(
-        waiter
-            .acquire(&AcquireRequest::new(name.clone(), w, lease).with_mode(AcquireMode::Queue))
-            .await
-            .unwrap(),
+        queued(&waiter, &name, w, lease).await,
         Attempt::Busy { .. }
     ));
     assert!(holder.release(&name, h).await.unwrap().contended);
 
     // Taken again while wanted: the doorbell is held with the lock, and given back with it.
     assert!(matches!(
-        holder
-            .acquire(&AcquireRequest::new(name.clone(), h, lease).with_mode(AcquireMode::Queue))
-            .await
-            .unwrap(),
+        queued(&holder, &name, h, lease).await,
         Attempt::Acquired { .. }
     ));
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -71,10 +70,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
         .await
         .expect("the waiter was not rung");
     assert!(matches!(
-        waiter
-            .acquire(&AcquireRequest::new(name.clone(), w, lease).with_mode(AcquireMode::Queue))
-            .await
-            .unwrap(),
+        queued(&waiter, &name, w, lease).await,
         Attempt::Acquired { .. }
     ));
 }
