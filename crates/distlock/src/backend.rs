@@ -227,28 +227,28 @@ impl Capabilities {
         }
     }
 
-    /// Sets [`fencing`](Self::fencing).
+    /// Sets the `fencing` field.
     #[must_use]
     pub const fn fencing(mut self, fencing: Fencing) -> Self {
         self.fencing = fencing;
         self
     }
 
-    /// Sets [`notifies_release`](Self::notifies_release).
+    /// Sets the `notifies_release` field.
     #[must_use]
     pub const fn notifies_release(mut self, notifies: bool) -> Self {
         self.notifies_release = notifies;
         self
     }
 
-    /// Sets [`fifo`](Self::fifo).
+    /// Sets the `fifo` field.
     #[must_use]
     pub const fn fifo(mut self, fifo: bool) -> Self {
         self.fifo = fifo;
         self
     }
 
-    /// Sets [`cross_process`](Self::cross_process).
+    /// Sets the `cross_process` field.
     #[must_use]
     pub const fn cross_process(mut self, cross_process: bool) -> Self {
         self.cross_process = cross_process;
