@@ -14,6 +14,12 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 
+mod capabilities;
+mod request;
+
+pub use self::capabilities::{Capabilities, Fencing};
+pub use self::request::{AcquireMode, AcquireRequest};
+
 /// Longest key accepted, in bytes of UTF-8.
 pub const MAX_KEY_LEN: usize = 1024;
 
@@ -162,161 +168,6 @@ pub struct LockInfo {
     pub fence: Option<u64>,
     /// The remaining lease, where the backend knows it.
     pub remaining: Option<Duration>,
-}
-
-/// How far a backend's fencing tokens can be trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Fencing {
-    /// Fences strictly increase per key for as long as the backend keeps its data.
-    Monotonic,
-    /// Fences strictly increase per key even across a restart of the backend that lost its data
-    /// (for instance because they are derived from the server's clock).
-    MonotonicAcrossDataLoss,
-    /// The backend cannot issue trustworthy fences; [`LockGuard::fence`](crate::LockGuard::fence)
-    /// is still returned but must not be used to fence writes.
-    None,
-}
-
-/// What a backend is and what it can promise. The registry and the conformance suite consult
-/// it, so each field must be accurate: a backend never claims more than it does.
-///
-/// Built from [`Capabilities::new`] (a plain compare-and-set store across processes, without
-/// notifications or queue) and const setters, so that a backend states only what differs:
-///
-/// ```
-/// use distlock::{Capabilities, Fencing};
-/// const CAPS: Capabilities = Capabilities::new("redis")
-///     .fencing(Fencing::MonotonicAcrossDataLoss)
-///     .notifies_release(true)
-///     .fifo(true);
-/// assert!(CAPS.fifo && CAPS.cross_process);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Capabilities {
-    /// A short name for errors, logs and metric labels: `memory`, `redis`, `sqlite`, ...
-    /// ([`Backend::kind`] returns it).
-    pub kind: &'static str,
-    /// Fencing guarantee. The conformance suite selects its fencing scenarios on it: a backend
-    /// with [`Fencing::None`] skips them (and its guards' fences must not fence writes).
-    pub fencing: Fencing,
-    /// Waiters are woken by a release notification through [`Backend::subscribe`]. The registry
-    /// subscribes only when this is true; otherwise its waiters poll.
-    pub notifies_release: bool,
-    /// The backend keeps a fair wait queue: waiters that attempt with [`AcquireMode::Queue`]
-    /// are served in arrival order among themselves. The registry attempts with
-    /// [`AcquireMode::Queue`] (and gives its place back with [`Backend::leave_queue`]) only
-    /// when this is true. The queue does not bind [`AcquireMode::Try`] attempts, foreign
-    /// clients of the same layout, or the local handoffs of one registry.
-    pub fifo: bool,
-    /// Locks exclude other processes (false only for `memory`).
-    pub cross_process: bool,
-}
-
-impl Capabilities {
-    /// The backend named `kind` as a plain compare-and-set store: [`Fencing::Monotonic`],
-    /// across processes, no release notifications, no wait queue.
-    pub const fn new(kind: &'static str) -> Self {
-        Capabilities {
-            kind,
-            fencing: Fencing::Monotonic,
-            notifies_release: false,
-            fifo: false,
-            cross_process: true,
-        }
-    }
-
-    /// Sets the `fencing` field.
-    #[must_use]
-    pub const fn fencing(mut self, fencing: Fencing) -> Self {
-        self.fencing = fencing;
-        self
-    }
-
-    /// Sets the `notifies_release` field.
-    #[must_use]
-    pub const fn notifies_release(mut self, notifies: bool) -> Self {
-        self.notifies_release = notifies;
-        self
-    }
-
-    /// Sets the `fifo` field.
-    #[must_use]
-    pub const fn fifo(mut self, fifo: bool) -> Self {
-        self.fifo = fifo;
-        self
-    }
-
-    /// Sets the `cross_process` field.
-    #[must_use]
-    pub const fn cross_process(mut self, cross_process: bool) -> Self {
-        self.cross_process = cross_process;
-        self
-    }
-
-    /// Whether the backend's fences may be used to fence writes (anything but
-    /// [`Fencing::None`]).
-    pub fn fences(&self) -> bool {
-        !matches!(self.fencing, Fencing::None)
-    }
-}
-
-/// How an acquisition attempt treats a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AcquireMode {
-    /// A caller that will not wait: take the lock if it is free, else report it busy and leave
-    /// no trace on the server.
-    Try,
-    /// A caller that will wait if the lock is busy. A backend with a fair wait queue
-    /// ([`Capabilities::fifo`]) enqueues the token (or refreshes its place) when busy and lets
-    /// only the head of the queue take a free lock; the caller gives its place back with
-    /// [`Backend::leave_queue`] when it stops waiting. Backends without a queue treat it as
-    /// [`AcquireMode::Try`].
-    Queue,
-}
-
-/// One acquisition attempt, as the registry asks a backend for it ([`Backend::acquire`]).
-///
-/// A request rather than an argument list, so that what an attempt carries can grow (the kind
-/// of hold: shared or exclusive, a number of permits) without changing every backend's
-/// signature; fields are added, never removed, hence `#[non_exhaustive]`: build it with
-/// [`AcquireRequest::new`] and the `with_*` setters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AcquireRequest {
-    /// The lock.
-    pub name: LockName,
-    /// The owner token of this acquisition; the registry repeats it on a retry.
-    pub token: Token,
-    /// The lease, counted from when the server applies the attempt.
-    pub lease: Duration,
-    /// What a busy lock means for this attempt.
-    pub mode: AcquireMode,
-}
-
-impl AcquireRequest {
-    /// An [`AcquireMode::Try`] attempt on `name` for `token` with `lease`.
-    pub fn new(name: LockName, token: Token, lease: Duration) -> Self {
-        AcquireRequest {
-            name,
-            token,
-            lease,
-            mode: AcquireMode::Try,
-        }
-    }
-
-    /// Sets [`mode`](Self::mode).
-    #[must_use]
-    pub fn with_mode(mut self, mode: AcquireMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Whether the attempt joins the backend's wait queue when busy ([`AcquireMode::Queue`]).
-    pub fn queued(&self) -> bool {
-        self.mode == AcquireMode::Queue
-    }
 }
 
 /// One lease to renew in a batch.

@@ -84,8 +84,8 @@
 //! The fence is the holder node's `czxid`: 64 bits, the leader epoch in the high half and a
 //! counter in the low half, increasing with every transaction of the whole ensemble. Unlike the
 //! sequence number, which restarts at zero when the server reaps the empty parent and a new one
-//! is created, it keeps increasing per key ([`Fencing::Monotonic`]). A server that loses its data
-//! starts counting again, so fences are not kept across data loss.
+//! is created, it keeps increasing per key ([`Fencing::Monotonic`](crate::Fencing::Monotonic)).
+//! A server that loses its data starts counting again, so fences are not kept across data loss.
 //!
 //! # Round trips
 //!

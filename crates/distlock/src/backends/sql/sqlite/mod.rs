@@ -21,8 +21,8 @@
 //!
 //! - Every time is taken from SQLite's own clock inside the SQL statement, never from the
 //!   caller's, so all processes sharing the file agree on when a lease ends.
-//! - Fences are [`Fencing::Monotonic`]: they strictly increase per key as long as the database
-//!   file lives. Deleting the file starts them again at 1.
+//! - Fences are [`Fencing::Monotonic`](crate::Fencing::Monotonic): they strictly increase per
+//!   key as long as the database file lives. Deleting the file starts them again at 1.
 //! - There are no release notifications across processes: waiters in other processes poll
 //!   (the registry does that). Releases made through this backend wake waiters of the same
 //!   process at once.
