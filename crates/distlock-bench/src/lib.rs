@@ -105,13 +105,9 @@ struct Ready<'a> {
 #[derive(Debug, Serialize)]
 struct NoExtra {}
 
-/// The result of a baseline run: every operation's latency.
+/// The fields every result ends with, in the harness's order.
 #[derive(Debug, Serialize)]
-struct OpsResult {
-    ev: &'static str,
-    lat_ns: Vec<u64>,
-    ops: usize,
-    start_ns: u64,
+struct RunEnd {
     finished_ns: u64,
     cpu_s: f64,
     errors: u64,
@@ -119,6 +115,38 @@ struct OpsResult {
     proc_id: u64,
     pid: u32,
     extra: NoExtra,
+}
+
+impl RunEnd {
+    /// This process's end of a run that used `cpu` seconds of CPU.
+    fn new(
+        finished_ns: u64,
+        cpu: f64,
+        errors: u64,
+        first_error: Option<String>,
+        proc_id: u64,
+    ) -> Self {
+        RunEnd {
+            finished_ns,
+            cpu_s: round4(cpu),
+            errors,
+            first_error,
+            proc_id,
+            pid: std::process::id(),
+            extra: NoExtra {},
+        }
+    }
+}
+
+/// The result of a baseline run: every operation's latency.
+#[derive(Debug, Serialize)]
+struct OpsResult {
+    ev: &'static str,
+    lat_ns: Vec<u64>,
+    ops: usize,
+    start_ns: u64,
+    #[serde(flatten)]
+    end: RunEnd,
     round_trips: Option<u32>,
 }
 
@@ -129,13 +157,8 @@ struct CyclesResult {
     cycles: Vec<[u64; 4]>,
     start_ns: u64,
     end_ns: u64,
-    finished_ns: u64,
-    cpu_s: f64,
-    errors: u64,
-    first_error: Option<String>,
-    proc_id: u64,
-    pid: u32,
-    extra: NoExtra,
+    #[serde(flatten)]
+    end: RunEnd,
     round_trips: u32,
 }
 
@@ -311,13 +334,7 @@ impl OpTimer {
             ops: self.lat.len(),
             lat_ns: self.lat,
             start_ns: self.start,
-            finished_ns: self.now,
-            cpu_s: round4(cpu),
-            errors: 0,
-            first_error: None,
-            proc_id,
-            pid: std::process::id(),
-            extra: NoExtra {},
+            end: RunEnd::new(self.now, cpu, 0, None, proc_id),
             round_trips: None,
         });
     }
@@ -404,15 +421,26 @@ pub async fn measure_cycles(
         cycles,
         start_ns: start,
         end_ns: end,
-        finished_ns: mono_ns(),
-        cpu_s: round4(cpu),
-        errors,
-        first_error,
-        proc_id: a.proc_id,
-        pid: std::process::id(),
-        extra: NoExtra {},
+        end: RunEnd::new(mono_ns(), cpu, errors, first_error, a.proc_id),
         round_trips,
     });
+}
+
+/// A worker's `main` for the harness's two kinds of run: `baseline` when `--mode baseline`,
+/// else `cycles`, on [`block_on`]'s runtime.
+pub fn run_worker<B, C>(
+    baseline: impl FnOnce(WorkerArgs) -> B,
+    cycles: impl FnOnce(WorkerArgs) -> C,
+) where
+    B: std::future::Future<Output = ()>,
+    C: std::future::Future<Output = ()>,
+{
+    let a = WorkerArgs::from_env();
+    if a.mode == "baseline" {
+        block_on(baseline(a))
+    } else {
+        block_on(cycles(a))
+    }
 }
 
 /// A current-thread runtime running `f` to the end: every worker's `main`.
@@ -468,13 +496,10 @@ mod tests {
             lat_ns: vec![1, 2],
             ops: 2,
             start_ns: 10,
-            finished_ns: 20,
-            cpu_s: round4(0.123_456),
-            errors: 0,
-            first_error: None,
-            proc_id: 0,
-            pid: 7,
-            extra: NoExtra {},
+            end: RunEnd {
+                pid: 7,
+                ..RunEnd::new(20, 0.123_456, 0, None, 0)
+            },
             round_trips: None,
         })
         .unwrap();
@@ -487,13 +512,10 @@ mod tests {
             cycles: vec![[1, 2, 3, 4]],
             start_ns: 1,
             end_ns: 9,
-            finished_ns: 5,
-            cpu_s: 0.0,
-            errors: 1,
-            first_error: Some("acquire: \"x\"\n".into()),
-            proc_id: 1,
-            pid: 7,
-            extra: NoExtra {},
+            end: RunEnd {
+                pid: 7,
+                ..RunEnd::new(5, 0.0, 1, Some("acquire: \"x\"\n".into()), 1)
+            },
             round_trips: 2,
         })
         .unwrap();

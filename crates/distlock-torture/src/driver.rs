@@ -128,16 +128,8 @@ impl Fleet {
 /// Runs every backend of `opts`, prints and writes the report; non-zero when a backend shows
 /// a violation or a supported fault was never injected.
 pub(crate) fn main(opts: Options) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("distlock-torture: no runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::runtime("distlock-torture") else {
+        return ExitCode::FAILURE;
     };
     let started = std::time::Instant::now();
     let mut reports = Vec::new();

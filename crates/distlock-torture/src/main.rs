@@ -115,6 +115,22 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
     })
 }
 
+/// The two-worker runtime the driver and every worker run on; `None` (said on stderr, as
+/// `who`) when the system will not give one.
+fn runtime(who: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("{who}: no runtime: {e}");
+            None
+        }
+    }
+}
+
 /// `500ms`, `30s`, `2m`, `1h`.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("bad duration {s:?} (write 500ms, 30s, 2m)");

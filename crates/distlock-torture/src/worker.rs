@@ -59,16 +59,8 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("distlock-torture worker: no runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::runtime("distlock-torture worker") else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,7 +12,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{AcquireMode, Attempt, LockName, ReleaseSubscription, Token};
+use crate::backend::{AcquireMode, AcquireRequest, Attempt, LockName, ReleaseSubscription, Token};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::registry::{Inner, Lock, Slot, SlotState};
@@ -425,9 +425,8 @@ impl<'a> InFlight<'a> {
         mode: AcquireMode,
     ) -> Self {
         let backend = registry.backend.clone();
-        let owned_name = name.clone();
-        let attempt: AttemptFuture =
-            Box::pin(async move { backend.acquire(&owned_name, token, lease, mode).await });
+        let request = AcquireRequest::new(name.clone(), token, lease).with_mode(mode);
+        let attempt: AttemptFuture = Box::pin(async move { backend.acquire(&request).await });
         InFlight {
             registry,
             name,

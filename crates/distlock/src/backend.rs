@@ -14,6 +14,12 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 
+mod capabilities;
+mod request;
+
+pub use self::capabilities::{Capabilities, Fencing};
+pub use self::request::{AcquireMode, AcquireRequest};
+
 /// Longest key accepted, in bytes of UTF-8.
 pub const MAX_KEY_LEN: usize = 1024;
 
@@ -166,73 +172,6 @@ pub struct LockInfo {
     pub remaining: Option<Duration>,
 }
 
-/// How far a backend's fencing tokens can be trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Fencing {
-    /// Fences strictly increase per key for as long as the backend keeps its data.
-    Monotonic,
-    /// Fences strictly increase per key even across a restart of the backend that lost its data
-    /// (for instance because they are derived from the server's clock).
-    MonotonicAcrossDataLoss,
-    /// The backend cannot issue trustworthy fences; [`LockGuard::fence`](crate::LockGuard::fence)
-    /// is still returned but must not be used to fence writes.
-    None,
-}
-
-/// What a backend can promise. The registry and the conformance suite consult it, so each
-/// field must be accurate: a backend never claims more than it does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Capabilities {
-    /// Fencing guarantee. The conformance suite selects its fencing scenarios on it: a backend
-    /// with [`Fencing::None`] skips them (and its guards' fences must not fence writes).
-    pub fencing: Fencing,
-    /// Waiters are woken by a release notification through [`Backend::subscribe`]. The registry
-    /// subscribes only when this is true; otherwise its waiters poll.
-    pub notifies_release: bool,
-    /// The backend keeps a fair wait queue: waiters that attempt with [`AcquireMode::Queue`]
-    /// are served in arrival order among themselves. The registry attempts with
-    /// [`AcquireMode::Queue`] (and gives its place back with [`Backend::leave_queue`]) only
-    /// when this is true. The queue does not bind [`AcquireMode::Try`] attempts, foreign
-    /// clients of the same layout, or the local handoffs of one registry.
-    pub fifo: bool,
-    /// Locks exclude other processes (false only for `memory`).
-    pub cross_process: bool,
-}
-
-impl Capabilities {
-    /// The capabilities of a plain compare-and-set store without notifications.
-    pub const fn basic() -> Self {
-        Capabilities {
-            fencing: Fencing::Monotonic,
-            notifies_release: false,
-            fifo: false,
-            cross_process: true,
-        }
-    }
-
-    /// Whether the backend's fences may be used to fence writes (anything but
-    /// [`Fencing::None`]).
-    pub fn fences(&self) -> bool {
-        !matches!(self.fencing, Fencing::None)
-    }
-}
-
-/// How an acquisition attempt treats a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AcquireMode {
-    /// A caller that will not wait: take the lock if it is free, else report it busy and leave
-    /// no trace on the server.
-    Try,
-    /// A caller that will wait if the lock is busy. A backend with a fair wait queue
-    /// ([`Capabilities::fifo`]) enqueues the token (or refreshes its place) when busy and lets
-    /// only the head of the queue take a free lock; the caller gives its place back with
-    /// [`Backend::leave_queue`] when it stops waiting. Backends without a queue treat it as
-    /// [`AcquireMode::Try`].
-    Queue,
-}
-
 /// One lease to renew in a batch.
 #[derive(Debug, Clone)]
 pub struct Renewal {
@@ -279,15 +218,17 @@ pub struct Renewal {
 /// dropped one is at worst repeated or left to the lease.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
-    /// A short name for errors and logs: `memory`, `redis`, `sqlite`, ...
-    fn kind(&self) -> &'static str;
-
-    /// What this backend can promise.
+    /// What this backend is and can promise.
     fn capabilities(&self) -> Capabilities;
 
-    /// One attempt to take the lock for `token` with the given lease. Never waits for the lock;
-    /// with [`AcquireMode::Queue`] a backend with a fair queue also joins (or refreshes) the
-    /// token's place in it when busy.
+    /// A short name for errors, logs and metric labels: [`Capabilities::kind`].
+    fn kind(&self) -> &'static str {
+        self.capabilities().kind
+    }
+
+    /// One attempt to take `request.name` for `request.token` with `request.lease`. Never waits
+    /// for the lock; with [`AcquireMode::Queue`] a backend with a fair queue also joins (or
+    /// refreshes) the token's place in it when busy.
     ///
     /// The registry retries an attempt that failed (a timeout, a broken connection) with the
     /// same token, and the failed one may have succeeded on the server: a lock already held
@@ -301,13 +242,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// # Cancel safety
     /// See the trait's `# Cancel safety`: dropped midway, the attempt leaves the lock free
     /// (possibly after it completed in the background) or held until its lease ends.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt>;
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt>;
 
     /// Frees the lock if and only if it is held with `token`, and wakes waiters.
     ///

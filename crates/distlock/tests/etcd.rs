@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::etcd::*;
-use common::fifo::spawn_waiter;
+use common::fifo::{queued_attempt, spawn_waiter};
 use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
 use distlock::testkit::etcd::EtcdServer;
 use distlock::testkit::tls::TestCa;
 use distlock::{
-    AcquireMode, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
+    AcquireRequest, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
 };
 use tokio::time::Instant;
 
@@ -145,26 +145,18 @@ mod etcd {
             backend(&url).await,
         );
         let (ta, tb, tc) = (Token::random(), Token::random(), Token::random());
-        let Attempt::Acquired { fence: fa } = a
-            .acquire(&name, ta, lease, AcquireMode::Queue)
-            .await
-            .unwrap()
-        else {
+        let Attempt::Acquired { fence: fa } = queued_attempt(&*a, &name, ta, lease).await else {
             panic!("free lock not acquired");
         };
         let mut subs = Vec::new();
         for (be, t) in [(&b, tb), (&c, tc)] {
             assert!(matches!(
-                be.acquire(&name, t, lease, AcquireMode::Queue)
-                    .await
-                    .unwrap(),
+                queued_attempt(&**be, &name, t, lease).await,
                 Attempt::Busy { .. }
             ));
             subs.push(be.subscribe(&name, t).await.unwrap());
             assert!(matches!(
-                be.acquire(&name, t, lease, AcquireMode::Queue)
-                    .await
-                    .unwrap(),
+                queued_attempt(&**be, &name, t, lease).await,
                 Attempt::Busy { .. }
             ));
         }
@@ -179,28 +171,18 @@ mod etcd {
                 .is_err(),
             "the waiter behind it was woken too"
         );
-        let Attempt::Acquired { fence: fb } = b
-            .acquire(&name, tb, lease, AcquireMode::Queue)
-            .await
-            .unwrap()
-        else {
+        let Attempt::Acquired { fence: fb } = queued_attempt(&*b, &name, tb, lease).await else {
             panic!("woken head did not get the lock");
         };
         assert!(matches!(
-            c.acquire(&name, tc, lease, AcquireMode::Queue)
-                .await
-                .unwrap(),
+            queued_attempt(&*c, &name, tc, lease).await,
             Attempt::Busy { .. }
         ));
         assert!(b.release(&name, tb).await.unwrap().was_held);
         tokio::time::timeout(Duration::from_secs(2), sc.released())
             .await
             .expect("the last waiter is woken");
-        let Attempt::Acquired { fence: fc } = c
-            .acquire(&name, tc, lease, AcquireMode::Queue)
-            .await
-            .unwrap()
-        else {
+        let Attempt::Acquired { fence: fc } = queued_attempt(&*c, &name, tc, lease).await else {
             panic!("woken head did not get the lock");
         };
         assert!(fa < fb && fb < fc);
@@ -341,12 +323,11 @@ mod etcd {
         let res = match EtcdBackend::connect(&anonymous).await {
             Err(e) => Err(e),
             Ok(b) => b
-                .acquire(
-                    &LockName::new(p.as_str(), "auth").unwrap(),
+                .acquire(&AcquireRequest::new(
+                    LockName::new(p.as_str(), "auth").unwrap(),
                     Token::random(),
                     Duration::from_secs(5),
-                    AcquireMode::Try,
-                )
+                ))
                 .await
                 .map(|_| ()),
         };

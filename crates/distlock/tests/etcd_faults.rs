@@ -14,7 +14,8 @@ use common::etcd::*;
 use distlock::backends::etcd::EtcdBackend;
 use distlock::testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock::testkit::timing::scheduling_slack;
-use distlock::{AcquireMode, Attempt, Backend, Error, LockGuard, LockName, RegistryOptions, Token};
+use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
+use distlock::{LockName, RegistryOptions, Token};
 use tokio::time::Instant;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
@@ -173,12 +174,11 @@ mod etcd {
         let name = LockName::new(p.as_str(), "gone").unwrap();
         let b = EtcdBackend::connect(&server.url()).await.unwrap();
         assert!(matches!(
-            b.acquire(
-                &name,
+            b.acquire(&AcquireRequest::new(
+                name.clone(),
                 Token::random(),
-                Duration::from_secs(30),
-                AcquireMode::Try
-            )
+                Duration::from_secs(30)
+            ))
             .await
             .unwrap(),
             Attempt::Acquired { .. }

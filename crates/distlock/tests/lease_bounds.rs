@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock::backends::memory::MemoryBackend;
 use distlock::{
-    AcquireMode, Attempt, Backend, Capabilities, Error, LockInfo, LockName, LockRegistry,
+    AcquireRequest, Attempt, Backend, Capabilities, Error, LockInfo, LockName, LockRegistry,
     RegistryOptions, ReleaseSubscription, Released, Token,
 };
 use tokio::time::Instant;
@@ -26,20 +26,11 @@ struct Slow {
 
 #[async_trait]
 impl Backend for Slow {
-    fn kind(&self) -> &'static str {
-        "slow"
-    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> distlock::Result<Attempt> {
-        let a = self.inner.acquire(name, token, lease, mode).await;
+    async fn acquire(&self, request: &AcquireRequest) -> distlock::Result<Attempt> {
+        let a = self.inner.acquire(request).await;
         let late = Duration::from_millis(self.late_once_ms.swap(0, Ordering::SeqCst));
         tokio::time::sleep(self.reply_delay + late).await;
         a

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use common::fifo::spawn_waiter;
 use distlock::backends::redis::RedisBackend;
 use distlock::testkit::redis::RedisServer;
-use distlock::{AcquireMode, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token};
+use distlock::{
+    AcquireMode, AcquireRequest, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token,
+};
 use futures_util::StreamExt;
 
 async fn registry(url: &str) -> LockRegistry {
@@ -197,7 +199,7 @@ async fn a_release_grants_the_lock_and_its_fence_to_the_head_waiter() {
     let (first, second) = (Token::random(), Token::random());
     let lease = Duration::from_secs(30);
     let Attempt::Acquired { fence: f1 } = holder
-        .acquire(&name, first, lease, AcquireMode::Try)
+        .acquire(&AcquireRequest::new(name.clone(), first, lease))
         .await
         .unwrap()
     else {
@@ -206,7 +208,10 @@ async fn a_release_grants_the_lock_and_its_fence_to_the_head_waiter() {
     let mut sub = waiter.subscribe(&name, second).await.unwrap();
     assert!(matches!(
         waiter
-            .acquire(&name, second, Duration::from_secs(20), AcquireMode::Queue)
+            .acquire(
+                &AcquireRequest::new(name.clone(), second, Duration::from_secs(20))
+                    .with_mode(AcquireMode::Queue),
+            )
             .await
             .unwrap(),
         Attempt::Busy { .. }

@@ -397,12 +397,7 @@ async fn exclusion_both_ways(
                 else {
                     continue;
                 };
-                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                let v = counter.load(Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                counter.store(v + 1, Ordering::SeqCst);
-                inside.store(false, Ordering::SeqCst);
-                cycles.fetch_add(1, Ordering::SeqCst);
+                critical_section(&inside, &counter, &cycles).await;
                 g.release().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(3)).await;
             }
@@ -417,12 +412,7 @@ async fn exclusion_both_ways(
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
                 }
-                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                let v = counter.load(Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                counter.store(v + 1, Ordering::SeqCst);
-                inside.store(false, Ordering::SeqCst);
-                cycles.fetch_add(1, Ordering::SeqCst);
+                critical_section(&inside, &counter, &cycles).await;
                 assert!(java.delete(key).await);
                 tokio::time::sleep(Duration::from_millis(3)).await;
             }
@@ -533,4 +523,15 @@ async fn tables_created_by_distlock_take_springs_statements() {
         assert!(reg.obtain("k").unwrap().try_lock().await.is_err());
         assert!(java.delete("k").await);
     }
+}
+
+/// The critical section of the contention test: a read-modify-write of `counter` that
+/// overlaps with any other holder's, which `inside` detects.
+async fn critical_section(inside: &AtomicBool, counter: &AtomicU64, cycles: &AtomicU64) {
+    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+    let v = counter.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    counter.store(v + 1, Ordering::SeqCst);
+    inside.store(false, Ordering::SeqCst);
+    cycles.fetch_add(1, Ordering::SeqCst);
 }

@@ -19,7 +19,7 @@ use common::sql::*;
 use distlock::backends::sql::DEFAULT_REQUEST_TIMEOUT;
 use distlock::testkit::postgres::PostgresServer;
 use distlock::testkit::proxy::FaultProxy;
-use distlock::{AcquireMode, Attempt, Backend, Error, LockName, Token};
+use distlock::{AcquireRequest, Attempt, Backend, Error, LockName, Token};
 
 /// The holder keeps its lock across the server killing every connection: renewal reconnects.
 async fn renewal_survives_killed_connections(
@@ -278,12 +278,11 @@ async fn concurrent_first_use(backends: Vec<Arc<dyn Backend>>) {
         .map(|b| {
             let name = name.clone();
             tokio::spawn(async move {
-                b.acquire(
-                    &name,
+                b.acquire(&AcquireRequest::new(
+                    name.clone(),
                     Token::random(),
                     Duration::from_secs(10),
-                    AcquireMode::Try,
-                )
+                ))
                 .await
             })
         })

@@ -12,11 +12,11 @@ mod common {
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::fifo::spawn_waiter;
+use common::fifo::{queued_attempt, spawn_waiter};
 use common::zookeeper::*;
 use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
 use distlock::testkit::proxy::FaultProxy;
-use distlock::{AcquireMode, Attempt, Backend, Error, LockName, RegistryOptions, Token};
+use distlock::{Attempt, Backend, Error, LockName, RegistryOptions, Token};
 use tokio::time::{timeout, Instant};
 
 /// Named `zookeeper::…` so that `-E 'test(/zookeeper/)'` selects them.
@@ -190,10 +190,7 @@ mod zookeeper {
         let holder = backend(&url).await;
         let first = Token::random();
         assert!(matches!(
-            holder
-                .acquire(&name, first, lease, AcquireMode::Queue)
-                .await
-                .unwrap(),
+            queued_attempt(&*holder, &name, first, lease).await,
             Attempt::Acquired { .. }
         ));
         let mut waiters = Vec::new();
@@ -202,9 +199,7 @@ mod zookeeper {
             let t = Token::random();
             let sub = b.subscribe(&name, t).await.unwrap();
             assert!(matches!(
-                b.acquire(&name, t, lease, AcquireMode::Queue)
-                    .await
-                    .unwrap(),
+                queued_attempt(&*b, &name, t, lease).await,
                 Attempt::Busy { .. }
             ));
             waiters.push((b, t, sub));
@@ -218,11 +213,7 @@ mod zookeeper {
                 .await
                 .unwrap_or_else(|_| panic!("waiter {i} not woken by its predecessor's release"));
             let (b, t) = (waiters[i].0.clone(), waiters[i].1);
-            match b
-                .acquire(&name, t, lease, AcquireMode::Queue)
-                .await
-                .unwrap()
-            {
+            match queued_attempt(&*b, &name, t, lease).await {
                 Attempt::Acquired { fence } => {
                     assert!(fence > last_fence);
                     last_fence = fence;

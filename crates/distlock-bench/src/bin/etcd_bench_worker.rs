@@ -17,7 +17,7 @@
 
 use distlock::backends::etcd::EtcdBackend;
 use distlock::{LockRegistry, RegistryOptions};
-use distlock_bench::{block_on, measure_cycles, measure_ops, WorkerArgs};
+use distlock_bench::{measure_cycles, measure_ops, run_worker, WorkerArgs};
 
 const CLIENT: &str = "distlock (tonic gRPC)";
 
@@ -51,12 +51,8 @@ async fn cycles(a: &WorkerArgs) {
 }
 
 fn main() {
-    let a = WorkerArgs::from_env();
-    block_on(async {
-        if a.mode == "baseline" {
-            baseline(&a).await
-        } else {
-            cycles(&a).await
-        }
-    });
+    run_worker(
+        |a| async move { baseline(&a).await },
+        |a| async move { cycles(&a).await },
+    );
 }

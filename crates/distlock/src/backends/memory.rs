@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Token,
 };
 use crate::error::Result;
@@ -52,26 +52,14 @@ impl MemoryBackend {
 
 #[async_trait]
 impl Backend for MemoryBackend {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::Monotonic,
-            notifies_release: true,
-            fifo: false,
-            cross_process: false,
-        }
+        Capabilities::new("memory")
+            .notifies_release(true)
+            .cross_process(false)
     }
 
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        _mode: AcquireMode,
-    ) -> Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
         let now = Instant::now();
         let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         let entry = map.entry(name.clone()).or_insert(Entry {
@@ -156,6 +144,7 @@ impl Backend for MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::AcquireMode;
 
     /// A backend that implements only the required methods.
     #[derive(Debug)]
@@ -163,19 +152,10 @@ mod tests {
 
     #[async_trait]
     impl Backend for Minimal {
-        fn kind(&self) -> &'static str {
-            "minimal"
-        }
         fn capabilities(&self) -> Capabilities {
-            Capabilities::basic()
+            Capabilities::new("minimal")
         }
-        async fn acquire(
-            &self,
-            _: &LockName,
-            _: Token,
-            _: Duration,
-            _: AcquireMode,
-        ) -> Result<Attempt> {
+        async fn acquire(&self, _: &AcquireRequest) -> Result<Attempt> {
             Ok(Attempt::Busy { retry_after: None })
         }
         async fn release(&self, _: &LockName, _: Token) -> Result<Released> {
@@ -195,7 +175,7 @@ mod tests {
         let n = LockName::new("lock", "k").unwrap();
         let lease = Duration::from_secs(30);
         let first = b
-            .acquire(&n, Token::random(), lease, AcquireMode::Try)
+            .acquire(&AcquireRequest::new(n.clone(), Token::random(), lease))
             .await;
         assert_eq!(first.unwrap(), Attempt::Acquired { fence: 1 });
         let mut sub = b.subscribe(&n, Token::random()).await.unwrap();
@@ -207,9 +187,8 @@ mod tests {
             !b.force_release(&n).await.unwrap(),
             "nothing left to remove"
         );
-        let next = b
-            .acquire(&n, Token::random(), lease, AcquireMode::Queue)
-            .await;
+        let queued = AcquireRequest::new(n.clone(), Token::random(), lease);
+        let next = b.acquire(&queued.with_mode(AcquireMode::Queue)).await;
         assert_eq!(next.unwrap(), Attempt::Acquired { fence: 2 });
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{within, Harness};
-use crate::backend::{AcquireMode, Attempt, Backend, Capabilities, LockName, Token};
+use crate::backend::{AcquireRequest, Attempt, Backend, Capabilities, LockName, Token};
 use crate::error::Error;
 use crate::registry::{LockRegistry, RegistryOptions};
 
@@ -36,21 +36,12 @@ impl ReplyFaults {
 
 #[async_trait::async_trait]
 impl Backend for ReplyFaults {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> crate::Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> crate::Result<Attempt> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
-        let (inner, name) = (self.inner.clone(), name.clone());
+        let (inner, request) = (self.inner.clone(), request.clone());
         let delay = match fault {
             ReplyFault::Delay(d) => d,
             _ => Duration::ZERO,
@@ -58,7 +49,7 @@ impl Backend for ReplyFaults {
         // The request is on its way: it arrives whatever happens to the caller.
         let request = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            inner.acquire(&name, token, lease, mode).await
+            inner.acquire(&request).await
         });
         let outcome = request
             .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{short_lease, within, Harness};
-use crate::backend::{AcquireMode, Attempt, LockName, Token};
+use crate::backend::{AcquireRequest, Attempt, LockName, Token};
 use crate::error::Error;
 use crate::registry::{LockRegistry, RegistryOptions};
 
@@ -139,14 +139,14 @@ pub async fn release_is_owner_checked(h: &Harness) {
     let lease = Duration::from_secs(10);
     assert!(matches!(
         backend
-            .acquire(&name, mine, lease, AcquireMode::Try)
+            .acquire(&AcquireRequest::new(name.clone(), mine, lease))
             .await
             .unwrap(),
         Attempt::Acquired { .. }
     ));
     assert!(matches!(
         backend
-            .acquire(&name, other, lease, AcquireMode::Try)
+            .acquire(&AcquireRequest::new(name.clone(), other, lease))
             .await
             .unwrap(),
         Attempt::Busy { .. }

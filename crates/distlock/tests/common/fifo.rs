@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::LockRegistry;
+use distlock::{AcquireMode, AcquireRequest, Attempt, Backend, LockName, LockRegistry, Token};
 use tokio::task::JoinHandle;
 
 /// The waiters' numbers, in the order they got the lock.
@@ -27,4 +27,18 @@ pub fn spawn_waiter(
         tokio::time::sleep(hold).await;
         g.release().await.unwrap();
     })
+}
+
+/// One attempt on `backend` by a caller that will wait: a busy lock queues `token`.
+pub async fn queued_attempt(
+    backend: &(impl Backend + ?Sized),
+    name: &LockName,
+    token: Token,
+    lease: Duration,
+) -> Attempt {
+    let request = AcquireRequest::new(name.clone(), token, lease);
+    backend
+        .acquire(&request.with_mode(AcquireMode::Queue))
+        .await
+        .unwrap()
 }

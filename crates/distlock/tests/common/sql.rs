@@ -14,7 +14,7 @@ use distlock::backends::postgres::PostgresBackend;
 use distlock::testkit::mysql::{self, MariaDbServer};
 use distlock::testkit::postgres::{self, PostgresServer};
 use distlock::testkit::tls::TestCa;
-use distlock::{AcquireMode, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token};
+use distlock::{AcquireRequest, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token};
 
 /// A fresh database on the machine's PostgreSQL server (or a throwaway one).
 pub fn pg_db() -> postgres::TestDatabase {
@@ -162,7 +162,11 @@ pub async fn acquire_and_release(backend: &impl Backend, key: &str) {
     let token = Token::random();
     assert!(matches!(
         backend
-            .acquire(&name, token, Duration::from_secs(5), AcquireMode::Try)
+            .acquire(&AcquireRequest::new(
+                name.clone(),
+                token,
+                Duration::from_secs(5)
+            ))
             .await
             .unwrap(),
         Attempt::Acquired { .. }

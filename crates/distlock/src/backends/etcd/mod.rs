@@ -69,7 +69,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{
-    detached, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
+    detached, AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName,
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -224,13 +224,9 @@ impl EtcdBackend {
         Ok(resp.kvs.into_iter().next().map(|kv| kv.value))
     }
 
-    async fn attempt(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-    ) -> Result<Attempt> {
+    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
+        let queued = request.queued();
         let slot = self.shared.slot_for(token);
         let shared = self.shared.clone();
         let name = name.clone();
@@ -269,31 +265,15 @@ impl EtcdBackend {
 
 #[async_trait]
 impl Backend for EtcdBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::Monotonic,
-            notifies_release: true,
-            fifo: true,
-            cross_process: true,
-        }
+        Capabilities::new(KIND).notifies_release(true).fifo(true)
     }
 
-    /// Puts the token's key under the lock's prefix. [`AcquireMode::Try`] deletes it again
-    /// unless it has the lowest create revision; [`AcquireMode::Queue`] keeps it as the
-    /// token's place in line.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
-        self.attempt(name, token, lease, mode == AcquireMode::Queue)
-            .await
+    /// Puts the token's key under the lock's prefix. A [`Try`](crate::AcquireMode::Try) attempt
+    /// deletes it again unless it has the lowest create revision; a
+    /// [`Queue`](crate::AcquireMode::Queue) attempt keeps it as the token's place in line.
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.attempt(request).await
     }
 
     async fn leave_queue(&self, _name: &LockName, token: Token) -> Result<()> {

@@ -44,8 +44,8 @@ use self::scripts::{
 use self::transport::server_err;
 
 use crate::backend::{
-    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    AcquireMode, AcquireRequest, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -417,19 +417,13 @@ impl RedisBackend {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::MonotonicAcrossDataLoss,
-            notifies_release: true,
-            // Distlock waiters queue in a ZSET; a release hands the lock to the head, so no
-            // later attempt (not even a foreign `SET NX`) gets in first.
-            fifo: true,
-            cross_process: true,
-        }
+        // Distlock waiters queue in a ZSET; a release hands the lock to the head, so no later
+        // attempt (not even a foreign `SET NX`) gets in first.
+        Capabilities::new(KIND)
+            .fencing(Fencing::MonotonicAcrossDataLoss)
+            .notifies_release(true)
+            .fifo(true)
     }
 
     /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
@@ -447,13 +441,9 @@ impl Backend for RedisBackend {
     /// A lock that already carries the caller's token (an earlier attempt's reply was lost)
     /// looks busy to a try; the registry's next attempt, in [`AcquireMode::Queue`], is the
     /// script, which recognises it.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease, mode) =
+            (&request.name, request.token, request.lease, request.mode);
         let key = Self::lock_key(name);
         let fence_key = sibling_key(&key, "fence");
         let hex = token.to_hex_bytes();

@@ -40,7 +40,7 @@ use super::scripts::{Lua, EXTEND};
 use super::transport::server_err;
 use super::{ms, RedisBackend, RedisOptions, Reply};
 use crate::backend::{
-    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, Released, Token,
+    AcquireRequest, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, Released, Token,
 };
 use crate::error::{Error, Result};
 use crate::url::{parse_hosts, RawUrl};
@@ -214,27 +214,14 @@ fn node_timeout(lease: Duration) -> Duration {
 
 #[async_trait]
 impl Backend for RedlockBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
+    /// No fencing, no notifications (waiters poll), no queue.
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::None,
-            notifies_release: false,
-            fifo: false,
-            cross_process: true,
-        }
+        Capabilities::new(KIND).fencing(Fencing::None)
     }
 
     /// Every attempt is a plain try: Redlock has no wait queue.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        _mode: AcquireMode,
-    ) -> Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
         let key = RedisBackend::lock_key(name);
         let hex = token.to_hex_bytes();
         let px = ms(lease + drift(lease)).to_string();

@@ -84,8 +84,8 @@
 //! The fence is the holder node's `czxid`: 64 bits, the leader epoch in the high half and a
 //! counter in the low half, increasing with every transaction of the whole ensemble. Unlike the
 //! sequence number, which restarts at zero when the server reaps the empty parent and a new one
-//! is created, it keeps increasing per key ([`Fencing::Monotonic`]). A server that loses its data
-//! starts counting again, so fences are not kept across data loss.
+//! is created, it keeps increasing per key ([`Fencing::Monotonic`](crate::Fencing::Monotonic)).
+//! A server that loses its data starts counting again, so fences are not kept across data loss.
 //!
 //! # Round trips
 //!
@@ -117,7 +117,7 @@ use queue::sort_contenders;
 use session::{check_lease, session_of_lease};
 
 use crate::backend::{
-    AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName, ReleaseSignals,
+    AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, ReleaseSignals,
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -528,32 +528,16 @@ impl Inner {
 
 #[async_trait]
 impl Backend for ZooKeeperBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::Monotonic,
-            notifies_release: true,
-            fifo: true,
-            cross_process: true,
-        }
+        Capabilities::new(KIND).notifies_release(true).fifo(true)
     }
 
-    /// Creates a contender node. [`AcquireMode::Try`] deletes it again unless it is the
-    /// lowest; [`AcquireMode::Queue`] keeps it on the first call for `token` (later calls
-    /// reuse it) and watches its predecessor while it is not the lowest.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
-        self.inner
-            .attempt(name, token, lease, mode == AcquireMode::Queue)
-            .await
+    /// Creates a contender node. A [`Try`](crate::AcquireMode::Try) attempt deletes it again
+    /// unless it is the lowest; a [`Queue`](crate::AcquireMode::Queue) attempt keeps it on the
+    /// first call for its token (later calls reuse it) and watches its predecessor while it is
+    /// not the lowest.
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.inner.attempt(request).await
     }
 
     async fn leave_queue(&self, _name: &LockName, token: Token) -> Result<()> {

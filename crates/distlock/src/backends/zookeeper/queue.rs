@@ -362,13 +362,9 @@ impl Inner {
     }
 
     /// One acquisition attempt; `queued` callers stay in the queue when the lock is busy.
-    pub(super) async fn attempt(
-        self: &Arc<Self>,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-    ) -> Result<Attempt> {
+    pub(super) async fn attempt(self: &Arc<Self>, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
+        let queued = request.queued();
         let parent = self.parent_path(name);
         let mut guard = Unowned {
             inner: self,

@@ -20,24 +20,19 @@
 //! trip. The common acquisition and the release are one `UPDATE` each, whose outcome comes back
 //! in the OK packet (matched rows and a `LAST_INSERT_ID(expr)` value), without a result set.
 
-use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome};
 use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
-use super::server::{batch_timeout, context, debug, fencing, on_own_task, Server};
-use super::{
-    channel, fence_from, lease_ms, millis, parse_url, per_entry, scrub, spring_lock_key,
-    SqlOptions, WANT_WINDOW_MS,
-};
+use super::server::{self, capabilities, context, server_backend, LockTable, Server};
+use super::{channel, fence_from, lease_ms, millis, parse_url, scrub, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached, AcquireRequest, Attempt, Capabilities, LockInfo, LockName, ReleaseSubscription,
+    Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -52,7 +47,11 @@ use self::state::{Inner, KIND};
 
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
-/// Renewals per `UPDATE` statement in [`Backend::extend_many`] (one commit each).
+/// One entry of a batch renewal: region, key, owner and lease in milliseconds.
+type Renewed = (String, String, String, i64);
+
+/// Renewals per `UPDATE` statement in [`Backend::extend_many`](crate::Backend::extend_many)
+/// (one commit each).
 const BATCH: usize = 2500;
 
 /// Locks in a MySQL or MariaDB lease table; see the [module docs](self).
@@ -63,20 +62,14 @@ pub struct MySqlBackend {
     inner: Arc<Inner>,
 }
 
-impl fmt::Debug for MySqlBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug(&*self.inner, "MySqlBackend", f)
-    }
-}
-
 impl MySqlBackend {
     /// Connects with a URL: `mysql://[user[:password]@]host[:port][/database][?params]`
     /// (`mariadb://` too; see the [module docs](super) for the parameters). One connection is
     /// opened and checked at once, so that a wrong address or password is reported here.
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
-    /// table, a root node) stays, as the next call would make it anyway.
+    /// Cancel safe: dropped, it closes the connections it opened; a lease table it already
+    /// created stays (the next call would create it anyway).
     pub async fn connect(url: &str) -> Result<Self> {
         let parsed = parse_url(KIND, SCHEMES, url)?;
         let mut mode = None;
@@ -303,33 +296,19 @@ impl MySqlBackend {
         .await?;
         Ok(backend)
     }
-
-    /// The options in force.
-    pub fn options(&self) -> &SqlOptions {
-        &self.inner.options
-    }
 }
 
 impl Inner {
-    /// (region, key) natively, (REGION, LOCK_KEY) in Spring mode.
-    fn ident(&self, name: &LockName) -> Result<(String, String)> {
-        let region = self.options.region_of(name);
-        super::check_region(KIND, self.options.spring, region)?;
-        Ok(if self.options.spring {
-            (region.to_owned(), spring_lock_key(name.key()))
-        } else {
-            (region.to_owned(), name.key().to_owned())
-        })
-    }
-
-    /// The `GET_LOCK` name that rings when the lock of [`ident`](Self::ident) `(a, b)` is
+    /// The `GET_LOCK` name that rings when the lock of [`row_key`](Server::row_key) `(a, b)` is
     /// released.
     fn doorbell(&self, a: &str, b: &str) -> String {
         doorbell_name(&self.qualified_table, a, b)
     }
+}
 
+impl LockTable for Inner {
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
-        let (a, b) = self.ident(name)?;
+        let (a, b) = self.row_key(name)?;
         let owner = self.owner(token);
         let lock = MyLock {
             region: &a,
@@ -366,24 +345,105 @@ impl Inner {
             contended,
         })
     }
+
+    async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let (a, b) = self.row_key(name)?;
+        let owner = self.owner(token);
+        let sql = self.sql.extend(
+            &MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            },
+            lease_ms(lease),
+        );
+        Ok(self.run("extend", &sql, true).await?.affected > 0)
+    }
+
+    async fn inspect_lock(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let (a, b) = self.row_key(name)?;
+        let sql = self.sql.inspect(&MyLock {
+            region: &a,
+            key: &b,
+            token: "",
+        });
+        let out = self.run("inspect", &sql, true).await?;
+        out.rows
+            .first()
+            .map(|row| {
+                Ok(LockInfo {
+                    fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
+                    remaining: int(row, 1).map(millis),
+                })
+            })
+            .transpose()
+    }
+
+    async fn force_delete(&self, name: &LockName) -> Result<bool> {
+        let (a, b) = self.row_key(name)?;
+        let sql = self.sql.force_delete(&MyLock {
+            region: &a,
+            key: &b,
+            token: "",
+        });
+        let out = self.run("force_release", &sql, true).await?;
+        if out.affected > 0 {
+            self.signals.fire(&channel(name));
+        }
+        Ok(out.affected > 0)
+    }
+
+    /// Up to 2500 renewals per `UPDATE … JOIN (…)` statement, read back in the same round trip.
+    async fn extend_all(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
+        let mut extended = vec![false; batch.len()];
+        let idents: Vec<Option<Renewed>> = batch
+            .iter()
+            .map(|r| {
+                self.row_key(&r.name)
+                    .ok()
+                    .map(|(a, b)| (a, b, self.owner(r.token), lease_ms(r.lease)))
+            })
+            .collect();
+        let valid: Vec<(usize, &Renewed)> = idents
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .collect();
+        for chunk in valid.chunks(BATCH) {
+            let locks: Vec<(MyLock<'_>, i64)> = chunk
+                .iter()
+                .map(|(_, (a, b, t, l))| {
+                    (
+                        MyLock {
+                            region: a,
+                            key: b,
+                            token: t,
+                        },
+                        *l,
+                    )
+                })
+                .collect();
+            let sql = self.sql.extend_many(&locks);
+            let out = self.run("extend_many", &sql, true).await?;
+            for row in &out.rows {
+                if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
+                    if let Some((original, _)) = chunk.get(i) {
+                        extended[*original] = true;
+                    }
+                }
+            }
+        }
+        Ok(extended)
+    }
 }
 
 impl MySqlBackend {
-    /// One attempt (see [`Backend::acquire`]); `queued` for a caller that will wait: its
+    /// One attempt (see [`Backend::acquire`](crate::Backend::acquire)); `queued` for a caller that will wait: its
     /// acquisitions take the doorbell in the same round trip.
-    async fn attempt(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-    ) -> Result<Attempt> {
-        let inner = self.inner.clone();
-        let (undo, undo_name) = (self.inner.clone(), name.clone());
-        let name = name.clone();
-        let limit = inner.options.request_timeout;
-        let attempt = async move {
-            let (a, b) = inner.ident(&name)?;
+    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (token, lease, queued) = (request.token, request.lease, request.queued());
+        server::acquire(&self.inner, request, move |inner, name| async move {
+            let (a, b) = inner.row_key(&name)?;
             let owner = inner.owner(token);
             let lock = MyLock {
                 region: &a,
@@ -484,140 +544,32 @@ impl MySqlBackend {
             Ok(Attempt::Acquired {
                 fence: fence_from(KIND, fence)?,
             })
-        };
-        let named = context(&self.inner, "try_acquire");
-        detached_attempt(KIND, named, Some(limit), attempt, move || async move {
-            let _ = undo.release_token(&undo_name, token).await;
         })
         .await
     }
 }
 
-#[async_trait]
-impl Backend for MySqlBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
+server_backend!(MySqlBackend);
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: fencing(&self.inner.options),
-            notifies_release: true,
-            // Waiting processes queue on the lock's doorbell turnstile, which the server
-            // grants in arrival order: one process is woken per release, first come, first
-            // served. A waiter's fallback poll that finds the row free between two rings can
-            // still take it first. Spring mode queues nobody (Spring's clients would not
-            // respect the turnstile), so it promises no order.
-            fifo: !self.inner.options.spring,
-            cross_process: true,
-        }
-    }
-
-    /// With [`AcquireMode::Queue`] the attempt takes the lock's doorbell in the same round
-    /// trip, which queues the process for the next release (see the module docs).
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
-        self.attempt(name, token, lease, mode == AcquireMode::Queue)
-            .await
-    }
-
-    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        let name = name.clone();
-        let limit = self.inner.options.request_timeout;
-        on_own_task(&self.inner, "release", limit, move |inner| async move {
-            inner.release_token(&name, token).await
-        })
-        .await
-    }
-
-    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let name = name.clone();
-        // Bounded by the lease too: a renewal that answers after the lease ended is no use.
-        let limit = self.inner.options.renewal_timeout(lease);
-        on_own_task(&self.inner, "extend", limit, move |inner| async move {
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(token);
-            let sql = inner.sql.extend(
-                &MyLock {
-                    region: &a,
-                    key: &b,
-                    token: &owner,
-                },
-                lease_ms(lease),
-            );
-            Ok(inner.run("extend", &sql, true).await?.affected > 0)
-        })
-        .await
-    }
-
-    /// Up to 2500 renewals per `UPDATE … JOIN (…)` statement, read back in the same round trip.
-    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        if batch.is_empty() {
-            return Vec::new();
-        }
-        let batch: Vec<Renewal> = batch.to_vec();
-        let count = batch.len();
-        let limit = batch_timeout(&self.inner.options, &batch);
-        let result = on_own_task(&self.inner, "extend_many", limit, move |inner| async move {
-            let mut extended = vec![false; batch.len()];
-            let idents: Vec<Option<(String, String, String, i64)>> = batch
-                .iter()
-                .map(|r| {
-                    inner
-                        .ident(&r.name)
-                        .ok()
-                        .map(|(a, b)| (a, b, inner.owner(r.token), lease_ms(r.lease)))
-                })
-                .collect();
-            let valid: Vec<(usize, &(String, String, String, i64))> = idents
-                .iter()
-                .enumerate()
-                .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-                .collect();
-            for chunk in valid.chunks(BATCH) {
-                let locks: Vec<(MyLock<'_>, i64)> = chunk
-                    .iter()
-                    .map(|(_, (a, b, t, l))| {
-                        (
-                            MyLock {
-                                region: a,
-                                key: b,
-                                token: t,
-                            },
-                            *l,
-                        )
-                    })
-                    .collect();
-                let sql = inner.sql.extend_many(&locks);
-                let out = inner.run("extend_many", &sql, true).await?;
-                for row in &out.rows {
-                    if let Some(i) = int(row, 0).and_then(|i| usize::try_from(i).ok()) {
-                        if let Some((original, _)) = chunk.get(i) {
-                            extended[*original] = true;
-                        }
-                    }
-                }
-            }
-            Ok(extended)
-        })
-        .await;
-        per_entry(KIND, count, result)
+impl MySqlBackend {
+    fn caps(&self) -> Capabilities {
+        // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
+        // arrival order: one process is woken per release, first come, first served. A
+        // waiter's fallback poll that finds the row free between two rings can still take it
+        // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
+        // so it promises no order.
+        capabilities(KIND, &self.inner.options).fifo(!self.inner.options.spring)
     }
 
     /// Releases made through this backend (or its clones) fire the subscription at once;
     /// other processes' releases ring the lock's doorbell, on which a waiter connection
     /// listens while anybody is subscribed.
-    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
+    async fn subscribe_waiter(&self, name: &LockName) -> Result<ReleaseSubscription> {
         let _ = self.inner.signals.take_idle(1024);
         let ch = channel(name);
         let sub = self.inner.signals.subscribe(&ch).0;
         let i = &self.inner;
-        let (a, b) = i.ident(name)?;
+        let (a, b) = i.row_key(name)?;
         let doorbell = i.doorbell(&a, &b);
         let sql = i.sql.doorbell_wait(
             &MyLock {
@@ -630,54 +582,5 @@ impl Backend for MySqlBackend {
         );
         i.doorbells.listen(doorbell, ch, sql, &i.signals);
         Ok(sub)
-    }
-
-    /// The fence is kept (native layout).
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let name = name.clone();
-        let limit = self.inner.options.request_timeout;
-        on_own_task(
-            &self.inner,
-            "force_release",
-            limit,
-            move |inner| async move {
-                let (a, b) = inner.ident(&name)?;
-                let sql = inner.sql.force_delete(&MyLock {
-                    region: &a,
-                    key: &b,
-                    token: "",
-                });
-                let out = inner.run("force_release", &sql, true).await?;
-                if out.affected > 0 {
-                    inner.signals.fire(&channel(&name));
-                }
-                Ok(out.affected > 0)
-            },
-        )
-        .await
-    }
-
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let name = name.clone();
-        let limit = self.inner.options.request_timeout;
-        on_own_task(&self.inner, "inspect", limit, move |inner| async move {
-            let (a, b) = inner.ident(&name)?;
-            let sql = inner.sql.inspect(&MyLock {
-                region: &a,
-                key: &b,
-                token: "",
-            });
-            let out = inner.run("inspect", &sql, true).await?;
-            out.rows
-                .first()
-                .map(|row| {
-                    Ok(LockInfo {
-                        fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
-                        remaining: int(row, 1).map(millis),
-                    })
-                })
-                .transpose()
-        })
-        .await
     }
 }

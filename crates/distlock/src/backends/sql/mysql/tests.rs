@@ -1,12 +1,21 @@
 use super::*;
+use crate::backend::{AcquireMode, Backend};
 use crate::testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).
 fn doorbell_held(db: &crate::testkit::mysql::TestDatabase, b: &MySqlBackend, n: &LockName) -> bool {
-    let (region, key) = b.inner.ident(n).unwrap();
+    let (region, key) = b.inner.row_key(n).unwrap();
     let bell = b.inner.doorbell(&region, &key);
     let rows = db.query(&format!("SELECT IS_USED_LOCK('{bell}')")).unwrap();
     rows[0][0].is_some()
+}
+
+/// One attempt of a caller that will wait.
+async fn queued(b: &MySqlBackend, name: &LockName, token: Token, lease: Duration) -> Attempt {
+    let request = AcquireRequest::new(name.clone(), token, lease);
+    b.acquire(&request.with_mode(AcquireMode::Queue))
+        .await
+        .unwrap()
 }
 
 /// An uncontended hold rings nobody; once a waiter marked the lock wanted, the holder holds
@@ -22,10 +31,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
     let (h, w) = (Token::random(), Token::random());
 
     assert!(matches!(
-        holder
-            .acquire(&name, h, lease, AcquireMode::Queue)
-            .await
-            .unwrap(),
+        queued(&holder, &name, h, lease).await,
         Attempt::Acquired { .. }
     ));
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -35,20 +41,14 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
     );
     // The waiter finds it busy (and marks it wanted).
     assert!(matches!(
-        waiter
-            .acquire(&name, w, lease, AcquireMode::Queue)
-            .await
-            .unwrap(),
+        queued(&waiter, &name, w, lease).await,
         Attempt::Busy { .. }
     ));
     assert!(holder.release(&name, h).await.unwrap().contended);
 
     // Taken again while wanted: the doorbell is held with the lock, and given back with it.
     assert!(matches!(
-        holder
-            .acquire(&name, h, lease, AcquireMode::Queue)
-            .await
-            .unwrap(),
+        queued(&holder, &name, h, lease).await,
         Attempt::Acquired { .. }
     ));
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -70,10 +70,7 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
         .await
         .expect("the waiter was not rung");
     assert!(matches!(
-        waiter
-            .acquire(&name, w, lease, AcquireMode::Queue)
-            .await
-            .unwrap(),
+        queued(&waiter, &name, w, lease).await,
         Attempt::Acquired { .. }
     ));
 }

@@ -15,33 +15,31 @@
 //! See the [module docs](super) for the table, the Spring mode and the URL parameters.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio::sync::Semaphore;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::Config;
+use tokio_postgres::{Config, Row};
 
 use super::dialect::Pg;
-use super::server::{batch_timeout, context, debug, fencing, on_own_task, Server};
-use super::{
-    channel, fence_from, lease_ms, millis, parse_url, per_entry, spring_lock_key, SqlOptions,
-    WANT_WINDOW_MS,
-};
+use super::server::{self, capabilities, context, server_backend, LockTable, Server};
+use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, detached_attempt, AcquireMode, Attempt, Backend, Capabilities, LockInfo, LockName,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached, AcquireRequest, Attempt, Capabilities, LockInfo, LockName, ReleaseSignals,
+    ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
+mod cycle;
 mod listen;
 mod pool;
 mod state;
 mod tls;
 
+#[doc(hidden)]
+pub use self::cycle::LockCycle;
 use self::pool::{Pool, Stmt};
 use self::state::{Inner, KIND};
 pub use self::tls::SslMode;
@@ -59,20 +57,14 @@ pub struct PostgresBackend {
     inner: Arc<Inner>,
 }
 
-impl fmt::Debug for PostgresBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug(&*self.inner, "PostgresBackend", f)
-    }
-}
-
 impl PostgresBackend {
     /// Connects with a URL: `postgres://[user[:password]@]host[:port][/database][?params]`
     /// (see the [module docs](super) for the parameters). One connection is opened and checked
     /// at once, so that a wrong address or password is reported here.
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
-    /// table, a root node) stays, as the next call would make it anyway.
+    /// Cancel safe: dropped midway, it leaves no connection open, only a lease table it may
+    /// have created, which a later call would have created too.
     pub async fn connect(url: &str) -> Result<Self> {
         let mut parsed = parse_url(KIND, SCHEMES, url)?;
         let mut config = Config::new();
@@ -226,23 +218,17 @@ impl PostgresBackend {
         .await?;
         Ok(backend)
     }
-
-    /// The options in force.
-    pub fn options(&self) -> &SqlOptions {
-        &self.inner.options
-    }
 }
 
 impl Inner {
-    /// The first two statement parameters for a lock: (region, key) natively, (LOCK_KEY,
-    /// REGION) in Spring mode.
+    /// The first two statement parameters for a lock: its row, LOCK_KEY first in Spring mode
+    /// (the order of Spring's own statements).
     fn ident(&self, name: &LockName) -> Result<(String, String)> {
-        let region = self.options.region_of(name);
-        super::check_region(KIND, self.options.spring, region)?;
+        let (region, key) = self.row_key(name)?;
         Ok(if self.options.spring {
-            (spring_lock_key(name.key()), region.to_owned())
+            (key, region)
         } else {
-            (region.to_owned(), name.key().to_owned())
+            (region, key)
         })
     }
 
@@ -250,6 +236,22 @@ impl Inner {
         format!("{}:{}", self.origin, channel(name))
     }
 
+    /// The acquisition statements: taking over the existing row first where the dialect has
+    /// that statement (cheaper than an insert that conflicts), else the insert-or-take.
+    async fn try_take(&self, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        if self.sql.acquire_existing.is_some() {
+            let rows = self
+                .query("try_acquire", Stmt::AcquireExisting, params, true)
+                .await?;
+            if !rows.is_empty() {
+                return Ok(rows);
+            }
+        }
+        self.query("try_acquire", Stmt::Acquire, params, true).await
+    }
+}
+
+impl LockTable for Inner {
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.ident(name)?;
         let owner = self.owner(token);
@@ -271,52 +273,115 @@ impl Inner {
             contended: row.get(0),
         })
     }
-}
 
-#[async_trait]
-impl Backend for PostgresBackend {
-    fn kind(&self) -> &'static str {
-        KIND
+    async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let (a, b) = self.ident(name)?;
+        let owner = self.owner(token);
+        let rows = self
+            .query(
+                "extend",
+                Stmt::Extend,
+                &[&a, &b, &owner, &lease_ms(lease)],
+                true,
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: fencing(&self.inner.options),
-            notifies_release: true,
-            fifo: false,
-            cross_process: true,
+    async fn inspect_lock(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let (a, b) = self.ident(name)?;
+        let rows = self
+            .query("inspect", Stmt::Inspect, &[&a, &b], true)
+            .await?;
+        rows.first()
+            .map(|row| {
+                Ok(LockInfo {
+                    fence: Some(fence_from(KIND, row.get(0))?),
+                    remaining: Some(millis(row.get(1))),
+                })
+            })
+            .transpose()
+    }
+
+    async fn force_delete(&self, name: &LockName) -> Result<bool> {
+        let (a, b) = self.ident(name)?;
+        let payload = self.payload(name);
+        let rows = self
+            .query(
+                "force_release",
+                Stmt::ForceDelete,
+                &[&a, &b, &self.listen_channel, &payload],
+                true,
+            )
+            .await?;
+        if !rows.is_empty() {
+            self.signals.fire(&channel(name));
         }
+        Ok(!rows.is_empty())
+    }
+
+    /// All renewals in one `UPDATE … FROM unnest(…)` statement.
+    async fn extend_all(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
+        let mut a = Vec::with_capacity(batch.len());
+        let mut b = Vec::with_capacity(batch.len());
+        let mut owners = Vec::with_capacity(batch.len());
+        let mut leases = Vec::with_capacity(batch.len());
+        let mut entries = Vec::with_capacity(batch.len());
+        for r in &batch {
+            match self.ident(&r.name) {
+                Ok((x, y)) => {
+                    let owner = self.owner(r.token);
+                    entries.push(Some((x.clone(), y.clone(), owner.clone())));
+                    a.push(x);
+                    b.push(y);
+                    owners.push(owner);
+                    leases.push(lease_ms(r.lease));
+                }
+                Err(_) => entries.push(None),
+            }
+        }
+        let rows = self
+            .query(
+                "extend_many",
+                Stmt::ExtendMany,
+                &[&a, &b, &owners, &leases],
+                true,
+            )
+            .await?;
+        let extended: HashSet<(String, String, String)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, String>(2),
+                )
+            })
+            .collect();
+        Ok(entries
+            .into_iter()
+            .map(|e| e.is_some_and(|k| extended.contains(&k)))
+            .collect::<Vec<bool>>())
+    }
+}
+
+server_backend!(PostgresBackend);
+
+impl PostgresBackend {
+    fn caps(&self) -> Capabilities {
+        capabilities(KIND, &self.inner.options)
     }
 
     /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
     /// task; an attempt whose caller went away gives the lock back once it committed.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        _mode: AcquireMode,
-    ) -> Result<Attempt> {
-        let inner = self.inner.clone();
-        let (undo, undo_name) = (self.inner.clone(), name.clone());
-        let name = name.clone();
-        let limit = inner.options.request_timeout;
-        let attempt = async move {
+    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (token, lease) = (request.token, request.lease);
+        server::acquire(&self.inner, request, move |inner, name| async move {
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(token);
             let params: [&(dyn ToSql + Sync); 5] =
                 [&a, &b, &owner, &lease_ms(lease), &WANT_WINDOW_MS];
-            let mut rows = Vec::new();
-            if inner.sql.acquire_existing.is_some() {
-                rows = inner
-                    .query("try_acquire", Stmt::AcquireExisting, &params, true)
-                    .await?;
-            }
-            if rows.is_empty() {
-                rows = inner
-                    .query("try_acquire", Stmt::Acquire, &params, true)
-                    .await?;
-            }
+            let rows = inner.try_take(&params).await?;
             let Some(row) = rows.first() else {
                 return Ok(Attempt::Busy { retry_after: None });
             };
@@ -329,102 +394,15 @@ impl Backend for PostgresBackend {
             Ok(Attempt::Acquired {
                 fence: fence_from(KIND, fence)?,
             })
-        };
-        let named = context(&self.inner, "try_acquire");
-        detached_attempt(KIND, named, Some(limit), attempt, move || async move {
-            let _ = undo.release_token(&undo_name, token).await;
         })
         .await
-    }
-
-    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        let name = name.clone();
-        let limit = self.inner.options.request_timeout;
-        on_own_task(&self.inner, "release", limit, move |inner| async move {
-            inner.release_token(&name, token).await
-        })
-        .await
-    }
-
-    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let name = name.clone();
-        // Bounded by the lease too: a renewal that answers after the lease ended is no use.
-        let limit = self.inner.options.renewal_timeout(lease);
-        on_own_task(&self.inner, "extend", limit, move |inner| async move {
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(token);
-            let rows = inner
-                .query(
-                    "extend",
-                    Stmt::Extend,
-                    &[&a, &b, &owner, &lease_ms(lease)],
-                    true,
-                )
-                .await?;
-            Ok(!rows.is_empty())
-        })
-        .await
-    }
-
-    /// All renewals in one `UPDATE … FROM unnest(…)` statement.
-    async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        if batch.is_empty() {
-            return Vec::new();
-        }
-        let batch: Vec<Renewal> = batch.to_vec();
-        let count = batch.len();
-        let limit = batch_timeout(&self.inner.options, &batch);
-        let result = on_own_task(&self.inner, "extend_many", limit, move |inner| async move {
-            let mut a = Vec::with_capacity(batch.len());
-            let mut b = Vec::with_capacity(batch.len());
-            let mut owners = Vec::with_capacity(batch.len());
-            let mut leases = Vec::with_capacity(batch.len());
-            let mut entries = Vec::with_capacity(batch.len());
-            for r in &batch {
-                match inner.ident(&r.name) {
-                    Ok((x, y)) => {
-                        let owner = inner.owner(r.token);
-                        entries.push(Some((x.clone(), y.clone(), owner.clone())));
-                        a.push(x);
-                        b.push(y);
-                        owners.push(owner);
-                        leases.push(lease_ms(r.lease));
-                    }
-                    Err(_) => entries.push(None),
-                }
-            }
-            let rows = inner
-                .query(
-                    "extend_many",
-                    Stmt::ExtendMany,
-                    &[&a, &b, &owners, &leases],
-                    true,
-                )
-                .await?;
-            let extended: HashSet<(String, String, String)> = rows
-                .iter()
-                .map(|r| {
-                    (
-                        r.get::<_, String>(0),
-                        r.get::<_, String>(1),
-                        r.get::<_, String>(2),
-                    )
-                })
-                .collect();
-            Ok(entries
-                .into_iter()
-                .map(|e| e.is_some_and(|k| extended.contains(&k)))
-                .collect::<Vec<bool>>())
-        })
-        .await;
-        per_entry(KIND, count, result)
     }
 
     /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
     /// when the `LISTEN` is in force, so that no later release is missed. If the listening
     /// connection cannot be had within the connect timeout, the subscription still works from
     /// the moment it comes up (waiters poll meanwhile).
-    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
+    async fn subscribe_waiter(&self, name: &LockName) -> Result<ReleaseSubscription> {
         // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
         let _ = self.inner.signals.take_idle(1024);
         let (sub, _) = self.inner.signals.subscribe(&channel(name));
@@ -432,53 +410,5 @@ impl Backend for PostgresBackend {
         let timeout = self.inner.options.connect_timeout;
         let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
         Ok(sub)
-    }
-
-    /// The fence is kept (native layout).
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let name = name.clone();
-        let limit = self.inner.options.request_timeout;
-        on_own_task(
-            &self.inner,
-            "force_release",
-            limit,
-            move |inner| async move {
-                let (a, b) = inner.ident(&name)?;
-                let payload = inner.payload(&name);
-                let rows = inner
-                    .query(
-                        "force_release",
-                        Stmt::ForceDelete,
-                        &[&a, &b, &inner.listen_channel, &payload],
-                        true,
-                    )
-                    .await?;
-                if !rows.is_empty() {
-                    inner.signals.fire(&channel(&name));
-                }
-                Ok(!rows.is_empty())
-            },
-        )
-        .await
-    }
-
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let name = name.clone();
-        let limit = self.inner.options.request_timeout;
-        on_own_task(&self.inner, "inspect", limit, move |inner| async move {
-            let (a, b) = inner.ident(&name)?;
-            let rows = inner
-                .query("inspect", Stmt::Inspect, &[&a, &b], true)
-                .await?;
-            rows.first()
-                .map(|row| {
-                    Ok(LockInfo {
-                        fence: Some(fence_from(KIND, row.get(0))?),
-                        remaining: Some(millis(row.get(1))),
-                    })
-                })
-                .transpose()
-        })
-        .await
     }
 }

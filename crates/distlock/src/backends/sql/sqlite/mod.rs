@@ -21,8 +21,8 @@
 //!
 //! - Every time is taken from SQLite's own clock inside the SQL statement, never from the
 //!   caller's, so all processes sharing the file agree on when a lease ends.
-//! - Fences are [`Fencing::Monotonic`]: they strictly increase per key as long as the database
-//!   file lives. Deleting the file starts them again at 1.
+//! - Fences are [`Fencing::Monotonic`](crate::Fencing::Monotonic): they strictly increase per
+//!   key as long as the database file lives. Deleting the file starts them again at 1.
 //! - There are no release notifications across processes: waiters in other processes poll
 //!   (the registry does that). Releases made through this backend wake waiters of the same
 //!   process at once.
@@ -43,7 +43,7 @@ use super::dialect::Lite as Statements;
 use super::MAX_LEASE_MS;
 use super::{channel, fence_from, lease_ms, millis, per_entry};
 use crate::backend::{
-    detached_attempt, AcquireMode, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
+    detached_attempt, AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName,
     ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -131,12 +131,14 @@ struct Inner {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 /// use std::time::Duration;
-/// use distlock::{AcquireMode, Attempt, Backend, LockName, Token, backends::sqlite::SqliteBackend};
+/// use distlock::{backends::sqlite::SqliteBackend, AcquireRequest, Attempt, Backend};
+/// use distlock::{LockName, Token};
 /// let dir = tempfile::tempdir().expect("temporary directory");
 /// let backend = SqliteBackend::open(dir.path().join("locks.db"))?;
 /// let name = LockName::new("lock", "job:nightly")?;
 /// let token = Token::random();
-/// let attempt = backend.acquire(&name, token, Duration::from_secs(30), AcquireMode::Try).await?;
+/// let request = AcquireRequest::new(name.clone(), token, Duration::from_secs(30));
+/// let attempt = backend.acquire(&request).await?;
 /// assert_eq!(attempt, Attempt::Acquired { fence: 1 });
 /// assert!(backend.release(&name, token).await?.was_held);
 /// # Ok(()) }
@@ -505,29 +507,15 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteOptions)> {
 
 #[async_trait]
 impl Backend for SqliteBackend {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: Fencing::Monotonic,
-            notifies_release: false,
-            fifo: false,
-            cross_process: true,
-        }
+        Capabilities::new(KIND)
     }
 
     /// SQLite has no wait queue: both modes make the same attempt. It runs as its own task
     /// (the blocking call cannot be stopped anyway), and an attempt whose caller went away
     /// gives the lock back at once instead of keeping it until its lease ends.
-    async fn acquire(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        _mode: AcquireMode,
-    ) -> Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
         let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
         let (owner, lease_ms) = (token.to_string(), lease_ms(lease));
         let (this, undo) = (self.clone(), self.clone());

@@ -28,10 +28,16 @@ async fn acquire_busy_release() {
     let (t1, t2) = (Token::random(), Token::random());
 
     assert_eq!(
-        b.acquire(&n, t1, LEASE, AcquireMode::Try).await.unwrap(),
+        b.acquire(&AcquireRequest::new(n.clone(), t1, LEASE))
+            .await
+            .unwrap(),
         Attempt::Acquired { fence: 1 }
     );
-    match b.acquire(&n, t2, LEASE, AcquireMode::Try).await.unwrap() {
+    match b
+        .acquire(&AcquireRequest::new(n.clone(), t2, LEASE))
+        .await
+        .unwrap()
+    {
         Attempt::Busy {
             retry_after: Some(d),
         } => {
@@ -70,7 +76,9 @@ async fn acquire_busy_release() {
     );
 
     assert_eq!(
-        b.acquire(&n, t2, LEASE, AcquireMode::Try).await.unwrap(),
+        b.acquire(&AcquireRequest::new(n.clone(), t2, LEASE))
+            .await
+            .unwrap(),
         Attempt::Acquired { fence: 2 }
     );
 }
@@ -84,7 +92,11 @@ async fn fence_increases_per_key_and_survives_reopen() {
     let mut last = 0;
     for _ in 0..5 {
         let t = Token::random();
-        let fence = fence_of(b.acquire(&a, t, LEASE, AcquireMode::Try).await.unwrap());
+        let fence = fence_of(
+            b.acquire(&AcquireRequest::new(a.clone(), t, LEASE))
+                .await
+                .unwrap(),
+        );
         assert!(fence > last, "fence {fence} after {last}");
         last = fence;
         assert!(b.release(&a, t).await.unwrap().was_held);
@@ -93,7 +105,7 @@ async fn fence_increases_per_key_and_survives_reopen() {
     // Each key has its own counter, and the same key in another region is another lock.
     assert_eq!(
         fence_of(
-            b.acquire(&other, Token::random(), LEASE, AcquireMode::Try)
+            b.acquire(&AcquireRequest::new(other.clone(), Token::random(), LEASE))
                 .await
                 .unwrap()
         ),
@@ -102,9 +114,13 @@ async fn fence_increases_per_key_and_survives_reopen() {
     let elsewhere = LockName::new("other-prefix", "a").unwrap();
     assert_eq!(
         fence_of(
-            b.acquire(&elsewhere, Token::random(), LEASE, AcquireMode::Try)
-                .await
-                .unwrap()
+            b.acquire(&AcquireRequest::new(
+                elsewhere.clone(),
+                Token::random(),
+                LEASE
+            ))
+            .await
+            .unwrap()
         ),
         1
     );
@@ -114,7 +130,7 @@ async fn fence_increases_per_key_and_survives_reopen() {
     assert_eq!(
         fence_of(
             reopened
-                .acquire(&a, Token::random(), LEASE, AcquireMode::Try)
+                .acquire(&AcquireRequest::new(a.clone(), Token::random(), LEASE))
                 .await
                 .unwrap()
         ),
@@ -131,11 +147,17 @@ async fn expired_lease_is_taken_over() {
     let short = Duration::from_millis(1000);
 
     assert_eq!(
-        fence_of(b.acquire(&n, old, short, AcquireMode::Try).await.unwrap()),
+        fence_of(
+            b.acquire(&AcquireRequest::new(n.clone(), old, short))
+                .await
+                .unwrap()
+        ),
         1
     );
     assert!(matches!(
-        b.acquire(&n, new, LEASE, AcquireMode::Try).await.unwrap(),
+        b.acquire(&AcquireRequest::new(n.clone(), new, LEASE))
+            .await
+            .unwrap(),
         Attempt::Busy { .. }
     ));
     tokio::time::sleep(Duration::from_millis(1150)).await;
@@ -146,7 +168,11 @@ async fn expired_lease_is_taken_over() {
         "an expired lease is not held"
     );
     assert_eq!(
-        fence_of(b.acquire(&n, new, LEASE, AcquireMode::Try).await.unwrap()),
+        fence_of(
+            b.acquire(&AcquireRequest::new(n.clone(), new, LEASE))
+                .await
+                .unwrap()
+        ),
         2
     );
     // The stale holder can neither extend nor release the new holder's lock.
@@ -160,9 +186,13 @@ async fn expired_holder_cannot_extend_or_release() {
     let (_dir, b) = temp_backend();
     let n = name("lapsed");
     let t = Token::random();
-    b.acquire(&n, t, Duration::from_millis(200), AcquireMode::Try)
-        .await
-        .unwrap();
+    b.acquire(&AcquireRequest::new(
+        n.clone(),
+        t,
+        Duration::from_millis(200),
+    ))
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert!(!b.extend(&n, t, LEASE).await.unwrap());
     assert!(!b.release(&n, t).await.unwrap().was_held);
@@ -173,9 +203,13 @@ async fn extend_is_owner_checked() {
     let (_dir, b) = temp_backend();
     let n = name("renewed");
     let t = Token::random();
-    b.acquire(&n, t, Duration::from_millis(500), AcquireMode::Try)
-        .await
-        .unwrap();
+    b.acquire(&AcquireRequest::new(
+        n.clone(),
+        t,
+        Duration::from_millis(500),
+    ))
+    .await
+    .unwrap();
 
     assert!(
         !b.extend(&n, Token::random(), LEASE).await.unwrap(),
@@ -200,7 +234,7 @@ async fn extend_is_owner_checked() {
     // Still held after the original 500 ms lease would have ended.
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(matches!(
-        b.acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+        b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE))
             .await
             .unwrap(),
         Attempt::Busy { .. }
@@ -212,12 +246,20 @@ async fn extend_many_reports_each_entry() {
     let (_dir, b) = temp_backend();
     let (x, y) = (name("x"), name("y"));
     let (tx, ty) = (Token::random(), Token::random());
-    b.acquire(&x, tx, Duration::from_millis(500), AcquireMode::Try)
-        .await
-        .unwrap();
-    b.acquire(&y, ty, Duration::from_millis(500), AcquireMode::Try)
-        .await
-        .unwrap();
+    b.acquire(&AcquireRequest::new(
+        x.clone(),
+        tx,
+        Duration::from_millis(500),
+    ))
+    .await
+    .unwrap();
+    b.acquire(&AcquireRequest::new(
+        y.clone(),
+        ty,
+        Duration::from_millis(500),
+    ))
+    .await
+    .unwrap();
     let batch = vec![
         Renewal {
             name: x.clone(),
@@ -259,11 +301,17 @@ async fn two_backends_on_one_file_exclude_each_other() {
     let (ta, tb) = (Token::random(), Token::random());
 
     assert_eq!(
-        fence_of(a.acquire(&n, ta, LEASE, AcquireMode::Try).await.unwrap()),
+        fence_of(
+            a.acquire(&AcquireRequest::new(n.clone(), ta, LEASE))
+                .await
+                .unwrap()
+        ),
         1
     );
     assert!(matches!(
-        b.acquire(&n, tb, LEASE, AcquireMode::Try).await.unwrap(),
+        b.acquire(&AcquireRequest::new(n.clone(), tb, LEASE))
+            .await
+            .unwrap(),
         Attempt::Busy { .. }
     ));
     assert!(
@@ -275,11 +323,17 @@ async fn two_backends_on_one_file_exclude_each_other() {
     assert_eq!(b.inspect(&n).await.unwrap().and_then(|i| i.fence), Some(1));
     assert!(a.release(&n, ta).await.unwrap().was_held);
     assert_eq!(
-        fence_of(b.acquire(&n, tb, LEASE, AcquireMode::Try).await.unwrap()),
+        fence_of(
+            b.acquire(&AcquireRequest::new(n.clone(), tb, LEASE))
+                .await
+                .unwrap()
+        ),
         2
     );
     assert!(matches!(
-        a.acquire(&n, ta, LEASE, AcquireMode::Try).await.unwrap(),
+        a.acquire(&AcquireRequest::new(n.clone(), ta, LEASE))
+            .await
+            .unwrap(),
         Attempt::Busy { .. }
     ));
 }
@@ -299,7 +353,7 @@ async fn racing_connections_admit_exactly_one() {
             .map(|b| {
                 let n = n.clone();
                 tokio::spawn(async move {
-                    b.acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+                    b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE))
                         .await
                 })
             })
@@ -320,7 +374,9 @@ async fn release_wakes_subscribers_of_this_process() {
     let (_dir, b) = temp_backend();
     let n = name("notify");
     let t = Token::random();
-    b.acquire(&n, t, LEASE, AcquireMode::Try).await.unwrap();
+    b.acquire(&AcquireRequest::new(n.clone(), t, LEASE))
+        .await
+        .unwrap();
     let mut sub = b.subscribe(&n, Token::random()).await.unwrap();
     let mut other = b
         .subscribe(&name("unrelated"), Token::random())
@@ -345,7 +401,9 @@ async fn force_release_frees_and_keeps_fence() {
     let (_dir, b) = temp_backend();
     let n = name("forced");
     let t = Token::random();
-    b.acquire(&n, t, LEASE, AcquireMode::Try).await.unwrap();
+    b.acquire(&AcquireRequest::new(n.clone(), t, LEASE))
+        .await
+        .unwrap();
     assert!(b.force_release(&n).await.unwrap());
     assert!(!b.force_release(&n).await.unwrap());
     assert!(
@@ -354,7 +412,7 @@ async fn force_release_frees_and_keeps_fence() {
     );
     assert_eq!(
         fence_of(
-            b.acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+            b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE))
                 .await
                 .unwrap()
         ),
@@ -369,7 +427,7 @@ async fn dropped_acquire_gives_the_lock_back() {
     // Polled once (which starts the blocking task), then dropped.
     let cancelled = tokio::time::timeout(
         Duration::ZERO,
-        b.acquire(&n, Token::random(), LEASE, AcquireMode::Try),
+        b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE)),
     )
     .await;
     assert!(
@@ -380,7 +438,7 @@ async fn dropped_acquire_gives_the_lock_back() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         match b
-            .acquire(&n, Token::random(), LEASE, AcquireMode::Try)
+            .acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE))
             .await
             .unwrap()
         {
@@ -410,7 +468,7 @@ async fn url_with_table_opens_that_table() {
     let b = SqliteBackend::from_url(&url).unwrap();
     assert_eq!(b.table(), "my_locks");
     assert_eq!(b.path(), path.as_path());
-    b.acquire(&name("k"), Token::random(), LEASE, AcquireMode::Try)
+    b.acquire(&AcquireRequest::new(name("k"), Token::random(), LEASE))
         .await
         .unwrap();
 

@@ -1,0 +1,102 @@
+//! What a backend is and what it can promise: [`Capabilities`] and its [`Fencing`] guarantee.
+
+#[cfg(doc)]
+use super::{AcquireMode, Backend};
+
+/// How far a backend's fencing tokens can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// Fences strictly increase per key for as long as the backend keeps its data.
+    Monotonic,
+    /// Fences strictly increase per key even across a restart of the backend that lost its data
+    /// (for instance because they are derived from the server's clock).
+    MonotonicAcrossDataLoss,
+    /// The backend cannot issue trustworthy fences; [`LockGuard::fence`](crate::LockGuard::fence)
+    /// is still returned but must not be used to fence writes.
+    None,
+}
+
+/// What a backend is and what it can promise. The registry and the conformance suite consult
+/// it, so each field must be accurate: a backend never claims more than it does.
+///
+/// Built from [`Capabilities::new`] (a plain compare-and-set store across processes, without
+/// notifications or queue) and const setters, so that a backend states only what differs:
+///
+/// ```
+/// use distlock::{Capabilities, Fencing};
+/// const CAPS: Capabilities = Capabilities::new("redis")
+///     .fencing(Fencing::MonotonicAcrossDataLoss)
+///     .notifies_release(true)
+///     .fifo(true);
+/// assert!(CAPS.fifo && CAPS.cross_process);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// A short name for errors, logs and metric labels: `memory`, `redis`, `sqlite`, ...
+    /// ([`Backend::kind`] returns it).
+    pub kind: &'static str,
+    /// Fencing guarantee. The conformance suite selects its fencing scenarios on it: a backend
+    /// with [`Fencing::None`] skips them (and its guards' fences must not fence writes).
+    pub fencing: Fencing,
+    /// Waiters are woken by a release notification through [`Backend::subscribe`]. The registry
+    /// subscribes only when this is true; otherwise its waiters poll.
+    pub notifies_release: bool,
+    /// The backend keeps a fair wait queue: waiters that attempt with [`AcquireMode::Queue`]
+    /// are served in arrival order among themselves. The registry attempts with
+    /// [`AcquireMode::Queue`] (and gives its place back with [`Backend::leave_queue`]) only
+    /// when this is true. The queue does not bind [`AcquireMode::Try`] attempts, foreign
+    /// clients of the same layout, or the local handoffs of one registry.
+    pub fifo: bool,
+    /// Locks exclude other processes (false only for `memory`).
+    pub cross_process: bool,
+}
+
+impl Capabilities {
+    /// The backend named `kind` as a plain compare-and-set store: [`Fencing::Monotonic`],
+    /// across processes, no release notifications, no wait queue.
+    pub const fn new(kind: &'static str) -> Self {
+        Capabilities {
+            kind,
+            fencing: Fencing::Monotonic,
+            notifies_release: false,
+            fifo: false,
+            cross_process: true,
+        }
+    }
+
+    /// Sets the `fencing` field.
+    #[must_use]
+    pub const fn fencing(mut self, fencing: Fencing) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Sets the `notifies_release` field.
+    #[must_use]
+    pub const fn notifies_release(mut self, notifies: bool) -> Self {
+        self.notifies_release = notifies;
+        self
+    }
+
+    /// Sets the `fifo` field.
+    #[must_use]
+    pub const fn fifo(mut self, fifo: bool) -> Self {
+        self.fifo = fifo;
+        self
+    }
+
+    /// Sets the `cross_process` field.
+    #[must_use]
+    pub const fn cross_process(mut self, cross_process: bool) -> Self {
+        self.cross_process = cross_process;
+        self
+    }
+
+    /// Whether the backend's fences may be used to fence writes (anything but
+    /// [`Fencing::None`]).
+    pub fn fences(&self) -> bool {
+        !matches!(self.fencing, Fencing::None)
+    }
+}
