@@ -167,8 +167,10 @@ pub(crate) struct Renewer {
     /// started it and dies with that runtime; the next registration then starts it anew on its
     /// own runtime.
     task: Mutex<Weak<()>>,
-    /// When the task will look next (ms since `epoch`); a new hold due earlier wakes it.
-    next_pass_ms: AtomicU64,
+    /// When the task will look next (µs since `epoch`, rounded up); a new hold due earlier
+    /// lowers it, and wakes the task unless a pass is running (the task reads it after the pass).
+    next_pass_us: AtomicU64,
+    passing: AtomicBool,
     epoch: Instant,
 }
 
@@ -186,7 +188,8 @@ impl Renewer {
             holds: Mutex::new(HashMap::new()),
             wake: Arc::new(Notify::new()),
             task: Mutex::new(Weak::new()),
-            next_pass_ms: AtomicU64::new(u64::MAX),
+            next_pass_us: AtomicU64::new(u64::MAX),
+            passing: AtomicBool::new(false),
             epoch: Instant::now(),
         }
     }
@@ -196,20 +199,37 @@ impl Renewer {
     /// renewal task is not running (first hold, or its runtime was shut down since), it is
     /// started on the caller's.
     pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
-        let t = hold.times();
-        let due = if self.renew {
-            t.next_renewal
-        } else {
-            t.valid_until
-        };
+        let due = self.due(&hold);
         self.holds
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(hold.id, hold);
         let started = self.ensure_task();
+        self.schedule(due, started);
+    }
+
+    /// Takes a hold's new times into account (an extension with another lease may make it due
+    /// before the task's next look).
+    pub(crate) fn rescheduled(&self, hold: &Hold) {
+        self.schedule(self.due(hold), false);
+    }
+
+    fn due(&self, hold: &Hold) -> Instant {
+        let t = hold.times();
+        if self.renew {
+            t.next_renewal
+        } else {
+            t.valid_until
+        }
+    }
+
+    fn schedule(&self, due: Instant, started: bool) {
         // Waking the task costs a task switch per acquisition; only do it when the new hold is
-        // due before the task's next look.
-        if !started && self.ms_since_epoch(due) < self.next_pass_ms.load(Ordering::Acquire) {
+        // due before the task's next look, and no pass is running: that one takes the lowered
+        // time into account when it ends (see `run`).
+        let due = self.us_since_epoch(due);
+        let planned = self.next_pass_us.fetch_min(due, Ordering::SeqCst);
+        if !started && due < planned && !self.passing.load(Ordering::SeqCst) {
             self.wake.notify_one();
         }
     }
@@ -226,15 +246,23 @@ impl Renewer {
         };
         let alive = Arc::new(());
         *task = Arc::downgrade(&alive);
-        // A task of a runtime that shut down left its last look behind: forget it.
-        self.next_pass_ms.store(u64::MAX, Ordering::Release);
+        // A task of a runtime that shut down left its last look behind (and may have died
+        // mid-pass): forget it.
+        self.next_pass_us.store(u64::MAX, Ordering::SeqCst);
+        self.passing.store(false, Ordering::SeqCst);
         let (weak, wake) = (Arc::downgrade(self), self.wake.clone());
         rt.spawn(run(weak, wake, alive).instrument(tracing::debug_span!("distlock.renewal")));
         true
     }
 
-    fn ms_since_epoch(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    /// Rounded up, so that the task never wakes before what is due.
+    fn us_since_epoch(&self, at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(ns.div_ceil(1000)).unwrap_or(u64::MAX)
+    }
+
+    fn instant_of_us(&self, us: u64) -> Instant {
+        self.epoch + Duration::from_micros(us)
     }
 
     pub(crate) fn deregister(&self, hold: &Hold) {
@@ -318,7 +346,13 @@ impl Renewer {
         crate::metrics::renewals(kind, "ok", ok);
         crate::metrics::renewals(kind, "denied", denied);
         crate::metrics::renewals(kind, "error", failed);
-        Instant::now()
+        // Sleep until the next hold is due, with those just renewed (or to be retried) counted:
+        // looking again at once would renew a few holds per pass while scanning all of them.
+        for hold in due.iter().filter(|h| h.is_held()) {
+            let t = hold.times();
+            next = next.min(t.next_renewal).min(t.valid_until);
+        }
+        next
     }
 }
 
@@ -333,13 +367,15 @@ async fn run(weak: Weak<Renewer>, wake: Arc<Notify>, _alive: Arc<()>) {
         let Some(renewer) = weak.upgrade() else {
             return;
         };
-        // While a pass runs, every registration wakes the task again (the pass may have
-        // looked at the table before the new hold was in it).
-        renewer.next_pass_ms.store(u64::MAX, Ordering::Release);
-        let next = renewer.pass().await;
-        renewer
-            .next_pass_ms
-            .store(renewer.ms_since_epoch(next), Ordering::Release);
+        // While a pass runs, registrations only lower `next_pass_us` (the pass may have looked
+        // at the table before their hold was in it); the earlier of that and what the pass
+        // found is when to look next.
+        renewer.next_pass_us.store(u64::MAX, Ordering::SeqCst);
+        renewer.passing.store(true, Ordering::SeqCst);
+        let found = renewer.us_since_epoch(renewer.pass().await);
+        renewer.passing.store(false, Ordering::SeqCst);
+        let registered = renewer.next_pass_us.fetch_min(found, Ordering::SeqCst);
+        let next = renewer.instant_of_us(found.min(registered));
         drop(renewer);
         tokio::select! {
             _ = wake.notified() => {}
