@@ -1,7 +1,8 @@
 //! One renewal task per registry: keeps every remote hold's lease alive at about a third of the
 //! lease, in batches, and marks holds lost when the backend denies them or their lease runs out.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -161,7 +162,7 @@ impl Hold {
 pub(crate) struct Renewer {
     backend: Arc<dyn Backend>,
     renew: bool,
-    holds: Mutex<HashMap<u64, Arc<Hold>>>,
+    schedule: Mutex<Schedule>,
     wake: Arc<Notify>,
     /// Alive while the renewal task exists. The task lives on the runtime of the hold that
     /// started it and dies with that runtime; the next registration then starts it anew on its
@@ -185,7 +186,7 @@ impl Renewer {
         Renewer {
             backend,
             renew,
-            holds: Mutex::new(HashMap::new()),
+            schedule: Mutex::new(Schedule::default()),
             wake: Arc::new(Notify::new()),
             task: Mutex::new(Weak::new()),
             next_pass_us: AtomicU64::new(u64::MAX),
@@ -199,19 +200,31 @@ impl Renewer {
     /// renewal task is not running (first hold, or its runtime was shut down since), it is
     /// started on the caller's.
     pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
-        let due = self.due(&hold);
-        self.holds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(hold.id, hold);
+        let due = self.us_since_epoch(self.due(&hold));
+        let id = hold.id;
+        let mut schedule = self.schedule();
+        schedule.holds.insert(id, Watched { hold, queued: due });
+        schedule.queue.push(Reverse((due, id)));
+        drop(schedule);
         let started = self.ensure_task();
-        self.schedule(due, started);
+        self.wake_for(due, started);
     }
 
     /// Takes a hold's new times into account (an extension with another lease may make it due
     /// before the task's next look).
     pub(crate) fn rescheduled(&self, hold: &Hold) {
-        self.schedule(self.due(hold), false);
+        let due = self.us_since_epoch(self.due(hold));
+        let mut schedule = self.schedule();
+        // A later time needs nothing: the hold's entry comes up early and is put back.
+        if !schedule.requeue_if_earlier(hold.id, due) {
+            return;
+        }
+        drop(schedule);
+        self.wake_for(due, false);
+    }
+
+    fn schedule(&self) -> std::sync::MutexGuard<'_, Schedule> {
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn due(&self, hold: &Hold) -> Instant {
@@ -223,11 +236,11 @@ impl Renewer {
         }
     }
 
-    fn schedule(&self, due: Instant, started: bool) {
+    /// Wakes the task for a hold due at `due` (µs since `epoch`) if it would look later.
+    fn wake_for(&self, due: u64, started: bool) {
         // Waking the task costs a task switch per acquisition; only do it when the new hold is
         // due before the task's next look, and no pass is running: that one takes the lowered
         // time into account when it ends (see `run`).
-        let due = self.us_since_epoch(due);
         let planned = self.next_pass_us.fetch_min(due, Ordering::SeqCst);
         if !started && due < planned && !self.passing.load(Ordering::SeqCst) {
             self.wake.notify_one();
@@ -267,37 +280,46 @@ impl Renewer {
 
     pub(crate) fn deregister(&self, hold: &Hold) {
         hold.mark_released();
-        self.holds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&hold.id);
+        let mut schedule = self.schedule();
+        schedule.holds.remove(&hold.id);
+        schedule.compact();
     }
 
-    /// One pass: renews what is due, marks what expired; returns when to look again.
+    /// One pass: renews what is due, marks what expired; returns when to look again. It
+    /// touches only the holds that come up in the schedule, not every hold.
     async fn pass(&self) -> Instant {
         let now = Instant::now();
-        let mut next = now + Duration::from_secs(60);
+        // Renew a little early (a tenth of the lease, at most a second) so that holds due close
+        // together share one batch.
+        let horizon = self.us_since_epoch(if self.renew {
+            now + Duration::from_secs(1)
+        } else {
+            now
+        });
         let mut due = Vec::new();
         {
-            let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
-            holds.retain(|_, h| {
-                if !h.is_held() {
-                    return false;
+            let mut schedule = self.schedule();
+            let mut later = Vec::new();
+            while let Some(hold) = schedule.pop_until(horizon) {
+                if !hold.is_held() {
+                    schedule.holds.remove(&hold.id);
+                    continue;
                 }
-                let t = h.times();
-                // Renew a little early so that holds due close together share one batch.
+                let t = hold.times();
                 let slack = (t.lease / 10).min(Duration::from_secs(1));
                 if self.renew && now + slack >= t.next_renewal {
-                    due.push(h.clone());
-                } else if self.renew {
-                    next = next.min(t.next_renewal);
+                    // Off the queue until its batch has answered.
+                    due.push(hold);
+                } else {
+                    later.push((self.us_since_epoch(self.due(&hold)), hold.id));
                 }
-                next = next.min(t.valid_until);
-                true
-            });
+            }
+            for (at, id) in later {
+                schedule.requeue(id, at);
+            }
         }
         if due.is_empty() {
-            return next;
+            return self.next_look(now);
         }
         let batch: Vec<Renewal> = due
             .iter()
@@ -346,13 +368,90 @@ impl Renewer {
         crate::metrics::renewals(kind, "ok", ok);
         crate::metrics::renewals(kind, "denied", denied);
         crate::metrics::renewals(kind, "error", failed);
-        // Sleep until the next hold is due, with those just renewed (or to be retried) counted:
-        // looking again at once would renew a few holds per pass while scanning all of them.
-        for hold in due.iter().filter(|h| h.is_held()) {
-            let t = hold.times();
-            next = next.min(t.next_renewal).min(t.valid_until);
+        {
+            let mut schedule = self.schedule();
+            for hold in &due {
+                if hold.is_held() {
+                    schedule.requeue(hold.id, self.us_since_epoch(self.due(hold)));
+                } else {
+                    schedule.holds.remove(&hold.id);
+                }
+            }
         }
-        next
+        self.next_look(now)
+    }
+
+    /// When the first hold in the schedule is due (at most a minute from `now`).
+    fn next_look(&self, now: Instant) -> Instant {
+        let latest = now + Duration::from_secs(60);
+        match self.schedule().queue.peek() {
+            Some(Reverse((at, _))) => self.instant_of_us(*at).min(latest),
+            None => latest,
+        }
+    }
+}
+
+/// The holds a renewal task watches, in the order they come due.
+#[derive(Debug, Default)]
+struct Schedule {
+    holds: HashMap<u64, Watched>,
+    /// (due in µs since the renewer's epoch, hold id), earliest first. An entry is live while
+    /// it matches its hold's `queued`; others are left behind by releases and rescheduling and
+    /// are skipped when they come up (or dropped by `compact`).
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+}
+
+#[derive(Debug)]
+struct Watched {
+    hold: Arc<Hold>,
+    /// The due time of its live queue entry; `u64::MAX` while its renewal is in flight.
+    queued: u64,
+}
+
+impl Schedule {
+    /// The next hold due by `horizon`, taken off the queue (it must be requeued to be watched
+    /// again).
+    fn pop_until(&mut self, horizon: u64) -> Option<Arc<Hold>> {
+        while let Some(&Reverse((at, id))) = self.queue.peek() {
+            if at > horizon {
+                return None;
+            }
+            self.queue.pop();
+            if let Some(w) = self.holds.get_mut(&id).filter(|w| w.queued == at) {
+                w.queued = u64::MAX;
+                return Some(w.hold.clone());
+            }
+        }
+        None
+    }
+
+    /// Puts a watched hold back on the queue, due at `at`; its earlier entry goes stale.
+    fn requeue(&mut self, id: u64, at: u64) {
+        if let Some(w) = self.holds.get_mut(&id) {
+            w.queued = at;
+            self.queue.push(Reverse((at, id)));
+        }
+    }
+
+    /// Requeues a hold whose live entry (if any) is later than `at`. Returns whether it did.
+    fn requeue_if_earlier(&mut self, id: u64, at: u64) -> bool {
+        match self.holds.get(&id) {
+            Some(w) if at < w.queued && w.queued != u64::MAX => {
+                self.requeue(id, at);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops stale entries once they outnumber the live ones (many short holds would otherwise
+    /// leave one entry each until their renewal time).
+    fn compact(&mut self) {
+        if self.queue.len() > 2 * self.holds.len() + 1024 {
+            let holds = &self.holds;
+            self.queue
+                .retain(|Reverse((at, id))| holds.get(id).is_some_and(|w| w.queued == *at));
+        }
     }
 }
 
@@ -381,5 +480,87 @@ async fn run(weak: Weak<Renewer>, wake: Arc<Notify>, _alive: Arc<()>) {
             _ = wake.notified() => {}
             _ = tokio::time::sleep_until(next) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(lease: Duration) -> Arc<Hold> {
+        let name = LockName::new("lock", "k").unwrap();
+        Arc::new(Hold::new(
+            "memory",
+            name,
+            Token::random(),
+            1,
+            lease,
+            Instant::now(),
+        ))
+    }
+
+    fn watched(schedule: &mut Schedule, hold: &Arc<Hold>, at: u64) {
+        schedule.holds.insert(
+            hold.id,
+            Watched {
+                hold: hold.clone(),
+                queued: at,
+            },
+        );
+        schedule.queue.push(Reverse((at, hold.id)));
+    }
+
+    #[test]
+    fn the_schedule_yields_due_holds_in_order_and_skips_stale_entries() {
+        let mut s = Schedule::default();
+        let (a, b, c) = (
+            hold(Duration::from_secs(30)),
+            hold(Duration::from_secs(30)),
+            hold(Duration::from_secs(30)),
+        );
+        watched(&mut s, &a, 30);
+        watched(&mut s, &b, 10);
+        watched(&mut s, &c, 20);
+        // b moves later (its old entry goes stale), c is released.
+        s.requeue(b.id, 40);
+        s.holds.remove(&c.id);
+        assert_eq!(s.pop_until(35).map(|h| h.id), Some(a.id));
+        assert!(s.pop_until(35).is_none(), "b is not due before 40");
+        assert!(
+            !s.requeue_if_earlier(a.id, 5),
+            "a is in flight: its batch requeues it"
+        );
+        assert_eq!(s.pop_until(40).map(|h| h.id), Some(b.id));
+        assert!(s.pop_until(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn stale_entries_are_compacted_once_they_outnumber_live_ones() {
+        let mut s = Schedule::default();
+        let live = hold(Duration::from_secs(30));
+        watched(&mut s, &live, 1);
+        for i in 0..5000 {
+            let h = hold(Duration::from_secs(30));
+            watched(&mut s, &h, i);
+            s.holds.remove(&h.id);
+            s.compact();
+        }
+        assert!(s.queue.len() <= 2 * s.holds.len() + 1024 + 1);
+        assert_eq!(s.pop_until(u64::MAX).map(|h| h.id), Some(live.id));
+    }
+
+    /// An extension to a lease much shorter than the one the hold was renewed for must make
+    /// the renewal task look earlier than it planned, or the lock is lost.
+    #[cfg(feature = "memory")]
+    #[tokio::test]
+    async fn a_shorter_lease_set_by_extend_is_renewed_in_time() {
+        let registry = crate::LockRegistry::new(crate::backends::memory::MemoryBackend::new());
+        let guard = registry.obtain("k").unwrap().lock().await.unwrap();
+        let lease = Duration::from_secs(1);
+        guard.extend(lease).await.unwrap();
+        // Three leases: it stays held only if it is renewed at the new lease.
+        tokio::time::sleep(lease * 3).await;
+        assert!(guard.is_held(), "lost: the renewal kept the 30 s schedule");
+        guard.release().await.unwrap();
     }
 }
