@@ -26,6 +26,9 @@ args_for() {
   case $1 in
     memory) echo "--backend memory:// --idle 1000000 --held 100000" ;;
     zookeeper | etcd) echo "--spawn $1 --idle 0 --held 10000" ;;
+    # One file takes one writer at a time: more tasks only queue, up to replies later than the
+    # lease (which then count as not acquired).
+    sqlite) echo "--spawn sqlite --idle 0 --held 100000 --concurrency 16" ;;
     *) echo "--spawn $1 --idle 0 --held 100000" ;;
   esac
 }

@@ -133,6 +133,23 @@ struct Spawned {
     _keep: Vec<Box<dyn std::any::Any>>,
 }
 
+/// A fresh database on a throwaway database server.
+#[cfg(feature = "sql")]
+fn database<S: 'static, D: 'static>(
+    server: std::io::Result<S>,
+    fresh: impl FnOnce(&Arc<S>) -> std::io::Result<D>,
+    url: impl FnOnce(&D) -> String,
+) -> std::io::Result<Spawned> {
+    let server = Arc::new(server?);
+    let db = fresh(&server)?;
+    Ok(Spawned {
+        url: url(&db),
+        pid: None,
+        // The database goes first, while its server still runs.
+        _keep: vec![Box::new(db), Box::new(server)],
+    })
+}
+
 /// A directory removed with its content when dropped (the SQLite file of `--spawn sqlite`).
 struct ScratchDir(std::path::PathBuf);
 
@@ -166,27 +183,19 @@ fn spawn(kind: &str) -> Result<Spawned, String> {
             Ok(keep(server.url(), server.pid(), vec![Box::new(server)]))
         }
         #[cfg(feature = "sql")]
-        "postgres" => {
-            let server =
-                Arc::new(distlock::testkit::postgres::PostgresServer::start().map_err(failed)?);
-            let db = server.fresh_database().map_err(failed)?;
-            Ok(keep(
-                db.url().to_owned(),
-                None,
-                vec![Box::new(db), Box::new(server)],
-            ))
-        }
+        "postgres" => database(
+            distlock::testkit::postgres::PostgresServer::start(),
+            |s| s.fresh_database(),
+            |d| d.url().to_owned(),
+        )
+        .map_err(failed),
         #[cfg(feature = "sql")]
-        "mysql" => {
-            let server =
-                Arc::new(distlock::testkit::mysql::MariaDbServer::start().map_err(failed)?);
-            let db = server.fresh_database().map_err(failed)?;
-            Ok(keep(
-                db.url().to_owned(),
-                None,
-                vec![Box::new(db), Box::new(server)],
-            ))
-        }
+        "mysql" => database(
+            distlock::testkit::mysql::MariaDbServer::start(),
+            |s| s.fresh_database(),
+            |d| d.url().to_owned(),
+        )
+        .map_err(failed),
         #[cfg(feature = "zookeeper")]
         "zookeeper" => {
             let server = distlock::testkit::zookeeper::ZooKeeperServer::start().map_err(failed)?;
