@@ -55,18 +55,5 @@ for b in ${backends//,/ }; do
   fi
 done
 
-python3 - "$jsonl" "$out/$stamp.md" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-cols = [("backend", "backend"), ("idle_handles", "idle handles"), ("idle_bytes_per_handle", "B/idle handle"),
-        ("held_locks", "held"), ("acquire_per_s", "acquire/s"), ("held_bytes_per_lock", "B/held lock"),
-        ("hold_s", "hold s"), ("client_renewal_cpu_pct", "client CPU %"),
-        ("server_renewal_cpu_pct", "server CPU %"), ("lost_during_hold", "lost"), ("release_per_s", "release/s")]
-lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
-for r in rows:
-    lines.append("| " + " | ".join("—" if r.get(k) is None else str(r.get(k, r.get("error", ""))) for k, _ in cols) + " |")
-text = "\n".join(lines) + "\n"
-open(sys.argv[2], "w").write(text)
-print(text)
-PY
+python3 "$root/bench/scale/table.py" "$jsonl" "${jsonl%.jsonl}.md"
 echo "results: $jsonl and ${jsonl%.jsonl}.md" >&2
