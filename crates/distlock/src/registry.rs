@@ -599,3 +599,61 @@ impl Lock {
         self.registry.backend.inspect(&self.slot.name).await
     }
 }
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use crate::backends::memory::MemoryBackend;
+
+    fn registry(bound: usize) -> LockRegistry {
+        let opts = RegistryOptions::default().with_max_cached_locks(bound);
+        LockRegistry::with_options(MemoryBackend::new(), opts).unwrap()
+    }
+
+    #[test]
+    fn referenced_handles_stay_cached_and_idle_ones_are_evicted_afterwards() {
+        let reg = registry(10);
+        let kept: Vec<Lock> = (0..100)
+            .map(|i| reg.obtain(&format!("kept{i}")).unwrap())
+            .collect();
+        assert_eq!(
+            reg.cached_locks(),
+            100,
+            "referenced handles are never evicted"
+        );
+        let evict_at = reg.inner.slots.lock().unwrap().evict_at;
+        assert!(
+            evict_at > 100,
+            "a pass that freed nothing is not repeated at the next obtain ({evict_at})"
+        );
+        drop(kept);
+        for i in 0..evict_at {
+            drop(reg.obtain(&format!("new{i}")).unwrap());
+        }
+        assert!(
+            reg.cached_locks() <= 10,
+            "once idle they are evicted: {} cached",
+            reg.cached_locks()
+        );
+    }
+
+    #[test]
+    fn a_handle_only_obtained_has_no_local_lock_until_it_is_locked() {
+        let reg = registry(10);
+        let lock = reg.obtain("k").unwrap();
+        assert!(lock.slot.local.get().is_none());
+        assert_eq!(reg.obtain("k").unwrap().key(), "k", "found by its key");
+        assert_eq!(reg.cached_locks(), 1);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let guard = lock.lock().await.unwrap();
+            assert!(lock.slot.local.get().is_some());
+            guard.release().await.unwrap();
+        });
+        drop(lock);
+        assert_eq!(reg.expire_unused_older_than(Duration::ZERO), 1);
+    }
+}
