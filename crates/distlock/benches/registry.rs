@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use distlock::backends::memory::MemoryBackend;
-use distlock::{Lock, LockRegistry};
+use distlock::{
+    AcquireRequest, Backend, Lock, LockName, LockRegistry, RegistryOptions, Renewal, Token,
+};
 use tokio::runtime::Runtime;
 
 const MANY_KEYS: usize = 1000;
@@ -98,6 +100,73 @@ fn obtain_cached(c: &mut Criterion) {
     });
 }
 
+/// `obtain()` of a key the registry has not seen: a new handle and its cache entry. The cache
+/// is sized so that no eviction pass runs while measuring.
+fn obtain_new(c: &mut Criterion) {
+    let registry = LockRegistry::with_options(
+        MemoryBackend::new(),
+        RegistryOptions::default().with_max_cached_locks(usize::MAX),
+    )
+    .unwrap();
+    let mut next = 0u64;
+    let mut kept = Vec::new();
+    c.bench_function("obtain_new", |b| {
+        b.iter(|| {
+            next += 1;
+            kept.push(registry.obtain(&format!("voucher:{next}")).unwrap());
+        })
+    });
+}
+
+/// Dropping a guard: renewal stops at once, the remote release runs as a background task
+/// (measured up to the spawn; the runtime runs the release before the next lock).
+fn guard_drop(c: &mut Criterion) {
+    let rt = runtime();
+    let lock = registry().obtain("voucher:42").unwrap();
+    c.bench_function("guard_drop", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let lock = lock.clone();
+            async move {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    let guard = lock.lock().await.unwrap();
+                    let started = Instant::now();
+                    drop(guard);
+                    spent += started.elapsed();
+                }
+                spent
+            }
+        })
+    });
+}
+
+/// One renewal batch of 1000 held keys as the renewal task sends it, through
+/// `Backend::extend_many` (the registry's pass around it is internal).
+fn renewal_batch(c: &mut Criterion) {
+    let rt = runtime();
+    let backend = MemoryBackend::new();
+    let lease = Duration::from_secs(30);
+    let batch: Vec<Renewal> = (0..MANY_KEYS)
+        .map(|i| {
+            let name = LockName::new("lock", &format!("voucher:{i}")).unwrap();
+            let token = Token::random();
+            let attempt =
+                rt.block_on(backend.acquire(&AcquireRequest::new(name.clone(), token, lease)));
+            assert!(matches!(attempt, Ok(distlock::Attempt::Acquired { .. })));
+            Renewal { name, token, lease }
+        })
+        .collect();
+    let mut group = c.benchmark_group("renewal_batch");
+    group.throughput(Throughput::Elements(MANY_KEYS as u64));
+    group.bench_function("extend_many_1000", |b| {
+        b.to_async(&rt).iter(|| async {
+            let results = backend.extend_many(&batch).await;
+            assert!(results.iter().all(|r| matches!(r, Ok(true))));
+        })
+    });
+    group.finish();
+}
+
 /// 1000 distinct keys acquired (all held at once), then all released.
 fn many_keys(c: &mut Criterion) {
     let rt = runtime();
@@ -134,6 +203,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = uncontended_lock_release, try_lock_held, local_handoff, obtain_cached, many_keys
+    targets = uncontended_lock_release, try_lock_held, local_handoff, obtain_cached, obtain_new,
+        guard_drop, renewal_batch, many_keys
 }
 criterion_main!(benches);

@@ -72,7 +72,7 @@ impl Lock {
     }
 
     async fn lock_local(&self, wait: Wait, started: Instant) -> Result<OwnedMutexGuard<SlotState>> {
-        let state = self.slot.state.clone();
+        let state = self.slot.local().state.clone();
         if let Ok(g) = state.clone().try_lock_owned() {
             return Ok(g);
         }
@@ -370,14 +370,14 @@ struct WaiterEntry<'a> {
 
 impl<'a> WaiterEntry<'a> {
     fn new(slot: &'a Arc<Slot>, registry: &'a Inner) -> Self {
-        slot.waiters.fetch_add(1, Ordering::SeqCst);
+        slot.waiters().fetch_add(1, Ordering::SeqCst);
         WaiterEntry { slot, registry }
     }
 }
 
 impl Drop for WaiterEntry<'_> {
     fn drop(&mut self) {
-        if self.slot.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if self.slot.waiters().fetch_sub(1, Ordering::SeqCst) == 1 {
             self.slot.release_orphaned_hold(self.registry);
         }
     }
@@ -508,7 +508,7 @@ impl Inner {
         mut local: OwnedMutexGuard<SlotState>,
         hold: &Arc<Hold>,
     ) -> Option<OwnedMutexGuard<SlotState>> {
-        let pass_on = slot.waiters.load(Ordering::SeqCst) > 0
+        let pass_on = slot.waiters().load(Ordering::SeqCst) > 0
             && hold.local_seq.load(Ordering::Acquire) < self.opts.max_local_handoffs()
             && worth_handing_off(hold);
         if pass_on {

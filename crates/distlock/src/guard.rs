@@ -158,6 +158,7 @@ impl LockGuard {
         let ok = reply?;
         if ok {
             self.hold.confirm(sent, lease);
+            self.registry.renewer.rescheduled(&self.hold);
             Ok(())
         } else {
             self.hold.mark_lost("extension found it gone");

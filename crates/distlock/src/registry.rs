@@ -1,10 +1,12 @@
 //! [`LockRegistry`] and [`Lock`]: options, handles cached by key and their per-key state. The
 //! path of an acquisition is in `acquire.rs`.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -202,7 +204,7 @@ pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) opts: RegistryOptions,
     prefix: Arc<str>,
-    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    slots: Mutex<Slots>,
     pub(crate) renewer: Arc<Renewer>,
     epoch: Instant,
 }
@@ -216,12 +218,50 @@ impl fmt::Debug for LockRegistry {
     }
 }
 
+/// The handle cache: slots found by their key. A registry may cache a million handles, so an
+/// entry is one pointer, and the key it is found by is the slot name's own allocation.
+struct Slots {
+    by_key: HashSet<CachedSlot>,
+    /// The size at which `obtain` next looks for idle handles to evict (see `evict_idle`).
+    evict_at: usize,
+}
+
+struct CachedSlot(Arc<Slot>);
+
+impl Borrow<str> for CachedSlot {
+    fn borrow(&self) -> &str {
+        self.0.name.key()
+    }
+}
+
+// Hashed and compared as the key alone, as `Borrow<str>` requires.
+impl Hash for CachedSlot {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name.key().hash(state)
+    }
+}
+
+impl PartialEq for CachedSlot {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name.key() == other.0.name.key()
+    }
+}
+
+impl Eq for CachedSlot {}
+
 /// Per-key state shared by all handles and guards of one key in one registry.
 pub(crate) struct Slot {
     pub(crate) name: LockName,
+    pub(crate) last_used_ms: AtomicU64,
+    /// Made by the first acquisition (or use of the blocking facade): most cached handles are
+    /// only obtained, and then cost no local lock.
+    local: OnceLock<Box<LocalLock>>,
+}
+
+/// The local lock of a key and what goes with it.
+pub(crate) struct LocalLock {
     pub(crate) state: Arc<tokio::sync::Mutex<SlotState>>,
     pub(crate) waiters: AtomicUsize,
-    pub(crate) last_used_ms: AtomicU64,
     /// The hold a thread took through the blocking facade, which is reentrant per thread.
     pub(crate) thread_hold: Mutex<Option<ThreadHold>>,
 }
@@ -260,12 +300,16 @@ impl LockRegistry {
     pub fn from_backend(backend: Arc<dyn Backend>, options: RegistryOptions) -> Result<Self> {
         options.validate()?;
         let renewer = Arc::new(Renewer::new(backend.clone(), options.renew));
+        let evict_at = options.max_cached_locks;
         Ok(LockRegistry {
             inner: Arc::new(Inner {
                 prefix: Arc::from(options.prefix.as_str()),
                 backend,
                 opts: options,
-                slots: Mutex::new(HashMap::new()),
+                slots: Mutex::new(Slots {
+                    by_key: HashSet::new(),
+                    evict_at,
+                }),
                 renewer,
                 epoch: Instant::now(),
             }),
@@ -286,24 +330,19 @@ impl LockRegistry {
     pub fn obtain(&self, key: &str) -> Result<Lock> {
         let inner = &self.inner;
         let mut slots = inner.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = match slots.get(key) {
-            Some(s) => s.clone(),
+        let slot = match slots.by_key.get(key) {
+            Some(s) => s.0.clone(),
             None => {
                 let name = LockName::new(inner.prefix.clone(), key)?;
-                if slots.len() >= inner.opts.max_cached_locks {
-                    evict_idle(
-                        &mut slots,
-                        inner.opts.max_cached_locks - inner.opts.max_cached_locks / 10,
-                    );
+                if slots.by_key.len() >= slots.evict_at {
+                    slots.evict_idle(inner.opts.max_cached_locks);
                 }
                 let slot = Arc::new(Slot {
                     name,
-                    state: Arc::new(tokio::sync::Mutex::new(SlotState::default())),
-                    waiters: AtomicUsize::new(0),
                     last_used_ms: AtomicU64::new(0),
-                    thread_hold: Mutex::new(None),
+                    local: OnceLock::new(),
                 });
-                slots.insert(Arc::from(key), slot.clone());
+                slots.by_key.insert(CachedSlot(slot.clone()));
                 slot
             }
         };
@@ -322,11 +361,13 @@ impl LockRegistry {
         let now = self.inner.now_ms();
         let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
         let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let before = slots.len();
-        slots.retain(|_, s| {
+        let before = slots.by_key.len();
+        slots.by_key.retain(|CachedSlot(s)| {
             !(s.is_idle() && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= age_ms)
         });
-        before - slots.len()
+        let removed = before - slots.by_key.len();
+        slots.plan_next_eviction(self.inner.opts.max_cached_locks);
+        removed
     }
 
     /// How many lock handles are cached.
@@ -335,6 +376,7 @@ impl LockRegistry {
             .slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .by_key
             .len()
     }
 
@@ -349,16 +391,32 @@ impl LockRegistry {
     }
 }
 
-fn evict_idle(slots: &mut HashMap<Arc<str>, Arc<Slot>>, target: usize) {
-    let mut idle: Vec<(u64, Arc<str>)> = slots
-        .iter()
-        .filter(|(_, s)| s.is_idle())
-        .map(|(k, s)| (s.last_used_ms.load(Ordering::Relaxed), k.clone()))
-        .collect();
-    idle.sort_unstable();
-    let excess = slots.len().saturating_sub(target);
-    for (_, k) in idle.into_iter().take(excess) {
-        slots.remove(&k);
+impl Slots {
+    /// Drops the oldest idle handles until a tenth of the bound is free again, as far as there
+    /// are idle ones.
+    fn evict_idle(&mut self, bound: usize) {
+        let target = bound - bound / 10;
+        let mut idle: Vec<(u64, Arc<Slot>)> = self
+            .by_key
+            .iter()
+            .filter(|CachedSlot(s)| s.is_idle())
+            .map(|CachedSlot(s)| (s.last_used_ms.load(Ordering::Relaxed), s.clone()))
+            .collect();
+        idle.sort_unstable_by_key(|(used, _)| *used);
+        let excess = self.by_key.len().saturating_sub(target);
+        for (_, s) in idle.into_iter().take(excess) {
+            self.by_key.remove(s.name.key());
+        }
+        self.plan_next_eviction(bound);
+    }
+
+    /// When every cached handle is referenced, a pass frees nothing; looking again at every
+    /// insertion would make `obtain` linear in the cache. The next pass waits until the cache
+    /// grew by a tenth of the bound or of itself, whichever is more; after a pass that freed
+    /// enough, that is the bound again.
+    fn plan_next_eviction(&mut self, bound: usize) {
+        let len = self.by_key.len();
+        self.evict_at = bound.max(len + (bound / 10).max(len / 10).max(1));
     }
 }
 
@@ -391,25 +449,43 @@ impl Inner {
 }
 
 impl Slot {
+    /// The local lock, made on first use.
+    pub(crate) fn local(&self) -> &LocalLock {
+        self.local.get_or_init(|| {
+            Box::new(LocalLock {
+                state: Arc::new(tokio::sync::Mutex::new(SlotState::default())),
+                waiters: AtomicUsize::new(0),
+                thread_hold: Mutex::new(None),
+            })
+        })
+    }
+
+    /// How many local tasks wait for the local lock.
+    pub(crate) fn waiters(&self) -> &AtomicUsize {
+        &self.local().waiters
+    }
+
     /// Only the cache refers to it and nobody holds or waits for it.
     fn is_idle(self: &Arc<Self>) -> bool {
         Arc::strong_count(self) == 1
-            && self.waiters.load(Ordering::SeqCst) == 0
-            && self
-                .state
-                .try_lock()
-                .map(|s| s.hold.is_none())
-                .unwrap_or(false)
+            && self.local.get().is_none_or(|l| {
+                l.waiters.load(Ordering::SeqCst) == 0
+                    && l.state
+                        .try_lock()
+                        .map(|s| s.hold.is_none())
+                        .unwrap_or(false)
+            })
     }
 
     /// Releases a remote hold left for a local waiter who then gave up. Called by whoever saw
     /// the last waiter leave; the double check (waiter count, then the local lock) means that
     /// of the leaving waiter and the handing-off guard at least one finds it.
     pub(crate) fn release_orphaned_hold(self: &Arc<Self>, registry: &Inner) {
-        if self.waiters.load(Ordering::SeqCst) != 0 {
+        let local = self.local();
+        if local.waiters.load(Ordering::SeqCst) != 0 {
             return;
         }
-        if let Ok(mut state) = self.state.clone().try_lock_owned() {
+        if let Ok(mut state) = local.state.clone().try_lock_owned() {
             if let Some(hold) = state.hold.take() {
                 registry.renewer.deregister(&hold);
                 registry.release_in_background(hold.name.clone(), hold.token);
@@ -509,6 +585,7 @@ impl Lock {
     /// The hold a thread took through the blocking facade, shared by all handles of the key.
     pub(crate) fn thread_hold(&self) -> std::sync::MutexGuard<'_, Option<ThreadHold>> {
         self.slot
+            .local()
             .thread_hold
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -520,5 +597,63 @@ impl Lock {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<Option<LockInfo>> {
         self.registry.backend.inspect(&self.slot.name).await
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use crate::backends::memory::MemoryBackend;
+
+    fn registry(bound: usize) -> LockRegistry {
+        let opts = RegistryOptions::default().with_max_cached_locks(bound);
+        LockRegistry::with_options(MemoryBackend::new(), opts).unwrap()
+    }
+
+    #[test]
+    fn referenced_handles_stay_cached_and_idle_ones_are_evicted_afterwards() {
+        let reg = registry(10);
+        let kept: Vec<Lock> = (0..100)
+            .map(|i| reg.obtain(&format!("kept{i}")).unwrap())
+            .collect();
+        assert_eq!(
+            reg.cached_locks(),
+            100,
+            "referenced handles are never evicted"
+        );
+        let evict_at = reg.inner.slots.lock().unwrap().evict_at;
+        assert!(
+            evict_at > 100,
+            "a pass that freed nothing is not repeated at the next obtain ({evict_at})"
+        );
+        drop(kept);
+        for i in 0..evict_at {
+            drop(reg.obtain(&format!("new{i}")).unwrap());
+        }
+        assert!(
+            reg.cached_locks() <= 10,
+            "once idle they are evicted: {} cached",
+            reg.cached_locks()
+        );
+    }
+
+    #[test]
+    fn a_handle_only_obtained_has_no_local_lock_until_it_is_locked() {
+        let reg = registry(10);
+        let lock = reg.obtain("k").unwrap();
+        assert!(lock.slot.local.get().is_none());
+        assert_eq!(reg.obtain("k").unwrap().key(), "k", "found by its key");
+        assert_eq!(reg.cached_locks(), 1);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let guard = lock.lock().await.unwrap();
+            assert!(lock.slot.local.get().is_some());
+            guard.release().await.unwrap();
+        });
+        drop(lock);
+        assert_eq!(reg.expire_unused_older_than(Duration::ZERO), 1);
     }
 }

@@ -1,7 +1,8 @@
 //! One renewal task per registry: keeps every remote hold's lease alive at about a third of the
 //! lease, in batches, and marks holds lost when the backend denies them or their lease runs out.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -161,14 +162,16 @@ impl Hold {
 pub(crate) struct Renewer {
     backend: Arc<dyn Backend>,
     renew: bool,
-    holds: Mutex<HashMap<u64, Arc<Hold>>>,
+    schedule: Mutex<Schedule>,
     wake: Arc<Notify>,
     /// Alive while the renewal task exists. The task lives on the runtime of the hold that
     /// started it and dies with that runtime; the next registration then starts it anew on its
     /// own runtime.
     task: Mutex<Weak<()>>,
-    /// When the task will look next (ms since `epoch`); a new hold due earlier wakes it.
-    next_pass_ms: AtomicU64,
+    /// When the task will look next (µs since `epoch`, rounded up); a new hold due earlier
+    /// lowers it, and wakes the task unless a pass is running (the task reads it after the pass).
+    next_pass_us: AtomicU64,
+    passing: AtomicBool,
     epoch: Instant,
 }
 
@@ -183,10 +186,11 @@ impl Renewer {
         Renewer {
             backend,
             renew,
-            holds: Mutex::new(HashMap::new()),
+            schedule: Mutex::new(Schedule::default()),
             wake: Arc::new(Notify::new()),
             task: Mutex::new(Weak::new()),
-            next_pass_ms: AtomicU64::new(u64::MAX),
+            next_pass_us: AtomicU64::new(u64::MAX),
+            passing: AtomicBool::new(false),
             epoch: Instant::now(),
         }
     }
@@ -196,20 +200,49 @@ impl Renewer {
     /// renewal task is not running (first hold, or its runtime was shut down since), it is
     /// started on the caller's.
     pub(crate) fn register(self: &Arc<Self>, hold: Arc<Hold>) {
+        let due = self.us_since_epoch(self.due(&hold));
+        let id = hold.id;
+        let mut schedule = self.schedule();
+        schedule.holds.insert(id, Watched { hold, queued: due });
+        schedule.queue.push(Reverse((due, id)));
+        drop(schedule);
+        let started = self.ensure_task();
+        self.wake_for(due, started);
+    }
+
+    /// Takes a hold's new times into account (an extension with another lease may make it due
+    /// before the task's next look).
+    pub(crate) fn rescheduled(&self, hold: &Hold) {
+        let due = self.us_since_epoch(self.due(hold));
+        let mut schedule = self.schedule();
+        // A later time needs nothing: the hold's entry comes up early and is put back.
+        if !schedule.requeue_if_earlier(hold.id, due) {
+            return;
+        }
+        drop(schedule);
+        self.wake_for(due, false);
+    }
+
+    fn schedule(&self) -> std::sync::MutexGuard<'_, Schedule> {
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn due(&self, hold: &Hold) -> Instant {
         let t = hold.times();
-        let due = if self.renew {
+        if self.renew {
             t.next_renewal
         } else {
             t.valid_until
-        };
-        self.holds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(hold.id, hold);
-        let started = self.ensure_task();
+        }
+    }
+
+    /// Wakes the task for a hold due at `due` (µs since `epoch`) if it would look later.
+    fn wake_for(&self, due: u64, started: bool) {
         // Waking the task costs a task switch per acquisition; only do it when the new hold is
-        // due before the task's next look.
-        if !started && self.ms_since_epoch(due) < self.next_pass_ms.load(Ordering::Acquire) {
+        // due before the task's next look, and no pass is running: that one takes the lowered
+        // time into account when it ends (see `run`).
+        let planned = self.next_pass_us.fetch_min(due, Ordering::SeqCst);
+        if !started && due < planned && !self.passing.load(Ordering::SeqCst) {
             self.wake.notify_one();
         }
     }
@@ -226,50 +259,67 @@ impl Renewer {
         };
         let alive = Arc::new(());
         *task = Arc::downgrade(&alive);
-        // A task of a runtime that shut down left its last look behind: forget it.
-        self.next_pass_ms.store(u64::MAX, Ordering::Release);
+        // A task of a runtime that shut down left its last look behind (and may have died
+        // mid-pass): forget it.
+        self.next_pass_us.store(u64::MAX, Ordering::SeqCst);
+        self.passing.store(false, Ordering::SeqCst);
         let (weak, wake) = (Arc::downgrade(self), self.wake.clone());
         rt.spawn(run(weak, wake, alive).instrument(tracing::debug_span!("distlock.renewal")));
         true
     }
 
-    fn ms_since_epoch(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    /// Rounded up, so that the task never wakes before what is due.
+    fn us_since_epoch(&self, at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(ns.div_ceil(1000)).unwrap_or(u64::MAX)
+    }
+
+    fn instant_of_us(&self, us: u64) -> Instant {
+        self.epoch + Duration::from_micros(us)
     }
 
     pub(crate) fn deregister(&self, hold: &Hold) {
         hold.mark_released();
-        self.holds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&hold.id);
+        let mut schedule = self.schedule();
+        schedule.holds.remove(&hold.id);
+        schedule.compact();
     }
 
-    /// One pass: renews what is due, marks what expired; returns when to look again.
+    /// One pass: renews what is due, marks what expired; returns when to look again. It
+    /// touches only the holds that come up in the schedule, not every hold.
     async fn pass(&self) -> Instant {
         let now = Instant::now();
-        let mut next = now + Duration::from_secs(60);
+        // Renew a little early (a tenth of the lease, at most a second) so that holds due close
+        // together share one batch.
+        let horizon = self.us_since_epoch(if self.renew {
+            now + Duration::from_secs(1)
+        } else {
+            now
+        });
         let mut due = Vec::new();
         {
-            let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
-            holds.retain(|_, h| {
-                if !h.is_held() {
-                    return false;
+            let mut schedule = self.schedule();
+            let mut later = Vec::new();
+            while let Some(hold) = schedule.pop_until(horizon) {
+                if !hold.is_held() {
+                    schedule.holds.remove(&hold.id);
+                    continue;
                 }
-                let t = h.times();
-                // Renew a little early so that holds due close together share one batch.
+                let t = hold.times();
                 let slack = (t.lease / 10).min(Duration::from_secs(1));
                 if self.renew && now + slack >= t.next_renewal {
-                    due.push(h.clone());
-                } else if self.renew {
-                    next = next.min(t.next_renewal);
+                    // Off the queue until its batch has answered.
+                    due.push(hold);
+                } else {
+                    later.push((self.us_since_epoch(self.due(&hold)), hold.id));
                 }
-                next = next.min(t.valid_until);
-                true
-            });
+            }
+            for (at, id) in later {
+                schedule.requeue(id, at);
+            }
         }
         if due.is_empty() {
-            return next;
+            return self.next_look(now);
         }
         let batch: Vec<Renewal> = due
             .iter()
@@ -318,7 +368,90 @@ impl Renewer {
         crate::metrics::renewals(kind, "ok", ok);
         crate::metrics::renewals(kind, "denied", denied);
         crate::metrics::renewals(kind, "error", failed);
-        Instant::now()
+        {
+            let mut schedule = self.schedule();
+            for hold in &due {
+                if hold.is_held() {
+                    schedule.requeue(hold.id, self.us_since_epoch(self.due(hold)));
+                } else {
+                    schedule.holds.remove(&hold.id);
+                }
+            }
+        }
+        self.next_look(now)
+    }
+
+    /// When the first hold in the schedule is due (at most a minute from `now`).
+    fn next_look(&self, now: Instant) -> Instant {
+        let latest = now + Duration::from_secs(60);
+        match self.schedule().queue.peek() {
+            Some(Reverse((at, _))) => self.instant_of_us(*at).min(latest),
+            None => latest,
+        }
+    }
+}
+
+/// The holds a renewal task watches, in the order they come due.
+#[derive(Debug, Default)]
+struct Schedule {
+    holds: HashMap<u64, Watched>,
+    /// (due in µs since the renewer's epoch, hold id), earliest first. An entry is live while
+    /// it matches its hold's `queued`; others are left behind by releases and rescheduling and
+    /// are skipped when they come up (or dropped by `compact`).
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+}
+
+#[derive(Debug)]
+struct Watched {
+    hold: Arc<Hold>,
+    /// The due time of its live queue entry; `u64::MAX` while its renewal is in flight.
+    queued: u64,
+}
+
+impl Schedule {
+    /// The next hold due by `horizon`, taken off the queue (it must be requeued to be watched
+    /// again).
+    fn pop_until(&mut self, horizon: u64) -> Option<Arc<Hold>> {
+        while let Some(&Reverse((at, id))) = self.queue.peek() {
+            if at > horizon {
+                return None;
+            }
+            self.queue.pop();
+            if let Some(w) = self.holds.get_mut(&id).filter(|w| w.queued == at) {
+                w.queued = u64::MAX;
+                return Some(w.hold.clone());
+            }
+        }
+        None
+    }
+
+    /// Puts a watched hold back on the queue, due at `at`; its earlier entry goes stale.
+    fn requeue(&mut self, id: u64, at: u64) {
+        if let Some(w) = self.holds.get_mut(&id) {
+            w.queued = at;
+            self.queue.push(Reverse((at, id)));
+        }
+    }
+
+    /// Requeues a hold whose live entry (if any) is later than `at`. Returns whether it did.
+    fn requeue_if_earlier(&mut self, id: u64, at: u64) -> bool {
+        match self.holds.get(&id) {
+            Some(w) if at < w.queued && w.queued != u64::MAX => {
+                self.requeue(id, at);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops stale entries once they outnumber the live ones (many short holds would otherwise
+    /// leave one entry each until their renewal time).
+    fn compact(&mut self) {
+        if self.queue.len() > 2 * self.holds.len() + 1024 {
+            let holds = &self.holds;
+            self.queue
+                .retain(|Reverse((at, id))| holds.get(id).is_some_and(|w| w.queued == *at));
+        }
     }
 }
 
@@ -333,17 +466,101 @@ async fn run(weak: Weak<Renewer>, wake: Arc<Notify>, _alive: Arc<()>) {
         let Some(renewer) = weak.upgrade() else {
             return;
         };
-        // While a pass runs, every registration wakes the task again (the pass may have
-        // looked at the table before the new hold was in it).
-        renewer.next_pass_ms.store(u64::MAX, Ordering::Release);
-        let next = renewer.pass().await;
-        renewer
-            .next_pass_ms
-            .store(renewer.ms_since_epoch(next), Ordering::Release);
+        // While a pass runs, registrations only lower `next_pass_us` (the pass may have looked
+        // at the table before their hold was in it); the earlier of that and what the pass
+        // found is when to look next.
+        renewer.next_pass_us.store(u64::MAX, Ordering::SeqCst);
+        renewer.passing.store(true, Ordering::SeqCst);
+        let found = renewer.us_since_epoch(renewer.pass().await);
+        renewer.passing.store(false, Ordering::SeqCst);
+        let registered = renewer.next_pass_us.fetch_min(found, Ordering::SeqCst);
+        let next = renewer.instant_of_us(found.min(registered));
         drop(renewer);
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep_until(next) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(lease: Duration) -> Arc<Hold> {
+        let name = LockName::new("lock", "k").unwrap();
+        Arc::new(Hold::new(
+            "memory",
+            name,
+            Token::random(),
+            1,
+            lease,
+            Instant::now(),
+        ))
+    }
+
+    fn watched(schedule: &mut Schedule, hold: &Arc<Hold>, at: u64) {
+        schedule.holds.insert(
+            hold.id,
+            Watched {
+                hold: hold.clone(),
+                queued: at,
+            },
+        );
+        schedule.queue.push(Reverse((at, hold.id)));
+    }
+
+    #[test]
+    fn the_schedule_yields_due_holds_in_order_and_skips_stale_entries() {
+        let mut s = Schedule::default();
+        let (a, b, c) = (
+            hold(Duration::from_secs(30)),
+            hold(Duration::from_secs(30)),
+            hold(Duration::from_secs(30)),
+        );
+        watched(&mut s, &a, 30);
+        watched(&mut s, &b, 10);
+        watched(&mut s, &c, 20);
+        // b moves later (its old entry goes stale), c is released.
+        s.requeue(b.id, 40);
+        s.holds.remove(&c.id);
+        assert_eq!(s.pop_until(35).map(|h| h.id), Some(a.id));
+        assert!(s.pop_until(35).is_none(), "b is not due before 40");
+        assert!(
+            !s.requeue_if_earlier(a.id, 5),
+            "a is in flight: its batch requeues it"
+        );
+        assert_eq!(s.pop_until(40).map(|h| h.id), Some(b.id));
+        assert!(s.pop_until(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn stale_entries_are_compacted_once_they_outnumber_live_ones() {
+        let mut s = Schedule::default();
+        let live = hold(Duration::from_secs(30));
+        watched(&mut s, &live, 1);
+        for i in 0..5000 {
+            let h = hold(Duration::from_secs(30));
+            watched(&mut s, &h, i);
+            s.holds.remove(&h.id);
+            s.compact();
+        }
+        assert!(s.queue.len() <= 2 * s.holds.len() + 1024 + 1);
+        assert_eq!(s.pop_until(u64::MAX).map(|h| h.id), Some(live.id));
+    }
+
+    /// An extension to a lease much shorter than the one the hold was renewed for must make
+    /// the renewal task look earlier than it planned, or the lock is lost.
+    #[cfg(feature = "memory")]
+    #[tokio::test]
+    async fn a_shorter_lease_set_by_extend_is_renewed_in_time() {
+        let registry = crate::LockRegistry::new(crate::backends::memory::MemoryBackend::new());
+        let guard = registry.obtain("k").unwrap().lock().await.unwrap();
+        let lease = Duration::from_secs(1);
+        guard.extend(lease).await.unwrap();
+        // Three leases: it stays held only if it is renewed at the new lease.
+        tokio::time::sleep(lease * 3).await;
+        assert!(guard.is_held(), "lost: the renewal kept the 30 s schedule");
+        guard.release().await.unwrap();
     }
 }
