@@ -36,6 +36,8 @@ mod cycle;
 mod listen;
 mod pool;
 mod state;
+#[cfg(all(test, feature = "testkit"))]
+mod tests;
 mod tls;
 
 #[doc(hidden)]
