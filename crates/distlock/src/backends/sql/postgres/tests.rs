@@ -1,11 +1,25 @@
 use super::*;
 use crate::backend::Backend;
 use crate::backends::sql::DEFAULT_TABLE;
-use crate::testkit::postgres::PostgresServer;
+use crate::testkit::postgres::{PostgresServer, TestDatabase};
 
-async fn connect(db: &crate::testkit::postgres::TestDatabase, pool_size: usize) -> PostgresBackend {
+/// A backend with a pool of `pool_size` on a fresh database, and the lock the tests use.
+struct Setup {
+    db: TestDatabase,
+    b: PostgresBackend,
+    name: LockName,
+    /// The lock's row, the parameters of `Stmt::Inspect`.
+    row: (String, String),
+}
+
+async fn setup(pool_size: usize) -> Setup {
+    let server = PostgresServer::machine_or_start().expect("postgresql");
+    let db = server.fresh_database().unwrap();
     let url = format!("{}?sslmode=disable&pool_size={pool_size}", db.url());
-    PostgresBackend::connect(&url).await.unwrap()
+    let b = PostgresBackend::connect(&url).await.unwrap();
+    let name = LockName::new("pool", "k").unwrap();
+    let row = b.inner.ident(&name).unwrap();
+    Setup { db, b, name, row }
 }
 
 /// Takes `name` and gives it back through the whole `Backend` path.
@@ -21,44 +35,38 @@ async fn cycle(b: &PostgresBackend, name: &LockName) {
 /// whose prepared statements name the old table, are closed rather than lent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_table_empties_the_pool_and_comes_back() {
-    let server = PostgresServer::machine_or_start().expect("postgresql");
-    let db = server.fresh_database().unwrap();
-    let b = connect(&db, 4).await;
-    let name = LockName::new("pool", "k").unwrap();
-    let (x, y) = b.inner.ident(&name).unwrap();
+    let s = setup(4).await;
+    let (b, name, (x, y)) = (&s.b, &s.name, &s.row);
     // Four connections at once, each with a statement prepared on it.
     let loans = futures_util::future::try_join_all((0..4).map(|_| b.inner.loan("test")))
         .await
         .unwrap();
     for loan in &loans {
         b.inner
-            .run_once(loan.client(), Stmt::Inspect, &[&x, &y])
+            .run_once(loan.client(), Stmt::Inspect, &[x, y])
             .await
             .unwrap();
     }
     drop(loans);
     assert_eq!(b.inner.pool.status().size, 4);
 
-    db.query(&format!("DROP TABLE \"{DEFAULT_TABLE}\""))
+    s.db.query(&format!("DROP TABLE \"{DEFAULT_TABLE}\""))
         .unwrap();
-    cycle(&b, &name).await;
+    cycle(b, name).await;
     let status = b.inner.pool.status();
     assert_eq!(
         status.size, 1,
         "connections prepared against the dropped table stayed in the pool: {status:?}"
     );
-    cycle(&b, &name).await;
+    cycle(b, name).await;
 }
 
 /// A connection whose statement was still under way when its call was given up is closed, not
 /// lent again (its late reply must not reach the next borrower); the next call works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_cut_off_closes_its_connection() {
-    let server = PostgresServer::machine_or_start().expect("postgresql");
-    let db = server.fresh_database().unwrap();
-    let b = connect(&db, 2).await;
-    let name = LockName::new("pool", "k").unwrap();
-    let (x, y) = b.inner.ident(&name).unwrap();
+    let s = setup(2).await;
+    let (b, name, (x, y)) = (&s.b, &s.name, &s.row);
     assert_eq!(
         b.inner.pool.status().size,
         1,
@@ -83,7 +91,7 @@ async fn a_statement_cut_off_closes_its_connection() {
         .unwrap();
     let cut = tokio::time::timeout(
         Duration::from_millis(200),
-        b.inner.query("inspect", Stmt::Inspect, &[&x, &y], true),
+        b.inner.query("inspect", Stmt::Inspect, &[x, y], true),
     )
     .await;
     assert!(cut.is_err(), "the statement finished behind a table lock");
@@ -96,6 +104,6 @@ async fn a_statement_cut_off_closes_its_connection() {
     blocker.batch_execute("COMMIT").await.unwrap();
     drop(blocker);
     driver.await.unwrap();
-    cycle(&b, &name).await;
+    cycle(b, name).await;
     assert_eq!(b.inner.pool.status().size, 1);
 }
