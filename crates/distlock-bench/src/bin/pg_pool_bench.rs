@@ -1,12 +1,13 @@
-//! The PostgreSQL backend's own connection pool beside deadpool-postgres and bb8, on the same
-//! lock cycle (the figure in docs/ARCHITECTURE.md, "The PostgreSQL pool").
+//! The PostgreSQL backend's connection pool (deadpool's managed pool with the backend's own
+//! connect and statements) beside stock deadpool-postgres and bb8, on the same lock cycle (the
+//! figure in docs/ARCHITECTURE.md, "The PostgreSQL pool").
 //!
 //! One cycle takes a free lock and gives it back with exactly the statements and parameters
 //! of the PostgreSQL backend (`PostgresBackend::lock_cycle`), one checkout per statement, each
 //! statement prepared once per connection. Every pool gets the same size, plain TCP and the
 //! cheapest health check (`is_closed` on checkout). `backend` is the whole
-//! `Backend::acquire` + `release` path (each operation as its own task) over the own pool, for
-//! scale. Every task locks a key of its own, so the figures measure pools, not contention.
+//! `Backend::acquire` + `release` path (each operation as its own task) over the backend's
+//! pool, for scale. Every task locks a key of its own, so the figures measure pools, not contention.
 //! The pools take turns, round after round, and the median round is printed: the machine is
 //! shared, and a neighbour's build would otherwise favour whichever pool ran while it slept.
 //!
@@ -31,18 +32,19 @@ const LEASE: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    Own,
+    /// The backend's pool, through `PostgresBackend::run_lock_cycle`.
+    BackendPool,
     Deadpool,
     Bb8,
     Backend,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Own, Kind::Deadpool, Kind::Bb8, Kind::Backend];
+    const ALL: [Kind; 4] = [Kind::BackendPool, Kind::Deadpool, Kind::Bb8, Kind::Backend];
 
     fn name(self) -> &'static str {
         match self {
-            Kind::Own => "own pool",
+            Kind::BackendPool => "backend pool",
             Kind::Deadpool => "deadpool-postgres",
             Kind::Bb8 => "bb8",
             Kind::Backend => "backend acquire+release",
@@ -89,8 +91,8 @@ fn options() -> Result<Options, String> {
     Ok(o)
 }
 
-/// A connection of the bb8 pool, with the cycle's statements prepared on it (what the own
-/// pool and deadpool's `prepare_cached` keep per connection).
+/// A connection of the bb8 pool, with the cycle's statements prepared on it (what the
+/// backend's pool and deadpool's `prepare_cached` keep per connection).
 struct Prepared {
     client: Client,
     existing: Option<Statement>,
@@ -157,7 +159,7 @@ impl Pools {
         let cycle = self.backend.lock_cycle(key, token, LEASE)?;
         let (acquire, release) = (cycle.acquire_params(), cycle.release_params());
         Ok(match kind {
-            Kind::Own | Kind::Backend => self.backend.run_lock_cycle(&cycle).await?,
+            Kind::BackendPool | Kind::Backend => self.backend.run_lock_cycle(&cycle).await?,
             Kind::Deadpool => {
                 let mut rows = Vec::new();
                 if let Some(sql) = &cycle.acquire_existing {

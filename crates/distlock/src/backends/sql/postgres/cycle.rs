@@ -1,5 +1,5 @@
 //! One lock cycle (take a free lock, give it back) as the backend's statements and parameters,
-//! and run through the backend's own pool. Only for the pool comparison of `distlock-bench`
+//! and run through the backend's pool. Only for the pool comparison of `distlock-bench`
 //! (`pg_pool_bench`): it lets another pool run exactly the SQL this backend runs. Hidden from
 //! the docs and not part of the API.
 
@@ -76,7 +76,7 @@ impl PostgresBackend {
         })
     }
 
-    /// Runs `cycle` through this backend's own pool, one loan per statement as the backend's
+    /// Runs `cycle` through this backend's pool, one loan per statement as the backend's
     /// operations take them, without the task of its own each operation runs in; `Ok(true)`
     /// when the lock was taken and given back.
     ///

@@ -47,7 +47,10 @@ pub(super) async fn listen(
         let request_timeout = inner.options.request_timeout;
         let channel_name = inner.listen_channel.clone();
         let origin = inner.origin.clone();
-        let connecting = async move { inner.open(Arc::new(AtomicBool::new(false))).await };
+        let connecting = async move {
+            let refused = Arc::new(AtomicBool::new(false));
+            inner.pool.manager().open(refused).await
+        };
         let connected = tokio::select! {
             r = tokio::time::timeout(timeout, connecting) => r,
             _ = &mut stop => return,

@@ -16,10 +16,10 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use deadpool::managed::QueueMode;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, Row};
 
@@ -36,11 +36,13 @@ mod cycle;
 mod listen;
 mod pool;
 mod state;
+#[cfg(all(test, feature = "testkit"))]
+mod tests;
 mod tls;
 
 #[doc(hidden)]
 pub use self::cycle::LockCycle;
-use self::pool::{Pool, Stmt};
+use self::pool::{Connector, Pool, Stmt};
 use self::state::{Inner, KIND};
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
@@ -171,17 +173,22 @@ impl PostgresBackend {
             Pg::native(options.schema.as_deref(), &options.table)
         };
         let limit = options.connect_timeout + options.request_timeout;
+        let connector = Connector {
+            config,
+            transport,
+            connect_timeout: options.connect_timeout,
+        };
+        let pool = Pool::builder(connector)
+            .max_size(options.pool_size)
+            .queue_mode(QueueMode::Lifo)
+            .build()
+            .map_err(|e| Error::config(format!("postgres: the connection pool: {e}")))?;
         let backend = PostgresBackend {
             inner: Arc::new(Inner {
-                config,
-                transport,
                 target,
                 user,
                 password,
-                pool: Pool {
-                    idle: Mutex::new(Vec::new()),
-                    permits: Arc::new(Semaphore::new(options.pool_size)),
-                },
+                pool,
                 options,
                 sql,
                 ready: tokio::sync::Mutex::new(false),
@@ -203,12 +210,7 @@ impl PostgresBackend {
             async move {
                 let mut loan = inner.loan("connect").await?;
                 loan.in_flight = true;
-                let client = &loan
-                    .conn
-                    .as_ref()
-                    .expect("a loan holds a connection")
-                    .client;
-                if let Err(e) = inner.ensure_table(client).await {
+                if let Err(e) = inner.ensure_table(loan.client()).await {
                     return Err(inner.error("create table", &e));
                 }
                 loan.in_flight = false;

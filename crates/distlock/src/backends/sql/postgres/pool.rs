@@ -1,24 +1,25 @@
-//! The connection pool: opening connections (through the TLS transport and the auth guard),
-//! lending them out with their prepared statements, and running a statement with the retry
+//! The connection pool: deadpool's managed pool around the backend's own way of opening a
+//! connection (through the TLS transport and the auth guard), connections as deadpool-postgres
+//! clients with their cache of prepared statements, and running a statement with the retry
 //! rules of `classify`. Kept apart from `mod.rs`, which holds only what the lock operations
 //! mean.
 
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use deadpool::managed::{self, Metrics, Object, PoolError, RecycleError, RecycleResult};
+use deadpool_postgres::ClientWrapper;
 use futures_util::{Stream, StreamExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::AbortHandle;
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, Row, Statement};
+use tokio_postgres::{AsyncMessage, Client, Config, Row};
 
 use super::state::{Inner, KIND};
-use super::tls::SslMode;
+use super::tls::{SslMode, Transport};
 use crate::backends::sql::auth_guard::{AuthGuard, Watch};
 use crate::backends::sql::server::Server;
 use crate::backends::sql::ATTEMPTS;
@@ -32,6 +33,10 @@ pub(super) type Messages =
 pub(super) enum Opening {
     Io(std::io::Error),
     Pg(tokio_postgres::Error),
+    /// The auth guard kept the password back (see [`Inner::refused`]).
+    Refused,
+    /// Nothing within the connect timeout.
+    TimedOut(Duration),
 }
 
 impl fmt::Display for Opening {
@@ -39,14 +44,18 @@ impl fmt::Display for Opening {
         match self {
             Opening::Io(e) => e.fmt(f),
             Opening::Pg(e) => e.fmt(f),
+            Opening::Refused => f.write_str("refused to send the password"),
+            Opening::TimedOut(t) => {
+                write!(f, "no connection within the connect timeout of {t:?}")
+            }
         }
     }
 }
 
-/// Statement numbers, for the per-connection cache of prepared statements.
+/// The statements of the lease table, named for [`Inner::text`].
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stmt {
-    Acquire = 0,
+    Acquire,
     AcquireExisting,
     Release,
     Extend,
@@ -55,49 +64,141 @@ pub(super) enum Stmt {
     ForceDelete,
 }
 
-pub(super) const STMTS: usize = 7;
+/// The pool: at most `pool_size` connections, the most recently returned lent first (so that
+/// a light load keeps few connections busy and the others go idle on the server).
+pub(super) type Pool = managed::Pool<Connector>;
 
-/// A pooled connection with its prepared statements.
-pub(super) struct Conn {
-    pub(super) client: Client,
-    pub(super) stmts: [Option<Statement>; STMTS],
-    /// The task that drives the connection; aborting it closes the socket at once.
-    pub(super) driver: AbortHandle,
+/// Opens the pool's connections (and the listening one) the backend's way; deadpool's
+/// [`Manager`](managed::Manager) of the pool.
+pub(super) struct Connector {
+    pub(super) config: Config,
+    pub(super) transport: Transport,
+    pub(super) connect_timeout: Duration,
 }
 
-pub(super) struct Pool {
-    pub(super) idle: Mutex<Vec<Conn>>,
-    pub(super) permits: Arc<Semaphore>,
+impl managed::Manager for Connector {
+    type Type = ClientWrapper;
+    type Error = Opening;
+
+    async fn create(&self) -> std::result::Result<ClientWrapper, Opening> {
+        let refused = Arc::new(AtomicBool::new(false));
+        let timeout = self.connect_timeout;
+        let (client, mut messages) =
+            match tokio::time::timeout(timeout, self.open(refused.clone())).await {
+                Ok(Ok(pair)) => pair,
+                Ok(Err(e)) if refused.load(Ordering::Acquire) => {
+                    tracing::debug!(error = %e, "postgres: refused to send the password");
+                    return Err(Opening::Refused);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Opening::TimedOut(timeout)),
+            };
+        let driver = tokio::spawn(async move {
+            while let Some(m) = messages.next().await {
+                if let Err(e) = m {
+                    tracing::debug!(error = %e, "postgres connection ended");
+                    return;
+                }
+            }
+        });
+        // The wrapper aborts the driver when dropped, which closes the socket at once.
+        Ok(ClientWrapper::new(client, driver))
+    }
+
+    /// Only the free check: a connection that broke since is replaced; one that is merely
+    /// slow is found out by the statement's time limit, which closes it.
+    async fn recycle(&self, client: &mut ClientWrapper, _: &Metrics) -> RecycleResult<Opening> {
+        if client.is_closed() {
+            return Err(RecycleError::message("connection closed"));
+        }
+        Ok(())
+    }
+}
+
+impl Connector {
+    /// Opens one connection (TCP or a Unix socket, TLS as configured) with the password guard
+    /// of [`auth_guard`](crate::backends::sql::auth_guard) where the server is not verified. Returns the
+    /// client and the connection's messages, which the caller must keep polling.
+    pub(super) async fn open(
+        &self,
+        refused: Arc<AtomicBool>,
+    ) -> std::result::Result<(Client, Messages), Opening> {
+        let host = self.config.get_hosts().first().cloned();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        match host {
+            Some(Host::Tcp(host)) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                    .await
+                    .map_err(Opening::Io)?;
+                let _ = tcp.set_nodelay(true);
+                let t = &self.transport;
+                let below = match t.ssl {
+                    _ if t.allow_insecure_auth => Watch::Off,
+                    SslMode::Disable => Watch::Messages,
+                    _ => Watch::SslReply,
+                };
+                let stream = AuthGuard::new(tcp, below, refused.clone());
+                let tls = t.connector(&host, refused).map_err(Opening::Io)?;
+                let (client, mut connection) = self
+                    .config
+                    .connect_raw(stream, tls)
+                    .await
+                    .map_err(Opening::Pg)?;
+                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    connection.poll_message(cx)
+                }));
+                Ok((client, messages))
+            }
+            #[cfg(unix)]
+            Some(Host::Unix(dir)) => {
+                // A local socket: nothing to intercept, no TLS (as libpq).
+                let path = dir.join(format!(".s.PGSQL.{port}"));
+                let unix = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(Opening::Io)?;
+                let mut config = self.config.clone();
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                let (client, mut connection) = config
+                    .connect_raw(unix, tokio_postgres::NoTls)
+                    .await
+                    .map_err(Opening::Pg)?;
+                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    connection.poll_message(cx)
+                }));
+                Ok((client, messages))
+            }
+            _ => Err(Opening::Io(std::io::Error::other("no host to connect to"))),
+        }
+    }
 }
 
 /// A connection on loan; it goes back to the pool when dropped unless it broke, or unless a
 /// statement was still under way on it (its call ran out of time: the connection may be
 /// stalled, and its late reply must never reach the next borrower).
-pub(super) struct Loan<'a> {
-    pub(super) conn: Option<Conn>,
-    pub(super) pool: &'a Pool,
-    pub(super) _permit: OwnedSemaphorePermit,
+pub(super) struct Loan {
+    conn: Option<Object<Connector>>,
     pub(super) in_flight: bool,
 }
 
-impl Loan<'_> {
+impl Loan {
+    pub(super) fn client(&self) -> &ClientWrapper {
+        self.conn
+            .as_ref()
+            .expect("a loan holds a connection until dropped")
+    }
+
+    /// Closes the connection instead of giving it back.
     pub(super) fn discard(&mut self) {
-        self.conn = None;
+        if let Some(conn) = self.conn.take() {
+            drop(Object::take(conn));
+        }
     }
 }
 
-impl Drop for Loan<'_> {
+impl Drop for Loan {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if self.in_flight {
-                conn.driver.abort();
-            } else if !conn.client.is_closed() {
-                self.pool
-                    .idle
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(conn);
-            }
+        if self.in_flight {
+            self.discard();
         }
     }
 }
@@ -178,101 +279,11 @@ impl Inner {
         }
     }
 
-    pub(super) async fn connect_one(&self, op: &str) -> Result<Conn> {
-        let refused = Arc::new(AtomicBool::new(false));
-        let timeout = self.options.connect_timeout;
-        let opened = match tokio::time::timeout(timeout, self.open(refused.clone())).await {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(e)) if refused.load(Ordering::Acquire) => {
-                tracing::debug!(error = %e, "postgres: refused to send the password");
-                return Err(self.refused(op));
-            }
-            Ok(Err(e)) => return Err(self.connect_error(op, e)),
-            Err(_) => {
-                return Err(Error::unavailable(
-                    KIND,
-                    self.message(
-                        op,
-                        &format!("no connection within the connect timeout of {timeout:?}"),
-                    ),
-                ))
-            }
-        };
-        let (client, mut messages) = opened;
-        let driver = tokio::spawn(async move {
-            while let Some(m) = messages.next().await {
-                if let Err(e) = m {
-                    tracing::debug!(error = %e, "postgres connection ended");
-                    return;
-                }
-            }
-        });
-        Ok(Conn {
-            client,
-            stmts: Default::default(),
-            driver: driver.abort_handle(),
-        })
-    }
-
-    /// Opens one connection (TCP or a Unix socket, TLS as configured) with the password guard
-    /// of [`auth_guard`](crate::backends::sql::auth_guard) where the server is not verified. Returns the
-    /// client and the connection's messages, which the caller must keep polling.
-    pub(super) async fn open(
-        &self,
-        refused: Arc<AtomicBool>,
-    ) -> std::result::Result<(Client, Messages), Opening> {
-        let host = self.config.get_hosts().first().cloned();
-        let port = self.config.get_ports().first().copied().unwrap_or(5432);
-        match host {
-            Some(Host::Tcp(host)) => {
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-                    .await
-                    .map_err(Opening::Io)?;
-                let _ = tcp.set_nodelay(true);
-                let t = &self.transport;
-                let below = match t.ssl {
-                    _ if t.allow_insecure_auth => Watch::Off,
-                    SslMode::Disable => Watch::Messages,
-                    _ => Watch::SslReply,
-                };
-                let stream = AuthGuard::new(tcp, below, refused.clone());
-                let tls = t.connector(&host, refused).map_err(Opening::Io)?;
-                let (client, mut connection) = self
-                    .config
-                    .connect_raw(stream, tls)
-                    .await
-                    .map_err(Opening::Pg)?;
-                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
-                    connection.poll_message(cx)
-                }));
-                Ok((client, messages))
-            }
-            #[cfg(unix)]
-            Some(Host::Unix(dir)) => {
-                // A local socket: nothing to intercept, no TLS (as libpq).
-                let path = dir.join(format!(".s.PGSQL.{port}"));
-                let unix = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(Opening::Io)?;
-                let mut config = self.config.clone();
-                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                let (client, mut connection) = config
-                    .connect_raw(unix, tokio_postgres::NoTls)
-                    .await
-                    .map_err(Opening::Pg)?;
-                let messages: Messages = Box::pin(futures_util::stream::poll_fn(move |cx| {
-                    connection.poll_message(cx)
-                }));
-                Ok((client, messages))
-            }
-            _ => Err(Opening::Io(std::io::Error::other("no host to connect to"))),
-        }
-    }
-
     pub(super) fn connect_error(&self, op: &str, e: Opening) -> Error {
         match e {
             Opening::Pg(e) => self.error(op, &e),
-            Opening::Io(e) => Error::unavailable(KIND, self.message(op, &e)),
+            Opening::Refused => self.refused(op),
+            Opening::Io(_) | Opening::TimedOut(_) => Error::unavailable(KIND, self.message(op, &e)),
         }
     }
 
@@ -289,48 +300,27 @@ impl Inner {
                      verify-ca with sslrootcert=<CA file>), let the server use \
                      scram-sha-256, or add allow_insecure_auth=true to the URL to send it anyway",
                     self.user,
-                    self.transport.ssl.name()
+                    self.pool.manager().transport.ssl.name()
                 ),
             ),
         )
     }
 
     /// A connection from the pool, or a new one.
-    pub(super) async fn loan(&self, op: &str) -> Result<Loan<'_>> {
-        let permit = self
-            .pool
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::unavailable(KIND, "the connection pool is closed"))?;
-        loop {
-            let idle = self
-                .pool
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop();
-            match idle {
-                Some(conn) if conn.client.is_closed() => continue,
-                Some(conn) => {
-                    return Ok(Loan {
-                        conn: Some(conn),
-                        pool: &self.pool,
-                        _permit: permit,
-                        in_flight: false,
-                    })
-                }
-                None => break,
+    pub(super) async fn loan(&self, op: &str) -> Result<Loan> {
+        match self.pool.get().await {
+            Ok(conn) => Ok(Loan {
+                conn: Some(conn),
+                in_flight: false,
+            }),
+            Err(PoolError::Backend(e)) => Err(self.connect_error(op, e)),
+            Err(PoolError::Closed) => {
+                Err(Error::unavailable(KIND, "the connection pool is closed"))
             }
+            // Timeouts and hooks are not configured; should one appear, it is not the server's
+            // answer and may pass.
+            Err(e) => Err(Error::unavailable(KIND, self.message(op, &e))),
         }
-        let conn = self.connect_one(op).await?;
-        Ok(Loan {
-            conn: Some(conn),
-            pool: &self.pool,
-            _permit: permit,
-            in_flight: false,
-        })
     }
 
     /// Creates the table unless it exists (once per backend, again after it vanished).
@@ -382,20 +372,13 @@ impl Inner {
 
     pub(super) async fn run_once(
         &self,
-        conn: &mut Conn,
+        client: &ClientWrapper,
         stmt: Stmt,
         params: &[&(dyn ToSql + Sync)],
     ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
-        self.ensure_table(&conn.client).await?;
-        let prepared = match &conn.stmts[stmt as usize] {
-            Some(s) => s.clone(),
-            None => {
-                let s = conn.client.prepare(self.text(stmt)).await?;
-                conn.stmts[stmt as usize] = Some(s.clone());
-                s
-            }
-        };
-        conn.client.query(&prepared, params).await
+        self.ensure_table(client).await?;
+        let prepared = client.prepare_cached(self.text(stmt)).await?;
+        client.query(&prepared, params).await
     }
 
     /// Runs one statement, retrying transient failures at once on a fresh connection: always
@@ -423,8 +406,7 @@ impl Inner {
             // Should this call be cut off while the statement is under way, the loan closes
             // the connection instead of giving it back.
             loan.in_flight = true;
-            let conn = loan.conn.as_mut().expect("a loan holds a connection");
-            let result = self.run_once(conn, stmt, params).await;
+            let result = self.run_once(loan.client(), stmt, params).await;
             loan.in_flight = false;
             match result {
                 Ok(rows) => return Ok(rows),
@@ -438,11 +420,7 @@ impl Inner {
                         // them all, and create the table again.
                         self.ready_fast.store(false, Ordering::Release);
                         *self.ready.lock().await = false;
-                        self.pool
-                            .idle
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .clear();
+                        self.pool.retain(|_, _| false);
                     }
                     let retry = match class {
                         Class::RolledBack | Class::NoTable => true,

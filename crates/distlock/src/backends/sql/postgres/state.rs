@@ -5,11 +5,8 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
 
-use tokio_postgres::Config;
-
 use super::listen::ListenerHandle;
 use super::pool::Pool;
-use super::tls::Transport;
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::Pg;
 use crate::backends::sql::server::server_state;
@@ -18,14 +15,13 @@ use crate::backends::sql::SqlOptions;
 pub(super) const KIND: &str = "postgres";
 
 pub(super) struct Inner {
-    pub(super) config: Config,
-    pub(super) transport: Transport,
     /// `host:port/database` for messages.
     pub(super) target: String,
     pub(super) user: String,
     pub(super) password: Option<String>,
     pub(super) options: SqlOptions,
     pub(super) sql: Pg,
+    /// The connection pool; its manager holds the connection settings and the transport.
     pub(super) pool: Pool,
     pub(super) ready: tokio::sync::Mutex<bool>,
     pub(super) ready_fast: AtomicBool,
