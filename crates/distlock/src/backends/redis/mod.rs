@@ -433,7 +433,7 @@ impl Backend for RedisBackend {
     /// fence's `INCR`: one round trip and no script, which is most of what a lock cycle costs
     /// the server. It need not look at the wait queue, because a lock with distlock waiters
     /// queued is never free: a release hands it to the head of the queue (see
-    /// [`scripts::RELEASE`]). The `INCR` is not atomic with the `SET`, and need not be: it
+    /// the `RELEASE` script). The `INCR` is not atomic with the `SET`, and need not be: it
     /// runs after the `SET` on the same connection, so if another holder's `INCR` came
     /// between the two, this holder's lease had already run out on the server before its own
     /// `INCR` ran, and the reply arrives too late for the registry to make a guard of it.
