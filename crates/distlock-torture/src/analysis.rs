@@ -285,11 +285,11 @@ pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> Strin
                 s.start,
                 format!(
                     "{:>10.2} .. {:>10.2}  {:<12} fence {:<22} lost {:<10} wrote {} accepted {} held_after {}",
-                    ms(s.start - t0),
-                    ms(end - t0),
+                    ms(s.start.saturating_sub(t0)),
+                    ms(end.saturating_sub(t0)),
                     label(s),
                     s.fence,
-                    s.lost.map_or("-".to_owned(), |l| format!("{:.2}", ms(l - t0))),
+                    s.lost.map_or("-".to_owned(), |l| format!("{:.2}", ms(l.saturating_sub(t0)))),
                     s.wrote,
                     s.accepted,
                     s.held_after_write

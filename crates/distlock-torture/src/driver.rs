@@ -220,12 +220,13 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         logs: opts.logs.clone(),
         slots,
     });
+    // Before the first worker starts: its first section may begin at once.
+    let t0 = now_ns();
     for (i, slot) in fleet.slots.iter().enumerate() {
         let child = fleet.spawn(i, 0).map_err(|e| e.to_string())?;
         slot.child.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(child);
     }
     // Faults start once the workers are at work.
-    let t0 = now_ns();
     let ready_by = Instant::now() + Duration::from_secs(30);
     while checker.finish(now_ns()).0.is_empty() {
         if Instant::now() > ready_by {
