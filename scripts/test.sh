@@ -109,6 +109,8 @@ need_pkg mariadb-install-db mariadb-server
 need_pkg openssl openssl
 # The page test of `distlock serve` drives headless Chromium.
 need_pkg chromium chromium
+# The serve tests run the README's Python client example.
+need_pkg python3 python3
 # etcd: the server and etcdctl (interop tests).
 need_pkg etcd etcd-server
 need_pkg etcdctl etcd-client

@@ -488,3 +488,27 @@ fn bad_serve_options_are_usage_errors_with_one_line() {
         assert!(out.stdout.is_empty(), "never started listening: {out:?}");
     }
 }
+
+/// The README's Python client (standard library only) against a real service: it takes the
+/// lock, extends it while it works, and releases it.
+#[test]
+fn the_python_client_example_holds_extends_and_releases() {
+    let served = Served::start("memory://", &[]);
+    let out = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/client.py"))
+        .args([served.base.as_str(), "voucher:42"])
+        .output()
+        .expect("python3 must be installed (scripts/test.sh installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("holding voucher:42 with fence "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("step 2 done, lease left "), "{stdout}");
+    assert!(stdout.trim_end().ends_with("released"), "{stdout}");
+}
