@@ -64,6 +64,11 @@ impl Lock {
         .await
     }
 
+    /// The guard of a hold now ours, with the local lock it keeps.
+    fn guard(&self, local: OwnedMutexGuard<SlotState>, hold: Arc<Hold>, fence: u64) -> LockGuard {
+        LockGuard::new(self.slot.clone(), self.registry.clone(), local, hold, fence)
+    }
+
     fn not_acquired(&self, started: Instant) -> Error {
         Error::NotAcquired {
             key: self.key().to_owned(),
@@ -101,13 +106,7 @@ impl Lock {
             if worth_handing_off(&hold) {
                 let seq = hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1;
                 let fence = compose_fence(hold.backend_fence, seq);
-                return Ok(LockGuard::new(
-                    self.slot.clone(),
-                    reg.clone(),
-                    local,
-                    hold,
-                    fence,
-                ));
+                return Ok(self.guard(local, hold, fence));
             }
             local.hold = None;
             reg.renewer.deregister(&hold);
@@ -248,13 +247,7 @@ impl Lock {
                     local.hold = Some(hold.clone());
                     let fence = compose_fence(backend_fence, 0);
                     tracing::debug!(fence, waited = ?started.elapsed(), "acquired");
-                    return Ok(LockGuard::new(
-                        self.slot.clone(),
-                        reg.clone(),
-                        local,
-                        hold,
-                        fence,
-                    ));
+                    return Ok(self.guard(local, hold, fence));
                 }
                 Ok(Attempt::Busy { retry_after }) => {
                     was_busy = true;

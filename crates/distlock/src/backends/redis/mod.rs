@@ -397,16 +397,9 @@ impl RedisBackend {
                 cmd
             })
             .collect();
-        let wait = self.wait_command();
-        let mut refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
-        let wait_refs: Vec<&[u8]> = wait.iter().map(Vec::as_slice).collect();
-        if self.min_replicas > 0 {
-            refs.push(&wait_refs);
-        }
-        let mut replies = self.pipeline_refs(&refs).await?;
-        if self.min_replicas > 0 {
-            self.check_replicated(replies.pop())?;
-        }
+        let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+        let (replies, acked) = self.pipeline_then_wait(&refs, true).await?;
+        self.check_replicated(acked)?;
         Ok(replies)
     }
 
@@ -458,19 +451,10 @@ impl Backend for RedisBackend {
                 lease_ms.as_bytes(),
             ];
             let incr: &[&[u8]] = &[b"INCR", fence_key.as_bytes()];
-            let wait = self.wait_command();
-            let wait: Vec<&[u8]> = wait.iter().map(Vec::as_slice).collect();
-            let mut replies = if self.min_replicas > 0 {
-                self.pipeline_refs(&[set, incr, &wait]).await?
-            } else {
-                self.pipeline_refs(&[set, incr]).await?
-            };
-            if self.min_replicas > 0 {
-                // Checked only once taken: a busy attempt wrote nothing that matters.
-                let acked = replies.pop();
-                if matches!(replies.first(), Some(Reply::Simple(_))) {
-                    self.check_replicated(acked)?;
-                }
+            let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
+            // Checked only once taken: a busy attempt wrote nothing that matters.
+            if matches!(replies.first(), Some(Reply::Simple(_))) {
+                self.check_replicated(acked)?;
             }
             match <[Reply; 2]>::try_from(replies) {
                 Ok([Reply::Bulk(None), _]) => return Ok(Attempt::Busy { retry_after: None }),

@@ -38,11 +38,10 @@ impl Grants {
     }
 
     pub(super) fn take(&self, token: &[u8; 32]) -> Option<u64> {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_empty() {
-            return None;
-        }
-        g.remove(token)
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(token)
     }
 }
 

@@ -150,7 +150,7 @@ impl RedisBackend {
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<Reply> {
-        self.eval_then(lua, keys, args, self.min_replicas > 0).await
+        self.eval_then(lua, keys, args, true).await
     }
 
     async fn eval_then(
@@ -158,32 +158,20 @@ impl RedisBackend {
         lua: &Lua,
         keys: &[&str],
         args: &[&[u8]],
-        wait: bool,
+        replicated: bool,
     ) -> Result<Reply> {
         let nkeys = keys.len().to_string();
         let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
         cmd.extend([b"EVALSHA".as_slice(), lua.sha.as_bytes(), nkeys.as_bytes()]);
         cmd.extend(keys.iter().map(|k| k.as_bytes()));
         cmd.extend_from_slice(args);
-        let wait_cmd = self.wait_command();
-        let wait_refs: Vec<&[u8]> = wait_cmd.iter().map(Vec::as_slice).collect();
-        let mut replies = if wait {
-            self.pipeline_refs(&[&cmd, &wait_refs]).await?
-        } else {
-            self.pipeline_refs(&[&cmd]).await?
-        };
+        let (mut replies, mut acked) = self.pipeline_then_wait(&[&cmd], replicated).await?;
         if matches!(replies.first(), Some(Reply::Error(e)) if e.starts_with("NOSCRIPT")) {
             cmd[0] = b"EVAL";
             cmd[1] = lua.body.as_bytes();
-            replies = if wait {
-                self.pipeline_refs(&[&cmd, &wait_refs]).await?
-            } else {
-                self.pipeline_refs(&[&cmd]).await?
-            };
+            (replies, acked) = self.pipeline_then_wait(&[&cmd], replicated).await?;
         }
-        if wait {
-            self.check_replicated(replies.pop())?;
-        }
+        self.check_replicated(acked)?;
         match replies.into_iter().next() {
             Some(Reply::Error(e)) => Err(server_err(e)),
             Some(r) => Ok(r),
@@ -191,16 +179,31 @@ impl RedisBackend {
         }
     }
 
-    /// `WAIT <min_replicas> <timeout ms>`.
-    pub(super) fn wait_command(&self) -> [Vec<u8>; 3] {
-        [
-            b"WAIT".to_vec(),
-            self.min_replicas.to_string().into_bytes(),
-            self.replica_timeout_ms.to_string().into_bytes(),
-        ]
+    /// Sends `cmds` in one pipeline. With `replicated` and `min_replicas` (Sentinel), `WAIT
+    /// <min_replicas> <timeout>` follows on the same connection, and its reply comes back
+    /// apart, for [`Self::check_replicated`]; otherwise nothing is added.
+    pub(super) async fn pipeline_then_wait(
+        &self,
+        cmds: &[&[&[u8]]],
+        replicated: bool,
+    ) -> Result<(Vec<Reply>, Option<Reply>)> {
+        if !replicated || self.min_replicas == 0 {
+            return Ok((self.pipeline_refs(cmds).await?, None));
+        }
+        let (n, timeout) = (
+            self.min_replicas.to_string(),
+            self.replica_timeout_ms.to_string(),
+        );
+        let wait: &[&[u8]] = &[b"WAIT", n.as_bytes(), timeout.as_bytes()];
+        let mut all = cmds.to_vec();
+        all.push(wait);
+        let mut replies = self.pipeline_refs(&all).await?;
+        let acked = replies.pop();
+        Ok((replies, acked))
     }
 
-    /// Fails unless the reply of a `WAIT` counts at least `min_replicas` replicas.
+    /// Fails unless the reply of a `WAIT` counts at least `min_replicas` replicas; `None` (no
+    /// `WAIT` was sent) passes.
     pub(super) fn check_replicated(&self, reply: Option<Reply>) -> Result<()> {
         match reply {
             Some(Reply::Int(n)) if n >= i64::from(self.min_replicas) => Ok(()),
@@ -212,6 +215,7 @@ impl RedisBackend {
                 ),
             )),
             Some(Reply::Error(e)) => Err(server_err(e)),
+            None => Ok(()),
             r => Err(Error::backend(KIND, format!("unexpected WAIT reply {r:?}"))),
         }
     }
