@@ -117,6 +117,12 @@ need_pkg etcdctl etcd-client
 # ZooKeeper runs from its jar (its manifest lists the dependency jars) on the package's Java.
 need_pkg /usr/share/java/zookeeper.jar zookeeper
 need_pkg java zookeeper
+# The ZooKeeper interop tests run real Curator (its recipes' manifest brings the framework,
+# client and their dependencies) on the JDK, which compiles their Java fixture, with SLF4J's
+# no-op binding.
+need_pkg /usr/share/java/curator-recipes.jar libcurator-recipes-java
+need_pkg /usr/share/java/slf4j-nop.jar libslf4j-java
+need_pkg javac default-jdk-headless
 install_missing
 
 step "toolchain"
@@ -157,5 +163,7 @@ step "examples"
 # The articles' business case must keep working end to end (it asserts its own outcome).
 run cargo run --quiet -p distlock --example voucher
 run cargo run --quiet -p distlock --example scheduled_job
+# The articles' web demonstration: it asks itself once and checks the workers' gaps.
+run cargo run --quiet -p distlock --example web_demo -- --self-test
 
 step "all checks passed"

@@ -5,18 +5,23 @@
 # See docs/SAFETY.md for what is measured and how to read the report.
 #
 #   scripts/torture.sh [--backends LIST] [--duration DUR] [--report FILE] [--quick]
-#                      [--workers N] [--lease DUR] [--logs DIR]
+#                      [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore]
 #
-#   --backends LIST  comma-separated, of sqlite,redis,postgres,mysql,zookeeper,etcd (default all)
+#   --backends LIST  comma-separated, of sqlite,redis,redis-sentinel,redis-cluster,redlock,
+#                    postgres,mysql,zookeeper,etcd (default all)
 #   --duration DUR   nemesis time per backend (default 60s; 17s with --quick), e.g. 30s, 10m
 #   --report FILE    also write the JSON report (one object per backend) to FILE
 #   --quick          every backend, each fault kind at least once, about 3 minutes in all
 #   --workers N      worker processes per backend (default 4)
 #   --lease DUR      lease of every hold (default 1500ms)
 #   --logs DIR       where the workers' stderr goes (default a new directory under /tmp)
+#   --lock KIND      what the workers take: mutex (default); rw, the key's read-write lock
+#                    (even workers write, odd ones read: a writer beside anyone is an overlap);
+#                    semaphore, one of workers/2 permits (more holders at once is an
+#                    over-admission)
 #
-# Exit status: 0 when no backend shows a stale write accepted, an unannounced overlap, a fence
-# regression or a lost update, and every fault kind a backend supports was injected; 1
+# Exit status: 0 when no backend shows a stale write accepted, an unannounced overlap, an
+# over-admission, a fence regression or a lost update, and every fault kind a backend supports was injected; 1
 # otherwise; 2 for usage errors. The servers come from distlock's testkit (scripts/test.sh
 # installs them).
 set -euo pipefail

@@ -8,6 +8,9 @@
 //! Every protocol line is a `Serialize` struct printed by serde_json; the field names and their
 //! order are the ones the shared harnesses parse.
 
+#[cfg(feature = "scale")]
+pub mod spawn;
+
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::time::Duration;

@@ -4,10 +4,31 @@
 //!
 //! ```text
 //! http_bench --distlock PATH --backend URL [--seconds N] [--concurrency C] [--waiters W]
+//!            [--compare PATH] [--ceiling] [--ceiling-threads N] [--client reqwest|raw]
 //! ```
 //!
-//! Prints one JSON line: cycles/s direct and over HTTP, their ratio, and the service's resident
-//! memory before and with W requests waiting for one held key.
+//! The targets alternate in one-second slices, so that a change of load on the machine falls
+//! on all alike:
+//! - `direct`: the library in this process;
+//! - `http`: a `distlock serve` of `--distlock`;
+//! - `compare` (with `--compare PATH`): a `distlock serve` of another build, for a before and
+//!   after in one run;
+//! - `ceiling` (with `--ceiling`): a hyper HTTP/1.1 server that does nothing (POST answers a
+//!   fixed grant, DELETE 204), this program started again with `--null-server`: what the
+//!   client, hyper and loopback TCP cost by themselves on this machine;
+//! - `ceiling_threads` (with `--ceiling-threads N`): the same on N worker threads (0: Tokio's
+//!   current-thread runtime).
+//!
+//! The client is reqwest (`--client reqwest`, the default: what a Rust program would use), or
+//! `--client raw`: requests written and answers read by hand on one keep-alive connection per
+//! task, about the least CPU an HTTP/1.1 client can spend, so that on a small machine the
+//! client takes less of the CPU the server needs, as a client elsewhere would.
+//!
+//! For each server it also reports the CPU time the server process and this process used per
+//! cycle during its slices (from `/proc`), which does not depend on how busy the machine is.
+//!
+//! Prints one JSON line: cycles/s of each target, ratios to direct, CPU per cycle, and the
+//! service's resident memory before and with W requests waiting for one held key.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -16,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{LockRegistry, RegistryOptions};
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 struct Args {
     distlock: String,
@@ -24,6 +45,12 @@ struct Args {
     seconds: u64,
     concurrency: usize,
     waiters: usize,
+    compare: Option<String>,
+    /// `reqwest` (the default) or `raw`.
+    client: String,
+    ceiling: bool,
+    /// Worker threads of a second ceiling server (0: current-thread runtime).
+    ceiling_threads: Option<usize>,
 }
 
 fn args() -> Args {
@@ -33,9 +60,17 @@ fn args() -> Args {
         seconds: 5,
         concurrency: 16,
         waiters: 1000,
+        compare: None,
+        client: "reqwest".into(),
+        ceiling: false,
+        ceiling_threads: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--ceiling" {
+            a.ceiling = true;
+            continue;
+        }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--distlock" => a.distlock = value,
@@ -43,14 +78,19 @@ fn args() -> Args {
             "--seconds" => a.seconds = value.parse().expect("--seconds N"),
             "--concurrency" => a.concurrency = value.parse().expect("--concurrency C"),
             "--waiters" => a.waiters = value.parse().expect("--waiters W"),
+            "--compare" => a.compare = Some(value),
+            "--client" => a.client = value,
+            "--ceiling-threads" => {
+                a.ceiling_threads = Some(value.parse().expect("--ceiling-threads N"));
+            }
             other => panic!("unknown option {other}"),
         }
     }
     a
 }
 
-/// Runs `cycle(task)` on `tasks` tasks for `length`; cycles per second.
-async fn measure<F, Fut>(tasks: usize, length: Duration, cycle: F) -> f64
+/// Runs `cycle(task)` on `tasks` tasks for `length`; how many cycles and how long it took.
+async fn measure<F, Fut>(tasks: usize, length: Duration, cycle: F) -> (u64, Duration)
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -77,7 +117,7 @@ where
     for h in handles {
         h.await.expect("bench task");
     }
-    count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    (count.load(Ordering::Relaxed), started.elapsed())
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -89,35 +129,289 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-fn start_service(a: &Args, prefix: &str) -> (Child, String) {
-    let mut child = Command::new(&a.distlock)
-        .args([
-            "--backend",
-            &a.backend,
-            "--prefix",
-            prefix,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("distlock serve");
+/// User plus system CPU time of a process (`self` or a pid), from `/proc/PID/stat`.
+fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // The command name may hold spaces; the fields after it are plain.
+    let rest = &stat[stat.rfind(')').expect("stat") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) };
+    Duration::from_secs_f64(ticks as f64 / hz as f64)
+}
+
+/// A server process that prints `... listening on URL` as its first line.
+fn start(mut command: Command) -> (Child, String) {
+    let mut child = command.stdout(Stdio::piped()).spawn().expect("server");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .expect("address line");
     let base = line
         .trim()
-        .strip_prefix("distlock serve: listening on ")
+        .rsplit_once("listening on ")
         .expect("listening line")
+        .1
         .to_owned();
     (child, base)
 }
 
-#[tokio::main]
-async fn main() {
-    let a = args();
+fn start_service(distlock: &str, backend: &str, prefix: &str) -> (Child, String) {
+    let mut command = Command::new(distlock);
+    command.args([
+        "--backend",
+        backend,
+        "--prefix",
+        prefix,
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    start(command)
+}
+
+/// A server measured over HTTP.
+struct Target {
+    name: &'static str,
+    child: Child,
+    base: String,
+    cycles: u64,
+    elapsed: Duration,
+    server_cpu: Duration,
+    client_cpu: Duration,
+}
+
+impl Target {
+    fn new(name: &'static str, (child, base): (Child, String)) -> Self {
+        Target {
+            name,
+            child,
+            base,
+            cycles: 0,
+            elapsed: Duration::ZERO,
+            server_cpu: Duration::ZERO,
+            client_cpu: Duration::ZERO,
+        }
+    }
+
+    /// One slice of POST + DELETE cycles.
+    async fn slice(&mut self, client: &Client, tasks: usize) {
+        let pid = self.child.id().to_string();
+        let (server, own) = (cpu_time(&pid), cpu_time("self"));
+        let base = self.base.clone();
+        let (cycles, elapsed) = match client {
+            Client::Reqwest(http) => {
+                let http = http.clone();
+                measure(tasks, Duration::from_secs(1), move |i| {
+                    let (http, url) = (http.clone(), format!("{base}/v1/locks/http-{i}"));
+                    async move {
+                        let r = http.post(&url).send().await.expect("POST");
+                        assert_eq!(r.status(), 200, "POST {url}");
+                        let granted: serde_json::Value = r.json().await.expect("JSON");
+                        let token = granted["token"].as_str().expect("token");
+                        let r = http
+                            .delete(format!("{url}/{token}"))
+                            .send()
+                            .await
+                            .expect("DELETE");
+                        assert_eq!(r.status(), 204);
+                    }
+                })
+                .await
+            }
+            Client::Raw => {
+                let host = base.trim_start_matches("http://").to_owned();
+                let conns: Arc<Vec<tokio::sync::Mutex<Option<RawConn>>>> =
+                    Arc::new((0..tasks).map(|_| tokio::sync::Mutex::new(None)).collect());
+                measure(tasks, Duration::from_secs(1), move |i| {
+                    let (conns, host) = (conns.clone(), host.clone());
+                    async move {
+                        let mut slot = conns[i].lock().await;
+                        if slot.is_none() {
+                            *slot = Some(RawConn::connect(&host).await);
+                        }
+                        let conn = slot.as_mut().unwrap();
+                        let path = format!("/v1/locks/http-{i}");
+                        let (status, body) = conn.request("POST", &path).await;
+                        assert_eq!(status, 200, "POST {path}: {body}");
+                        let token = body
+                            .split("\"token\":\"")
+                            .nth(1)
+                            .and_then(|t| t.split('"').next())
+                            .expect("token")
+                            .to_owned();
+                        let (status, _) = conn.request("DELETE", &format!("{path}/{token}")).await;
+                        assert_eq!(status, 204);
+                    }
+                })
+                .await
+            }
+        };
+        self.cycles += cycles;
+        self.elapsed += elapsed;
+        self.server_cpu += cpu_time(&pid).saturating_sub(server);
+        self.client_cpu += cpu_time("self").saturating_sub(own);
+    }
+
+    fn rate(&self) -> f64 {
+        self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// CPU microseconds per cycle.
+    fn per_cycle(&self, cpu: Duration) -> f64 {
+        (cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64 * 10.0).round() / 10.0
+    }
+
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The HTTP client of the slices.
+enum Client {
+    /// reqwest (hyper's client, a pool, JSON parsed with serde): what a Rust program would use.
+    Reqwest(reqwest::Client),
+    /// One keep-alive connection per task, requests written and answers read by hand: about
+    /// the least CPU an HTTP/1.1 client can spend, so that on a small machine the client takes
+    /// less of the CPU the server needs (as a client on another machine would).
+    Raw,
+}
+
+/// A keep-alive HTTP/1.1 connection spoken by hand.
+struct RawConn {
+    stream: tokio::net::TcpStream,
+    host: String,
+    buf: Vec<u8>,
+}
+
+impl RawConn {
+    async fn connect(host: &str) -> Self {
+        let stream = tokio::net::TcpStream::connect(host).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        RawConn {
+            stream,
+            host: host.to_owned(),
+            buf: Vec::with_capacity(1024),
+        }
+    }
+
+    /// Sends a request without a body; the answer's status and body.
+    async fn request(&mut self, method: &str, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-length: 0\r\n\r\n",
+            self.host
+        );
+        self.stream.write_all(head.as_bytes()).await.expect("write");
+        self.buf.clear();
+        let mut chunk = [0u8; 1024];
+        loop {
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                let head = std::str::from_utf8(&self.buf[..end]).expect("UTF-8 head");
+                let status: u16 = head[9..12].parse().expect("status");
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().ok())?
+                    })
+                    .unwrap_or(0);
+                let body_start = end + 4;
+                while self.buf.len() < body_start + length {
+                    let n = self.stream.read(&mut chunk).await.expect("read");
+                    assert!(n > 0, "connection closed");
+                    self.buf.extend_from_slice(&chunk[..n]);
+                }
+                let body = String::from_utf8_lossy(&self.buf[body_start..body_start + length]);
+                return (status, body.into_owned());
+            }
+            let n = self.stream.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// `--null-server [THREADS]`: the ceiling, a hyper server that does nothing, on a runtime like
+/// the service's (two worker threads; 0: the current-thread runtime).
+fn null_server(threads: usize) {
+    use axum::body::Body;
+    use hyper::{Method, Response, StatusCode};
+
+    let runtime = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        println!(
+            "null server: listening on http://{}",
+            listener.local_addr().unwrap()
+        );
+        const GRANT: &[u8] =
+            br#"{"key":"k","token":"00000000000000000000000000000000","fence":1024,"lease_ms":30000}"#;
+        loop {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let _ = tcp.set_nodelay(true);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                    let response = if req.method() == Method::POST {
+                        Response::builder()
+                            .header("content-type", "application/json")
+                            .body(Body::from(GRANT))
+                    } else {
+                        Response::builder()
+                            .status(StatusCode::NO_CONTENT)
+                            .body(Body::empty())
+                    };
+                    response
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+}
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--null-server") {
+        let threads = std::env::args()
+            .nth(2)
+            .map_or(2, |t| t.parse().expect("threads"));
+        null_server(threads);
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench(args()));
+}
+
+async fn bench(a: Args) {
     let prefix = format!("bench{}", std::process::id());
 
     let options = RegistryOptions::default()
@@ -127,19 +421,46 @@ async fn main() {
     let registry = LockRegistry::connect(&a.backend, options)
         .await
         .expect("backend");
-    let (mut service, base) = start_service(&a, &prefix);
+    let mut targets = vec![Target::new(
+        "http",
+        start_service(&a.distlock, &a.backend, &prefix),
+    )];
+    if let Some(other) = &a.compare {
+        let other_prefix = format!("{prefix}c");
+        targets.push(Target::new(
+            "compare",
+            start_service(other, &a.backend, &other_prefix),
+        ));
+    }
+    if a.ceiling {
+        let mut command = Command::new(std::env::current_exe().expect("this program"));
+        command.arg("--null-server");
+        targets.push(Target::new("ceiling", start(command)));
+    }
+    if let Some(threads) = a.ceiling_threads {
+        let mut command = Command::new(std::env::current_exe().expect("this program"));
+        command.args(["--null-server", &threads.to_string()]);
+        targets.push(Target::new("ceiling_threads", start(command)));
+    }
     let http = reqwest::Client::builder()
         .http1_only()
         .pool_max_idle_per_host(a.waiters + a.concurrency)
         .build()
         .expect("client");
+    let client = match a.client.as_str() {
+        "reqwest" => Client::Reqwest(http.clone()),
+        "raw" => Client::Raw,
+        other => panic!("--client reqwest or raw, not {other}"),
+    };
 
-    // Direct and HTTP alternate in one-second slices, so that a change of load on the machine
-    // falls on both alike.
-    let (mut direct, mut over_http) = (0.0, 0.0);
+    // The targets alternate in one-second slices, so that a change of load on the machine
+    // falls on all alike.
+    let (mut direct_cycles, mut direct_elapsed, mut direct_cpu) =
+        (0, Duration::ZERO, Duration::ZERO);
     for _ in 0..a.seconds {
         let registry = registry.clone();
-        direct += measure(a.concurrency, Duration::from_secs(1), move |i| {
+        let cpu = cpu_time("self");
+        let (cycles, elapsed) = measure(a.concurrency, Duration::from_secs(1), move |i| {
             let registry = registry.clone();
             async move {
                 let guard = registry
@@ -152,28 +473,18 @@ async fn main() {
             }
         })
         .await;
-        let (http, base) = (http.clone(), base.clone());
-        over_http += measure(a.concurrency, Duration::from_secs(1), move |i| {
-            let (http, url) = (http.clone(), format!("{base}/v1/locks/http-{i}"));
-            async move {
-                let r = http.post(&url).send().await.expect("POST");
-                assert_eq!(r.status(), 200, "POST {url}");
-                let granted: serde_json::Value = r.json().await.expect("JSON");
-                let token = granted["token"].as_str().expect("token");
-                let r = http
-                    .delete(format!("{url}/{token}"))
-                    .send()
-                    .await
-                    .expect("DELETE");
-                assert_eq!(r.status(), 204);
-            }
-        })
-        .await;
+        direct_cycles += cycles;
+        direct_elapsed += elapsed;
+        direct_cpu += cpu_time("self").saturating_sub(cpu);
+        for target in &mut targets {
+            target.slice(&client, a.concurrency).await;
+        }
     }
-    let seconds = a.seconds.max(1) as f64;
-    let (direct, over_http) = (direct / seconds, over_http / seconds);
+    let direct = direct_cycles as f64 / direct_elapsed.as_secs_f64();
 
     // Waiters: one holder, then `waiters` requests that wait for the same key.
+    let base = targets[0].base.clone();
+    let service_pid = targets[0].child.id();
     let held = http
         .post(format!("{base}/v1/locks/wait"))
         .json(&json!({"lease_ms": 300_000}))
@@ -181,7 +492,7 @@ async fn main() {
         .await
         .expect("hold");
     assert_eq!(held.status(), 200);
-    let before = rss_kib(service.id());
+    let before = rss_kib(service_pid);
     let waiting: Vec<_> = (0..a.waiters)
         .map(|_| {
             let (http, url) = (http.clone(), format!("{base}/v1/locks/wait"));
@@ -210,26 +521,46 @@ async fn main() {
         assert!(Instant::now() < deadline, "the waiters did not all arrive");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let with_waiters = rss_kib(service.id());
-    let _ = Command::new("kill").arg(service.id().to_string()).status();
-    let _ = service.wait();
+    let with_waiters = rss_kib(service_pid);
+    for target in &mut targets {
+        target.stop();
+    }
     for w in waiting {
         w.abort();
     }
 
-    println!(
-        "{}",
-        json!({
-            "backend": distlock::redact(&a.backend),
-            "concurrency": a.concurrency,
-            "seconds": a.seconds,
-            "direct_cycles_per_s": direct.round(),
-            "http_cycles_per_s": over_http.round(),
-            "ratio": (over_http / direct * 100.0).round() / 100.0,
-            "waiters": a.waiters,
-            "rss_before_kib": before,
-            "rss_with_waiters_kib": with_waiters,
-            "extra_rss_mib": ((with_waiters.saturating_sub(before)) as f64 / 1024.0 * 10.0).round() / 10.0,
-        })
+    let mut out = Map::new();
+    out.insert("backend".into(), json!(distlock::redact(&a.backend)));
+    out.insert("concurrency".into(), json!(a.concurrency));
+    out.insert("client".into(), json!(a.client));
+    out.insert("seconds".into(), json!(a.seconds));
+    out.insert("direct_cycles_per_s".into(), json!(direct.round()));
+    let direct_us = direct_cpu.as_secs_f64() * 1e6 / direct_cycles.max(1) as f64;
+    out.insert(
+        "direct_cpu_us_per_cycle".into(),
+        json!((direct_us * 10.0).round() / 10.0),
     );
+    for t in &targets {
+        let rate = t.rate();
+        out.insert(format!("{}_cycles_per_s", t.name), json!(rate.round()));
+        out.insert(format!("{}_ratio", t.name), json!(round2(rate / direct)));
+        out.insert(
+            format!("{}_server_cpu_us_per_cycle", t.name),
+            json!(t.per_cycle(t.server_cpu)),
+        );
+        out.insert(
+            format!("{}_client_cpu_us_per_cycle", t.name),
+            json!(t.per_cycle(t.client_cpu)),
+        );
+    }
+    // The names of earlier runs.
+    out.insert("ratio".into(), out["http_ratio"].clone());
+    out.insert("waiters".into(), json!(a.waiters));
+    out.insert("rss_before_kib".into(), json!(before));
+    out.insert("rss_with_waiters_kib".into(), json!(with_waiters));
+    out.insert(
+        "extra_rss_mib".into(),
+        json!(round2(with_waiters.saturating_sub(before) as f64 / 1024.0)),
+    );
+    println!("{}", Value::Object(out));
 }

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! distlock [--backend URL] [--prefix P] [-v] COMMAND
-//!   run --key K [--lease DUR] [--wait DUR | --no-wait] -- CMD [ARGS...]
+//!   run --key K [--key K2 ...] [--shared | --permits N] [--lease DUR] [--wait DUR | --no-wait] -- CMD [ARGS...]
 //!   status K [--json]
+//!   list [--json]
+//!   unlock K --force
 //!   demo [--workers N] [--hold DUR] [--key K]
 //!   serve [--listen ADDR] [--token-file FILE] [--tls-cert PEM --tls-key PEM]
 //! ```
@@ -18,6 +20,7 @@ mod config;
 mod demo;
 mod duration;
 mod group;
+mod list;
 mod run;
 mod serve;
 mod signals;
@@ -32,19 +35,25 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use config::{Failure, Global, EXIT_USAGE};
 use duration::{parse_duration, parse_lease};
-use run::WaitMode;
+use run::{HoldKind, WaitMode};
 
 const AFTER_HELP: &str = "\
 Backends (--backend or DISTLOCK_BACKEND): memory://, sqlite:///abs/path.db,
-redis://[user:pass@]host:port[/db], rediss://..., postgres://user:pass@host:port/db,
+redis://[user:pass@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/MASTER,
+redis+cluster://host:port[,host:port], redlock://host:port,host:port,host:port, redlocks://...,
+postgres://user:pass@host:port/db,
 mysql://user:pass@host:port/db, zk://host:port[,host:port][/root],
 etcd://host:port[,host:port], etcds://...[?ca_file=/path/ca.pem]. Without one, locks live in a SQLite file
 distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
 
 run: options come before CMD; CMD starts after -- or at the first word that is not an
-option, and an unknown option is a usage error. CMD runs in a process group of its own
-(given the terminal when distlock has it), gets DISTLOCK_KEY and DISTLOCK_FENCE but not
-DISTLOCK_BACKEND; SIGINT, SIGTERM and SIGHUP to distlock are passed on to CMD's group, and
+option, and an unknown option is a usage error. Without --shared or --permits, run holds K
+exclusively; --shared holds it shared with other --shared holders (the read side of K's
+read-write lock: flock -s beside flock -x); --permits N takes one of N permits of the
+semaphore K. Several --key are held together, all or nothing, taken in key order so that
+two such runs cannot deadlock. CMD runs in a process group of its own (given the terminal
+when distlock has it), gets DISTLOCK_KEY and DISTLOCK_FENCE (of the first key given; with
+several keys also DISTLOCK_FENCES, a JSON object of key to fence) but not DISTLOCK_BACKEND; SIGINT, SIGTERM and SIGHUP to distlock are passed on to CMD's group, and
 the lock is released once the whole group is gone. If distlock dies, even by SIGKILL, a
 watcher process kills CMD's group.
 
@@ -60,7 +69,8 @@ lock is released. Ctrl-Z stops CMD and distlock; a stop longer than the lease lo
 Exit status of run: CMD's own (128+N if signal N ended it); 75 lock not acquired;
 76 lock lost while CMD ran, or CMD stopped because it was about to be lost; 127 CMD not
 found; 2 usage error; 1 backend error.
-status: 0 held, 3 free, 1 backend unreachable.";
+status: 0 held, 3 free, 1 backend unreachable. list: 0, 1 backend unreachable.
+unlock --force: 0 removed, 3 nothing held, 1 backend unreachable.";
 
 /// Distributed locks from the command line.
 #[derive(Debug, Parser)]
@@ -92,8 +102,12 @@ struct Cli {
 enum Command {
     /// Run CMD while holding the lock K (renewed while CMD runs)
     Run(RunArgs),
-    /// Show whether the lock K is held, its fence and remaining lease
+    /// Show whether the lock K is held, by what kind of holds, its fence and remaining lease
     Status(StatusArgs),
+    /// List the locks held under the prefix (key, kind, holders, fence, lease left)
+    List(ListArgs),
+    /// Remove the lock K whoever holds it (the holders find it lost)
+    Unlock(UnlockArgs),
     /// N workers contend for one key and hold it in turn
     Demo(DemoArgs),
     /// Serve the backend over HTTP, with a live page (see docs/SERVE.md)
@@ -121,9 +135,17 @@ struct ServeArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The lock's key
-    #[arg(long, value_name = "K", value_parser = config::parse_key)]
-    key: String,
+    /// The lock's key; several --key are held together (all or nothing)
+    #[arg(long = "key", value_name = "K", value_parser = config::parse_key, required = true, action = ArgAction::Append)]
+    keys: Vec<String>,
+
+    /// Hold K shared with other --shared holders (the read side of K's read-write lock)
+    #[arg(long, conflicts_with = "permits")]
+    shared: bool,
+
+    /// Take one of N permits of the semaphore K
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
+    permits: Option<u32>,
 
     /// Lease of the lock, renewed while CMD runs
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_lease)]
@@ -152,6 +174,24 @@ struct StatusArgs {
     /// Print one JSON object
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Print one JSON object per lock and line
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct UnlockArgs {
+    /// The lock's key
+    #[arg(value_name = "K", value_parser = config::parse_key)]
+    key: String,
+
+    /// Required: remove the lock whoever holds it
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -217,8 +257,14 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
                 (Some(d), false) => WaitMode::For(d),
                 (None, false) => WaitMode::Forever,
             };
+            let kind = match (args.shared, args.permits) {
+                (true, _) => HoldKind::Shared,
+                (false, Some(n)) => HoldKind::Permit(n),
+                (false, None) => HoldKind::Exclusive,
+            };
             let request = run::RunRequest {
-                key: args.key,
+                keys: args.keys,
+                kind,
                 lease: args.lease,
                 wait,
                 command: args.command,
@@ -226,6 +272,15 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
             run::run(global, request).await
         }
         Command::Status(args) => status::status(global, &args.key, args.json).await,
+        Command::List(args) => list::list(global, args.json).await,
+        Command::Unlock(args) => {
+            if !args.force {
+                return Err(Failure::usage(
+                    "unlock removes a lock whoever holds it: say so with --force",
+                ));
+            }
+            list::unlock(global, &args.key).await
+        }
         Command::Demo(args) => {
             let request = demo::DemoRequest {
                 workers: args.workers,
@@ -326,7 +381,8 @@ mod tests {
         let Command::Run(run) = cli.command else {
             panic!("run expected")
         };
-        assert_eq!(run.key, "k");
+        assert_eq!(run.keys, ["k"]);
+        assert!(!run.shared && run.permits.is_none());
         assert_eq!(run.wait, Some(Duration::from_secs(2)));
         assert_eq!(run.lease, Duration::from_secs(30));
         assert_eq!(run.command, ["echo", "--flag", "x"].map(OsString::from));
@@ -352,6 +408,19 @@ mod tests {
             ],
             &["status"],
             &["demo", "--workers", "0"],
+            &[
+                "run",
+                "--key",
+                "k",
+                "--shared",
+                "--permits",
+                "2",
+                "--",
+                "true",
+            ],
+            &["run", "--key", "k", "--permits", "0", "--", "true"],
+            &["unlock"],
+            &["list", "extra"],
         ] {
             let e = parse(args).expect_err(&format!("{args:?}"));
             assert_eq!(e.exit_code(), 2, "{args:?}");
@@ -391,6 +460,21 @@ mod tests {
             command(&["run", "--key", "k", "sh", "-c", "exit 3", "--key", "--"]),
             Ok(os(&["sh", "-c", "exit 3", "--key", "--"]))
         );
+    }
+
+    #[test]
+    fn several_keys_and_the_kinds() {
+        let cli = parse(&["run", "--key", "a", "--key", "b", "--shared", "--", "true"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run expected")
+        };
+        assert_eq!(run.keys, ["a", "b"]);
+        assert!(run.shared);
+        let cli = parse(&["run", "--key", "s", "--permits", "4", "true"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run expected")
+        };
+        assert_eq!(run.permits, Some(4));
     }
 
     #[test]

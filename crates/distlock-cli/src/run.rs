@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Lock, LockGuard};
+use distlock::{Lock, LockRegistry, MultiGuard, MultiLock};
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
@@ -39,10 +39,32 @@ pub enum WaitMode {
     No,
 }
 
+/// What kind of hold `run` takes of each key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// The key's mutex (the default): nobody else holds the key.
+    Exclusive,
+    /// `--shared`: the read side of the key's read-write lock, beside other shared holders.
+    Shared,
+    /// `--permits N`: one of N permits of the semaphore of the key.
+    Permit(u32),
+}
+
+/// The handle of `key` for holds of `kind`.
+pub fn handle(registry: &LockRegistry, key: &str, kind: HoldKind) -> distlock::Result<Lock> {
+    match kind {
+        HoldKind::Exclusive => registry.obtain(key),
+        HoldKind::Shared => Ok(registry.read_write(key)?.read().clone()),
+        HoldKind::Permit(n) => registry.semaphore(key, n),
+    }
+}
+
 /// What `run` was asked to do.
 #[derive(Debug)]
 pub struct RunRequest {
-    pub key: String,
+    /// At least one; the first is the one `DISTLOCK_KEY` names.
+    pub keys: Vec<String>,
+    pub kind: HoldKind,
     pub lease: Duration,
     pub wait: WaitMode,
     pub command: Vec<OsString>,
@@ -57,20 +79,29 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     };
     let grace = kill_grace()?;
     let registry = global.registry().await?;
-    let lock = registry.obtain(&req.key)?.with_lease(req.lease)?;
-    let key = req.key.as_str();
+    let locks = req
+        .keys
+        .iter()
+        .map(|k| handle(&registry, k, req.kind)?.with_lease(req.lease))
+        .collect::<distlock::Result<Vec<_>>>()?;
+    let locks = MultiLock::new(locks)?;
+    let first = req.keys[0].as_str();
+    let key = label(&req.keys);
+    let key = key.as_str();
 
     // From here on distlock owns SIGINT, SIGTERM and SIGHUP: it must release the lock itself.
     let mut signals = Signals::install();
-    tracing::debug!(key = %req.key, "acquiring");
+    tracing::debug!(key, "acquiring");
 
-    let guard = match acquire(&lock, req.wait, &mut signals).await {
+    let guard = match acquire(&locks, req.wait, &mut signals).await {
         Acquired::Guard(guard) => guard,
-        Acquired::Failed(distlock::Error::NotAcquired { .. }) => {
+        Acquired::Failed(distlock::Error::NotAcquired { key: busy, .. }) => {
             let why = match req.wait {
-                WaitMode::No => format!("lock {key:?} is busy (--no-wait)"),
-                WaitMode::For(d) => format!("lock {key:?} was not acquired within {}", human(d)),
-                WaitMode::Forever => format!("lock {key:?} was not acquired"),
+                WaitMode::No => format!("lock {busy:?} is busy (--no-wait)"),
+                WaitMode::For(d) => {
+                    format!("lock {busy:?} was not acquired within {}", human(d))
+                }
+                WaitMode::Forever => format!("lock {busy:?} was not acquired"),
             };
             say(&why);
             return Ok(EXIT_NOT_ACQUIRED);
@@ -78,13 +109,13 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
         Acquired::Failed(e) => return Err(e.into()),
         Acquired::Interrupted(sig) => {
             say(&format!(
-                "interrupted by {} while waiting for lock {key:?}",
+                "interrupted by {} while waiting for lock {key}",
                 signal_name(sig)
             ));
             return Ok(128 + sig);
         }
     };
-    let fence = guard.fence();
+    let fence = guard.fence(first).unwrap_or_default();
     tracing::debug!(key, fence, "lock acquired; starting the command");
 
     let plan = KillPlan::new(req.lease, grace);
@@ -98,10 +129,20 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
             human(plan.margin)
         );
     }
-    let env = [
-        ("DISTLOCK_KEY", key.to_owned()),
+    let mut env = vec![
+        ("DISTLOCK_KEY", first.to_owned()),
         ("DISTLOCK_FENCE", fence.to_string()),
     ];
+    if req.keys.len() > 1 {
+        let fences: serde_json::Map<String, serde_json::Value> = guard
+            .fences()
+            .map(|(k, f)| (k.to_owned(), f.into()))
+            .collect();
+        env.push((
+            "DISTLOCK_FENCES",
+            serde_json::Value::Object(fences).to_string(),
+        ));
+    }
     let mut group = match Group::spawn(program, program_args, &env) {
         Ok(group) => group,
         Err(SpawnError(e)) => {
@@ -124,13 +165,13 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
             Ok(()) => Ok(status_code(status)),
             Err(distlock::Error::LockLost { .. }) => {
                 say(&format!(
-                    "lock {key:?} was lost before the command finished (the release found it gone)"
+                    "lock {key} was lost before the command finished (the release found it gone)"
                 ));
                 Ok(EXIT_LOST)
             }
             Err(e) => {
                 say(&format!(
-                    "could not release lock {key:?} (its lease will expire): {e}"
+                    "could not release lock {key} (its lease will expire): {e}"
                 ));
                 Ok(status_code(status))
             }
@@ -152,28 +193,36 @@ fn kill_grace() -> Result<Duration, Failure> {
     }
 }
 
+/// The keys of a run as messages name them: `"a"`, or `"a", "b"`.
+fn label(keys: &[String]) -> String {
+    keys.iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 enum Acquired {
-    Guard(LockGuard),
+    Guard(MultiGuard),
     Failed(distlock::Error),
     Interrupted(i32),
 }
 
-/// Takes the lock as `wait` says, showing progress on a terminal and giving up on a signal.
-async fn acquire(lock: &Lock, wait: WaitMode, signals: &mut Signals) -> Acquired {
+/// Takes the locks as `wait` says, showing progress on a terminal and giving up on a signal.
+async fn acquire(locks: &MultiLock, wait: WaitMode, signals: &mut Signals) -> Acquired {
     let started = Instant::now();
-    let mut attempt: std::pin::Pin<Box<dyn Future<Output = distlock::Result<LockGuard>> + Send>> =
+    let mut attempt: std::pin::Pin<Box<dyn Future<Output = distlock::Result<MultiGuard>> + Send>> =
         match wait {
             WaitMode::Forever => Box::pin({
-                let lock = lock.clone();
-                async move { lock.lock().await }
+                let locks = locks.clone();
+                async move { locks.lock().await }
             }),
             WaitMode::For(d) => Box::pin({
-                let lock = lock.clone();
-                async move { lock.try_lock_for(d).await }
+                let locks = locks.clone();
+                async move { locks.try_lock_for(d).await }
             }),
             WaitMode::No => Box::pin({
-                let lock = lock.clone();
-                async move { lock.try_lock().await }
+                let locks = locks.clone();
+                async move { locks.try_lock().await }
             }),
         };
     let reported = Arc::new(AtomicBool::new(false));
@@ -183,7 +232,7 @@ async fn acquire(lock: &Lock, wait: WaitMode, signals: &mut Signals) -> Acquired
             _ => None,
         };
         tokio::spawn(report_waiting(
-            lock.clone(),
+            locks.locks().to_vec(),
             started,
             limit,
             reported.clone(),
@@ -208,54 +257,88 @@ async fn acquire(lock: &Lock, wait: WaitMode, signals: &mut Signals) -> Acquired
     }
     if reported.load(Ordering::SeqCst) {
         if let Acquired::Guard(g) = &result {
+            let fences: Vec<String> = g.fences().map(|(_, f)| f.to_string()).collect();
+            let keys: Vec<String> = g.fences().map(|(k, _)| k.to_owned()).collect();
             say(&format!(
-                "acquired lock {:?} after {} (fence {})",
-                lock.key(),
+                "acquired lock {} after {} (fence {})",
+                label(&keys),
                 human(started.elapsed()),
-                g.fence()
+                fences.join(", ")
             ));
         }
     }
     result
 }
 
-/// Prints, on a terminal, what `run` is waiting for, now and then.
+/// Prints, on a terminal, what `run` is waiting for, now and then: the state of each key.
 async fn report_waiting(
-    lock: Lock,
+    locks: Vec<Lock>,
     started: Instant,
     limit: Option<Duration>,
     reported: Arc<AtomicBool>,
 ) {
     tokio::time::sleep(FIRST_REPORT_AFTER).await;
-    let key = lock.key().to_owned();
+    let keys: Vec<String> = locks.iter().map(|l| l.key().to_owned()).collect();
+    let key = label(&keys);
     loop {
-        let state = match tokio::time::timeout(Duration::from_secs(2), lock.inspect()).await {
-            Ok(Ok(Some(info))) => describe_holder(info.fence, info.remaining),
-            Ok(Ok(None)) => "free right now; retrying".to_owned(),
-            Ok(Err(e)) => format!("state unknown: {e}"),
-            Err(_) => "state unknown: the backend did not answer".to_owned(),
-        };
+        let mut states = Vec::with_capacity(locks.len());
+        for lock in &locks {
+            let state = match tokio::time::timeout(Duration::from_secs(2), lock.inspect()).await {
+                Ok(Ok(Some(info))) => describe_holder(&info),
+                Ok(Ok(None)) => "free right now; retrying".to_owned(),
+                Ok(Err(e)) => format!("state unknown: {e}"),
+                Err(_) => "state unknown: the backend did not answer".to_owned(),
+            };
+            states.push(if locks.len() > 1 {
+                format!("{:?}: {state}", lock.key())
+            } else {
+                state
+            });
+        }
+        let state = states.join("; ");
         let line = if reported.swap(true, Ordering::SeqCst) {
             format!(
-                "still waiting for lock {key:?} after {} ({state})...",
+                "still waiting for lock {key} after {} ({state})...",
                 human(started.elapsed())
             )
         } else {
             let limit = limit
                 .map(|l| format!(", giving up after {}", human(l)))
                 .unwrap_or_default();
-            format!("waiting for lock {key:?} ({state}{limit})...")
+            format!("waiting for lock {key} ({state}{limit})...")
         };
         say(&line);
         tokio::time::sleep(REPORT_EVERY).await;
     }
 }
 
-/// `held, fence F, lease left 12s` from what `inspect` reports.
-pub fn describe_holder(fence: Option<u64>, remaining: Option<Duration>) -> String {
-    let fence = fence.map_or_else(|| "unknown".to_owned(), |f| holder_fence(f).to_string());
-    let left = remaining.map_or_else(|| "unknown".to_owned(), human);
-    format!("held, fence {fence}, lease left {left}")
+/// `held, fence F, lease left 12s` from what `inspect` reports, with the kind and the number
+/// of holders and waiters where the backend tells them: `held (read, 2 holders, 1 waiting),
+/// fence F, lease left 12s`.
+pub fn describe_holder(info: &distlock::LockInfo) -> String {
+    let fence = info
+        .fence
+        .map_or_else(|| "unknown".to_owned(), |f| holder_fence(f).to_string());
+    let left = info.remaining.map_or_else(|| "unknown".to_owned(), human);
+    let mut about = Vec::new();
+    if let Some(kind) = info.kind.filter(|k| *k != distlock::LockKind::Mutex) {
+        about.push(match kind {
+            distlock::LockKind::Semaphore { permits: 0 } => "semaphore".to_owned(),
+            k => k.to_string(),
+        });
+    }
+    if let Some(n) = info.holders.filter(|n| *n != 1 || !about.is_empty()) {
+        about.push(format!("{n} holder{}", if n == 1 { "" } else { "s" }));
+    }
+    if let Some(n) = info.waiters.filter(|n| *n > 0) {
+        about.push(format!("{n} waiting"));
+    }
+    let about = if about.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", about.join(", "))
+    };
+    format!("held{about}, fence {fence}, lease left {left}")
 }
 
 enum Supervised {
@@ -337,11 +420,12 @@ const IDLE_LOOK_EVERY: Duration = Duration::from_secs(1);
 /// way (SIGTERM, SIGKILL after the grace) before the lock is released.
 async fn supervise(
     group: &mut Group,
-    guard: &LockGuard,
+    guard: &MultiGuard,
     plan: &KillPlan,
     signals: &mut Signals,
 ) -> Supervised {
-    let key = guard.key().to_owned();
+    let keys: Vec<String> = guard.fences().map(|(k, _)| k.to_owned()).collect();
+    let key = label(&keys);
     let lost = guard.lost();
     tokio::pin!(lost);
     let mut was_lost = false;
@@ -375,7 +459,7 @@ async fn supervise(
             about_to_lose = true;
             let kill_in = plan.early_grace.min(remaining.saturating_sub(plan.margin));
             say(&format!(
-                "lock {key:?} is about to be lost (renewals failed; lease left {}); stopping the \
+                "lock {key} is about to be lost (renewals failed; lease left {}); stopping the \
                  command: SIGTERM now, SIGKILL in {}",
                 human(remaining),
                 human(kill_in)
@@ -441,7 +525,7 @@ fn on_lost(group: &Group, key: &str, plan: &KillPlan, stop: &mut Option<Stop>, n
         None => {
             if group.status().is_none() {
                 say(&format!(
-                    "lock {key:?} was lost while the command ran; sending it SIGTERM (SIGKILL after {})",
+                    "lock {key} was lost while the command ran; sending it SIGTERM (SIGKILL after {})",
                     human(plan.grace)
                 ));
             }
@@ -462,8 +546,9 @@ fn on_lost(group: &Group, key: &str, plan: &KillPlan, stop: &mut Option<Stop>, n
 }
 
 /// Releases, bounded in time. `Err(LockLost)` when the lock had been lost.
-async fn release(guard: LockGuard) -> distlock::Result<()> {
-    let key = guard.key().to_owned();
+async fn release(guard: MultiGuard) -> distlock::Result<()> {
+    let keys: Vec<String> = guard.fences().map(|(k, _)| k.to_owned()).collect();
+    let key = label(&keys);
     // Once the lease has ended the server lets the lock go by itself: no point waiting longer.
     let limit = RELEASE_TIMEOUT.min(guard.remaining().max(Duration::from_millis(100)));
     match tokio::time::timeout(limit, guard.release()).await {
@@ -577,13 +662,31 @@ mod tests {
 
     #[test]
     fn holder_description() {
+        use distlock::{LockInfo, LockKind};
+        let mutex = LockInfo::new(Some(3), Some(Duration::from_secs(12)));
+        assert_eq!(describe_holder(&mutex), "held, fence 3072, lease left 12s");
         assert_eq!(
-            describe_holder(Some(3), Some(Duration::from_secs(12))),
+            describe_holder(&mutex.clone().with_kind(LockKind::Mutex).with_holders(1)),
             "held, fence 3072, lease left 12s"
         );
         assert_eq!(
-            describe_holder(None, None),
+            describe_holder(&LockInfo::new(None, None)),
             "held, fence unknown, lease left unknown"
+        );
+        let readers = LockInfo::new(Some(3), Some(Duration::from_secs(12)))
+            .with_kind(LockKind::Read)
+            .with_holders(2)
+            .with_waiters(1);
+        assert_eq!(
+            describe_holder(&readers),
+            "held (read, 2 holders, 1 waiting), fence 3072, lease left 12s"
+        );
+        let permit = LockInfo::new(Some(3), None)
+            .with_kind(LockKind::Semaphore { permits: 4 })
+            .with_holders(1);
+        assert_eq!(
+            describe_holder(&permit),
+            "held (semaphore(4), 1 holder), fence 3072, lease left unknown"
         );
     }
 }

@@ -1,4 +1,5 @@
-//! `distlock status`: is a lock held, by which fence, for how much longer.
+//! `distlock status`: is a lock held, by what kind of holds, by which fence, for how much
+//! longer.
 
 use distlock::LockInfo;
 use serde::Serialize;
@@ -31,17 +32,14 @@ pub async fn status(global: &Global, key: &str, json: bool) -> Result<i32, Failu
 
 fn to_text(key: &str, backend: &str, info: Option<&LockInfo>) -> String {
     match info {
-        Some(info) => format!(
-            "lock {key:?}: {} ({backend})",
-            describe_holder(info.fence, info.remaining)
-        ),
+        Some(info) => format!("lock {key:?}: {} ({backend})", describe_holder(info)),
         None => format!("lock {key:?}: free ({backend})"),
     }
 }
 
 /// The JSON object of `status --json`; the field order is the output's.
 #[derive(Debug, Serialize)]
-struct StatusJson<'a> {
+pub(crate) struct StatusJson<'a> {
     key: &'a str,
     prefix: &'a str,
     held: bool,
@@ -49,13 +47,29 @@ struct StatusJson<'a> {
     backend_fence: Option<u64>,
     remaining_ms: Option<u128>,
     backend: &'a str,
+    kind: Option<&'static str>,
+    permits: Option<u32>,
+    holders: Option<u32>,
+    waiters: Option<u32>,
 }
 
 /// One JSON object. `fence` is what a `distlock run` holder sees in `DISTLOCK_FENCE`;
-/// `backend_fence` is the backend's own counter.
+/// `backend_fence` is the backend's own counter. `kind` (`mutex`, `read`, `write`,
+/// `semaphore`), `permits` (a semaphore's, where recorded), `holders` and `waiters` are null
+/// where the backend cannot tell.
 pub(crate) fn to_json(key: &str, prefix: &str, backend: &str, info: Option<&LockInfo>) -> String {
+    serde_json::to_string(&status_json(key, prefix, backend, info)).expect("plain fields serialize")
+}
+
+/// The object of [`to_json`], to serialize or to embed in another (`serve`'s list).
+pub(crate) fn status_json<'a>(
+    key: &'a str,
+    prefix: &'a str,
+    backend: &'a str,
+    info: Option<&LockInfo>,
+) -> StatusJson<'a> {
     let fence = info.and_then(|i| i.fence);
-    let status = StatusJson {
+    StatusJson {
         key,
         prefix,
         held: info.is_some(),
@@ -63,8 +77,14 @@ pub(crate) fn to_json(key: &str, prefix: &str, backend: &str, info: Option<&Lock
         backend_fence: fence,
         remaining_ms: info.and_then(|i| i.remaining).map(|r| r.as_millis()),
         backend,
-    };
-    serde_json::to_string(&status).expect("plain fields serialize")
+        kind: info.and_then(|i| i.kind).map(|k| k.name()),
+        permits: info.and_then(|i| match i.kind {
+            Some(distlock::LockKind::Semaphore { permits }) if permits > 0 => Some(permits),
+            _ => None,
+        }),
+        holders: info.and_then(|i| i.holders),
+        waiters: info.and_then(|i| i.waiters),
+    }
 }
 
 #[cfg(test)]
@@ -74,18 +94,29 @@ mod tests {
 
     #[test]
     fn json_of_a_held_and_a_free_lock() {
-        let info = LockInfo {
-            fence: Some(4),
-            remaining: Some(Duration::from_millis(29_000)),
-        };
+        let info = LockInfo::new(Some(4), Some(Duration::from_millis(29_000)));
         assert_eq!(
             to_json("a\"b", "lock", "redis", Some(&info)),
-            r#"{"key":"a\"b","prefix":"lock","held":true,"fence":4096,"backend_fence":4,"remaining_ms":29000,"backend":"redis"}"#
+            r#"{"key":"a\"b","prefix":"lock","held":true,"fence":4096,"backend_fence":4,"remaining_ms":29000,"backend":"redis","kind":null,"permits":null,"holders":null,"waiters":null}"#
         );
         assert_eq!(
             to_json("k", "lock", "sqlite", None),
-            r#"{"key":"k","prefix":"lock","held":false,"fence":null,"backend_fence":null,"remaining_ms":null,"backend":"sqlite"}"#
+            r#"{"key":"k","prefix":"lock","held":false,"fence":null,"backend_fence":null,"remaining_ms":null,"backend":"sqlite","kind":null,"permits":null,"holders":null,"waiters":null}"#
         );
+    }
+
+    #[test]
+    fn json_of_shared_holds_names_kind_holders_and_waiters() {
+        let info = LockInfo::new(Some(4), Some(Duration::from_millis(10)))
+            .with_kind(distlock::LockKind::Semaphore { permits: 3 })
+            .with_holders(2)
+            .with_waiters(5);
+        let json: serde_json::Value =
+            serde_json::from_str(&to_json("k", "lock", "memory", Some(&info))).unwrap();
+        assert_eq!(json["kind"], "semaphore");
+        assert_eq!(json["permits"], 3);
+        assert_eq!(json["holders"], 2);
+        assert_eq!(json["waiters"], 5);
     }
 
     #[test]
@@ -100,10 +131,7 @@ mod tests {
 
     #[test]
     fn text_of_a_held_and_a_free_lock() {
-        let info = LockInfo {
-            fence: Some(1),
-            remaining: Some(Duration::from_secs(12)),
-        };
+        let info = LockInfo::new(Some(1), Some(Duration::from_secs(12)));
         assert_eq!(
             to_text("k", "sqlite", Some(&info)),
             r#"lock "k": held, fence 1024, lease left 12s (sqlite)"#

@@ -8,11 +8,17 @@ use serde::Serialize;
 
 use crate::checker::{Counters, Section};
 use crate::nemesis::{Fault, FaultKind};
+use crate::proto::Role;
 
 /// The report of one backend.
 #[derive(Debug, Serialize)]
 pub(crate) struct BackendReport {
     pub(crate) backend: String,
+    /// The kind of lock the workers took: `mutex`, `rw` (even workers write, odd ones read) or
+    /// `semaphore(N)`.
+    pub(crate) lock: String,
+    /// A semaphore's permits.
+    pub(crate) permits: Option<u32>,
     pub(crate) lease_ms: u64,
     pub(crate) run_ms: u64,
     /// Critical sections entered (successful `lock()` calls).
@@ -28,7 +34,12 @@ pub(crate) struct BackendReport {
     pub(crate) fault_errors: Vec<String>,
     pub(crate) stale_writes_accepted: u64,
     pub(crate) stale_writes_rejected: u64,
+    /// Two sections at once while neither was told the lock was lost, where their kinds
+    /// exclude each other (any two of a mutex; a writer and anyone of a read-write lock).
     pub(crate) unannounced_overlaps: usize,
+    /// Times more permit holders than permits were inside at once, none of them told or
+    /// paused (semaphores).
+    pub(crate) over_admissions: usize,
     pub(crate) max_lost_notice_ms: u64,
     /// Overlaps in which one of the two sections spans a `SIGSTOP` of its worker (allowed:
     /// fences cover them).
@@ -88,6 +99,12 @@ impl BackendReport {
                 self.unannounced_overlaps
             ));
         }
+        if self.over_admissions > 0 {
+            p.push(format!(
+                "{} times more holders than permits",
+                self.over_admissions
+            ));
+        }
         if self.fence_regressions > 0 && self.fencing {
             p.push(format!("{} fence regressions", self.fence_regressions));
         }
@@ -121,6 +138,7 @@ pub(crate) fn analyse(
     sections: &[Section],
     counters: &Counters,
     lease: Duration,
+    permits: u32,
     t0: u64,
     t_end: u64,
 ) -> BackendReport {
@@ -145,7 +163,8 @@ pub(crate) fn analyse(
             if b.start > end_of(a) {
                 break;
             }
-            if a.id.worker == b.id.worker && a.id.life == b.id.life {
+            if (a.id.worker == b.id.worker && a.id.life == b.id.life) || a.role.shares_with(b.role)
+            {
                 continue;
             }
             let from = a.start.max(b.start);
@@ -188,6 +207,23 @@ pub(crate) fn analyse(
         }
     }
 
+    // Permits: a sweep over the unannounced, unpaused stretches of the permit holders' sections;
+    // each time more than `permits` are inside at once is one over-admission.
+    let mut edges: Vec<(u64, i32)> = sections
+        .iter()
+        .filter(|s| s.role == Role::Permit && !paused(s))
+        .flat_map(|s| [(s.start, 1), (unannounced_until(s), -1)])
+        .collect();
+    // Ends before starts at the same instant: a hand-over is no overlap.
+    edges.sort_unstable();
+    let (mut inside, mut over_admissions) = (0i64, 0usize);
+    for (_, step) in edges {
+        inside += i64::from(step);
+        if step > 0 && inside > i64::from(permits) {
+            over_admissions += 1;
+        }
+    }
+
     // Lost-notice delay: from the moment a section's lock demonstrably stopped being its own
     // (another worker acquired it, or the server came back without the data) to the moment
     // the holder was told (or, if never told, the end of its section).
@@ -197,7 +233,10 @@ pub(crate) fn analyse(
         let successor = sections[later..]
             .iter()
             .take_while(|b| b.start < end_of(a))
-            .find(|b| b.id.worker != a.id.worker || b.id.life != a.id.life)
+            .find(|b| {
+                (b.id.worker != a.id.worker || b.id.life != a.id.life)
+                    && !a.role.shares_with(b.role)
+            })
             .map(|b| b.start);
         let loss = faults
             .iter()
@@ -244,6 +283,9 @@ pub(crate) fn analyse(
     BackendReport {
         fencing: true,
         backend: backend.to_owned(),
+        lock: "mutex".to_owned(),
+        permits: None,
+        over_admissions,
         lease_ms: lease.as_millis() as u64,
         run_ms: t_end.saturating_sub(t0) / 1_000_000,
         longest_gap_ms: longest_gap / 1_000_000,
@@ -284,10 +326,11 @@ pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> Strin
             (
                 s.start,
                 format!(
-                    "{:>10.2} .. {:>10.2}  {:<12} fence {:<22} lost {:<10} wrote {} accepted {} held_after {}",
+                    "{:>10.2} .. {:>10.2}  {:<12} {:<9} fence {:<22} lost {:<10} wrote {} accepted {} held_after {}",
                     ms(s.start.saturating_sub(t0)),
                     ms(end.saturating_sub(t0)),
                     label(s),
+                    s.role.name(),
                     s.fence,
                     s.lost.map_or("-".to_owned(), |l| format!("{:.2}", ms(l.saturating_sub(t0)))),
                     s.wrote,
@@ -329,6 +372,7 @@ mod tests {
 
     fn section(worker: usize, fence: u64, start: u64, end: u64, lost: Option<u64>) -> Section {
         Section {
+            role: Role::Exclusive,
             id: SectionId {
                 worker,
                 life: 0,
@@ -345,6 +389,10 @@ mod tests {
     }
 
     fn report(sections: &[Section], faults: &[Fault]) -> BackendReport {
+        report_with(sections, faults, 1)
+    }
+
+    fn report_with(sections: &[Section], faults: &[Fault], permits: u32) -> BackendReport {
         analyse(
             "test",
             &[FaultKind::Pause],
@@ -353,9 +401,54 @@ mod tests {
             sections,
             &Counters::default(),
             LEASE,
+            permits,
             0,
             10_000 * MS,
         )
+    }
+
+    fn with_role(mut s: Section, role: Role) -> Section {
+        s.role = role;
+        s
+    }
+
+    #[test]
+    fn readers_together_are_no_overlap_but_a_writer_among_them_is() {
+        let r = report(
+            &[
+                with_role(section(0, 1, 100, 300, None), Role::Read),
+                with_role(section(1, 2, 150, 350, None), Role::Read),
+                with_role(section(2, 3, 320, 400, None), Role::Write),
+            ],
+            &[],
+        );
+        assert_eq!(
+            r.unannounced_overlaps, 1,
+            "only the writer beside the second reader"
+        );
+    }
+
+    #[test]
+    fn more_permit_holders_than_permits_at_once_is_an_over_admission() {
+        let permit = |w, f, a, b| with_role(section(w, f, a, b, None), Role::Permit);
+        let two = [permit(0, 1, 100, 300), permit(1, 2, 150, 350)];
+        assert_eq!(report_with(&two, &[], 2).over_admissions, 0);
+        let three = [
+            permit(0, 1, 100, 300),
+            permit(1, 2, 150, 350),
+            permit(2, 3, 200, 250),
+        ];
+        let r = report_with(&three, &[], 2);
+        assert_eq!(r.over_admissions, 1);
+        assert_eq!(r.unannounced_overlaps, 0, "permits never overlap pairwise");
+        assert!(r.problems().iter().any(|p| p.contains("permits")));
+        // Told in time: no over-admission.
+        let told = [
+            permit(0, 1, 100, 300),
+            permit(1, 2, 150, 350),
+            with_role(section(2, 3, 200, 250, Some(140)), Role::Permit),
+        ];
+        assert_eq!(report_with(&told, &[], 2).over_admissions, 0);
     }
 
     fn pause(worker: usize, start: u64, end: u64) -> Fault {

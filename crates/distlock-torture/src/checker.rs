@@ -20,12 +20,13 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::proto::{Reply, Request, SectionId};
+use crate::proto::{Reply, Request, Role, SectionId};
 
 /// One critical section as reported by its worker (times are `CLOCK_MONOTONIC` ns).
 #[derive(Debug, Clone)]
 pub(crate) struct Section {
     pub(crate) id: SectionId,
+    pub(crate) role: Role,
     pub(crate) fence: u64,
     pub(crate) start: u64,
     /// When the worker ended it; `None` while open (or when the worker was killed in it).
@@ -117,12 +118,13 @@ impl Checker {
         let mut s = self.state();
         let mut accepted = false;
         match request {
-            Request::Acquired { id, fence, t } => {
+            Request::Acquired { id, fence, t, role } => {
                 let died = s.dead.get(&(id.worker, id.life)).copied();
                 s.sections.insert(
                     id,
                     Section {
                         id,
+                        role,
                         fence,
                         start: t,
                         end: died.map(|d| d.max(t)),
@@ -291,6 +293,7 @@ mod tests {
             id: id(0, 1),
             fence: 5,
             t: 900,
+            role: Role::Exclusive,
         });
         assert_eq!(c.holder(), None);
         let (sections, _) = c.finish(1_000_000);

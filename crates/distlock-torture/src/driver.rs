@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::analysis::{self, BackendReport};
 use crate::checker::Checker;
 use crate::nemesis;
-use crate::proto::now_ns;
+use crate::proto::{now_ns, Role};
 use crate::servers::{Servers, ALL};
 
 /// The driver's options (see `scripts/torture.sh --help`).
@@ -28,6 +28,46 @@ pub(crate) struct Options {
     pub(crate) workers: usize,
     pub(crate) lease: Duration,
     pub(crate) logs: PathBuf,
+    pub(crate) lock: LockMode,
+}
+
+/// Which kind of lock the workers of a run take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockMode {
+    /// Every worker takes the key's mutex.
+    Mutex,
+    /// Even worker slots take the write side of the key's read-write lock, odd ones its read
+    /// side.
+    ReadWrite,
+    /// Every worker takes one permit of a semaphore with this many.
+    Semaphore(u32),
+}
+
+impl LockMode {
+    /// The role of worker slot `worker`.
+    fn role(self, worker: usize) -> Role {
+        match self {
+            LockMode::Mutex => Role::Exclusive,
+            LockMode::ReadWrite if worker.is_multiple_of(2) => Role::Write,
+            LockMode::ReadWrite => Role::Read,
+            LockMode::Semaphore(_) => Role::Permit,
+        }
+    }
+
+    pub(crate) fn permits(self) -> u32 {
+        match self {
+            LockMode::Semaphore(n) => n,
+            _ => 1,
+        }
+    }
+
+    pub(crate) fn name(self) -> String {
+        match self {
+            LockMode::Mutex => "mutex".into(),
+            LockMode::ReadWrite => "rw".into(),
+            LockMode::Semaphore(n) => format!("semaphore({n})"),
+        }
+    }
 }
 
 /// The worker processes of one backend and what stands between them and the servers.
@@ -38,6 +78,7 @@ pub(crate) struct Fleet {
     backend: String,
     lease: Duration,
     logs: PathBuf,
+    lock: LockMode,
     /// Per worker slot: its proxies (one per server), its process and how many it has had.
     slots: Vec<Slot>,
 }
@@ -71,6 +112,8 @@ impl Fleet {
             .args(["--checker", &self.checker_addr.to_string()])
             .args(["--lease-ms", &self.lease.as_millis().to_string()])
             .args(["--key", "torture-key"])
+            .args(["--role", self.lock.role(worker).name()])
+            .args(["--permits", &self.lock.permits().to_string()])
             .env("RUST_LOG", "off")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -140,8 +183,9 @@ pub(crate) fn main(opts: Options) -> ExitCode {
             Ok(report) => {
                 let problems = report.problems();
                 eprintln!(
-                    "torture: {backend}: {} acquisitions, faults {:?}, stale writes accepted {}, \
+                    "torture: {backend} ({}): {} acquisitions, faults {:?}, stale writes accepted {}, \
                      unannounced overlaps {}, max lost notice {} ms{}",
+                    report.lock,
                     report.acquisitions,
                     report.faults,
                     report.stale_writes_accepted,
@@ -218,6 +262,7 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         backend: backend.to_owned(),
         lease: opts.lease,
         logs: opts.logs.clone(),
+        lock: opts.lock,
         slots,
     });
     // Before the first worker starts: its first section may begin at once.
@@ -258,11 +303,16 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         &sections,
         &counters,
         opts.lease,
+        opts.lock.permits(),
         t0,
         t_end,
     );
     report.fencing = servers.fences();
-    let timeline = opts.logs.join(format!("{backend}-timeline.txt"));
+    report.lock = opts.lock.name();
+    report.permits = matches!(opts.lock, LockMode::Semaphore(_)).then(|| opts.lock.permits());
+    let timeline = opts
+        .logs
+        .join(format!("{backend}-{}-timeline.txt", opts.lock.name()));
     if let Err(e) = std::fs::write(&timeline, analysis::timeline(&sections, &faults, t0)) {
         eprintln!("torture: cannot write {}: {e}", timeline.display());
     }

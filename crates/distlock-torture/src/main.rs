@@ -23,7 +23,7 @@ const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 const DEFAULT_LEASE: Duration = Duration::from_millis(1500);
 
 const USAGE: &str = "usage: distlock-torture [--backends LIST] [--duration DUR] [--report FILE] \
-[--quick] [--workers N] [--lease DUR] [--logs DIR]";
+[--quick] [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +52,7 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
     let mut workers = 4;
     let mut lease = DEFAULT_LEASE;
     let mut logs = None;
+    let mut lock = "mutex".to_owned();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || {
@@ -93,6 +94,7 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
             }
             "--lease" => lease = parse_duration(&value()?)?,
             "--logs" => logs = Some(PathBuf::from(value()?)),
+            "--lock" => lock = value()?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -100,7 +102,15 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
         std::env::temp_dir().join(format!("distlock-torture-logs-{}", std::process::id()))
     });
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let lock = match lock.as_str() {
+        "mutex" => driver::LockMode::Mutex,
+        "rw" => driver::LockMode::ReadWrite,
+        // Half the workers at once: permits are contended, and sharing is exercised.
+        "semaphore" => driver::LockMode::Semaphore((workers / 2).max(2) as u32),
+        other => return Err(format!("--lock {other:?}: mutex, rw or semaphore")),
+    };
     Ok(driver::Options {
+        lock,
         backends,
         duration: duration.unwrap_or(if quick {
             QUICK_DURATION

@@ -22,6 +22,49 @@ pub(crate) struct SectionId {
     pub(crate) seq: u64,
 }
 
+/// What a worker's sections hold: the key's mutex or the write side of its read-write lock
+/// (exclusive: nobody else may be inside), its read side (beside other readers only), or one
+/// permit of its semaphore (beside at most permits - 1 others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Role {
+    #[default]
+    Exclusive,
+    Write,
+    Read,
+    Permit,
+}
+
+impl Role {
+    /// Whether a section of this role may overlap one of `other`'s.
+    pub(crate) fn shares_with(self, other: Role) -> bool {
+        matches!(
+            (self, other),
+            (Role::Read, Role::Read) | (Role::Permit, Role::Permit)
+        )
+    }
+
+    /// Whether its sections do the fenced read-modify-write (the exclusive roles).
+    pub(crate) fn writes(self) -> bool {
+        matches!(self, Role::Exclusive | Role::Write)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::Exclusive => "exclusive",
+            Role::Write => "write",
+            Role::Read => "read",
+            Role::Permit => "permit",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Role> {
+        [Role::Exclusive, Role::Write, Role::Read, Role::Permit]
+            .into_iter()
+            .find(|r| r.name() == s)
+    }
+}
+
 /// A worker's message to the checker store. Every request gets one [`Reply`] line, except
 /// [`Request::Writing`] and [`Request::Lost`], which travel on a connection of their own and
 /// are never answered.
@@ -29,7 +72,13 @@ pub(crate) struct SectionId {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Request {
     /// `lock()` returned a guard with this fence at time `t`.
-    Acquired { id: SectionId, fence: u64, t: u64 },
+    Acquired {
+        id: SectionId,
+        fence: u64,
+        t: u64,
+        #[serde(default)]
+        role: Role,
+    },
     /// Read both registers; the fenced one remembers `fence` as seen.
     Read { id: SectionId, fence: u64 },
     /// Write `base + 1` to the fenced register with `fence`, and `ubase + 1` to the unfenced one.

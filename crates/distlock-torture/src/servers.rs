@@ -3,12 +3,14 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::testkit::etcd::EtcdCluster;
 use distlock::testkit::mysql::{self, MariaDbServer};
 use distlock::testkit::postgres::{self, PostgresServer};
+use distlock::testkit::redis::cluster::ClusterSet;
 use distlock::testkit::redis::sentinel::SentinelSet;
 use distlock::testkit::redis::RedisServer;
 use distlock::testkit::zookeeper::ZooKeeperEnsemble;
@@ -20,12 +22,16 @@ pub(crate) const ALL: &[&str] = &[
     "sqlite",
     "redis",
     "redis-sentinel",
+    "redis-cluster",
     "redlock",
     "postgres",
     "mysql",
     "zookeeper",
     "etcd",
 ];
+
+/// The Redis key of the workers' lock (prefix `torture`, key `torture-key`).
+const LOCK_KEY: &str = "torture:torture-key";
 
 /// How long a member stays down before it is started again.
 const DOWN: Duration = Duration::from_millis(500);
@@ -38,6 +44,8 @@ pub(crate) enum Servers {
     Redis(Mutex<RedisServer>),
     /// A master with one replica under three Sentinels.
     RedisSentinel(Mutex<SentinelSet>),
+    /// Three masters with a replica each.
+    RedisCluster(Mutex<ClusterSet>),
     /// Three independent masters.
     Redlock(Mutex<Vec<RedisServer>>),
     Postgres {
@@ -80,6 +88,7 @@ impl Servers {
             }
             "redis" => Servers::Redis(Mutex::new(RedisServer::start()?)),
             "redis-sentinel" => Servers::RedisSentinel(Mutex::new(SentinelSet::start(1)?)),
+            "redis-cluster" => Servers::RedisCluster(Mutex::new(ClusterSet::start()?)),
             "redlock" => Servers::Redlock(Mutex::new(RedisServer::start_independent(3)?)),
             "postgres" => {
                 let server = Arc::new(PostgresServer::start()?);
@@ -109,6 +118,8 @@ impl Servers {
             Servers::Redis(r) => vec![r.lock().unwrap_or_else(|e| e.into_inner()).addr()],
             // Workers reach the nodes the Sentinels name, not proxies: no connection faults.
             Servers::RedisSentinel(_) => Vec::new(),
+            // Workers reach the nodes of the slot map, not proxies: no connection faults.
+            Servers::RedisCluster(_) => Vec::new(),
             Servers::Redlock(nodes) => nodes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -139,6 +150,7 @@ impl Servers {
             Servers::Sqlite { dir } => format!("sqlite://{}/locks.db", dir.0.display()),
             Servers::Redis(_) => format!("redis://{}", proxies[0]),
             Servers::RedisSentinel(set) => set.lock().unwrap_or_else(|e| e.into_inner()).url(),
+            Servers::RedisCluster(set) => set.lock().unwrap_or_else(|e| e.into_inner()).url(),
             Servers::Redlock(_) => format!("redlock://{}", hosts()),
             Servers::Postgres { db, .. } => with_addr(db.url(), proxies[0]),
             Servers::Mysql { db, .. } => with_addr(db.url(), proxies[0]),
@@ -164,7 +176,9 @@ impl Servers {
             | Servers::Mysql { .. } => {
                 kinds.extend([FaultKind::Stall, FaultKind::Cut, FaultKind::ServerRestart])
             }
-            Servers::RedisSentinel(_) => kinds.push(FaultKind::LeaderKill),
+            Servers::RedisSentinel(_) | Servers::RedisCluster(_) => {
+                kinds.push(FaultKind::LeaderKill)
+            }
             Servers::ZooKeeper(_) | Servers::Etcd(_) => {
                 kinds.extend([FaultKind::Stall, FaultKind::Cut, FaultKind::LeaderKill])
             }
@@ -242,6 +256,24 @@ impl Servers {
                 set.servers[master].kill();
                 set.await_new_master(Some(master))?;
                 set.servers[master].restart()?;
+                Ok(master)
+            }
+            // The master of the lock's slot: killed (kill -9) and back, empty, as a replica of
+            // its promoted replica once that is in place; every second time instead a manual
+            // failover (`CLUSTER FAILOVER`), which loses nothing.
+            Servers::RedisCluster(set) => {
+                let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
+                let slot = set.slot_of(LOCK_KEY)?;
+                let master = set
+                    .master_of(slot)
+                    .ok_or_else(|| io::Error::other("no master serves the lock's slot"))?;
+                static ROUNDS: AtomicUsize = AtomicUsize::new(0);
+                if ROUNDS.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
+                    let promoted = set.kill_master(master)?;
+                    set.rejoin(master, promoted)?;
+                } else {
+                    set.failover(master)?;
+                }
                 Ok(master)
             }
             _ => Err(io::Error::other("this backend has no leader")),

@@ -17,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use crate::proto::{now_ns, Reply, Request, SectionId};
+use crate::proto::{now_ns, Reply, Request, Role, SectionId};
 
 /// What the driver tells a worker on its command line.
 struct Args {
@@ -27,6 +27,8 @@ struct Args {
     checker: String,
     lease: Duration,
     key: String,
+    role: Role,
+    permits: u32,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -47,6 +49,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
         checker: get("--checker")?,
         lease: Duration::from_millis(num(get("--lease-ms")?)?),
         key: get("--key")?,
+        role: Role::parse(&get("--role")?).ok_or("--role: exclusive, write, read or permit")?,
+        permits: num(get("--permits")?)? as u32,
     })
 }
 
@@ -135,9 +139,13 @@ async fn run(args: Args) -> io::Result<()> {
             }
         }
     };
-    let lock = registry
-        .obtain(&args.key)
-        .map_err(|e| io::Error::other(e.to_string()))?;
+    let lock = match args.role {
+        Role::Exclusive => registry.obtain(&args.key),
+        Role::Write => registry.read_write(&args.key).map(|rw| rw.write().clone()),
+        Role::Read => registry.read_write(&args.key).map(|rw| rw.read().clone()),
+        Role::Permit => registry.semaphore(&args.key, args.permits),
+    }
+    .map_err(|e| io::Error::other(e.to_string()))?;
 
     let mut seq = 0;
     loop {
@@ -157,7 +165,14 @@ async fn run(args: Args) -> io::Result<()> {
             seq,
         };
         let fence = guard.fence();
-        checker.call(&Request::Acquired { id, fence, t }).await?;
+        checker
+            .call(&Request::Acquired {
+                id,
+                fence,
+                t,
+                role: args.role,
+            })
+            .await?;
         let lost = guard.lost();
         let lost_events = events.clone();
         let lost_at = Arc::new(AtomicU64::new(0));
@@ -171,14 +186,20 @@ async fn run(args: Args) -> io::Result<()> {
             }
         });
 
-        let read = checker.call(&Request::Read { id, fence }).await?;
+        // Readers read with their fence (the store then refuses writes of older holders);
+        // permit holders only occupy their permit.
+        let read = if args.role == Role::Permit {
+            Reply::default()
+        } else {
+            checker.call(&Request::Read { id, fence }).await?
+        };
         // The "work" between read and write, which a lost lock must cut short.
         let work = Duration::from_millis(rand::rng().random_range(20..=200));
         let lost_during_work = tokio::select! {
             () = tokio::time::sleep(work) => false,
             () = guard.lost() => true,
         };
-        let wrote = !lost_during_work && guard.is_held();
+        let wrote = args.role.writes() && !lost_during_work && guard.is_held();
         if wrote {
             // The write in flight: between the last check and the write reaching the store,
             // nothing can stop it (a pause here is what fences are for).

@@ -12,10 +12,12 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{AcquireMode, AcquireRequest, Attempt, LockName, ReleaseSubscription, Token};
+use crate::backend::{
+    AcquireMode, AcquireRequest, Attempt, LockKind, LockName, ReleaseSubscription, Token,
+};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::registry::{Inner, Lock, Slot, SlotState};
+use crate::guard::{LockGuard, Ownership};
+use crate::registry::{Inner, Lock, ReadGroup, Slot, SlotState};
 use crate::renewal::{compose_fence, Hold};
 
 /// How long an acquisition may wait.
@@ -48,10 +50,7 @@ impl Lock {
             self.slot
                 .last_used_ms
                 .store(self.registry.now_ms(), Ordering::Relaxed);
-            let res = match self.lock_local(wait, started).await {
-                Ok(local) => self.acquire_remote(local, wait, started).await,
-                Err(e) => Err(e),
-            };
+            let res = self.acquire_kind(wait, started).await;
             let outcome = match &res {
                 Ok(_) => "acquired",
                 Err(Error::NotAcquired { .. }) => "not_acquired",
@@ -64,9 +63,73 @@ impl Lock {
         .await
     }
 
-    /// The guard of a hold now ours, with the local lock it keeps.
-    fn guard(&self, local: OwnedMutexGuard<SlotState>, hold: Arc<Hold>, fence: u64) -> LockGuard {
-        LockGuard::new(self.slot.clone(), self.registry.clone(), local, hold, fence)
+    /// The local discipline of each kind: an exclusive hold keeps the local lock for the
+    /// guard's life (and may pass its remote hold to the next local holder); a reader joins
+    /// the remote read hold of the registry's other readers where it can, and otherwise takes
+    /// the local lock only while it contends remotely, as a semaphore permit does.
+    ///
+    /// A `try_lock` of a shared kind (read, semaphore) that finds the local lock taken makes
+    /// its one attempt without it: the local lock is then another reader's or permit's
+    /// attempt in flight, whose hold would not exclude this one, so it is no reason to fail.
+    async fn acquire_kind(&self, wait: Wait, started: Instant) -> Result<LockGuard> {
+        match self.kind() {
+            LockKind::Mutex | LockKind::Write => {
+                let local = self.lock_local(wait, started).await?;
+                self.acquire_exclusive(local, wait, started).await
+            }
+            LockKind::Read => {
+                if let Some(g) = self.join_readers() {
+                    return Ok(g);
+                }
+                let mut local = self.lock_local_shared(wait, started).await?;
+                // The reader before us in the local queue may have just made a hold to join.
+                if local.is_some() {
+                    if let Some(g) = self.join_readers() {
+                        return Ok(g);
+                    }
+                }
+                let mut unlocked = SlotState::default();
+                let state = local.as_deref_mut().unwrap_or(&mut unlocked);
+                let hold = self.remote_hold(state, wait, started).await?;
+                let group = Arc::new(ReadGroup::new(hold.clone()));
+                *self.slot.readers() = Some(group.clone());
+                // Only now may the next local reader look for a hold to join.
+                drop(local);
+                let fence = compose_fence(hold.backend_fence, 0);
+                Ok(self.guard(Ownership::Reader(group), hold, fence))
+            }
+            LockKind::Semaphore { .. } => {
+                let mut local = self.lock_local_shared(wait, started).await?;
+                let mut unlocked = SlotState::default();
+                let state = local.as_deref_mut().unwrap_or(&mut unlocked);
+                let hold = self.remote_hold(state, wait, started).await?;
+                drop(local);
+                let fence = compose_fence(hold.backend_fence, 0);
+                Ok(self.guard(Ownership::Alone, hold, fence))
+            }
+        }
+    }
+
+    /// A guard in the remote read hold of this registry's readers, if it can take one more.
+    fn join_readers(&self) -> Option<LockGuard> {
+        let current = self.slot.readers();
+        let group = current.as_ref()?;
+        let seq = group.join(self.registry.opts.max_local_handoffs())?;
+        let (group, hold) = (group.clone(), group.hold.clone());
+        drop(current);
+        let fence = compose_fence(hold.backend_fence, seq);
+        Some(self.guard(Ownership::Reader(group), hold, fence))
+    }
+
+    /// The guard of a hold now ours.
+    fn guard(&self, ownership: Ownership, hold: Arc<Hold>, fence: u64) -> LockGuard {
+        LockGuard::new(
+            self.slot.clone(),
+            self.registry.clone(),
+            ownership,
+            hold,
+            fence,
+        )
     }
 
     fn not_acquired(&self, started: Instant) -> Error {
@@ -74,6 +137,19 @@ impl Lock {
             key: self.key().to_owned(),
             waited: started.elapsed(),
         }
+    }
+
+    /// The local lock for a shared kind's attempt; `None` for a `try_lock` that found it
+    /// taken, which then attempts without it (see `acquire_kind`).
+    async fn lock_local_shared(
+        &self,
+        wait: Wait,
+        started: Instant,
+    ) -> Result<Option<OwnedMutexGuard<SlotState>>> {
+        if let Wait::No = wait {
+            return Ok(self.slot.local().state.clone().try_lock_owned().ok());
+        }
+        self.lock_local(wait, started).await.map(Some)
     }
 
     async fn lock_local(&self, wait: Wait, started: Instant) -> Result<OwnedMutexGuard<SlotState>> {
@@ -93,7 +169,7 @@ impl Lock {
         }
     }
 
-    async fn acquire_remote(
+    async fn acquire_exclusive(
         &self,
         mut local: OwnedMutexGuard<SlotState>,
         wait: Wait,
@@ -106,13 +182,28 @@ impl Lock {
             if worth_handing_off(&hold) {
                 let seq = hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1;
                 let fence = compose_fence(hold.backend_fence, seq);
-                return Ok(self.guard(local, hold, fence));
+                return Ok(self.guard(Ownership::Exclusive(local), hold, fence));
             }
             local.hold = None;
             reg.renewer.deregister(&hold);
             reg.release_in_background(hold.name.clone(), hold.token);
         }
+        let hold = self.remote_hold(&mut local, wait, started).await?;
+        local.hold = Some(hold.clone());
+        let fence = compose_fence(hold.backend_fence, 0);
+        Ok(self.guard(Ownership::Exclusive(local), hold, fence))
+    }
 
+    /// Takes a new remote hold, with the local lock held: attempts, queued where the backend
+    /// is fair, woken by notifications, polling otherwise, until acquired or the wait ends.
+    /// The hold is registered for renewal.
+    async fn remote_hold(
+        &self,
+        local: &mut SlotState,
+        wait: Wait,
+        started: Instant,
+    ) -> Result<Arc<Hold>> {
+        let reg = &self.registry;
         let backend = &reg.backend;
         let name = &self.slot.name;
         let deadline = wait.deadline();
@@ -124,7 +215,9 @@ impl Lock {
         // A waiter joins the backend's fair queue, where there is one (and leaves it when it
         // gives up), once it has seen the lock busy, or when the last acquisition of the key
         // had to wait; until then an attempt is a plain try, which a backend can make cheaper.
-        let queues = waits && caps.fifo;
+        // A backend with read-write locks also queues a waiting exclusive attempt, which
+        // keeps new readers out until it is served.
+        let queues = waits && (caps.fifo || (caps.read_write && self.kind().is_exclusive()));
         let expect_busy = local.contended;
         let mut sub: Option<ReleaseSubscription> = None;
         // With notifications, polling only catches expiry and lost messages: start slower.
@@ -244,10 +337,8 @@ impl Lock {
                         sent,
                     ));
                     reg.renewer.register(hold.clone());
-                    local.hold = Some(hold.clone());
-                    let fence = compose_fence(backend_fence, 0);
-                    tracing::debug!(fence, waited = ?started.elapsed(), "acquired");
-                    return Ok(self.guard(local, hold, fence));
+                    tracing::debug!(fence = backend_fence, waited = ?started.elapsed(), "acquired");
+                    return Ok(hold);
                 }
                 Ok(Attempt::Busy { retry_after }) => {
                     was_busy = true;
@@ -515,21 +606,124 @@ impl Inner {
         Some(local)
     }
 
-    /// Releases `hold` on the server, then lets the next local waiter in. Returns whether it
-    /// was still held.
+    /// Releases `hold` on the server, then lets the next local waiter in (when the hold came
+    /// with the local lock). Returns whether it was still held.
     pub(crate) async fn release_hold(
         &self,
-        mut local: OwnedMutexGuard<SlotState>,
+        local: Option<OwnedMutexGuard<SlotState>>,
         hold: &Hold,
     ) -> Result<bool> {
         let released = self.backend.release(&hold.name, hold.token).await?;
-        if released.contended {
-            let grace = self.opts.contended_release_grace();
-            if !grace.is_zero() {
-                local.yield_until = Some(Instant::now() + grace);
+        if let Some(mut local) = local {
+            if released.contended {
+                let grace = self.opts.contended_release_grace();
+                if !grace.is_zero() {
+                    local.yield_until = Some(Instant::now() + grace);
+                }
+            }
+            drop(local);
+        }
+        Ok(released.was_held)
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use async_trait::async_trait;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::backend::{AcquireRequest, Capabilities, LockInfo, Released};
+    use crate::backends::memory::MemoryBackend;
+    use crate::{Backend, LockRegistry, RegistryOptions};
+
+    /// Memory locks whose first acquisition reply waits until the gate opens.
+    #[derive(Debug)]
+    struct Gated {
+        inner: MemoryBackend,
+        calls: AtomicUsize,
+        gate: Semaphore,
+    }
+
+    #[async_trait]
+    impl Backend for Gated {
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                let _ = self.gate.acquire().await;
+            }
+            self.inner.acquire(request).await
+        }
+        async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+            self.inner.release(name, token).await
+        }
+        async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+            self.inner.extend(name, token, lease).await
+        }
+        async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+            self.inner.inspect(name).await
+        }
+    }
+
+    /// A registry whose first attempt is held up, and a lock of `kind` on it whose first
+    /// `try_lock` is in flight (it holds the local lock) when this returns.
+    async fn with_an_attempt_in_flight(
+        handoffs: u32,
+        kind: LockKind,
+    ) -> (Arc<Gated>, Lock, tokio::task::JoinHandle<Result<LockGuard>>) {
+        let backend = Arc::new(Gated {
+            inner: MemoryBackend::new(),
+            calls: AtomicUsize::new(0),
+            gate: Semaphore::new(0),
+        });
+        let options = RegistryOptions::default().with_max_local_handoffs(handoffs);
+        let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
+        let lock = registry.obtain_kind("k", kind).unwrap();
+        let first = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.try_lock().await }
+        });
+        while backend.calls.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        (backend, lock, first)
+    }
+
+    #[tokio::test]
+    async fn a_shared_try_is_not_refused_for_a_local_attempt_in_flight() {
+        for handoffs in [0, 8] {
+            for kind in [LockKind::Read, LockKind::Semaphore { permits: 2 }] {
+                let (backend, lock, first) = with_an_attempt_in_flight(handoffs, kind).await;
+                let second = lock.try_lock().await;
+                assert!(second.is_ok(), "{kind} (handoffs {handoffs}): {second:?}");
+                backend.gate.add_permits(1);
+                let first = first.await.unwrap();
+                assert!(first.is_ok(), "{kind} (handoffs {handoffs}): {first:?}");
+                if handoffs == 0 {
+                    assert_ne!(
+                        first.unwrap().token(),
+                        second.unwrap().token(),
+                        "each its own remote hold"
+                    );
+                }
             }
         }
-        drop(local);
-        Ok(released.was_held)
+    }
+
+    #[tokio::test]
+    async fn an_exclusive_try_is_refused_while_a_local_attempt_is_in_flight() {
+        for kind in [LockKind::Mutex, LockKind::Write] {
+            let (backend, lock, first) = with_an_attempt_in_flight(0, kind).await;
+            assert!(matches!(
+                lock.try_lock().await,
+                Err(Error::NotAcquired { .. })
+            ));
+            backend.gate.add_permits(1);
+            assert!(first.await.unwrap().is_ok());
+        }
     }
 }

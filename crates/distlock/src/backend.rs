@@ -15,9 +15,11 @@ use tokio::sync::Notify;
 use crate::error::{Error, Result};
 
 mod capabilities;
+mod kind;
 mod request;
 
 pub use self::capabilities::{Capabilities, Fencing};
+pub use self::kind::{LockKind, MAX_PERMITS};
 pub use self::request::{AcquireMode, AcquireRequest};
 
 /// Longest key accepted, in bytes of UTF-8.
@@ -81,24 +83,37 @@ impl fmt::Debug for Token {
     }
 }
 
-/// Where a lock lives in a backend: the registry's prefix (namespace) and the caller's key.
+/// Where a lock lives in a backend: the registry's prefix (namespace), the caller's key, and
+/// the [`LockKind`] of the holds made through it.
 ///
-/// Each backend maps the pair into its own key space (`<prefix>:<key>` on Redis, a row keyed by
-/// region and key in SQL, ...). Cloning is cheap.
+/// Each backend maps the prefix and key into its own key space (`<prefix>:<key>` on Redis, a
+/// row keyed by region and key in SQL, ...); all kinds of one key live at the same place and
+/// exclude each other there. Two names are equal when prefix, key and kind are. Cloning is
+/// cheap.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct LockName {
     prefix: Arc<str>,
     key: Arc<str>,
+    kind: LockKind,
 }
 
 impl LockName {
-    /// Builds a name after checking the key (non-empty, at most [`MAX_KEY_LEN`] bytes, no NUL).
+    /// The mutex `key` under `prefix`, after checking the key (non-empty, at most
+    /// [`MAX_KEY_LEN`] bytes, no NUL).
     pub fn new(prefix: impl Into<Arc<str>>, key: &str) -> Result<Self> {
         validate_key(key)?;
         Ok(LockName {
             prefix: prefix.into(),
             key: Arc::from(key),
+            kind: LockKind::Mutex,
         })
+    }
+
+    /// The same key with holds of `kind`.
+    #[must_use]
+    pub fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// The registry's prefix, such as `lock`.
@@ -110,11 +125,20 @@ impl LockName {
     pub fn key(&self) -> &str {
         &self.key
     }
+
+    /// The kind of the holds made through this name.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
 }
 
 impl fmt::Debug for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.prefix, self.key)
+        write!(f, "{}:{}", self.prefix, self.key)?;
+        if self.kind != LockKind::Mutex {
+            write!(f, " ({})", self.kind)?;
+        }
+        Ok(())
     }
 }
 
@@ -161,15 +185,68 @@ pub struct Released {
     pub contended: bool,
 }
 
-/// What [`Backend::inspect`] sees of a lock.
+/// What [`Backend::inspect`] sees of a lock. Build it with [`LockInfo::new`] and the `with_*`
+/// setters (fields are added over time, hence `#[non_exhaustive]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockInfo {
-    /// The fence of the current holder, where the backend records it. Redis records the
-    /// latest fence issued for the key: an uncontended attempt takes one with its `SET NX`,
-    /// whether it wins or not, so this may be above the holder's (never below it).
+    /// The fence of the current holder (the highest among several holders), where the backend
+    /// records it. Redis records the latest fence issued for the key: an uncontended attempt
+    /// takes one with its `SET NX`, whether it wins or not, so this may be above the holder's
+    /// (never below it).
     pub fence: Option<u64>,
-    /// The remaining lease, where the backend knows it.
+    /// The remaining lease (the longest among several holders), where the backend knows it.
     pub remaining: Option<Duration>,
+    /// The kind of the holds, where the backend can tell. A semaphore's `permits` are those
+    /// its holders announced, or 0 when the layout does not record them.
+    pub kind: Option<LockKind>,
+    /// How many hold the lock now, where the backend can tell.
+    pub holders: Option<u32>,
+    /// How many wait for it, where the backend can tell (its queue, or the waiters it sees).
+    pub waiters: Option<u32>,
+}
+
+impl LockInfo {
+    /// A held lock with `fence` and `remaining` lease, kind, holders and waiters unknown.
+    pub fn new(fence: Option<u64>, remaining: Option<Duration>) -> Self {
+        LockInfo {
+            fence,
+            remaining,
+            kind: None,
+            holders: None,
+            waiters: None,
+        }
+    }
+
+    /// Sets [`kind`](Self::kind).
+    #[must_use]
+    pub fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// Sets [`holders`](Self::holders).
+    #[must_use]
+    pub fn with_holders(mut self, holders: u32) -> Self {
+        self.holders = Some(holders);
+        self
+    }
+
+    /// Sets [`waiters`](Self::waiters).
+    #[must_use]
+    pub fn with_waiters(mut self, waiters: u32) -> Self {
+        self.waiters = Some(waiters);
+        self
+    }
+}
+
+/// One held lock as [`Backend::list`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedLock {
+    /// The caller's key (without the prefix).
+    pub key: String,
+    /// What [`Backend::inspect`] would say of it.
+    pub info: LockInfo,
 }
 
 /// One lease to renew in a batch.
@@ -321,6 +398,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Err(Error::Unsupported {
             backend: self.kind(),
             what: "force release".into(),
+        })
+    }
+
+    /// The locks held under `prefix` now, of every kind, each as [`inspect`](Backend::inspect)
+    /// would describe it, in no particular order (`distlock list`). Keys of other prefixes
+    /// never appear, also where one prefix starts another. The default fails with
+    /// [`Error::Unsupported`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        let _ = prefix;
+        Err(Error::Unsupported {
+            backend: self.kind(),
+            what: "listing locks".into(),
         })
     }
 }

@@ -116,10 +116,37 @@ impl LockRegistry {
 
     /// The lock for `key`.
     pub fn obtain(&self, key: &str) -> Result<Lock> {
-        Ok(Lock {
-            lock: self.inner.obtain(key)?,
+        Ok(self.wrap(self.inner.obtain(key)?))
+    }
+
+    /// The read-write lock of `key` (see [`crate::LockRegistry::read_write`]).
+    pub fn read_write(&self, key: &str) -> Result<ReadWriteLock> {
+        let rw = self.inner.read_write(key)?;
+        Ok(ReadWriteLock {
+            read: self.wrap(rw.read().clone()),
+            write: self.wrap(rw.write().clone()),
+        })
+    }
+
+    /// The semaphore `key` with `permits` permits (see [`crate::LockRegistry::semaphore`]);
+    /// each thread holds at most one permit of it, reentrantly.
+    pub fn semaphore(&self, key: &str, permits: u32) -> Result<Lock> {
+        Ok(self.wrap(self.inner.semaphore(key, permits)?))
+    }
+
+    /// A multi-key lock over the mutexes of `keys` (see [`crate::LockRegistry::multi`]).
+    pub fn multi<K: AsRef<str>>(&self, keys: &[K]) -> Result<MultiLock> {
+        Ok(MultiLock {
+            lock: self.inner.multi(keys)?,
             rt: self.rt.clone(),
         })
+    }
+
+    fn wrap(&self, lock: crate::Lock) -> Lock {
+        Lock {
+            lock,
+            rt: self.rt.clone(),
+        }
     }
 
     /// See [`crate::LockRegistry::expire_unused_older_than`].
@@ -166,8 +193,8 @@ impl Lock {
     fn acquire(&self, timeout: Option<Duration>) -> Result<bool> {
         let me = std::thread::current().id();
         {
-            let mut re = self.lock.thread_hold();
-            if let Some(r) = re.as_mut().filter(|r| r.thread == me) {
+            let mut holds = self.lock.thread_holds();
+            if let Some(r) = holds.iter_mut().find(|r| r.thread == me) {
                 r.guard.ensure_held()?;
                 r.count = r
                     .count
@@ -189,7 +216,7 @@ impl Lock {
             Err(Error::NotAcquired { .. }) => return Ok(false),
             Err(e) => return Err(e),
         };
-        *self.lock.thread_hold() = Some(ThreadHold {
+        self.lock.thread_holds().push(ThreadHold {
             thread: me,
             count: 1,
             guard,
@@ -203,16 +230,16 @@ impl Lock {
     pub fn unlock(&self) -> Result<()> {
         let me = std::thread::current().id();
         let guard = {
-            let mut re = self.lock.thread_hold();
-            match re.as_mut() {
-                Some(r) if r.thread == me => {
-                    r.count -= 1;
-                    if r.count > 0 {
+            let mut holds = self.lock.thread_holds();
+            match holds.iter().position(|r| r.thread == me) {
+                Some(i) => {
+                    holds[i].count -= 1;
+                    if holds[i].count > 0 {
                         return Ok(());
                     }
-                    re.take().map(|r| r.guard)
+                    Some(holds.swap_remove(i).guard)
                 }
-                _ => None,
+                None => None,
             }
         };
         match guard {
@@ -223,37 +250,139 @@ impl Lock {
         }
     }
 
-    /// Whether the calling thread holds the lock (and it is not lost).
-    pub fn is_held_by_current_thread(&self) -> bool {
+    fn with_mine<T>(&self, f: impl FnOnce(&ThreadHold) -> T) -> Option<T> {
         let me = std::thread::current().id();
         self.lock
-            .thread_hold()
-            .as_ref()
-            .is_some_and(|r| r.thread == me && r.guard.is_held())
+            .thread_holds()
+            .iter()
+            .find(|r| r.thread == me)
+            .map(f)
+    }
+
+    /// Whether the calling thread holds the lock (and it is not lost).
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.with_mine(|r| r.guard.is_held()).unwrap_or(false)
     }
 
     /// How often the calling thread has locked without unlocking (0 when it does not hold it).
     pub fn hold_count(&self) -> u32 {
-        let me = std::thread::current().id();
-        self.lock
-            .thread_hold()
-            .as_ref()
-            .filter(|r| r.thread == me)
-            .map_or(0, |r| r.count)
+        self.with_mine(|r| r.count).unwrap_or(0)
     }
 
     /// The fence of the current hold, when the calling thread holds the lock.
     pub fn fence(&self) -> Option<u64> {
-        let me = std::thread::current().id();
-        self.lock
-            .thread_hold()
-            .as_ref()
-            .filter(|r| r.thread == me)
-            .map(|r| r.guard.fence())
+        self.with_mine(|r| r.guard.fence())
     }
 
     /// The key.
     pub fn key(&self) -> &str {
         self.lock.key()
+    }
+
+    /// The kind of lock (see [`crate::Lock::kind`]).
+    pub fn kind(&self) -> crate::LockKind {
+        self.lock.kind()
+    }
+}
+
+/// A read-write lock for synchronous code: each side is a [`Lock`], reentrant per thread.
+/// Several threads (and processes) may hold the read side at once.
+#[derive(Clone, Debug)]
+pub struct ReadWriteLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl ReadWriteLock {
+    /// The shared side.
+    pub fn read(&self) -> &Lock {
+        &self.read
+    }
+
+    /// The exclusive side.
+    pub fn write(&self) -> &Lock {
+        &self.write
+    }
+}
+
+/// A multi-key lock for synchronous code (see [`crate::MultiLock`]); it is not reentrant.
+#[derive(Clone, Debug)]
+pub struct MultiLock {
+    lock: crate::MultiLock,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl MultiLock {
+    /// Blocks until every lock is held.
+    pub fn lock(&self) -> Result<MultiGuard> {
+        self.acquire(None)
+    }
+
+    /// Takes every lock if each is free now, else fails with [`Error::NotAcquired`].
+    pub fn try_lock(&self) -> Result<MultiGuard> {
+        self.acquire(Some(Duration::ZERO))
+    }
+
+    /// Waits at most `timeout` for all the locks, else fails with [`Error::NotAcquired`].
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<MultiGuard> {
+        self.acquire(Some(timeout))
+    }
+
+    fn acquire(&self, timeout: Option<Duration>) -> Result<MultiGuard> {
+        let lock = self.lock.clone();
+        let guard = wait(&self.rt, async move {
+            match timeout {
+                None => lock.lock().await,
+                Some(t) => lock.try_lock_for(t).await,
+            }
+        })?;
+        Ok(MultiGuard {
+            guard: Some(guard),
+            rt: self.rt.clone(),
+        })
+    }
+}
+
+/// Every lock of a [`MultiLock`], held. Dropping it releases them on the facade's runtime
+/// without waiting; [`unlock`](Self::unlock) waits and reports.
+#[must_use = "dropping the guard releases every lock at once"]
+#[derive(Debug)]
+pub struct MultiGuard {
+    guard: Option<crate::MultiGuard>,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl MultiGuard {
+    /// The held locks' guards (fences, lost state), in acquisition order.
+    pub fn guards(&self) -> &[crate::LockGuard] {
+        self.guard.as_ref().map_or(&[], |g| g.guards())
+    }
+
+    /// The fence of `key`'s hold.
+    pub fn fence(&self, key: &str) -> Option<u64> {
+        self.guard.as_ref()?.fence(key)
+    }
+
+    /// True while every lock is held.
+    pub fn is_held(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.is_held())
+    }
+
+    /// Releases every lock and waits for it; the first error, if any.
+    pub fn unlock(mut self) -> Result<()> {
+        match self.guard.take() {
+            Some(g) => wait(&self.rt, g.release()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        if let Some(g) = self.guard.take() {
+            self.rt.spawn(async move {
+                let _ = g.release().await;
+            });
+        }
     }
 }

@@ -11,10 +11,30 @@ use tracing::Instrument;
 
 use crate::backend::Token;
 use crate::error::{Error, Result};
-use crate::registry::{check_lease, Inner, Slot, SlotState};
+use crate::registry::{check_lease, Inner, ReadGroup, Slot, SlotState};
 use crate::renewal::Hold;
 
-/// A held lock. Obtained from [`Lock::lock`](crate::Lock::lock) and friends.
+/// What a guard owns besides its remote hold, by kind of lock.
+pub(crate) enum Ownership {
+    /// The local lock of an exclusive kind (mutex, write), kept for the guard's life; the
+    /// remote hold may pass to the next local holder.
+    Exclusive(OwnedMutexGuard<SlotState>),
+    /// A place among the local readers that share one remote read hold.
+    Reader(Arc<ReadGroup>),
+    /// Nothing: the remote hold is the guard's alone (a semaphore permit).
+    Alone,
+    /// Given up (released, or passed on).
+    Done,
+}
+
+/// A remote hold to release, with the local lock to let go after it (exclusive kinds).
+pub(crate) struct ToRelease {
+    local: Option<OwnedMutexGuard<SlotState>>,
+    hold: Arc<Hold>,
+}
+
+/// A held lock (a mutex, either side of a read-write lock, or a semaphore permit). Obtained
+/// from [`Lock::lock`](crate::Lock::lock) and friends.
 ///
 /// While the guard lives, the registry's renewal task extends its lease at about a third of
 /// the lease. If the lock is nevertheless lost (the lease ran out unconfirmed, or somebody
@@ -25,7 +45,9 @@ use crate::renewal::Hold;
 ///
 /// # Drop
 /// Dropping the guard never blocks. If a local task is waiting for the same key, the remote
-/// hold (and its renewal) passes straight to that task. Otherwise renewal stops at once and,
+/// hold (and its renewal) passes straight to that task (exclusive kinds); a reader's share
+/// of a remote read hold that other local readers still use stays with them. Otherwise
+/// renewal stops at once and,
 /// when a Tokio runtime is running, the lock is released on the server by a background task
 /// (a local waiter that arrives meanwhile starts after that release completes). Without a
 /// runtime nothing can be sent: the lock stays taken on the server until its lease expires.
@@ -33,7 +55,7 @@ use crate::renewal::Hold;
 pub struct LockGuard {
     slot: Arc<Slot>,
     registry: Arc<Inner>,
-    local: Option<OwnedMutexGuard<SlotState>>,
+    ownership: Ownership,
     hold: Arc<Hold>,
     fence: u64,
 }
@@ -52,14 +74,14 @@ impl LockGuard {
     pub(crate) fn new(
         slot: Arc<Slot>,
         registry: Arc<Inner>,
-        local: OwnedMutexGuard<SlotState>,
+        ownership: Ownership,
         hold: Arc<Hold>,
         fence: u64,
     ) -> Self {
         LockGuard {
             slot,
             registry,
-            local: Some(local),
+            ownership,
             hold,
             fence,
         }
@@ -68,6 +90,11 @@ impl LockGuard {
     /// The key.
     pub fn key(&self) -> &str {
         self.slot.name.key()
+    }
+
+    /// The kind of lock held.
+    pub fn kind(&self) -> crate::LockKind {
+        self.slot.name.kind()
     }
 
     /// The fencing token of this acquisition: larger than that of every earlier holder of the
@@ -80,7 +107,8 @@ impl LockGuard {
         self.fence
     }
 
-    /// The owner token of the remote hold.
+    /// The owner token of the remote hold (shared by the local readers of one remote read
+    /// hold).
     pub fn token(&self) -> Token {
         self.hold.token
     }
@@ -181,8 +209,8 @@ impl LockGuard {
             fence = self.fence,
             client = %self.registry.opts.client_id(),
         );
-        let Some((local, hold)) = self.give_up() else {
-            return Ok(()); // handed to a local waiter
+        let Some(ToRelease { local, hold }) = self.give_up() else {
+            return Ok(()); // handed to a local waiter, or other local readers go on with it
         };
         async move {
             if !hold.is_held() {
@@ -220,19 +248,43 @@ impl LockGuard {
         }
     }
 
-    /// Ends this guard's ownership (see [`Inner::give_up`]). Returns the local lock and the
-    /// remote hold when the hold must be released remotely, `None` when it passed to a local
-    /// waiter.
-    fn give_up(&mut self) -> Option<(OwnedMutexGuard<SlotState>, Arc<Hold>)> {
-        let local = self.local.take()?;
-        let local = self.registry.give_up(&self.slot, local, &self.hold)?;
-        Some((local, self.hold.clone()))
+    /// Ends this guard's ownership. Returns the remote hold when it must be released (with
+    /// the local lock, for an exclusive kind), `None` when it passed to a local waiter or
+    /// other local readers still share it.
+    fn give_up(&mut self) -> Option<ToRelease> {
+        let hold = self.hold.clone();
+        match std::mem::replace(&mut self.ownership, Ownership::Done) {
+            Ownership::Done => None,
+            Ownership::Exclusive(local) => {
+                let local = self.registry.give_up(&self.slot, local, &hold)?;
+                Some(ToRelease {
+                    local: Some(local),
+                    hold,
+                })
+            }
+            Ownership::Reader(group) => {
+                if !group.leave() {
+                    return None;
+                }
+                let mut current = self.slot.readers();
+                if current.as_ref().is_some_and(|g| Arc::ptr_eq(g, &group)) {
+                    *current = None;
+                }
+                drop(current);
+                self.registry.renewer.deregister(&hold);
+                Some(ToRelease { local: None, hold })
+            }
+            Ownership::Alone => {
+                self.registry.renewer.deregister(&hold);
+                Some(ToRelease { local: None, hold })
+            }
+        }
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some((local, hold)) = self.give_up() else {
+        let Some(ToRelease { local, hold }) = self.give_up() else {
             return;
         };
         match tokio::runtime::Handle::try_current() {

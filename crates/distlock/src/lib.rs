@@ -46,6 +46,43 @@
 //! Code without an async runtime uses the [`blocking`] facade, whose locks are reentrant per
 //! thread like Java's `ReentrantLock`.
 //!
+//! # Lock kinds
+//!
+//! Besides the mutex of [`LockRegistry::obtain`], a registry hands out three more kinds, each a
+//! [`Lock`] (or [`MultiLock`]) with the same `lock`, `try_lock` and `try_lock_for`, lease and
+//! renewal, lost signal, fences and cancel safety:
+//!
+//! - [`LockRegistry::read_write`]: a read-write lock. Its [`read`](ReadWriteLock::read) side
+//!   is shared with other readers, its [`write`](ReadWriteLock::write) side is exclusive, and a
+//!   writer that waits keeps new readers out. Both exclude the key's mutex, as `flock -s` and
+//!   `flock -x` do.
+//! - [`LockRegistry::semaphore`]: at most N holders of a key at once, each permit with a lease,
+//!   owner token and renewal of its own.
+//! - [`LockRegistry::multi`] and [`MultiLock::new`]: several locks held together, all or
+//!   nothing, taken in key order so that multi-key holders cannot deadlock.
+//!
+//! Fences increase per key across every kind. A backend states which kinds it takes in its
+//! [`Capabilities`] (`read_write`, `semaphores`); every built-in backend takes them all.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> distlock::Result<()> {
+//! # let registry = distlock::LockRegistry::connect("memory://", Default::default()).await?;
+//! let report = registry.read_write("report:2026")?;
+//! let reading = report.read().lock().await?; // beside other readers
+//! assert!(report.write().try_lock().await.is_err()); // no writer while anyone reads
+//! reading.release().await?;
+//!
+//! let exports = registry.semaphore("exports", 4)?; // four at a time
+//! let permit = exports.lock().await?;
+//! permit.release().await?;
+//!
+//! let transfer = registry.multi(&["account:1", "account:2"])?.lock().await?;
+//! transfer.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Features
 //!
 //! | feature | default | what it adds |
@@ -100,6 +137,7 @@ mod connect;
 mod error;
 mod guard;
 mod metrics;
+mod multi;
 mod registry;
 mod renewal;
 #[cfg(feature = "zookeeper-tls")]
@@ -114,7 +152,8 @@ pub mod conformance;
 pub mod testkit;
 pub use connect::{connect, SCHEMES};
 pub use guard::LockGuard;
-pub use registry::{Lock, LockRegistry, RegistryOptions, MAX_LEASE, MIN_LEASE};
+pub use multi::{MultiGuard, MultiLock};
+pub use registry::{Lock, LockRegistry, ReadWriteLock, RegistryOptions, MAX_LEASE, MIN_LEASE};
 pub use url::redact;
 
 /// The backends, one module each behind a cargo feature.

@@ -2,7 +2,7 @@
 //! path of an acquisition is in `acquire.rs`.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -12,9 +12,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
-use crate::backend::{Backend, LockInfo, LockName, Token};
+use crate::backend::{Backend, LockInfo, LockKind, LockName, Token};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::multi::MultiLock;
 use crate::renewal::{Hold, Renewer, LOCAL_SEQ_BITS};
 
 /// Shortest lease accepted.
@@ -218,10 +219,13 @@ impl fmt::Debug for LockRegistry {
     }
 }
 
-/// The handle cache: slots found by their key. A registry may cache a million handles, so an
-/// entry is one pointer, and the key it is found by is the slot name's own allocation.
+/// The handle cache: slots found by their key. A registry may cache a million handles, so a
+/// mutex entry is one pointer, and the key it is found by is the slot name's own allocation.
+/// The other kinds (read and write sides of read-write locks, semaphores) are found by their
+/// whole name.
 struct Slots {
     by_key: HashSet<CachedSlot>,
+    others: HashMap<LockName, Arc<Slot>>,
     /// The size at which `obtain` next looks for idle handles to evict (see `evict_idle`).
     evict_at: usize,
 }
@@ -262,8 +266,55 @@ pub(crate) struct Slot {
 pub(crate) struct LocalLock {
     pub(crate) state: Arc<tokio::sync::Mutex<SlotState>>,
     pub(crate) waiters: AtomicUsize,
-    /// The hold a thread took through the blocking facade, which is reentrant per thread.
-    pub(crate) thread_hold: Mutex<Option<ThreadHold>>,
+    /// The holds threads took through the blocking facade, which is reentrant per thread: at
+    /// most one for an exclusive kind, one per thread for the shared ones.
+    pub(crate) thread_holds: Mutex<Vec<ThreadHold>>,
+    /// Read locks only: the remote read hold that local readers join (see `ReadGroup`).
+    pub(crate) readers: Mutex<Option<Arc<ReadGroup>>>,
+}
+
+/// A remote read hold shared by the local readers of one registry: a reader that finds one
+/// worth joining takes part in it with no round trip; the last one to leave releases it. It
+/// takes at most `max_local_handoffs` joiners, so that a stream of local readers cannot keep
+/// it (and a writer waiting for the key elsewhere) going for ever.
+pub(crate) struct ReadGroup {
+    pub(crate) hold: Arc<Hold>,
+    /// The local guards taking part; 0 once the last one left (nobody may join then).
+    readers: Mutex<u32>,
+}
+
+impl ReadGroup {
+    pub(crate) fn new(hold: Arc<Hold>) -> Self {
+        ReadGroup {
+            hold,
+            readers: Mutex::new(1),
+        }
+    }
+
+    fn readers(&self) -> std::sync::MutexGuard<'_, u32> {
+        self.readers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Joins when the group still has readers, enough lease left and joins to spare; returns
+    /// the joiner's local sequence number.
+    pub(crate) fn join(&self, max_joins: u32) -> Option<u32> {
+        let mut n = self.readers();
+        if *n == 0
+            || self.hold.local_seq.load(Ordering::Acquire) >= max_joins
+            || !crate::acquire::worth_handing_off(&self.hold)
+        {
+            return None;
+        }
+        *n += 1;
+        Some(self.hold.local_seq.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// Leaves; true for the last reader, who must release the hold.
+    pub(crate) fn leave(&self) -> bool {
+        let mut n = self.readers();
+        *n = n.saturating_sub(1);
+        *n == 0
+    }
 }
 
 /// A hold taken by one thread (the blocking facade's reentrant lock): the owner thread, how
@@ -308,6 +359,7 @@ impl LockRegistry {
                 opts: options,
                 slots: Mutex::new(Slots {
                     by_key: HashSet::new(),
+                    others: HashMap::new(),
                     evict_at,
                 }),
                 renewer,
@@ -325,8 +377,8 @@ impl LockRegistry {
         Self::from_backend(crate::connect::connect(url).await?, options)
     }
 
-    /// The lock handle for `key`. Cheap: handles are cached, and all handles of one key in one
-    /// registry share one local lock. Fails only on an invalid key.
+    /// The lock handle for `key`: a mutex. Cheap: handles are cached, and all handles of one
+    /// key in one registry share one local lock. Fails only on an invalid key.
     pub fn obtain(&self, key: &str) -> Result<Lock> {
         let inner = &self.inner;
         let mut slots = inner.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -334,25 +386,125 @@ impl LockRegistry {
             Some(s) => s.0.clone(),
             None => {
                 let name = LockName::new(inner.prefix.clone(), key)?;
-                if slots.by_key.len() >= slots.evict_at {
+                if slots.len() >= slots.evict_at {
                     slots.evict_idle(inner.opts.max_cached_locks);
                 }
-                let slot = Arc::new(Slot {
-                    name,
-                    last_used_ms: AtomicU64::new(0),
-                    local: OnceLock::new(),
-                });
+                let slot = Slot::new(name);
                 slots.by_key.insert(CachedSlot(slot.clone()));
                 slot
             }
         };
         drop(slots);
+        Ok(self.handle(slot))
+    }
+
+    /// The read-write lock of `key`: [`read`](ReadWriteLock::read) holds are shared with other
+    /// readers, [`write`](ReadWriteLock::write) holds exclude everybody, and both exclude the
+    /// mutex of the same key ([`obtain`](Self::obtain)), as `flock -s` and `flock -x` do. A
+    /// writer that waits keeps new readers out, so readers cannot starve it.
+    ///
+    /// Within this registry, readers share one remote hold: a reader that comes while others
+    /// read joins their hold with no round trip (at most `max_local_handoffs` joiners per
+    /// remote hold, so that writers elsewhere get their turn).
+    ///
+    /// Fails on an invalid key, and with [`Error::Unsupported`] when the backend has no
+    /// read-write locks ([`Capabilities::read_write`](crate::Capabilities)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// use distlock::{LockRegistry, backends::memory::MemoryBackend};
+    /// let registry = LockRegistry::new(MemoryBackend::new());
+    /// let config = registry.read_write("config")?;
+    /// let a = config.read().lock().await?;
+    /// let b = config.read().lock().await?; // readers share the key
+    /// assert!(config.write().try_lock().await.is_err()); // a writer waits for them
+    /// a.release().await?;
+    /// b.release().await?;
+    /// let w = config.write().try_lock().await?;
+    /// w.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_write(&self, key: &str) -> Result<ReadWriteLock> {
+        Ok(ReadWriteLock {
+            read: self.obtain_kind(key, LockKind::Read)?,
+            write: self.obtain_kind(key, LockKind::Write)?,
+        })
+    }
+
+    /// The semaphore `key` with `permits` permits: each [`lock`](Lock::lock) (or `try_lock`,
+    /// `try_lock_for`) takes one permit, with a lease, owner token and renewal of its own, so
+    /// that a crashed holder's permit comes back after its lease. At most `permits` guards of
+    /// the key are held at once across all processes. Every holder must agree on `permits`;
+    /// a backend that sees a disagreement refuses with [`Error::InvalidConfig`].
+    ///
+    /// Fails on an invalid key, with [`Error::InvalidConfig`] for 0 or more than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS) permits, and with [`Error::Unsupported`] when the
+    /// backend has no semaphores ([`Capabilities::semaphores`](crate::Capabilities)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// use distlock::{LockRegistry, backends::memory::MemoryBackend};
+    /// let registry = LockRegistry::new(MemoryBackend::new());
+    /// let pool = registry.semaphore("db-connections", 2)?;
+    /// let first = pool.lock().await?;
+    /// let second = pool.lock().await?;
+    /// assert!(pool.try_lock().await.is_err()); // both permits are taken
+    /// first.release().await?;
+    /// let third = pool.try_lock().await?;
+    /// # drop((second, third));
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: &str, permits: u32) -> Result<Lock> {
+        self.obtain_kind(key, LockKind::semaphore(permits)?)
+    }
+
+    /// A multi-key lock over the mutexes of `keys`: held all together or not at all (see
+    /// [`MultiLock`]). Fails on an invalid or repeated key, or an empty list.
+    pub fn multi<K: AsRef<str>>(&self, keys: &[K]) -> Result<MultiLock> {
+        let locks = keys
+            .iter()
+            .map(|k| self.obtain(k.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        MultiLock::new(locks)
+    }
+
+    /// The handle of `key` for holds of `kind`.
+    pub(crate) fn obtain_kind(&self, key: &str, kind: LockKind) -> Result<Lock> {
+        if kind == LockKind::Mutex {
+            return self.obtain(key);
+        }
+        let inner = &self.inner;
+        if !inner.backend.capabilities().supports(kind) {
+            return Err(Error::Unsupported {
+                backend: inner.backend.kind(),
+                what: format!("{} locks", kind.name()),
+            });
+        }
+        let name = LockName::new(inner.prefix.clone(), key)?.with_kind(kind);
+        let mut slots = inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match slots.others.get(&name) {
+            Some(s) => s.clone(),
+            None => {
+                if slots.len() >= slots.evict_at {
+                    slots.evict_idle(inner.opts.max_cached_locks);
+                }
+                let slot = Slot::new(name.clone());
+                slots.others.insert(name, slot.clone());
+                slot
+            }
+        };
+        drop(slots);
+        Ok(self.handle(slot))
+    }
+
+    fn handle(&self, slot: Arc<Slot>) -> Lock {
+        let inner = &self.inner;
         slot.last_used_ms.store(inner.now_ms(), Ordering::Relaxed);
-        Ok(Lock {
+        Lock {
             slot,
             registry: inner.clone(),
             lease: inner.opts.lease,
-        })
+        }
     }
 
     /// Drops cached handles that are idle (not held, not waited for, not referenced outside the
@@ -361,11 +513,13 @@ impl LockRegistry {
         let now = self.inner.now_ms();
         let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
         let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let before = slots.by_key.len();
-        slots.by_key.retain(|CachedSlot(s)| {
-            !(s.is_idle() && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= age_ms)
-        });
-        let removed = before - slots.by_key.len();
+        let before = slots.len();
+        let expired = |s: &Arc<Slot>| {
+            s.is_idle() && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= age_ms
+        };
+        slots.by_key.retain(|CachedSlot(s)| !expired(s));
+        slots.others.retain(|_, s| !expired(s));
+        let removed = before - slots.len();
         slots.plan_next_eviction(self.inner.opts.max_cached_locks);
         removed
     }
@@ -376,7 +530,6 @@ impl LockRegistry {
             .slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .by_key
             .len()
     }
 
@@ -392,6 +545,10 @@ impl LockRegistry {
 }
 
 impl Slots {
+    fn len(&self) -> usize {
+        self.by_key.len() + self.others.len()
+    }
+
     /// Drops the oldest idle handles until a tenth of the bound is free again, as far as there
     /// are idle ones.
     fn evict_idle(&mut self, bound: usize) {
@@ -399,13 +556,19 @@ impl Slots {
         let mut idle: Vec<(u64, Arc<Slot>)> = self
             .by_key
             .iter()
-            .filter(|CachedSlot(s)| s.is_idle())
-            .map(|CachedSlot(s)| (s.last_used_ms.load(Ordering::Relaxed), s.clone()))
+            .map(|CachedSlot(s)| s)
+            .chain(self.others.values())
+            .filter(|s| s.is_idle())
+            .map(|s| (s.last_used_ms.load(Ordering::Relaxed), s.clone()))
             .collect();
         idle.sort_unstable_by_key(|(used, _)| *used);
-        let excess = self.by_key.len().saturating_sub(target);
+        let excess = self.len().saturating_sub(target);
         for (_, s) in idle.into_iter().take(excess) {
-            self.by_key.remove(s.name.key());
+            if s.name.kind() == LockKind::Mutex {
+                self.by_key.remove(s.name.key());
+            } else {
+                self.others.remove(&s.name);
+            }
         }
         self.plan_next_eviction(bound);
     }
@@ -415,7 +578,7 @@ impl Slots {
     /// grew by a tenth of the bound or of itself, whichever is more; after a pass that freed
     /// enough, that is the bound again.
     fn plan_next_eviction(&mut self, bound: usize) {
-        let len = self.by_key.len();
+        let len = self.len();
         self.evict_at = bound.max(len + (bound / 10).max(len / 10).max(1));
     }
 }
@@ -449,15 +612,32 @@ impl Inner {
 }
 
 impl Slot {
+    fn new(name: LockName) -> Arc<Self> {
+        Arc::new(Slot {
+            name,
+            last_used_ms: AtomicU64::new(0),
+            local: OnceLock::new(),
+        })
+    }
+
     /// The local lock, made on first use.
     pub(crate) fn local(&self) -> &LocalLock {
         self.local.get_or_init(|| {
             Box::new(LocalLock {
                 state: Arc::new(tokio::sync::Mutex::new(SlotState::default())),
                 waiters: AtomicUsize::new(0),
-                thread_hold: Mutex::new(None),
+                thread_holds: Mutex::new(Vec::new()),
+                readers: Mutex::new(None),
             })
         })
+    }
+
+    /// The remote read hold local readers may join (read locks only).
+    pub(crate) fn readers(&self) -> std::sync::MutexGuard<'_, Option<Arc<ReadGroup>>> {
+        self.local()
+            .readers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// How many local tasks wait for the local lock.
@@ -474,6 +654,7 @@ impl Slot {
                         .try_lock()
                         .map(|s| s.hold.is_none())
                         .unwrap_or(false)
+                    && l.readers.lock().map(|r| r.is_none()).unwrap_or(false)
             })
     }
 
@@ -516,6 +697,13 @@ impl Lock {
     /// The key.
     pub fn key(&self) -> &str {
         self.slot.name.key()
+    }
+
+    /// The kind of the holds taken through this handle: [`LockKind::Mutex`] from
+    /// [`LockRegistry::obtain`], [`LockKind::Read`] or [`LockKind::Write`] from a
+    /// [`ReadWriteLock`], [`LockKind::Semaphore`] from [`LockRegistry::semaphore`].
+    pub fn kind(&self) -> LockKind {
+        self.slot.name.kind()
     }
 
     /// The lease that acquisitions through this handle ask for.
@@ -582,21 +770,57 @@ impl Lock {
         }
     }
 
-    /// The hold a thread took through the blocking facade, shared by all handles of the key.
-    pub(crate) fn thread_hold(&self) -> std::sync::MutexGuard<'_, Option<ThreadHold>> {
+    /// The holds threads took through the blocking facade, shared by all handles of the key.
+    pub(crate) fn thread_holds(&self) -> std::sync::MutexGuard<'_, Vec<ThreadHold>> {
         self.slot
             .local()
-            .thread_hold
+            .thread_holds
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads the lock's state on the backend: `None` when nobody holds it.
+    /// Reads the state of the lock's key on the backend, whatever kind holds it: `None` when
+    /// nobody holds it.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<Option<LockInfo>> {
         self.registry.backend.inspect(&self.slot.name).await
+    }
+}
+
+/// A read-write lock: its two sides are [`Lock`] handles with the usual `lock`, `try_lock`
+/// and `try_lock_for` (and leases, renewal, lost signal and fences). From
+/// [`LockRegistry::read_write`].
+#[derive(Clone, Debug)]
+pub struct ReadWriteLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl ReadWriteLock {
+    /// The key.
+    pub fn key(&self) -> &str {
+        self.read.key()
+    }
+
+    /// The shared side: its guards hold the key together with other readers.
+    pub fn read(&self) -> &Lock {
+        &self.read
+    }
+
+    /// The exclusive side: its guard holds the key alone.
+    pub fn write(&self) -> &Lock {
+        &self.write
+    }
+
+    /// The same lock with another lease for the acquisitions made through the returned
+    /// handles (see [`Lock::with_lease`]).
+    pub fn with_lease(&self, lease: Duration) -> Result<ReadWriteLock> {
+        Ok(ReadWriteLock {
+            read: self.read.with_lease(lease)?,
+            write: self.write.with_lease(lease)?,
+        })
     }
 }
 

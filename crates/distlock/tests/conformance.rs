@@ -1,6 +1,6 @@
 //! The conformance suite on every backend this build has: memory, Redis (a throwaway
 //! `redis-server` per test), Redlock (three of them), Sentinel (a master, two replicas, three
-//! Sentinels), SQLite (a fresh database file per test), PostgreSQL and
+//! Sentinels), Redis Cluster (three masters, a replica each), SQLite (a fresh database file per test), PostgreSQL and
 //! MariaDB, each also in Spring mode (a fresh database per test on the machine's server, or on
 //! a throwaway server the test process starts when none runs), ZooKeeper and etcd (a
 //! throwaway server per test process). Each harness is reached by URL, so the lost-signal
@@ -41,6 +41,14 @@ async fn redlock() -> Harness {
 async fn redis_sentinel() -> Harness {
     use distlock::testkit::redis::sentinel::SentinelSet;
     let set = tokio::task::block_in_place(|| SentinelSet::start(2))
+        .expect("redis-server must be installed (scripts/test.sh installs it)");
+    Harness::connect(set.url()).keep_alive(set)
+}
+
+/// Redis Cluster: three masters with a replica each; acquisitions wait for one replica.
+async fn redis_cluster() -> Harness {
+    use distlock::testkit::redis::cluster::ClusterSet;
+    let set = tokio::task::block_in_place(ClusterSet::start)
         .expect("redis-server must be installed (scripts/test.sh installs it)");
     Harness::connect(set.url()).keep_alive(set)
 }
@@ -106,6 +114,7 @@ distlock::conformance_suite!(on_memory, memory);
 distlock::conformance_suite!(on_redis, redis);
 distlock::conformance_suite!(on_redlock, redlock);
 distlock::conformance_suite!(on_redis_sentinel, redis_sentinel);
+distlock::conformance_suite!(on_redis_cluster, redis_cluster);
 distlock::conformance_suite!(on_sqlite, sqlite);
 #[cfg(feature = "postgres")]
 distlock::conformance_suite!(on_postgres, || postgres_with(""));

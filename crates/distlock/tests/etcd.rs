@@ -1,11 +1,13 @@
 //! etcd backend against real etcd servers (Debian `etcd-server` 3.4, and `etcdctl` from the
-//! Debian package `etcd-client`): the `concurrency.Mutex` layout and `etcdctl lock` interop,
+//! Debian package `etcd-client`): the `concurrency.Mutex` layout and `etcdctl lock` interop
+//! (also with readers, writers and permits),
 //! predecessor-only wake-ups and FIFO order, authentication and TLS. Faults are in
 //! `etcd_faults.rs`.
 //!
 //! Tests that do not stop their server share one per test process and keep apart by prefix.
 
 mod common {
+    pub mod cost;
     pub mod etcd;
     pub mod fifo;
 }
@@ -129,6 +131,132 @@ mod etcd {
         assert_eq!(line, "inside");
         assert!(released.elapsed() < Duration::from_secs(5));
         assert!(ctl.wait(Duration::from_secs(5)).success());
+    }
+
+    /// Readers, writers and permits live beside `concurrency.Mutex`'s keys in the lock's
+    /// directory, named after their owner token; a permit's value carries its number.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kinds_have_keys_of_their_own_in_the_lock_directory() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let p = prefix();
+        let reg = registry(&server.url(), &p, RegistryOptions::default()).await;
+        let r = reg.read_write("doc").unwrap().read().lock().await.unwrap();
+        let s = reg.semaphore("pool", 3).unwrap().lock().await.unwrap();
+        let keys = server_keys(&server, &format!("{p}/doc/"));
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert_eq!(keys[0].key, format!("{p}/doc/read-{}", r.token()));
+        assert_eq!(keys[0].value, r.token().to_string());
+        assert_eq!(r.fence() >> 10, keys[0].create_revision as u64);
+        let keys = server_keys(&server, &format!("{p}/pool/"));
+        assert_eq!(keys[0].key, format!("{p}/pool/sem-{}", s.token()));
+        assert_eq!(keys[0].value, format!("{};permits=3", s.token()));
+        r.release().await.unwrap();
+        s.release().await.unwrap();
+        let w = reg.read_write("doc").unwrap().write().lock().await.unwrap();
+        let keys = server_keys(&server, &format!("{p}/doc/"));
+        assert_eq!(keys[0].key, format!("{p}/doc/write-{}", w.token()));
+        w.release().await.unwrap();
+    }
+
+    /// `etcdctl lock` on the same name excludes distlock's readers, writers and permits, and is
+    /// excluded by them: each side waits for the other and gets in once it lets go; a waiting
+    /// `etcdctl lock` keeps new distlock readers out (it counts as a writer).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcdctl_lock_excludes_readers_writers_and_permits_and_back() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let p = prefix();
+        let name = format!("{p}/shared");
+        let (a, b) = (
+            registry(&server.url(), &p, RegistryOptions::default()).await,
+            registry(&server.url(), &p, RegistryOptions::default()).await,
+        );
+        let busy = |res: distlock::Result<distlock::LockGuard>, what: &str| match res {
+            Err(Error::NotAcquired { .. }) => {}
+            other => panic!("{what}: expected NotAcquired, got {other:?}"),
+        };
+
+        // etcdctl holds: our reader, writer and permit are kept out; a waiting reader gets in
+        // once it lets go.
+        let ctl = CtlLock::spawn(&server.endpoint(), &name, &[]);
+        ctl.line(Duration::from_secs(10))
+            .expect("etcdctl lock acquired");
+        let rw = a.read_write("shared").unwrap();
+        busy(rw.read().try_lock().await, "our reader beside etcdctl");
+        busy(rw.write().try_lock().await, "our writer beside etcdctl");
+        busy(
+            a.semaphore("shared", 2).unwrap().try_lock().await,
+            "our permit beside etcdctl",
+        );
+        let waiting = tokio::spawn({
+            let rw = rw.clone();
+            async move { rw.read().lock().await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "our reader entered beside etcdctl");
+        ctl.signal(libc::SIGINT);
+        let r = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("our reader gets in after etcdctl")
+            .unwrap();
+        let _ = ctl.wait(Duration::from_secs(5));
+
+        // Our reader holds: etcdctl waits, and while it waits our new readers are kept out.
+        let ctl = CtlLock::spawn(&server.endpoint(), &name, &["echo", "inside"]);
+        eventually("etcdctl's key queued", Duration::from_secs(10), || {
+            server_keys(&server, &format!("{name}/")).len() == 2
+        })
+        .await;
+        assert_eq!(
+            ctl.line(Duration::from_millis(300)),
+            None,
+            "etcdctl entered"
+        );
+        busy(
+            b.read_write("shared").unwrap().read().try_lock().await,
+            "our new reader behind a waiting etcdctl lock",
+        );
+        r.release().await.unwrap();
+        assert_eq!(
+            ctl.line(Duration::from_secs(10)).as_deref(),
+            Some("inside"),
+            "etcdctl gets the lock after our reader"
+        );
+        assert!(ctl.wait(Duration::from_secs(5)).success());
+
+        // Our permits hold: etcdctl waits until the last one goes.
+        let sem = a.semaphore("shared", 2).unwrap();
+        let (p1, p2) = (sem.lock().await.unwrap(), sem.lock().await.unwrap());
+        let ctl = CtlLock::spawn(&server.endpoint(), &name, &["echo", "inside"]);
+        assert_eq!(
+            ctl.line(Duration::from_millis(700)),
+            None,
+            "etcdctl entered"
+        );
+        p1.release().await.unwrap();
+        assert_eq!(
+            ctl.line(Duration::from_millis(300)),
+            None,
+            "etcdctl entered"
+        );
+        p2.release().await.unwrap();
+        assert_eq!(
+            ctl.line(Duration::from_secs(10)).as_deref(),
+            Some("inside"),
+            "etcdctl gets the lock after our permits"
+        );
+        assert!(ctl.wait(Duration::from_secs(5)).success());
+    }
+
+    /// Not a check: prints what an uncontended read-lock cycle (and a permit's) costs beside a
+    /// mutex cycle on one server. Run it with
+    /// `cargo nextest run -p distlock --all-features --test etcd -E 'test(/cycle_costs/)'
+    /// --run-ignored only --no-capture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement; prints figures"]
+    async fn cycle_costs_of_the_kinds() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let reg = registry(&server.url(), &prefix(), RegistryOptions::default()).await;
+        common::cost::print_cycle_costs("etcd", &reg, 300).await;
     }
 
     /// Waiters wake one at a time: a release wakes only the next in line (whose watch is on the

@@ -1,6 +1,6 @@
 //! etcd backend faults on real etcd servers: server killed mid-hold, lease revoked underneath,
 //! a waiter's key lost while it waits, a dropped backend, and a three-node cluster losing a
-//! follower and its leader.
+//! follower and its leader; readers and permits under a revoked lease and a leader kill.
 
 mod common {
     pub mod etcd;
@@ -313,5 +313,144 @@ mod etcd {
             .expect("the lock is free once a quorum is back");
         assert!(gb.fence() > last);
         gb.release().await.unwrap();
+    }
+
+    /// A reader and a permit holder whose session lease is revoked underneath (their keys go
+    /// with it) learn it at their next renewal; a writer and another taker that waited get in,
+    /// with larger fences, and never while a loser still believes it holds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shared_holds_whose_lease_is_revoked_are_lost() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let p = prefix();
+        let short = RegistryOptions::default().with_lease(Duration::from_millis(900));
+        let a = registry(&server.url(), &p, short).await;
+        let b = registry(&server.url(), &p, RegistryOptions::default()).await;
+        let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
+        let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
+        let writer = tokio::spawn({
+            let (b, old) = (b.clone(), Arc::downgrade(&reader));
+            async move {
+                let g = b.read_write("r").unwrap().write().lock().await.unwrap();
+                let stale = old.upgrade().is_some_and(|o| o.is_held());
+                (g, stale)
+            }
+        });
+        let taker = tokio::spawn({
+            let (b, old) = (b.clone(), Arc::downgrade(&permit));
+            async move {
+                let g = b.semaphore("s", 1).unwrap().lock().await.unwrap();
+                let stale = old.upgrade().is_some_and(|o| o.is_held());
+                (g, stale)
+            }
+        });
+        let lease = server_keys(&server, &format!("{p}/r/"))[0].lease;
+        assert_eq!(
+            server_keys(&server, &format!("{p}/s/"))[0].lease,
+            lease,
+            "shared holds of one lease length share a session"
+        );
+        let slack = scheduling_slack().await;
+        server
+            .etcdctl(&["lease", "revoke", &format!("{lease:x}")])
+            .unwrap();
+        for g in [&reader, &permit] {
+            tokio::time::timeout(Duration::from_secs(2) + slack, g.lost())
+                .await
+                .unwrap_or_else(|_| panic!("{:?} not told that its lease went", g.kind()));
+        }
+        for (task, old) in [(writer, &reader), (taker, &permit)] {
+            let (g, stale) = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("the waiter gets in once the revoked keys are gone")
+                .unwrap();
+            // The keys went with the lease at once, so the waiter may get in before the loser's
+            // next renewal: the fence tells the stale holder.
+            if stale {
+                println!("{:?}: waiter in before the loser's renewal", old.kind());
+            }
+            assert!(g.fence() > old.fence());
+            g.release().await.unwrap();
+        }
+        for g in [reader, permit] {
+            let g = Arc::try_unwrap(g).expect("only guard");
+            assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
+        }
+    }
+
+    /// Three members, the leader killed while a reader and a permit holder hold: each either
+    /// keeps its hold through the election or is told it lost it before a writer or another
+    /// taker gets in; the kinds work again afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shared_holds_through_a_leader_kill_are_kept_or_told() {
+        let cluster = EtcdCluster::start(3).expect("etcd-server");
+        let url = cluster.url();
+        let p = prefix();
+        let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
+        let a = registry(&url, &p, opts.clone()).await;
+        let c = registry(&url, &p, opts).await;
+        let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
+        let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
+        let leader = cluster.leader().unwrap();
+        cluster.kill(leader);
+        let violation = Arc::new(AtomicBool::new(false));
+        let writer = tokio::spawn({
+            let (c, old, violation) = (c.clone(), Arc::downgrade(&reader), violation.clone());
+            async move {
+                let rw = c.read_write("r").unwrap();
+                loop {
+                    match rw.write().try_lock_for(Duration::from_secs(1)).await {
+                        Ok(g) => {
+                            if old.upgrade().is_some_and(|o| o.is_held()) {
+                                violation.store(true, Ordering::SeqCst);
+                            }
+                            return g;
+                        }
+                        Err(e) if e.is_retryable() => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        });
+        let taker = tokio::spawn({
+            let (c, old, violation) = (c.clone(), Arc::downgrade(&permit), violation.clone());
+            async move {
+                let sem = c.semaphore("s", 1).unwrap();
+                loop {
+                    match sem.try_lock_for(Duration::from_secs(1)).await {
+                        Ok(g) => {
+                            if old.upgrade().is_some_and(|o| o.is_held()) {
+                                violation.store(true, Ordering::SeqCst);
+                            }
+                            return g;
+                        }
+                        Err(e) if e.is_retryable() => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        for (held, other) in [(reader, writer), (permit, taker)] {
+            let old = held.fence();
+            if held.is_held() {
+                assert!(
+                    !other.is_finished(),
+                    "{:?}: two holders at once",
+                    held.kind()
+                );
+                let held = Arc::try_unwrap(held).expect("only guard");
+                held.release()
+                    .await
+                    .expect("the holder kept its hold through the election");
+            }
+            let mine = tokio::time::timeout(Duration::from_secs(20), other)
+                .await
+                .expect("the key works again after the election")
+                .unwrap();
+            assert!(mine.fence() > old);
+            mine.release().await.unwrap();
+        }
+        assert!(!violation.load(Ordering::SeqCst), "two holders at once");
+        cluster.restart(leader).unwrap();
     }
 }

@@ -14,12 +14,12 @@ fn set() -> SentinelSet {
 }
 
 async fn registry(url: &str, lease: Duration) -> LockRegistry {
+    registry_with(url, RegistryOptions::default().with_lease(lease)).await
+}
+
+async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
     let backend = RedisBackend::connect(url).await.expect("connect");
-    LockRegistry::from_backend(
-        Arc::new(backend),
-        RegistryOptions::default().with_lease(lease),
-    )
-    .unwrap()
+    LockRegistry::from_backend(Arc::new(backend), options).unwrap()
 }
 
 /// Holds `job` across `fail` (a failover of some kind): the hold is kept, nobody else gets the
@@ -131,6 +131,43 @@ async fn a_hold_and_its_fence_survive_the_master_killed() {
     next.release().await.unwrap();
 }
 
+/// A waiter that subscribed on the old master is woken by a release on the new one long before
+/// its first poll: the backend follows `+switch-master` (and a pub/sub connection the demoted
+/// master dropped) and subscribes again on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_on_the_new_master_after_a_failover() {
+    let set = set();
+    // Wake-ups are what this test is about, not replication: the demoted master may still be
+    // resyncing as the new master's replica when the waiter takes the lock, and a `WAIT` for it
+    // would time out on a loaded machine.
+    let url = format!("{}?min_replicas=0", set.url());
+    let poll = Duration::from_secs(120);
+    let options = RegistryOptions::default()
+        .with_lease(Duration::from_secs(60))
+        .with_max_poll_interval(poll);
+    let holder = registry_with(&url, options.clone()).await;
+    let waiter = Arc::new(registry_with(&url, options).await);
+    let g = holder.obtain("job").unwrap().lock().await.unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move { w.obtain("job").unwrap().lock().await });
+    // Long enough for the waiter to find the lock busy and subscribe, on the old master.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished());
+    tokio::task::block_in_place(|| set.failover()).expect("SENTINEL FAILOVER");
+    tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
+    g.release().await.expect("released on the new master");
+    let at = std::time::Instant::now();
+    // The first poll comes a quarter of the poll interval after an attempt.
+    let bound = Duration::from_secs(5) + distlock::testkit::timing::scheduling_slack().await;
+    let next = tokio::time::timeout(bound, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("the waiter was not woken within {bound:?} of the release"))
+        .unwrap()
+        .expect("the waiter holds the lock");
+    assert!(at.elapsed() < poll / 4);
+    next.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_beyond_the_replicas_fails_clearly_and_holds_nothing() {
     let set = set();
@@ -191,4 +228,98 @@ async fn sentinel_urls_give_clear_errors() {
         }
         other => panic!("no Sentinel: expected Unavailable, got {other:?}"),
     }
+}
+
+/// Retries `attempt` while it fails as `Unavailable` (a failover in progress, replicas
+/// resynchronising).
+async fn while_unavailable<T, F, Fut>(mut attempt: F) -> distlock::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock::Result<T>>,
+{
+    for _ in 0..100 {
+        match attempt().await {
+            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            r => return r,
+        }
+    }
+    panic!("still unavailable after 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_holds_and_permits_wait_for_replicas_and_survive_a_failover() {
+    let set = set();
+    let beyond = format!("{}?min_replicas=3&replica_timeout=200ms", set.url());
+    let strict = registry(&beyond, Duration::from_secs(5)).await;
+    for res in [
+        strict.read_write("doc").unwrap().read().try_lock().await,
+        strict.semaphore("pool", 2).unwrap().try_lock().await,
+    ] {
+        match res {
+            Err(Error::Unavailable { message, .. }) => {
+                assert!(message.contains("min_replicas"), "{message}")
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+    let lease = Duration::from_secs(15);
+    let url = set.url();
+    let holder = registry(&url, lease).await;
+    let other = registry(&url, lease).await;
+    // The unreplicated attempts gave their tokens back: the keys are free.
+    let r = holder
+        .read_write("doc")
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let p = holder.semaphore("pool", 1).unwrap().lock().await.unwrap();
+    let fences = (r.fence(), p.fence());
+    let old = set.master();
+    set.failover().expect("SENTINEL FAILOVER");
+    let new = tokio::task::block_in_place(|| set.await_new_master(old)).expect("failover");
+    let master = &set.servers[new];
+    assert_eq!(
+        master
+            .cli(&["HGET", "lock:doc", &r.token().to_string()])
+            .unwrap(),
+        "1",
+        "the promoted replica has the reader"
+    );
+    assert_eq!(
+        master
+            .cli(&["HEXISTS", "lock:pool", &p.token().to_string()])
+            .unwrap(),
+        "1",
+        "the promoted replica has the permit"
+    );
+    tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
+    tokio::time::sleep(lease / 2).await;
+    assert!(
+        r.is_held() && p.is_held(),
+        "acknowledged holds survive the failover"
+    );
+    let w = other.read_write("doc").unwrap();
+    let attempt = while_unavailable(|| w.write().try_lock()).await;
+    assert!(
+        matches!(attempt, Err(Error::NotAcquired { .. })),
+        "{attempt:?}"
+    );
+    let sem = other.semaphore("pool", 1).unwrap();
+    let attempt = while_unavailable(|| sem.try_lock()).await;
+    assert!(
+        matches!(attempt, Err(Error::NotAcquired { .. })),
+        "{attempt:?}"
+    );
+    r.release().await.unwrap();
+    p.release().await.unwrap();
+    let g = while_unavailable(|| w.write().lock()).await.unwrap();
+    let q = while_unavailable(|| sem.lock()).await.unwrap();
+    assert!(
+        g.fence() > fences.0 && q.fence() > fences.1,
+        "fences after the failover"
+    );
+    g.release().await.unwrap();
+    q.release().await.unwrap();
 }

@@ -1,4 +1,5 @@
-//! `rediss://`: a real TLS redis-server with a private CA made for the test by `openssl`.
+//! `rediss://` and `redlocks://`: real TLS redis-servers with a private CA made for the test by
+//! `openssl`.
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -12,7 +13,7 @@ struct TlsRedis {
     child: Child,
     port: u16,
     ca: Vec<u8>,
-    _certs: TestCa,
+    _certs: Option<TestCa>,
 }
 
 impl Drop for TlsRedis {
@@ -24,6 +25,13 @@ impl Drop for TlsRedis {
 
 fn start_tls_redis() -> TlsRedis {
     let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+    let mut server = start_tls_redis_with(&certs);
+    server._certs = Some(certs);
+    server
+}
+
+/// A TLS server with the certificate of `certs`, whose directory must outlive it.
+fn start_tls_redis_with(certs: &TestCa) -> TlsRedis {
     let d = certs.dir();
     let port = distlock::testkit::free_port();
     let child = Command::new("redis-server")
@@ -61,7 +69,7 @@ fn start_tls_redis() -> TlsRedis {
         child,
         port,
         ca,
-        _certs: certs,
+        _certs: None,
     }
 }
 
@@ -109,4 +117,68 @@ async fn a_server_certificate_from_an_unknown_ca_is_refused() {
         .await
         .expect_err("untrusted certificate accepted");
     assert!(!matches!(err, Error::InvalidConfig(_)), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_works_over_tls_nodes() {
+    let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+    let nodes: Vec<TlsRedis> = (0..3).map(|_| start_tls_redis_with(&certs)).collect();
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let hosts = hosts.join(",");
+    let ca = certs.ca_cert();
+    let url = format!("redlocks://{hosts}?ca_file={}", ca.display());
+    let reg = LockRegistry::from_backend(
+        distlock::connect(&url).await.expect("TLS connect"),
+        RegistryOptions::default(),
+    )
+    .unwrap();
+    let other = LockRegistry::from_backend(
+        distlock::connect(&url).await.unwrap(),
+        RegistryOptions::default(),
+    )
+    .unwrap();
+    let g = reg.obtain("tls").unwrap().lock().await.unwrap();
+    assert!(matches!(
+        other.obtain("tls").unwrap().try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    g.release().await.unwrap();
+    other
+        .obtain("tls")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Without the private CA the nodes' certificates are not trusted.
+    let err = distlock::connect(&format!("redlocks://{hosts}"))
+        .await
+        .expect_err("untrusted certificates accepted");
+    assert!(!matches!(err, Error::InvalidConfig(_)), "{err:?}");
+    // Plain connections to TLS ports get no answer a Redis client accepts.
+    assert!(distlock::connect(&format!("redlock://{hosts}"))
+        .await
+        .is_err());
+    for (url, part) in [
+        (
+            format!("redlock://{hosts}?ca_file={}", ca.display()),
+            "redlocks://",
+        ),
+        (
+            format!("redlocks://{hosts}?ca_file=/no/such/ca.pem"),
+            "cannot be read",
+        ),
+        (format!("redlocks://{hosts}?bogus=1"), "bogus"),
+    ] {
+        match distlock::connect(&url).await {
+            Err(Error::InvalidConfig(msg)) => assert!(msg.contains(part), "{url}: {msg}"),
+            other => panic!("{url}: expected a config error, got {other:?}"),
+        }
+    }
 }

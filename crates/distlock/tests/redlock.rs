@@ -166,3 +166,110 @@ async fn urls_and_unreachable_nodes_give_clear_errors() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+/// The server's clock in ms on `node`.
+fn now_ms(node: &RedisServer) -> u64 {
+    let t = node.cli(&["TIME"]).unwrap();
+    let mut parts = t.lines().map(|p| p.parse::<u64>().unwrap());
+    parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_holds_rest_on_a_majority_and_come_back_on_a_restarted_node() {
+    let mut nodes = nodes();
+    let url = RedisServer::redlock_url(&nodes);
+    let lease = Duration::from_millis(900);
+    let reg = registry(&url, RegistryOptions::default().with_lease(lease)).await;
+    let r = reg.read_write("doc").unwrap().read().lock().await.unwrap();
+    let token = r.token().to_string();
+    for n in &nodes {
+        assert_eq!(n.cli(&["HGET", "lock:doc", &token]).unwrap(), "1");
+        assert_eq!(
+            n.cli(&["SET", "lock:doc", "foreign", "NX", "PX", "5000"])
+                .unwrap(),
+            "(nil)",
+            "a SET NX client beside a reader"
+        );
+    }
+    let other = registry(&url, RegistryOptions::default()).await;
+    let shared = other.read_write("doc").unwrap().read().try_lock().await;
+    let shared = shared.expect("readers share on every node");
+    assert!(matches!(
+        other.read_write("doc").unwrap().write().try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    shared.release().await.unwrap();
+    nodes[2].restart().unwrap();
+    let node = &nodes[2];
+    eventually(lease * 4, "the restarted node has the reader again", || {
+        node.cli(&["HGET", "lock:doc", &token]).ok().as_deref() == Some("1")
+    })
+    .await;
+    assert!(r.is_held());
+    r.release().await.unwrap();
+    for n in &nodes {
+        assert_eq!(n.cli(&["EXISTS", "lock:doc"]).unwrap(), "0");
+    }
+}
+
+/// Permits counted per node could admit more holders than permits: holder A on nodes 0 and 1,
+/// B on nodes 1 and 2, and a third with a free permit on nodes 0 and 2. A permit therefore
+/// needs the same slot on a majority, which the third cannot have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_needs_one_slot_on_a_majority_so_holders_never_outnumber_permits() {
+    let nodes = nodes();
+    let url = RedisServer::redlock_url(&nodes);
+    let (a, b) = ("a".repeat(32), "b".repeat(32));
+    let place = |n: &RedisServer, token: &str, slot: u32| {
+        let value = format!("{}:{slot}", now_ms(n) + 60_000);
+        n.cli(&[
+            "HSET",
+            "lock:pool",
+            "mode",
+            "semaphore",
+            "permits",
+            "2",
+            token,
+            &value,
+        ])
+        .unwrap();
+        n.cli(&["PEXPIRE", "lock:pool", "60000"]).unwrap();
+    };
+    place(&nodes[0], &a, 0);
+    place(&nodes[1], &a, 0);
+    place(&nodes[1], &b, 1);
+    place(&nodes[2], &b, 1);
+    let lease = Duration::from_millis(900);
+    let reg = registry(&url, RegistryOptions::default().with_lease(lease)).await;
+    let sem = reg.semaphore("pool", 2).unwrap();
+    assert!(
+        matches!(sem.try_lock().await, Err(Error::NotAcquired { .. })),
+        "a third holder of two permits"
+    );
+    for (n, left) in [(&nodes[0], 3), (&nodes[1], 4), (&nodes[2], 3)] {
+        assert_eq!(
+            n.cli(&["HLEN", "lock:pool"]).unwrap(),
+            left.to_string(),
+            "the refused attempt left a permit behind"
+        );
+    }
+    // B leaves: slot 1 is free on nodes 0 and 1; node 2, now empty, offers slot 0, which the
+    // attempt gives back there, and the next renewal sets it in slot 1.
+    for n in &nodes[1..] {
+        n.cli(&["HDEL", "lock:pool", &b]).unwrap();
+    }
+    let g = sem.try_lock().await.expect("slot 1 on a majority");
+    let token = g.token().to_string();
+    for n in &nodes[..2] {
+        let v = n.cli(&["HGET", "lock:pool", &token]).unwrap();
+        assert!(v.ends_with(":1"), "slot of the new permit: {v}");
+    }
+    let node = &nodes[2];
+    eventually(lease * 4, "node 2 gets the permit in slot 1", || {
+        node.cli(&["HGET", "lock:pool", &token])
+            .is_ok_and(|v| v.ends_with(":1"))
+    })
+    .await;
+    assert!(g.is_held());
+    g.release().await.unwrap();
+}

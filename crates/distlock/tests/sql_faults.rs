@@ -486,3 +486,227 @@ async fn mariadb_stalled_renewal_is_lost_by_the_lease_end() {
     let db = my_db();
     stalled_renewal_is_lost_by_the_lease_end(db.url(), my_boxed, || my_sessions(&db)).await;
 }
+
+/// A reader keeps its share across the server killing every connection (renewal reconnects),
+/// and a writer of another backend stays out all along; after the reader leaves, the writer
+/// gets in.
+async fn read_hold_survives_killed_connections(
+    url: &str,
+    backend: fn(&str) -> BoxBackend,
+    kill: impl Fn() -> usize,
+) {
+    let reader = registry(backend(url).await, opts(600));
+    let writer = registry(backend(url).await, opts(600));
+    let guard = reader
+        .read_write("shared")
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert!(kill() > 0, "no connection was killed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            guard.is_held(),
+            "lost the share after its connections were killed"
+        );
+        assert!(matches!(
+            writer
+                .read_write("shared")
+                .unwrap()
+                .write()
+                .try_lock()
+                .await,
+            Err(Error::NotAcquired { .. })
+        ));
+    }
+    guard.release().await.unwrap();
+    writer
+        .read_write("shared")
+        .unwrap()
+        .write()
+        .try_lock()
+        .await
+        .expect("free after the reader left")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_read_hold_survives_pg_terminate_backend() {
+    let db = pg_db();
+    read_hold_survives_killed_connections(db.url(), pg_boxed, || pg_kill_connections(&db)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_read_hold_survives_kill() {
+    let db = my_db();
+    read_hold_survives_killed_connections(db.url(), my_boxed, || my_kill_connections(&db)).await;
+}
+
+/// PostgreSQL crashes and comes back while a reader and a permit holder hold: both are told
+/// before their leases end, a writer and another permit taker get in only after the old leases
+/// ended (once the server is back), and their fences tell the stale holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restart_mid_share_is_reported_to_the_holders() {
+    use distlock::testkit::timing::scheduling_slack;
+    let server = Arc::new(PostgresServer::start().expect("postgresql"));
+    let db = server.fresh_database().unwrap();
+    let lease = Duration::from_millis(800);
+    let holder = registry(pg(db.url()).await, opts(800));
+    let read = holder
+        .read_write("shared")
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let permit = holder.semaphore("pool", 2).unwrap().lock().await.unwrap();
+    let (read_fence, permit_fence) = (read.fence(), permit.fence());
+
+    server.stop();
+    let stopped = tokio::time::Instant::now();
+    let slack = scheduling_slack().await;
+    for g in [&read, &permit] {
+        tokio::time::timeout(lease + slack, g.lost())
+            .await
+            .expect("a holder was not told that its renewals fail");
+    }
+    server.start_again().expect("postgres comes back");
+
+    let other = registry(pg(db.url()).await, opts(5000));
+    let writer = tokio::time::timeout(
+        Duration::from_secs(5) + slack,
+        other.read_write("shared").unwrap().write().lock(),
+    )
+    .await
+    .expect("the share outlived its lease")
+    .unwrap();
+    assert!(
+        stopped.elapsed() >= lease,
+        "a writer got in before the reader's lease ended"
+    );
+    assert!(writer.fence() > read_fence);
+    let permits = other.semaphore("pool", 2).unwrap();
+    let (p1, p2) = (permits.lock().await.unwrap(), permits.lock().await.unwrap());
+    assert!(p1.fence() > permit_fence && p2.fence() > permit_fence);
+    assert!(matches!(read.release().await, Err(Error::LockLost { .. })));
+    assert!(matches!(
+        permit.release().await,
+        Err(Error::LockLost { .. })
+    ));
+    for g in [writer, p1, p2] {
+        g.release().await.unwrap();
+    }
+}
+
+/// Waiters of every kind in another backend (another process, as far as the server can tell)
+/// are woken when a share or a permit goes, not by polling (their polls are 10 s apart): a
+/// writer waiting for the last reader, a reader waiting for a writer that gave up its place,
+/// a permit taker waiting for a permit.
+async fn waiters_of_every_kind_are_woken(url: &str, backend: fn(&str) -> BoxBackend) {
+    use distlock::testkit::timing::scheduling_slack;
+    let holder = registry(backend(url).await, opts(5000));
+    let waiter = registry(
+        backend(url).await,
+        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
+    );
+    let woken = |at: tokio::time::Instant, what: &str, slack: Duration| {
+        assert!(
+            at.elapsed() < slack,
+            "{what}: woken after {:?}, by polling rather than a notification",
+            at.elapsed()
+        );
+    };
+
+    // A writer waiting for a reader.
+    let read = holder
+        .read_write("rw")
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let rw = waiter.read_write("rw").unwrap();
+    let waiting = tokio::spawn(async move { rw.write().lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a writer beside a reader");
+    let slack = scheduling_slack().await;
+    let released = tokio::time::Instant::now();
+    read.release().await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the writer was not woken")
+        .unwrap()
+        .unwrap();
+    woken(released, "writer", slack);
+    w.release().await.unwrap();
+
+    // A permit taker waiting for a permit.
+    let sem = holder.semaphore("sem", 1).unwrap();
+    let permit = sem.lock().await.unwrap();
+    let other = waiter.semaphore("sem", 1).unwrap();
+    let waiting = tokio::spawn(async move { other.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "two holders of one permit");
+    let slack = scheduling_slack().await;
+    let released = tokio::time::Instant::now();
+    permit.release().await.unwrap();
+    let p = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the permit taker was not woken")
+        .unwrap()
+        .unwrap();
+    woken(released, "permit taker", slack);
+    p.release().await.unwrap();
+
+    // A reader kept out by a waiting writer (of a third backend) that gives up.
+    let read = holder
+        .read_write("gone")
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let writer = registry(backend(url).await, opts(5000))
+        .read_write("gone")
+        .unwrap();
+    let giving_up =
+        tokio::spawn(async move { writer.write().try_lock_for(Duration::from_secs(1)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rw = waiter.read_write("gone").unwrap();
+    let waiting = tokio::spawn(async move { rw.read().lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a reader came in behind a waiting writer"
+    );
+    assert!(
+        giving_up.await.unwrap().is_err(),
+        "the writer got in beside a reader"
+    );
+    let slack = scheduling_slack().await;
+    let left = tokio::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the reader was not woken")
+        .unwrap()
+        .unwrap();
+    woken(left, "reader after the writer gave up", slack);
+    r.release().await.unwrap();
+    read.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_waiters_of_every_kind_are_notified() {
+    let db = pg_db();
+    waiters_of_every_kind_are_woken(db.url(), pg_boxed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_waiters_of_every_kind_are_woken() {
+    let db = my_db();
+    waiters_of_every_kind_are_woken(db.url(), my_boxed).await;
+}

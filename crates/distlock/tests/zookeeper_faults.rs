@@ -352,4 +352,141 @@ mod zookeeper {
         next.release().await.unwrap();
         ensemble.heal();
     }
+
+    /// A reader and a permit holder whose connection is killed (and stays refused) cannot
+    /// renew: each is told it lost its hold by the end of its client-side lease, before the
+    /// server ends its session, so a writer and another permit taker waiting on a healthy
+    /// connection get in only after the losers were told, with larger fences.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cut_off_reader_and_permit_holder_are_told_before_others_get_in() {
+        let server = shared();
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let r = root();
+        let a = backend(&format!("zk://{}{r}?request_timeout=500ms", proxy.addr())).await;
+        let areg = registry(&a, lease(1500));
+        let reader = Arc::new(areg.read_write("rw").unwrap().read().lock().await.unwrap());
+        let permit = Arc::new(areg.semaphore("sem", 1).unwrap().lock().await.unwrap());
+        let b = backend(&format!("{}{r}", server.url())).await;
+        let breg = registry(&b, lease(1500));
+        let writer = tokio::spawn({
+            let (breg, old) = (breg.clone(), Arc::downgrade(&reader));
+            async move {
+                let g = breg.read_write("rw").unwrap().write().lock().await.unwrap();
+                if let Some(old) = old.upgrade() {
+                    assert!(
+                        !old.is_held(),
+                        "a writer beside a reader not told of its loss"
+                    );
+                }
+                g
+            }
+        });
+        let taker = tokio::spawn({
+            let (breg, old) = (breg.clone(), Arc::downgrade(&permit));
+            async move {
+                let g = breg.semaphore("sem", 1).unwrap().lock().await.unwrap();
+                if let Some(old) = old.upgrade() {
+                    assert!(!old.is_held(), "two permits of one, the loser not told");
+                }
+                g
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writer.is_finished() && !taker.is_finished());
+        proxy.cut();
+        let slack = scheduling_slack().await;
+        let limit = Duration::from_millis(1500) * 2 + TICK_TIME + slack;
+        for g in [&reader, &permit] {
+            timeout(limit, g.lost())
+                .await
+                .unwrap_or_else(|_| panic!("{:?} not told of its loss", g.kind()));
+        }
+        let w = timeout(limit * 2, writer)
+            .await
+            .expect("the writer gets the key once the reader's session ended")
+            .unwrap();
+        let p = timeout(limit * 2, taker)
+            .await
+            .expect("the taker gets the permit once the holder's session ended")
+            .unwrap();
+        assert!(w.fence() > reader.fence() && p.fence() > permit.fence());
+        proxy.restore();
+        for g in [reader, permit] {
+            let g = Arc::try_unwrap(g).expect("only guard");
+            assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
+        }
+        w.release().await.unwrap();
+        p.release().await.unwrap();
+    }
+
+    /// Three servers, the leader killed while a reader and a permit holder hold: each either
+    /// keeps its hold through the election or is told it lost it before a writer or another
+    /// taker gets in; the kinds work again once a new leader serves.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shared_holds_survive_a_leader_kill_or_are_told() {
+        let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
+        let url = format!(
+            "{}{}?session_timeout=6s&request_timeout=1s",
+            ensemble.url(),
+            root()
+        );
+        let a = registry(&backend(&url).await, lease(1500));
+        let c = registry(&backend(&url).await, lease(1500));
+        let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
+        let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
+        let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
+        ensemble.kill(leader);
+        let writer = tokio::spawn({
+            let (c, old) = (c.clone(), Arc::downgrade(&reader));
+            async move {
+                let g = c
+                    .read_write("r")
+                    .unwrap()
+                    .write()
+                    .try_lock_for(Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                if let Some(old) = old.upgrade() {
+                    assert!(!old.is_held(), "a writer beside a reader not told");
+                }
+                g
+            }
+        });
+        let taker = tokio::spawn({
+            let (c, old) = (c.clone(), Arc::downgrade(&permit));
+            async move {
+                let g = c
+                    .semaphore("s", 1)
+                    .unwrap()
+                    .try_lock_for(Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                if let Some(old) = old.upgrade() {
+                    assert!(!old.is_held(), "two permits of one, the loser not told");
+                }
+                g
+            }
+        });
+        ensemble.wait_serving(Duration::from_secs(30)).unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for (held, other) in [(reader, writer), (permit, taker)] {
+            let old = held.fence();
+            if held.is_held() {
+                assert!(
+                    !other.is_finished(),
+                    "{:?}: two holders at once",
+                    held.kind()
+                );
+                let held = Arc::try_unwrap(held).expect("only guard");
+                held.release().await.unwrap();
+            }
+            let mine = timeout(Duration::from_secs(15), other)
+                .await
+                .expect("the key works again after the election")
+                .unwrap();
+            assert!(mine.fence() > old);
+            mine.release().await.unwrap();
+        }
+        ensemble.restart(leader).expect("old leader back");
+    }
 }

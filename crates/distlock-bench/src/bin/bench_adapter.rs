@@ -89,6 +89,19 @@ async fn critical_section(con: &mut MultiplexedConnection, key: &str) -> redis::
         .await
 }
 
+/// The lock a variant takes: `default` the key's mutex, `shared` the read side of its
+/// read-write lock (readers share the key, so the harness's overlap check does not apply).
+fn handle(registry: &LockRegistry, variant: &str, key: &str) -> distlock::Lock {
+    match variant {
+        "shared" => registry
+            .read_write(key)
+            .expect("valid key, a backend with read-write locks")
+            .read()
+            .clone(),
+        _ => registry.obtain(key).expect("valid key"),
+    }
+}
+
 async fn worker(
     registry: LockRegistry,
     mut cs: MultiplexedConnection,
@@ -96,7 +109,7 @@ async fn worker(
     end_ns: u64,
     max_cycles: u64,
 ) -> WorkerResult {
-    let lock = registry.obtain(&args.key).expect("valid key");
+    let lock = handle(&registry, &args.variant, &args.key);
     let with_cs = args.scenario != "S1";
     let mut r = WorkerResult {
         recs: Vec::with_capacity(1 << 16),
@@ -146,9 +159,11 @@ async fn run(args: Args) -> Result<(), String> {
     let registry = LockRegistry::connect(&args.redis, opts)
         .await
         .map_err(|e| e.to_string())?;
-    let warm = registry
-        .obtain(&format!("{}:warmup:{}", args.key, args.proc_id))
-        .map_err(|e| e.to_string())?;
+    let warm = handle(
+        &registry,
+        &args.variant,
+        &format!("{}:warmup:{}", args.key, args.proc_id),
+    );
     for _ in 0..args.warmup {
         warm.lock()
             .await

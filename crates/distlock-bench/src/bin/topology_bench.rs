@@ -6,17 +6,22 @@
 //!   node, then a parallel compare-and-delete (redsync's cycle).
 //! - `sentinel`: a master with one replica under three Sentinels, `min_replicas=1`; raw = `SET`
 //!   plus `WAIT 1 0` issued by redis-rs on the master.
+//! - `cluster`: three masters with a replica each; distlock there with its default
+//!   `min_replicas=1` and with `min_replicas=0`, beside distlock on one plain `redis-server`
+//!   (the reference, first) and on a `redis-server` with a replica (no `WAIT`: what
+//!   replication alone costs on this machine).
 //!
-//! `cargo run --release -p distlock-bench --features topologies --bin topology_bench -- redlock|sentinel [SECONDS]`
+//! `cargo run --release -p distlock-bench --features topologies --bin topology_bench -- redlock|sentinel|cluster [SECONDS]`
 //!
-//! Prints one JSON line per measurement and the ratio distlock / raw.
+//! Prints one JSON line per measurement and the ratio of the last peer to the first.
 
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::redlock::RedlockBackend;
 use distlock::backends::redis::RedisBackend;
+use distlock::testkit::redis::cluster::ClusterSet;
 use distlock::testkit::redis::sentinel::SentinelSet;
-use distlock::testkit::redis::RedisServer;
+use distlock::testkit::redis::{RedisServer, RedisServerOptions};
 use distlock::{LockRegistry, RegistryOptions};
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
@@ -121,38 +126,74 @@ async fn main() {
         .map(|s| s.parse().expect("SECONDS must be a number"))
         .unwrap_or(5.0);
     let span = Duration::from_secs_f64(secs);
-    let (reg, mut raw, _servers): (LockRegistry, Raw, Box<dyn std::any::Any>) =
-        match topology.as_str() {
-            "redlock" => {
-                let nodes = RedisServer::start_independent(3).expect("redis-server");
-                let url = RedisServer::redlock_url(&nodes);
-                let backend = RedlockBackend::connect(&url).await.expect("connect");
-                let mut conns = Vec::new();
-                for n in &nodes {
-                    conns.push(connection(&n.url()).await);
-                }
-                (registry(backend), Raw::Redlock(conns), Box::new(nodes))
+    let (mut peers, _servers): (Vec<(&str, Peer)>, Box<dyn std::any::Any>) = match topology.as_str()
+    {
+        "redlock" => {
+            let nodes = RedisServer::start_independent(3).expect("redis-server");
+            let url = RedisServer::redlock_url(&nodes);
+            let backend = RedlockBackend::connect(&url).await.expect("connect");
+            let mut conns = Vec::new();
+            for n in &nodes {
+                conns.push(connection(&n.url()).await);
             }
-            "sentinel" => {
-                let set = SentinelSet::start(1).expect("redis-server");
-                let url = format!("{}?min_replicas=1", set.url());
-                let backend = RedisBackend::connect(&url).await.expect("connect");
-                let master = set.master().expect("a master");
-                let conn = connection(&set.servers[master].url()).await;
-                (registry(backend), Raw::SetWait(conn), Box::new(set))
-            }
-            other => panic!("unknown topology {other:?}: redlock or sentinel"),
-        };
-    let mut rates = [0.0f64; 2];
-    // Two rounds each, alternating, so that drift in the machine's load hits both alike.
+            let peers = vec![
+                ("raw", Peer::Redlock(conns)),
+                ("distlock", Peer::Registry(registry(backend))),
+            ];
+            (peers, Box::new(nodes))
+        }
+        "sentinel" => {
+            let set = SentinelSet::start(1).expect("redis-server");
+            let url = format!("{}?min_replicas=1", set.url());
+            let backend = RedisBackend::connect(&url).await.expect("connect");
+            let master = set.master().expect("a master");
+            let conn = connection(&set.servers[master].url()).await;
+            let peers = vec![
+                ("raw", Peer::SetWait(conn)),
+                ("distlock", Peer::Registry(registry(backend))),
+            ];
+            (peers, Box::new(set))
+        }
+        "cluster" => {
+            let single = RedisServer::start().expect("redis-server");
+            let replicated = RedisServer::start().expect("redis-server");
+            let replica = RedisServer::start_with(RedisServerOptions {
+                replica_of: Some(replicated.port()),
+                ..Default::default()
+            })
+            .expect("redis-server");
+            let set = ClusterSet::start().expect("redis-server");
+            let one = RedisBackend::connect(&single.url()).await.expect("connect");
+            let with_replica = RedisBackend::connect(&replicated.url())
+                .await
+                .expect("connect");
+            let unreplicated = format!("{}?min_replicas=0", set.url());
+            let zero = RedisBackend::connect(&unreplicated).await.expect("connect");
+            let cluster = RedisBackend::connect(&set.url()).await.expect("connect");
+            let peers = vec![
+                ("single-node", Peer::Registry(registry(one))),
+                (
+                    "single-node with a replica",
+                    Peer::Registry(registry(with_replica)),
+                ),
+                ("cluster min_replicas=0", Peer::Registry(registry(zero))),
+                ("cluster", Peer::Registry(registry(cluster))),
+            ];
+            (peers, Box::new((single, replicated, replica, set)))
+        }
+        other => panic!("unknown topology {other:?}: redlock, sentinel or cluster"),
+    };
+    let mut rates = vec![0.0f64; peers.len()];
+    let share = span / (2 * peers.len() as u32);
+    // Two rounds each, alternating, so that drift in the machine's load hits all alike.
     for round in 0..2 {
-        for (i, name) in ["raw", "distlock"].iter().enumerate() {
+        for (i, (name, peer)) in peers.iter_mut().enumerate() {
             let start = Instant::now();
-            let until = start + span / 4;
-            let cycles = match (i, &mut raw) {
-                (0, Raw::Redlock(conns)) => raw_cycles(conns, until).await,
-                (0, Raw::SetWait(conn)) => set_wait_cycles(conn, until).await,
-                _ => distlock_cycles(&reg, until).await,
+            let until = start + share;
+            let cycles = match peer {
+                Peer::Redlock(conns) => raw_cycles(conns, until).await,
+                Peer::SetWait(conn) => set_wait_cycles(conn, until).await,
+                Peer::Registry(reg) => distlock_cycles(reg, until).await,
             };
             let rate = cycles as f64 / start.elapsed().as_secs_f64();
             rates[i] += rate / 2.0;
@@ -162,20 +203,26 @@ async fn main() {
             );
         }
     }
+    let summary: serde_json::Map<String, serde_json::Value> = peers
+        .iter()
+        .zip(&rates)
+        .map(|((name, _), r)| (format!("{name} cycles_per_s"), r.round().into()))
+        .collect();
     println!(
         "{}",
         serde_json::json!({
             "topology": topology,
-            "raw_cycles_per_s": rates[0].round(),
-            "distlock_cycles_per_s": rates[1].round(),
-            "ratio": (rates[1] / rates[0] * 100.0).round() / 100.0,
+            "rates": summary,
+            "ratio": (rates[rates.len() - 1] / rates[0] * 100.0).round() / 100.0,
         })
     );
 }
 
-enum Raw {
+/// One side of the comparison.
+enum Peer {
     Redlock(Vec<MultiplexedConnection>),
     SetWait(MultiplexedConnection),
+    Registry(LockRegistry),
 }
 
 fn registry(backend: impl distlock::Backend + 'static) -> LockRegistry {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::events::{Board, WaiterTicket};
+use super::events::{Board, Name, WaiterTicket};
 use super::{ApiError, Service};
 use crate::demo::{registries, worker, Report, Step};
 
@@ -57,12 +57,13 @@ pub async fn start(
 fn show(board: &Board, shown: &Mutex<HashMap<usize, Shown>>, n: usize, key: &str, step: Step) {
     let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
     let entry = shown.entry(n).or_default();
-    let holder = format!("demo worker {n}");
+    let holder = Name::from(format!("demo worker {n}").as_str());
     match step {
         Step::Waiting => entry.waiting = Some(board.waiting(key, &holder)),
         Step::Acquired { fence, hold, .. } => {
             entry.waiting = None;
-            entry.hold = Some(board.acquired(key, &holder, fence, hold));
+            let kind = distlock::LockKind::Mutex;
+            entry.hold = Some(board.acquired(key, &holder, kind, fence, hold));
         }
         Step::Lost | Step::Done => {
             entry.waiting = None;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use distlock::LockKind;
 use futures_util::Stream;
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
@@ -17,12 +18,43 @@ const TIMELINE_LEN: usize = 200;
 /// How many events a slow subscriber may fall behind before it skips ahead.
 const CHANNEL_LEN: usize = 4096;
 
-/// One change of the board, as sent on `/v1/events` (the SSE event name is `kind`).
+/// A key or a holder's name as the board keeps it: one allocation per hold or waiter,
+/// shared by its entry and its events.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name(Arc<str>);
+
+impl Name {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Self {
+        Name(Arc::from(s))
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+/// One change of the board, as sent on `/v1/events` (the SSE event name is `kind`). Shared
+/// (`Arc`) between the timeline and the subscribers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
     /// `acquired`, `extended`, `released`, `lost`, `waiting` or `stopped_waiting`.
     pub kind: &'static str,
-    pub key: String,
+    pub key: Name,
     /// The hold's id on the board (not its token: tokens stay with their caller).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold: Option<u64>,
@@ -31,7 +63,13 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub holder: Option<String>,
+    pub holder: Option<Name>,
+    /// The kind of the hold (`acquired` only): `mutex`, `read`, `write` or `semaphore`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_kind: Option<&'static str>,
+    /// A semaphore's permits (`acquired` of a permit only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,14 +82,16 @@ pub struct Event {
 }
 
 impl Event {
-    fn new(kind: &'static str, key: &str) -> Self {
+    fn new(kind: &'static str, key: &Name) -> Self {
         Event {
             kind,
-            key: key.to_owned(),
+            key: key.clone(),
             hold: None,
             waiter: None,
             fence: None,
             holder: None,
+            lock_kind: None,
+            permits: None,
             lease_ms: None,
             reason: None,
             at_ms: epoch_ms(SystemTime::now()),
@@ -64,8 +104,15 @@ impl Event {
 #[derive(Debug, Clone, Serialize)]
 pub struct ShownHold {
     pub hold: u64,
-    pub key: String,
-    pub holder: String,
+    pub key: Name,
+    /// `mutex`, `read` (a shared hold), `write` or `semaphore` (one permit), as `list --json`.
+    pub kind: &'static str,
+    /// A semaphore's permits; absent for the other kinds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    #[serde(skip)]
+    pub lock_kind: LockKind,
+    pub holder: Name,
     pub fence: u64,
     pub lease_ms: u64,
     /// When the caller's lease ends, milliseconds since the Unix epoch.
@@ -76,8 +123,8 @@ pub struct ShownHold {
 #[derive(Debug, Clone, Serialize)]
 pub struct ShownWaiter {
     pub waiter: u64,
-    pub key: String,
-    pub holder: String,
+    pub key: Name,
+    pub holder: Name,
     pub since_ms: u64,
 }
 
@@ -85,7 +132,7 @@ pub struct ShownWaiter {
 struct State {
     holds: BTreeMap<u64, ShownHold>,
     waiters: BTreeMap<u64, ShownWaiter>,
-    timeline: VecDeque<Event>,
+    timeline: VecDeque<Arc<Event>>,
     /// The `seq` of the last event published.
     seq: u64,
 }
@@ -98,7 +145,7 @@ pub struct Board {
 
 struct Inner {
     state: Mutex<State>,
-    sender: broadcast::Sender<Event>,
+    sender: broadcast::Sender<Arc<Event>>,
     next_id: AtomicU64,
     closed: watch::Sender<bool>,
 }
@@ -140,31 +187,50 @@ impl Board {
 
     /// Records `event` in the timeline and sends it to every subscriber. Called with the state
     /// locked, so that subscribers see events in the order the board changed.
-    fn publish(state: &mut State, sender: &broadcast::Sender<Event>, mut event: Event) {
+    fn publish(state: &mut State, sender: &broadcast::Sender<Arc<Event>>, mut event: Event) {
         state.seq += 1;
         event.seq = state.seq;
+        let event = Arc::new(event);
         if state.timeline.len() == TIMELINE_LEN {
             state.timeline.pop_front();
         }
         state.timeline.push_back(event.clone());
+        // Nobody listening is the common case: no error worth a word.
         let _ = sender.send(event);
     }
 
-    /// A new hold; returns its id on the board.
-    pub fn acquired(&self, key: &str, holder: &str, fence: u64, lease: Duration) -> u64 {
+    /// A new hold of `kind`; returns its id on the board.
+    pub fn acquired(
+        &self,
+        key: &str,
+        holder: &Name,
+        kind: LockKind,
+        fence: u64,
+        lease: Duration,
+    ) -> u64 {
         let id = self.next_id();
+        let permits = match kind {
+            LockKind::Semaphore { permits } => Some(permits),
+            _ => None,
+        };
+        let key = Name::from(key);
+        let mut event = Event::new("acquired", &key);
         let shown = ShownHold {
             hold: id,
-            key: key.to_owned(),
-            holder: holder.to_owned(),
+            key,
+            kind: kind.name(),
+            permits,
+            lock_kind: kind,
+            holder: holder.clone(),
             fence,
             lease_ms: millis(lease),
             expires_at_ms: epoch_ms(SystemTime::now() + lease),
         };
-        let mut event = Event::new("acquired", key);
         event.hold = Some(id);
         event.fence = Some(fence);
         event.holder = Some(shown.holder.clone());
+        event.lock_kind = Some(shown.kind);
+        event.permits = permits;
         event.lease_ms = Some(shown.lease_ms);
         let mut state = self.state();
         state.holds.insert(id, shown);
@@ -202,19 +268,20 @@ impl Board {
     }
 
     /// A caller starts waiting for `key`; it is on the board until the ticket is dropped.
-    pub fn waiting(&self, key: &str, holder: &str) -> WaiterTicket {
+    pub fn waiting(&self, key: &str, holder: &Name) -> WaiterTicket {
         let id = self.next_id();
         let now = SystemTime::now();
-        let mut event = Event::new("waiting", key);
+        let key = Name::from(key);
+        let mut event = Event::new("waiting", &key);
         event.waiter = Some(id);
-        event.holder = Some(holder.to_owned());
+        event.holder = Some(holder.clone());
         let mut state = self.state();
         state.waiters.insert(
             id,
             ShownWaiter {
                 waiter: id,
-                key: key.to_owned(),
-                holder: holder.to_owned(),
+                key,
+                holder: holder.clone(),
                 since_ms: epoch_ms(now),
             },
         );
@@ -247,7 +314,7 @@ impl Board {
     }
 
     /// The recent events, oldest first.
-    pub fn timeline(&self) -> Vec<Event> {
+    pub fn timeline(&self) -> Vec<Arc<Event>> {
         self.state().timeline.iter().cloned().collect()
     }
 
@@ -272,7 +339,7 @@ impl Board {
                 };
                 let sse = match received {
                     Ok(event) => {
-                        let data = serde_json::to_string(&event).unwrap_or_default();
+                        let data = serde_json::to_string(&*event).unwrap_or_default();
                         SseEvent::default().event(event.kind).data(data)
                     }
                     // A subscriber that fell behind is told so; the page reloads the list.
@@ -305,12 +372,14 @@ mod tests {
     #[test]
     fn the_board_follows_holds_and_waiters_and_numbers_its_events() {
         let board = Board::default();
-        let ticket = board.waiting("k", "http");
-        let id = board.acquired("k", "http", 1024, Duration::from_secs(5));
+        let http = Name::from("http");
+        let ticket = board.waiting("k", &http);
+        let id = board.acquired("k", &http, LockKind::Read, 1024, Duration::from_secs(5));
         drop(ticket);
         let (holds, waiters, seq) = board.snapshot();
         assert_eq!(holds.len(), 1);
         assert_eq!(holds[0].fence, 1024);
+        assert_eq!(holds[0].kind, "read");
         assert!(waiters.is_empty(), "the ticket's drop took the waiter off");
         assert_eq!(seq, 3);
         board.extended(id, Duration::from_secs(9));
@@ -336,7 +405,13 @@ mod tests {
     fn the_timeline_keeps_the_latest_events() {
         let board = Board::default();
         for i in 0..TIMELINE_LEN + 10 {
-            let id = board.acquired(&format!("k{i}"), "http", 1, Duration::from_secs(1));
+            let id = board.acquired(
+                &format!("k{i}"),
+                &Name::from("http"),
+                LockKind::Mutex,
+                1,
+                Duration::from_secs(1),
+            );
             board.ended(id, "lost", Some("lease ended".into()));
         }
         let timeline = board.timeline();

@@ -6,6 +6,13 @@
 //! here, even while the service stays up (and even if the service dies). Each hold has its own
 //! remote acquisition (`with_max_local_handoffs(0)`), so its lease and token are its own.
 //!
+//! That holds for every kind. A semaphore permit is a remote hold of its own anyway. Readers
+//! of one registry may share one remote read hold, but a reader joins another's hold only
+//! while that hold has had fewer than `max_local_handoffs` joiners, which is none here: each
+//! shared HTTP hold takes a remote read hold of its own, with its own token and lease, so a
+//! reader that stops extending loses its hold while other readers extend theirs (the test
+//! `a_shared_caller_that_stops_extending_loses_its_hold_while_another_extends` checks it).
+//!
 //! The token a caller gets is made here, not the backend's owner token: it only names the hold
 //! in this service and means nothing to the backend.
 
@@ -16,10 +23,12 @@ use std::time::Duration;
 use distlock::{Error, LockGuard, LockRegistry, Token};
 use serde::Deserialize;
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
-use super::events::{millis, Board};
+use super::events::{millis, Board, Name};
+use super::expiry::{Expiries, Slot};
 use super::ApiError;
+use crate::run::HoldKind;
 
 /// Lease of a hold when the request names none.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -45,31 +54,20 @@ pub struct ExtendRequest {
     pub lease_ms: Option<u64>,
 }
 
-/// The kind of lock a request asks for. Only exclusive locks exist in the library so far;
-/// the others are refused until they do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockKind {
-    Exclusive,
-}
-
-impl LockKind {
-    fn of(req: &AcquireRequest) -> Result<Self, ApiError> {
-        if req.shared {
-            return Err(ApiError::bad_request("shared locks are not supported yet"));
+/// The kind of hold a request asks for: `shared` is the read side of the key's read-write
+/// lock, `permits: N` one permit of the key's semaphore of N, neither the key's mutex (the
+/// holds `distlock run` takes with `--shared`, `--permits N` and without either).
+fn kind_of(req: &AcquireRequest) -> Result<HoldKind, ApiError> {
+    match (req.shared, req.permits) {
+        (true, Some(_)) => Err(ApiError::bad_request(
+            "shared and permits exclude each other: a hold is shared (a read lock) or a permit of a semaphore",
+        )),
+        (true, None) => Ok(HoldKind::Shared),
+        (false, Some(n)) => {
+            distlock::LockKind::semaphore(n)?;
+            Ok(HoldKind::Permit(n))
         }
-        if req.permits.is_some() {
-            return Err(ApiError::bad_request(
-                "semaphores (permits) are not supported yet",
-            ));
-        }
-        Ok(LockKind::Exclusive)
-    }
-
-    /// The name in JSON and on the page.
-    pub fn name(self) -> &'static str {
-        match self {
-            LockKind::Exclusive => "exclusive",
-        }
+        (false, None) => Ok(HoldKind::Exclusive),
     }
 }
 
@@ -88,8 +86,14 @@ struct HttpHold {
     board_id: u64,
     /// `None` once released or expired (whoever takes it out answers for it).
     guard: tokio::sync::Mutex<Option<LockGuard>>,
-    /// The task that ends the hold when its lease runs out.
-    expiry: Mutex<Option<AbortHandle>>,
+    /// Its place in the schedule of lease ends.
+    due: Mutex<Option<Slot>>,
+}
+
+impl HttpHold {
+    fn due(&self) -> std::sync::MutexGuard<'_, Option<Slot>> {
+        self.due.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The holds of this service, by token.
@@ -98,6 +102,10 @@ pub struct Holds {
     registry: LockRegistry,
     board: Board,
     table: Arc<Mutex<HashMap<String, Arc<HttpHold>>>>,
+    /// When the holds' leases end; one task ends them (see `new`).
+    expiries: Expiries,
+    /// The holder name of HTTP holds on the board.
+    http: Name,
     /// Turns true at shutdown: waiting requests stop, new ones are refused.
     stopping: watch::Receiver<bool>,
 }
@@ -115,14 +123,27 @@ fn lease_of(ms: Option<u64>) -> Result<Duration, ApiError> {
 }
 
 impl Holds {
-    /// Holds over `registry`, which must not renew (see the module docs).
+    /// Holds over `registry`, which must not renew (see the module docs), and the task that
+    /// ends them when their leases run out (on the current runtime, for the life of the
+    /// service).
     pub fn new(registry: LockRegistry, board: Board, stopping: watch::Receiver<bool>) -> Self {
-        Holds {
+        let holds = Holds {
             registry,
             board,
             table: Arc::new(Mutex::new(HashMap::new())),
+            expiries: Expiries::default(),
+            http: Name::from("http"),
             stopping,
-        }
+        };
+        let reaper = holds.clone();
+        tokio::spawn(async move {
+            loop {
+                for token in reaper.expiries.next_due().await {
+                    reaper.reap(token);
+                }
+            }
+        });
+        holds
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HttpHold>>> {
@@ -145,7 +166,7 @@ impl Holds {
     /// Cancel safe (a caller that hangs up drops it): the library's `try_lock_for` leaves nothing
     /// held when dropped, and a hold is only entered in the table after it was acquired.
     pub async fn acquire(&self, key: &str, req: AcquireRequest) -> Result<Granted, ApiError> {
-        let _kind = LockKind::of(&req)?;
+        let kind = kind_of(&req)?;
         let lease = lease_of(req.lease_ms)?;
         let wait = req.wait_ms.map(Duration::from_millis);
         if wait.is_some_and(|w| w > MAX_WAIT) {
@@ -154,7 +175,9 @@ impl Holds {
                 millis(MAX_WAIT)
             )));
         }
-        let lock = self.registry.obtain(key)?.with_lease(lease)?;
+        // A backend without this kind answers `Unsupported` here (501), before anything is
+        // taken.
+        let lock = crate::run::handle(&self.registry, key, kind)?.with_lease(lease)?;
         let mut stopping = self.stopping.clone();
         if *stopping.borrow() {
             return Err(ApiError::shutting_down());
@@ -167,7 +190,7 @@ impl Holds {
                 got => got?,
             },
             Some(wait) => {
-                let _ticket = self.board.waiting(key, "http");
+                let _ticket = self.board.waiting(key, &self.http);
                 tokio::select! {
                     biased;
                     _ = stopping.wait_for(|s| *s) => return Err(ApiError::shutting_down()),
@@ -177,22 +200,18 @@ impl Holds {
         };
         let token = Token::random().to_string();
         let fence = guard.fence();
-        let board_id = self.board.acquired(key, "http", fence, lease);
-        let lost = guard.lost();
+        let board_id = self
+            .board
+            .acquired(key, &self.http, lock.kind(), fence, lease);
+        let ends = Instant::now() + guard.remaining();
         let hold = Arc::new(HttpHold {
             key: key.to_owned(),
             board_id,
             guard: tokio::sync::Mutex::new(Some(guard)),
-            expiry: Mutex::new(None),
+            due: Mutex::new(None),
         });
         self.table().insert(token.clone(), hold.clone());
-        let this = self.clone();
-        let expiring_token = token.clone();
-        let expiry = tokio::spawn(async move {
-            lost.await;
-            this.expire(&expiring_token).await;
-        });
-        *hold.expiry.lock().unwrap_or_else(|e| e.into_inner()) = Some(expiry.abort_handle());
+        *hold.due() = Some(self.expiries.schedule(ends, board_id, &token));
         // Shutdown releases the holds in the table once it is stopping; one entered after that
         // (acquired while shutdown began) is given back here, so none outlives the service.
         if *self.stopping.borrow() {
@@ -224,20 +243,66 @@ impl Holds {
         }
     }
 
-    /// The hold's lease ran out (or the backend took it away): it ends, and the guard's drop
-    /// frees the key on the server if our token is still there.
+    /// The hold's lease is due to end: it ends unless it was extended meanwhile. A hold busy
+    /// with an extension or a release is looked at once that is done, by a task of its own.
+    fn reap(&self, token: String) {
+        let Some(hold) = self.table().get(&token).cloned() else {
+            return;
+        };
+        let busy = match hold.guard.try_lock() {
+            Ok(mut slot) => {
+                self.end_if_lost(&token, &hold, &mut slot);
+                false
+            }
+            Err(_) => true,
+        };
+        if busy {
+            let this = self.clone();
+            tokio::spawn(async move { this.expire(&token).await });
+        }
+    }
+
+    /// `reap` for a hold whose guard may be in use: waits for it.
     async fn expire(&self, token: &str) {
         let Some(hold) = self.table().get(token).cloned() else {
             return;
         };
-        let guard = hold.guard.lock().await.take();
-        if guard.is_some() && self.take(token, &hold) {
+        let mut slot = hold.guard.lock().await;
+        self.end_if_lost(token, &hold, &mut slot);
+    }
+
+    /// Ends the hold if its lease ran out (or the backend took it away): the guard's drop
+    /// frees the key on the server if our token is still there. A hold still held (extended
+    /// meanwhile) goes back into the schedule.
+    fn end_if_lost(&self, token: &str, hold: &Arc<HttpHold>, slot: &mut Option<LockGuard>) {
+        let Some(guard) = slot.as_ref() else {
+            return;
+        };
+        if guard.is_held() {
+            self.reschedule(token, hold, guard);
+            return;
+        }
+        *slot = None;
+        if let Some(due) = hold.due().take() {
+            self.expiries.unschedule(due);
+        }
+        if self.take(token, hold) {
             self.board.ended(
                 hold.board_id,
                 "lost",
                 Some("the caller's lease ended".into()),
             );
         }
+    }
+
+    /// Puts the hold into the schedule at the end of its lease as the guard counts it now.
+    fn reschedule(&self, token: &str, hold: &HttpHold, guard: &LockGuard) {
+        let ends = Instant::now() + guard.remaining();
+        let mut due = hold.due();
+        if let Some(old) = due.take() {
+            self.expiries.unschedule(old);
+        }
+        *due = Some(self.expiries.schedule(ends, hold.board_id, token));
     }
 
     /// `PUT /v1/locks/{key}/{token}`: the lease is `lease_ms` from now. Answers the lease left.
@@ -258,6 +323,7 @@ impl Holds {
         match guard.extend(lease).await {
             Ok(()) => {
                 let remaining = guard.remaining();
+                self.reschedule(token, &hold, guard);
                 self.board.extended(hold.board_id, remaining);
                 Ok(remaining)
             }
@@ -279,8 +345,8 @@ impl Holds {
         let hold = self.find(key, token).ok_or_else(ApiError::gone)?;
         let guard = hold.guard.lock().await.take().ok_or_else(ApiError::gone)?;
         self.take(token, &hold);
-        if let Some(expiry) = hold.expiry.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            expiry.abort();
+        if let Some(due) = hold.due().take() {
+            self.expiries.unschedule(due);
         }
         match guard.release().await {
             Ok(()) => {

@@ -1,8 +1,10 @@
 //! `distlock serve`: the configured backend over HTTP/1.1 (DESIGN §5), with a live page.
 //!
 //! - `routes`: the router, authentication, bad input;
-//! - `holds`: holds taken over HTTP, each a lease its caller owns;
+//! - `holds`: holds taken over HTTP, each a lease its caller owns; `expiry`: when their
+//!   leases end;
 //! - `events`: what the page shows, the timeline and the server-sent events;
+//! - `listing`: `GET /v1/locks`, the backend's list with this service's holds beside it;
 //! - `demo`: the articles' demonstration, started from the page or `GET /demo`;
 //! - `page`, `openapi`, `metrics`, `tls`: the page's assets, `/v1/openapi.json`, `/metrics`,
 //!   the certificate files.
@@ -17,7 +19,9 @@
 
 mod demo;
 mod events;
+mod expiry;
 mod holds;
+mod listing;
 mod metrics;
 mod openapi;
 mod page;

@@ -32,6 +32,37 @@ fn json_body(schema: &str) -> Value {
     })
 }
 
+fn kind_schema() -> Value {
+    json!({"type": "string", "enum": ["mutex", "read", "write", "semaphore"],
+           "description": "mutex: exclusive; read: shared; write: the exclusive side of a read-write lock; semaphore: permits"})
+}
+
+/// The object of `distlock status --json`.
+fn status_properties() -> Value {
+    let nullable_int = json!({"type": "integer", "nullable": true});
+    json!({
+        "key": {"type": "string"}, "prefix": {"type": "string"}, "held": {"type": "boolean"},
+        "fence": nullable_int, "backend_fence": nullable_int, "remaining_ms": nullable_int,
+        "backend": {"type": "string"},
+        "kind": {"allOf": [kind_schema()], "nullable": true},
+        "permits": nullable_int, "holders": nullable_int, "waiters": nullable_int,
+    })
+}
+
+/// A line of `distlock list --json`, and what this service has of it.
+fn listed_properties() -> Value {
+    let mut properties = status_properties();
+    if let Some(map) = properties.as_object_mut() {
+        map.insert(
+            "holds_here".into(),
+            json!({"type": "integer", "description": "holds of this service on the key"}),
+        );
+        map.insert("waiting_here".into(), json!({"type": "integer", "description": "callers of this service waiting for the key"}));
+        map.insert("other_holders".into(), json!({"type": "integer", "nullable": true, "description": "holders that are not this service's; null where the backend does not count holders"}));
+    }
+    properties
+}
+
 /// The document.
 pub fn document() -> Value {
     let common = json!({
@@ -59,11 +90,13 @@ pub fn document() -> Value {
             "/v1/locks/{key}": {
                 "parameters": [key_param()],
                 "post": {
-                    "summary": "Acquire: one attempt, or wait up to wait_ms",
+                    "summary": "Acquire the key's mutex, a shared (read) hold, or one permit of its semaphore: one attempt, or wait up to wait_ms",
                     "requestBody": json_body("AcquireRequest"),
                     "responses": with(json!({
                         "200": {"description": "Acquired", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Granted"}}}},
+                        "400": error_answer("Bad input: also shared and permits together, permits outside 1..=1000000, or permits other than the semaphore's holders use"),
                         "409": error_answer("Not acquired in time"),
+                        "501": error_answer("The backend has no locks of this kind (read-write locks or semaphores); nothing was taken"),
                     })),
                 },
                 "get": {
@@ -91,13 +124,13 @@ pub fn document() -> Value {
             },
             "/v1/locks": {
                 "get": {
-                    "summary": "The holds and waiters this service knows (complete: false: locks taken elsewhere are not listed)",
-                    "responses": with(json!({"200": {"description": "Locks", "content": {"application/json": {"schema": {"type": "object"}}}}})),
+                    "summary": "Every lock under the prefix, as `distlock list --json` (complete: true), with this service's holds and waiters; where the backend cannot list, this service's holds only (complete: false)",
+                    "responses": with(json!({"200": {"description": "Locks", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/List"}}}}})),
                 },
             },
             "/v1/events": {
                 "get": {
-                    "summary": "Server-sent events: acquired, extended, released, lost, waiting, stopped_waiting",
+                    "summary": "Server-sent events: acquired (with lock_kind and, for a permit, permits), extended, released, lost, waiting, stopped_waiting",
                     "responses": with(json!({"200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})),
                 },
             },
@@ -122,8 +155,8 @@ pub fn document() -> Value {
                 "AcquireRequest": {"type": "object", "additionalProperties": false, "properties": {
                     "lease_ms": {"type": "integer", "minimum": 10, "default": 30000},
                     "wait_ms": {"type": "integer", "minimum": 0, "maximum": 3_600_000},
-                    "shared": {"type": "boolean", "description": "not supported yet (400)"},
-                    "permits": {"type": "integer", "description": "not supported yet (400)"},
+                    "shared": {"type": "boolean", "default": false, "description": "a shared hold: the read side of the key's read-write lock (with other shared holds, never with an exclusive one)"},
+                    "permits": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "description": "one permit of the key's semaphore of this many permits; not with shared"},
                 }},
                 "ExtendRequest": {"type": "object", "additionalProperties": false, "properties": {
                     "lease_ms": {"type": "integer", "minimum": 10, "default": 30000},
@@ -132,10 +165,28 @@ pub fn document() -> Value {
                     "key": {"type": "string"}, "token": {"type": "string"},
                     "fence": {"type": "integer"}, "lease_ms": {"type": "integer"},
                 }},
-                "Status": {"type": "object", "properties": {
-                    "key": {"type": "string"}, "prefix": {"type": "string"}, "held": {"type": "boolean"},
-                    "fence": {"type": "integer", "nullable": true}, "backend_fence": {"type": "integer", "nullable": true},
-                    "remaining_ms": {"type": "integer", "nullable": true}, "backend": {"type": "string"},
+                "Status": {"type": "object", "properties": status_properties()},
+                "ListedLock": {"type": "object", "properties": listed_properties()},
+                "Hold": {"type": "object", "description": "A hold of this service (an HTTP caller's or the demonstration's)", "properties": {
+                    "hold": {"type": "integer", "description": "its id on the page and in events (not its token)"},
+                    "key": {"type": "string"}, "kind": kind_schema(),
+                    "permits": {"type": "integer", "description": "semaphores only"},
+                    "holder": {"type": "string"}, "fence": {"type": "integer"}, "lease_ms": {"type": "integer"},
+                    "expires_at_ms": {"type": "integer", "description": "when its lease ends, ms since the Unix epoch"},
+                }},
+                "Waiter": {"type": "object", "properties": {
+                    "waiter": {"type": "integer"}, "key": {"type": "string"}, "holder": {"type": "string"},
+                    "since_ms": {"type": "integer"},
+                }},
+                "List": {"type": "object", "required": ["complete", "locks", "holds", "waiters", "seq", "now_ms"], "properties": {
+                    "complete": {"type": "boolean", "description": "true: locks is every lock under the prefix, from the backend; false: the backend cannot list, and locks has this service's holds only"},
+                    "note": {"type": "string", "description": "with complete: false, why"},
+                    "locks": {"type": "array", "items": {"$ref": "#/components/schemas/ListedLock"}},
+                    "holds": {"type": "array", "items": {"$ref": "#/components/schemas/Hold"}},
+                    "waiters": {"type": "array", "items": {"$ref": "#/components/schemas/Waiter"}},
+                    "seq": {"type": "integer", "description": "the last event the holds and waiters include"},
+                    "now_ms": {"type": "integer"},
+                    "timeline": {"type": "array", "items": {"type": "object"}},
                 }},
             }
         }

@@ -16,7 +16,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::holds::LockKind;
 use super::{page, ApiError, Service};
 use crate::duration::parse_duration;
 
@@ -163,43 +162,11 @@ async fn status(
     Ok(([(header::CONTENT_TYPE, "application/json")], object).into_response())
 }
 
-/// The holds and waiters this service knows, grouped by key. The library cannot list a
-/// backend's locks yet, so locks taken elsewhere are missing: `complete` says so.
-async fn list(State(service): State<Arc<Service>>) -> Response {
-    let (holds, waiters, seq) = service.board.snapshot();
-    let now = super::events::epoch_ms(std::time::SystemTime::now());
-    let mut locks: Vec<serde_json::Value> = Vec::new();
-    let mut i = 0;
-    while i < holds.len() {
-        let key = &holds[i].key;
-        let end = holds[i..]
-            .iter()
-            .position(|h| &h.key != key)
-            .map_or(holds.len(), |n| i + n);
-        let group = &holds[i..end];
-        let waiting = waiters.iter().filter(|w| &w.key == key).count();
-        let fence = group.iter().map(|h| h.fence).max();
-        let expires = group.iter().map(|h| h.expires_at_ms).max().unwrap_or(0);
-        locks.push(json!({
-            "key": key,
-            "kind": LockKind::Exclusive.name(),
-            "holders": group,
-            "fence": fence,
-            "remaining_ms": expires.saturating_sub(now),
-            "waiters": waiting,
-        }));
-        i = end;
-    }
-    Json(json!({
-        "complete": false,
-        "note": "only the holds and waiters of this service; locks taken elsewhere on the backend are not listed",
-        "locks": locks,
-        "waiters": waiters,
-        "seq": seq,
-        "now_ms": now,
-        "timeline": service.board.timeline(),
-    }))
-    .into_response()
+/// Every lock under the prefix (from the backend where it can list), with this service's
+/// holds and waiters.
+async fn list(State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
+    let answer = super::listing::list(service.holds.registry(), &service.board).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response())
 }
 
 async fn events(State(service): State<Arc<Service>>) -> Response {

@@ -178,3 +178,106 @@ pub async fn listed_keys(http: &reqwest::Client, served: &Served) -> Vec<String>
         .map(|l| l["key"].as_str().unwrap().to_owned())
         .collect()
 }
+
+/// `GET /v1/locks/{key}`: the backend's state of the key (`status --json`).
+pub async fn state_of(http: &reqwest::Client, served: &Served, key: &str) -> serde_json::Value {
+    let (status, state) = send(http.get(served.url(&format!("/v1/locks/{}", encode(key))))).await;
+    assert_eq!(status, 200, "{state}");
+    state
+}
+
+/// `PUT /v1/locks/{key}/{token}` with `lease_ms`; the status.
+pub async fn extend(
+    http: &reqwest::Client,
+    served: &Served,
+    key: &str,
+    token: &str,
+    lease_ms: u64,
+) -> u16 {
+    let url = served.url(&format!("/v1/locks/{}/{token}", encode(key)));
+    send(
+        http.put(url)
+            .json(&serde_json::json!({ "lease_ms": lease_ms })),
+    )
+    .await
+    .0
+}
+
+/// `DELETE /v1/locks/{key}/{token}`; the status.
+pub async fn release(http: &reqwest::Client, served: &Served, key: &str, token: &str) -> u16 {
+    let url = served.url(&format!("/v1/locks/{}/{token}", encode(key)));
+    send(http.delete(url)).await.0
+}
+
+/// The token of a granted hold.
+pub fn token_of(granted: &serde_json::Value) -> String {
+    granted["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no token in {granted}"))
+        .to_owned()
+}
+
+/// A `distlock --backend URL run --key KEY EXTRA... -- sh -c '...'` whose command has started
+/// (it touched a marker file), killed on drop.
+pub struct CliHolder {
+    pub child: Child,
+}
+
+impl CliHolder {
+    pub fn start(url: &str, dir: &std::path::Path, key: &str, extra: &[&str]) -> CliHolder {
+        let marker = dir.join(format!("running-{key}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let mut child = Command::new(BIN)
+            .args(["--backend", url, "run", "--key", key])
+            .args(extra)
+            .args(["--", "sh", "-c", "touch \"$0\"; exec sleep 60"])
+            .arg(&marker)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("distlock run");
+        let deadline = std::time::Instant::now() + START;
+        while !marker.exists() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+                panic!("the CLI holder of {key:?} {extra:?} ended with {status}: {err}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the CLI holder did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        CliHolder { child }
+    }
+
+    /// SIGTERM, then waits for it: its command ends and the lock is released.
+    pub fn stop(mut self) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for CliHolder {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `distlock --backend URL ARGS...` to completion.
+pub fn cli(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["--backend", url])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("distlock")
+}

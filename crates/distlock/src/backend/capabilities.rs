@@ -1,5 +1,6 @@
 //! What a backend is and what it can promise: [`Capabilities`] and its [`Fencing`] guarantee.
 
+use super::LockKind;
 #[cfg(doc)]
 use super::{AcquireMode, Backend};
 
@@ -51,6 +52,13 @@ pub struct Capabilities {
     pub fifo: bool,
     /// Locks exclude other processes (false only for `memory`).
     pub cross_process: bool,
+    /// The backend takes [`LockKind::Read`] and [`LockKind::Write`] holds (read-write locks).
+    /// Such a backend also honours [`AcquireMode::Queue`] on an exclusive attempt (mutex or
+    /// write) even without a fair queue: while such a writer waits, new read holds are
+    /// refused, so that a stream of readers cannot starve it.
+    pub read_write: bool,
+    /// The backend takes [`LockKind::Semaphore`] holds.
+    pub semaphores: bool,
 }
 
 impl Capabilities {
@@ -63,6 +71,8 @@ impl Capabilities {
             notifies_release: false,
             fifo: false,
             cross_process: true,
+            read_write: false,
+            semaphores: false,
         }
     }
 
@@ -92,6 +102,35 @@ impl Capabilities {
     pub const fn cross_process(mut self, cross_process: bool) -> Self {
         self.cross_process = cross_process;
         self
+    }
+
+    /// Sets the `read_write` field.
+    #[must_use]
+    pub const fn read_write(mut self, read_write: bool) -> Self {
+        self.read_write = read_write;
+        self
+    }
+
+    /// Sets the `semaphores` field.
+    #[must_use]
+    pub const fn semaphores(mut self, semaphores: bool) -> Self {
+        self.semaphores = semaphores;
+        self
+    }
+
+    /// Sets `read_write` and `semaphores`: the backend takes every [`LockKind`].
+    #[must_use]
+    pub const fn all_kinds(self) -> Self {
+        self.read_write(true).semaphores(true)
+    }
+
+    /// Whether the backend takes holds of `kind`.
+    pub fn supports(&self, kind: LockKind) -> bool {
+        match kind {
+            LockKind::Mutex => true,
+            LockKind::Read | LockKind::Write => self.read_write,
+            LockKind::Semaphore { .. } => self.semaphores,
+        }
     }
 
     /// Whether the backend's fences may be used to fence writes (anything but

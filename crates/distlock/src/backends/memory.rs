@@ -9,20 +9,53 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo, LockKind, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 
-#[derive(Debug)]
+/// How long a waiting writer keeps new readers out without attempting again. The registry
+/// attempts at least every `max_poll_interval` (500 ms by default here) and gives its place
+/// back when it stops waiting, so this only bounds a place nobody gave back.
+const WRITER_PLACE: Duration = Duration::from_secs(5);
+
+/// One key: its holders (of one kind, or readers, or permits of one semaphore), the writers
+/// waiting for it, and the fence counter every kind shares.
+#[derive(Debug, Default)]
 struct Entry {
-    token: Option<Token>,
-    expires: Instant,
+    holders: HashMap<Token, Holder>,
+    writers_waiting: HashMap<Token, Instant>,
     fence: u64,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Holder {
+    kind: LockKind,
+    expires: Instant,
+}
+
+impl Entry {
+    /// Forgets holders whose lease ran out and writers that stopped waiting.
+    fn prune(&mut self, now: Instant) {
+        self.holders.retain(|_, h| h.expires > now);
+        self.writers_waiting.retain(|_, until| *until > now);
+    }
+
+    fn info(&self, now: Instant) -> Option<LockInfo> {
+        let first = self.holders.values().next()?;
+        let remaining = self.holders.values().map(|h| h.expires - now).max();
+        Some(
+            LockInfo::new(Some(self.fence), remaining)
+                .with_kind(first.kind)
+                .with_holders(self.holders.len() as u32)
+                .with_waiters(self.writers_waiting.len() as u32),
+        )
+    }
+}
+
 /// Locks in this process's memory, with the same lease and fencing behaviour as the remote
-/// backends. Build it with [`MemoryBackend::new`] or the URL `memory://`.
+/// backends, for every [`LockKind`]. Build it with [`MemoryBackend::new`] or the URL
+/// `memory://`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
@@ -35,6 +68,7 @@ struct Entry {
 /// ```
 #[derive(Debug, Default)]
 pub struct MemoryBackend {
+    /// Keyed by the mutex name of each key: all kinds of a key share one entry.
     locks: Mutex<HashMap<LockName, Entry>>,
     signals: ReleaseSignals,
 }
@@ -48,13 +82,22 @@ impl MemoryBackend {
     fn channel(name: &LockName) -> String {
         format!("{}:{}", name.prefix(), name.key())
     }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Entry>> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
-/// Resets the lease of an entry held with `token` and not expired at `now`.
+/// The entry of `name`'s key, whatever the kind of `name`.
+fn entry_key(name: &LockName) -> LockName {
+    name.clone().with_kind(LockKind::Mutex)
+}
+
+/// Resets the lease of a holder with `token` whose lease has not run out at `now`.
 fn extend_entry(entry: Option<&mut Entry>, token: Token, lease: Duration, now: Instant) -> bool {
-    match entry {
-        Some(e) if e.token == Some(token) && e.expires > now => {
-            e.expires = now + lease;
+    match entry.and_then(|e| e.holders.get_mut(&token)) {
+        Some(h) if h.expires > now => {
+            h.expires = now + lease;
             true
         }
         _ => false,
@@ -67,26 +110,51 @@ impl Backend for MemoryBackend {
         Capabilities::new("memory")
             .notifies_release(true)
             .cross_process(false)
+            .all_kinds()
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
+        let kind = name.kind();
         let now = Instant::now();
-        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = map.entry(name.clone()).or_insert(Entry {
-            token: None,
-            expires: now,
-            fence: 0,
-        });
+        let mut map = self.table();
+        let entry = map.entry(entry_key(name)).or_default();
+        entry.prune(now);
         // Held with this very token: an earlier attempt of the same acquisition got it.
-        let mine = entry.token == Some(token);
-        if entry.token.is_some() && entry.expires > now && !mine {
-            return Ok(Attempt::Busy {
-                retry_after: Some(entry.expires - now),
-            });
+        let mine = entry.holders.contains_key(&token);
+        if !mine {
+            if let LockKind::Semaphore { permits } = kind {
+                let other = entry.holders.values().find_map(|h| match h.kind {
+                    LockKind::Semaphore { permits: p } if p != permits => Some(p),
+                    _ => None,
+                });
+                if let Some(p) = other {
+                    return Err(Error::config(format!(
+                        "semaphore {:?} has holders with {p} permits; this one asks for {permits}",
+                        name.key()
+                    )));
+                }
+            }
+            let shares = entry.holders.values().all(|h| h.kind.shares_with(kind));
+            let room = entry.holders.len() < kind.max_holders() as usize;
+            // A waiting writer keeps new readers out, so that readers cannot starve it.
+            let writer_waits = kind == LockKind::Read && !entry.writers_waiting.is_empty();
+            if !(shares && room) || writer_waits {
+                if kind.is_exclusive() && request.queued() {
+                    entry.writers_waiting.insert(token, now + WRITER_PLACE);
+                }
+                let retry_after = entry.holders.values().map(|h| h.expires - now).min();
+                return Ok(Attempt::Busy { retry_after });
+            }
         }
-        entry.token = Some(token);
-        entry.expires = now + lease;
+        entry.writers_waiting.remove(&token);
+        entry.holders.insert(
+            token,
+            Holder {
+                kind,
+                expires: now + lease,
+            },
+        );
         entry.fence += 1;
         Ok(Attempt::Acquired { fence: entry.fence })
     }
@@ -94,13 +162,11 @@ impl Backend for MemoryBackend {
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let now = Instant::now();
         let was_held = {
-            let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            match map.get_mut(name) {
-                Some(e) if e.token == Some(token) && e.expires > now => {
-                    e.token = None;
-                    true
-                }
-                _ => false,
+            let mut map = self.table();
+            match map.get_mut(&entry_key(name)) {
+                // The entry stays: its fence counter must keep counting.
+                Some(e) => e.holders.remove(&token).is_some_and(|h| h.expires > now),
+                None => false,
             }
         };
         if was_held {
@@ -114,17 +180,29 @@ impl Backend for MemoryBackend {
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let now = Instant::now();
-        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(extend_entry(map.get_mut(name), token, lease, now))
+        let mut map = self.table();
+        Ok(extend_entry(
+            map.get_mut(&entry_key(name)),
+            token,
+            lease,
+            now,
+        ))
     }
 
     /// One pass over the table under one lock, rather than a future per renewal.
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
         let now = Instant::now();
-        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.table();
         batch
             .iter()
-            .map(|r| Ok(extend_entry(map.get_mut(&r.name), r.token, r.lease, now)))
+            .map(|r| {
+                Ok(extend_entry(
+                    map.get_mut(&entry_key(&r.name)),
+                    r.token,
+                    r.lease,
+                    now,
+                ))
+            })
             .collect()
     }
 
@@ -132,27 +210,55 @@ impl Backend for MemoryBackend {
         Ok(self.signals.subscribe(&Self::channel(name)).0)
     }
 
+    /// Gives up a waiting writer's place, and lets the readers it kept out try again.
+    async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
+        let left = self
+            .table()
+            .get_mut(&entry_key(name))
+            .is_some_and(|e| e.writers_waiting.remove(&token).is_some());
+        if left {
+            self.signals.fire(&Self::channel(name));
+        }
+        Ok(())
+    }
+
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let now = Instant::now();
-        let map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(map.get(name).and_then(|e| {
-            (e.token.is_some() && e.expires > now).then(|| LockInfo {
-                fence: Some(e.fence),
-                remaining: Some(e.expires - now),
-            })
+        let mut map = self.table();
+        Ok(map.get_mut(&entry_key(name)).and_then(|e| {
+            e.prune(now);
+            e.info(now)
         }))
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let now = Instant::now();
-        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        let existed = map
-            .get_mut(name)
-            .and_then(|e| e.token.take().filter(|_| e.expires > now))
-            .is_some();
+        let mut map = self.table();
+        let existed = map.get_mut(&entry_key(name)).is_some_and(|e| {
+            e.prune(now);
+            let any = !e.holders.is_empty();
+            e.holders.clear();
+            any
+        });
         drop(map);
         self.signals.fire(&Self::channel(name));
         Ok(existed)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        let now = Instant::now();
+        let mut map = self.table();
+        Ok(map
+            .iter_mut()
+            .filter(|(name, _)| name.prefix() == prefix)
+            .filter_map(|(name, e)| {
+                e.prune(now);
+                e.info(now).map(|info| ListedLock {
+                    key: name.key().to_owned(),
+                    info,
+                })
+            })
+            .collect())
     }
 }
 

@@ -28,12 +28,16 @@
 //! Scenarios panic (assert) on a violation, so they read like the guarantee they check.
 
 mod faults;
+mod kinds;
 mod processes;
 mod scenarios;
 
 pub use faults::failed_acquisitions_leave_the_lock_free;
+pub use kinds::*;
 pub use processes::{
+    killed_holders_free_their_share_across_processes, kinds_exclude_each_other_across_processes,
     mutual_exclusion_across_processes, remote_waiters_are_fifo, run_child_if_asked,
+    semaphore_admits_its_permits_across_processes,
 };
 pub use scenarios::*;
 
@@ -248,6 +252,36 @@ impl Requirement {
         what: "exclusion across processes (cross_process)",
         holds: |c| c.cross_process,
     };
+    /// Read-write locks ([`Capabilities::read_write`]).
+    pub const READ_WRITE: Requirement = Requirement {
+        what: "read-write locks (read_write)",
+        holds: |c| c.read_write,
+    };
+    /// Semaphores ([`Capabilities::semaphores`]).
+    pub const SEMAPHORES: Requirement = Requirement {
+        what: "semaphores (semaphores)",
+        holds: |c| c.semaphores,
+    };
+    /// Read-write locks or semaphores.
+    pub const SHARED_KINDS: Requirement = Requirement {
+        what: "read-write locks or semaphores",
+        holds: |c| c.read_write || c.semaphores,
+    };
+    /// Read-write locks across OS processes.
+    pub const READ_WRITE_ACROSS_PROCESSES: Requirement = Requirement {
+        what: "read-write locks across processes",
+        holds: |c| c.read_write && c.cross_process,
+    };
+    /// Semaphores across OS processes.
+    pub const SEMAPHORES_ACROSS_PROCESSES: Requirement = Requirement {
+        what: "semaphores across processes",
+        holds: |c| c.semaphores && c.cross_process,
+    };
+    /// Read-write locks or semaphores across OS processes.
+    pub const SHARED_KINDS_ACROSS_PROCESSES: Requirement = Requirement {
+        what: "read-write locks or semaphores across processes",
+        holds: |c| (c.read_write || c.semaphores) && c.cross_process,
+    };
 }
 
 /// A scenario's future.
@@ -300,6 +334,25 @@ macro_rules! __conformance_scenarios {
             invalid_input_is_rejected: ANY,
             unused_handles_expire: ANY,
             thousands_of_keys_at_once: ANY,
+            readers_share_and_writers_exclude: READ_WRITE,
+            read_write_exclusion_across_registries: READ_WRITE,
+            waiting_writer_is_not_starved_by_readers: READ_WRITE,
+            local_readers_share_one_remote_hold: READ_WRITE,
+            crashed_reader_frees_its_share: READ_WRITE,
+            semaphore_admits_at_most_its_permits: SEMAPHORES,
+            semaphore_try_timed_and_blocking: SEMAPHORES,
+            semaphore_holders_must_agree_on_permits: SEMAPHORES,
+            crashed_permit_holder_frees_its_permit: SEMAPHORES,
+            shared_holds_renew_and_report_loss: SHARED_KINDS,
+            cancelled_kind_acquisitions_leave_nothing_behind: SHARED_KINDS,
+            fences_increase_across_kinds: FENCING,
+            multi_key_lock_is_all_or_nothing: ANY,
+            multi_key_locks_do_not_deadlock: ANY,
+            inspect_and_list_show_every_kind: ANY,
+            blocking_facade_covers_every_kind: ANY,
+            kinds_exclude_each_other_across_processes: READ_WRITE_ACROSS_PROCESSES,
+            semaphore_admits_its_permits_across_processes: SEMAPHORES_ACROSS_PROCESSES,
+            killed_holders_free_their_share_across_processes: SHARED_KINDS_ACROSS_PROCESSES,
         }
     };
 }

@@ -188,6 +188,101 @@ pub async fn remote_waiters_are_fifo(h: &Harness) {
     );
 }
 
+/// Reader and writer processes (and one taking the key's mutex) work on one key: a writer or
+/// the mutex holder is never inside while anybody else is, which the children check through
+/// marker files.
+pub async fn kinds_exclude_each_other_across_processes(h: &Harness) {
+    let mut children = Children::new();
+    let roles = [
+        "rw-reader",
+        "rw-reader",
+        "rw-writer",
+        "rw-writer",
+        "rw-mutex",
+    ];
+    for (i, role) in roles.iter().enumerate() {
+        children.spawn(h, role, i, 6);
+    }
+    for i in 0..roles.len() {
+        appears(&children.path(&format!("ready-{i}")), "child ready").await;
+    }
+    touch(&children.path("go"));
+    children.wait_all().await;
+}
+
+/// Processes take permits of one semaphore: never more holders than permits at once.
+pub async fn semaphore_admits_its_permits_across_processes(h: &Harness) {
+    let mut children = Children::new();
+    for i in 0..4 {
+        children.spawn(h, "permit", i, 6);
+    }
+    for i in 0..4 {
+        appears(&children.path(&format!("ready-{i}")), "child ready").await;
+    }
+    touch(&children.path("go"));
+    children.wait_all().await;
+}
+
+/// A process killed while it holds a read lock and a semaphore permit frees both after its
+/// lease: a writer and another permit taker get them then, and not at once.
+pub async fn killed_holders_free_their_share_across_processes(h: &Harness) {
+    let caps = h.capabilities().await;
+    let mut children = Children::new();
+    children.spawn(h, "crash-holder", 0, 1);
+    appears(&children.path("held-0"), "child holds").await;
+    for (_, child) in &mut children.children {
+        child.kill().expect("kill the holder");
+        let _ = child.wait();
+    }
+    children.children.clear();
+    let reg = h.registry().await;
+    let limit = h.limit(CRASH_LEASE * 3, 20).await;
+    if caps.read_write {
+        let rw = reg.read_write("crash").unwrap();
+        assert!(
+            rw.write().try_lock().await.is_err(),
+            "the killed reader's share went at once, before its lease"
+        );
+        rw.write()
+            .try_lock_for(limit)
+            .await
+            .expect("the killed reader's share outlived its lease")
+            .release()
+            .await
+            .unwrap();
+    }
+    if caps.semaphores {
+        let sem = reg.semaphore("crash-sem", 1).unwrap();
+        sem.try_lock_for(limit)
+            .await
+            .expect("the killed holder's permit outlived its lease")
+            .release()
+            .await
+            .unwrap();
+    }
+}
+
+/// The lease of the holder that `killed_holders_free_their_share_across_processes` kills.
+const CRASH_LEASE: Duration = Duration::from_secs(1);
+
+/// Creates `path` as a marker of being inside; false when it already existed.
+fn enter(path: &Path) -> bool {
+    match std::fs::File::create_new(path) {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => false,
+        Err(e) => panic!("marker file: {e}"),
+    }
+}
+
+/// The marker files in `dir` whose names start with `prefix`.
+fn markers(dir: &Path, prefix: &str) -> usize {
+    std::fs::read_dir(dir)
+        .expect("read the scenario's directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .count()
+}
+
 /// In a child process started by a cross-process scenario, plays the child's part and returns
 /// true; anywhere else returns false at once. The tests of
 /// [`conformance_suite!`](crate::conformance_suite) call it first.
@@ -245,6 +340,88 @@ pub async fn run_child_if_asked() -> bool {
             std::fs::write(dir.join("order"), order).unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
             g.release().await.unwrap();
+        }
+        "rw-reader" | "rw-writer" | "rw-mutex" => {
+            let rw = reg.read_write("xkinds").unwrap();
+            let mutex = reg.obtain("xkinds").unwrap();
+            touch(&dir.join(format!("ready-{index}")));
+            appears(&dir.join("go"), "go").await;
+            let mine = dir.join(format!("reader-{index}"));
+            for _ in 0..rounds {
+                if role == "rw-reader" {
+                    let g = rw.read().lock().await.unwrap();
+                    touch(&mine);
+                    assert!(!dir.join("writer").exists(), "a reader beside a writer");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    assert!(!dir.join("writer").exists(), "a reader beside a writer");
+                    std::fs::remove_file(&mine).unwrap();
+                    g.ensure_held().expect("held through the critical section");
+                    g.release().await.unwrap();
+                } else {
+                    let g = if role == "rw-writer" {
+                        rw.write().lock().await.unwrap()
+                    } else {
+                        mutex.lock().await.unwrap()
+                    };
+                    assert!(enter(&dir.join("writer")), "two exclusive holders at once");
+                    assert_eq!(
+                        markers(&dir, "reader-"),
+                        0,
+                        "an exclusive holder beside readers"
+                    );
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    assert_eq!(
+                        markers(&dir, "reader-"),
+                        0,
+                        "an exclusive holder beside readers"
+                    );
+                    std::fs::remove_file(dir.join("writer")).unwrap();
+                    g.ensure_held().expect("held through the critical section");
+                    g.release().await.unwrap();
+                }
+            }
+        }
+        "permit" => {
+            let sem = reg.semaphore("xsem", 2).unwrap();
+            touch(&dir.join(format!("ready-{index}")));
+            appears(&dir.join("go"), "go").await;
+            let mine = dir.join(format!("holder-{index}"));
+            for _ in 0..rounds {
+                let g = sem.lock().await.unwrap();
+                touch(&mine);
+                let n = markers(&dir, "holder-");
+                assert!(n <= 2, "{n} holders of 2 permits");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                std::fs::remove_file(&mine).unwrap();
+                g.ensure_held().expect("held through the critical section");
+                g.release().await.unwrap();
+            }
+        }
+        "crash-holder" => {
+            let reg = LockRegistry::from_backend(
+                reg.backend().clone(),
+                reg.options().clone().with_lease(CRASH_LEASE),
+            )
+            .expect("valid options");
+            let caps = reg.backend().capabilities();
+            let mut held = Vec::new();
+            if caps.read_write {
+                held.push(
+                    reg.read_write("crash")
+                        .unwrap()
+                        .read()
+                        .lock()
+                        .await
+                        .unwrap(),
+                );
+            }
+            if caps.semaphores {
+                held.push(reg.semaphore("crash-sem", 1).unwrap().lock().await.unwrap());
+            }
+            touch(&dir.join(format!("held-{index}")));
+            // Held (and renewed) until the parent kills this process.
+            tokio::time::sleep(CHILD_LIMIT).await;
+            drop(held);
         }
         other => panic!("no child role {other:?}"),
     }

@@ -1,6 +1,8 @@
 // The live page: a list snapshot, then the event stream applied on top of it. Rows are kept by
 // id and updated in place; events are queued and applied once per animation frame, so a burst
-// of events costs one redraw, and the countdowns are one text update per visible row.
+// of events costs one redraw, and the countdowns are one text update per visible row. Locks
+// held elsewhere on the backend (no events tell of them) come from reloading the list every
+// few seconds, and only their rows are touched by it.
 "use strict";
 (() => {
   const params = new URLSearchParams(location.search);
@@ -10,9 +12,11 @@
   const headers = token ? { Authorization: "Bearer " + token } : {};
   const $ = (id) => document.getElementById(id);
   const TIMELINE_MAX = 200;
+  const OTHERS_EVERY_MS = 2000;
 
   const holds = new Map();   // hold id -> {data, row, left}
   const waiters = new Map(); // waiter id -> {data, row, left}
+  const others = new Map();  // key -> {data, row, cells, left}: locks held elsewhere
   const lastAcquired = new Map(); // key -> at_ms of its last acquisition, for the gaps
   let offset = 0;            // server clock minus ours, ms
   let snapshotSeq = null;    // null until the list arrived; stream events wait for it
@@ -29,6 +33,16 @@
     return td;
   };
   const visible = (key) => !filter || key.toLowerCase().includes(filter);
+  // The kinds of `list --json` in the words of the request: `shared`, `permits`.
+  const kindLabel = (kind, permits) => {
+    switch (kind) {
+      case "mutex": return "exclusive";
+      case "write": return "exclusive (write)";
+      case "read": return "shared";
+      case "semaphore": return permits ? "semaphore of " + permits : "semaphore";
+      default: return kind || "held";
+    }
+  };
 
   function addHold(h, fresh) {
     removeHold(h.hold);
@@ -36,7 +50,7 @@
     row.dataset.key = h.key;
     row.dataset.hold = h.hold;
     cell(row, h.key, "key").title = h.key;
-    cell(row, "exclusive");
+    cell(row, kindLabel(h.kind, h.permits), "kind").title = h.kind || "";
     cell(row, h.holder);
     cell(row, String(h.fence), "num");
     const left = cell(row, "", "num countdown");
@@ -63,6 +77,43 @@
     const w = waiters.get(id);
     if (w) { w.row.remove(); waiters.delete(id); }
   }
+  // The locks of the list with holders that are not this service's: one row per key, its
+  // texts rewritten only where they changed.
+  function showOthers(list) {
+    const seen = new Set();
+    if (list.complete) {
+      for (const lock of list.locks) {
+        const n = lock.other_holders;
+        if (n === 0 || (n == null && lock.holds_here > 0)) continue;
+        seen.add(lock.key);
+        const data = { key: lock.key, expires_at_ms: list.now_ms + (lock.remaining_ms || 0),
+                       timed: lock.remaining_ms != null };
+        const texts = [kindLabel(lock.kind, lock.permits), n == null ? "elsewhere" : n + " elsewhere",
+                       lock.fence == null ? "" : String(lock.fence)];
+        let o = others.get(lock.key);
+        if (!o) {
+          const row = document.createElement("tr");
+          row.dataset.key = lock.key;
+          cell(row, lock.key, "key").title = lock.key;
+          const cells = [cell(row, "", "kind"), cell(row, ""), cell(row, "", "num")];
+          const left = cell(row, "", "num countdown");
+          row.hidden = !visible(lock.key);
+          insertSorted($("others"), row, lock.key);
+          o = { data, row, cells, left };
+          others.set(lock.key, o);
+        }
+        o.data = data;
+        texts.forEach((t, i) => { if (o.cells[i].textContent !== t) o.cells[i].textContent = t; });
+      }
+    }
+    for (const [key, o] of others) if (!seen.has(key)) { o.row.remove(); others.delete(key); }
+  }
+  async function refreshOthers() {
+    try {
+      const r = await fetch(withToken("v1/locks"), { headers });
+      if (r.ok) { showOthers(await r.json()); schedule(); }
+    } catch (_) { /* the stream's state shows a broken connection */ }
+  }
   // Keeps rows ordered by key; appending is the common case (keys arrive in any order, but a
   // binary search over the rows keeps an insert at O(log n) comparisons).
   function insertSorted(body, row, key) {
@@ -82,9 +133,12 @@
     li.dataset.key = e.key;
     li.dataset.at = e.at_ms;
     let text = clock(e.at_ms) + " " + e.kind + " " + JSON.stringify(e.key);
+    if (e.lock_kind && e.lock_kind !== "mutex") text += " " + kindLabel(e.lock_kind, e.permits);
     if (e.holder) text += " by " + e.holder;
     if (e.fence != null) text += " fence " + e.fence;
-    if (e.kind === "acquired") {
+    // The gap since the key's previous acquisition: how long a handoff took, for the
+    // exclusive kinds (shared holds and permits overlap).
+    if (e.kind === "acquired" && (!e.lock_kind || e.lock_kind === "mutex" || e.lock_kind === "write")) {
       const before = lastAcquired.get(e.key);
       if (before != null) text += " (+" + ((e.at_ms - before) / 1000).toFixed(3) + " s)";
       lastAcquired.set(e.key, e.at_ms);
@@ -99,8 +153,9 @@
   function apply(e) {
     switch (e.kind) {
       case "acquired":
-        addHold({ hold: e.hold, key: e.key, holder: e.holder, fence: e.fence,
-                  lease_ms: e.lease_ms, expires_at_ms: e.at_ms + e.lease_ms }, true);
+        addHold({ hold: e.hold, key: e.key, kind: e.lock_kind, permits: e.permits,
+                  holder: e.holder, fence: e.fence, lease_ms: e.lease_ms,
+                  expires_at_ms: e.at_ms + e.lease_ms }, true);
         break;
       case "extended": {
         const h = holds.get(e.hold);
@@ -137,6 +192,12 @@
       const text = left > 0 ? (left / 1000).toFixed(1) + " s" : "ending";
       if (h.left.textContent !== text) h.left.textContent = text;
     }
+    for (const o of others.values()) {
+      if (o.row.hidden) continue;
+      const left = o.data.expires_at_ms - t;
+      const text = !o.data.timed ? "" : left > 0 ? (left / 1000).toFixed(1) + " s" : "ending";
+      if (o.left.textContent !== text) o.left.textContent = text;
+    }
     for (const w of waiters.values()) {
       if (w.row.hidden) continue;
       const text = ((t - w.data.since_ms) / 1000).toFixed(1) + " s";
@@ -144,9 +205,10 @@
     }
     const shown = [...holds.values()].filter((h) => !h.row.hidden).length;
     $("counts").textContent = holds.size + " held" + (filter ? " (" + shown + " shown)" : "") +
-      ", " + waiters.size + " waiting";
+      (others.size ? ", " + others.size + " held elsewhere" : "") + ", " + waiters.size + " waiting";
   }
   setInterval(schedule, 100);
+  setInterval(() => { if (snapshotSeq !== null) refreshOthers(); }, OTHERS_EVERY_MS);
 
   async function load() {
     const r = await fetch(withToken("v1/locks"), { headers });
@@ -157,11 +219,12 @@
     for (const w of [...waiters.keys()]) removeWaiter(w);
     $("timeline").textContent = "";
     lastAcquired.clear();
-    for (const lock of list.locks) for (const h of lock.holders) addHold(h, false);
+    for (const h of list.holds) addHold(h, false);
     for (const w of list.waiters) addWaiter(w);
     for (const e of list.timeline) if (e.seq <= list.seq && e.kind !== "stopped_waiting") timeline(e);
+    showOthers(list);
     $("note").textContent = list.complete ? "" :
-      "Shows the locks held and awaited through this service; locks taken elsewhere on the backend are not listed.";
+      "This backend cannot list its locks: the page shows the locks held and awaited through this service only.";
     snapshotSeq = list.seq;
     schedule();
   }
@@ -188,7 +251,7 @@
 
   $("filter").addEventListener("input", (ev) => {
     filter = ev.target.value.trim().toLowerCase();
-    for (const m of [holds, waiters]) for (const x of m.values()) x.row.hidden = !visible(x.data.key);
+    for (const m of [holds, waiters, others]) for (const x of m.values()) x.row.hidden = !visible(x.data.key);
     schedule();
   });
   $("demo-run").addEventListener("click", async () => {

@@ -1,10 +1,11 @@
 //! One acquisition attempt and the deletion of a key: creating the key, reading the queue,
 //! watching the predecessor, and cleaning up after failures (zombies).
 
+use super::kinds::{self, judge, key_of, named_by_token, value_of, Verdict};
 use super::options::{DELETE_RETRY, KIND};
-use super::queue::{ascending, before, lock_dir};
-use super::state::{Contender, Entry, Phase, Shared, Slot};
-use crate::backend::{Attempt, LockName, Token};
+use super::queue::{ascending, before, every_before, lock_dir, with_values};
+use super::state::{Contender, Entry, Phase, Shared, Slot, View, WatchTarget};
+use crate::backend::{Attempt, LockKind, LockName, Token};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,15 @@ use crate::error::{Error, Result};
 
 use super::client::{is_lease_not_found, map_err};
 use super::pb;
+
+/// What one look at the queue found.
+enum Step {
+    /// Our own key is not in it (it just went).
+    Gone,
+    Judged(Verdict),
+    /// Somebody older holds, but the ranges raced with a change: look again.
+    Unclear,
+}
 
 impl Shared {
     #[allow(clippy::too_many_arguments)]
@@ -39,9 +49,13 @@ impl Shared {
         }
         if e.name.is_none() {
             e.dir = lock_dir(&name);
+            e.value = value_of(name.kind(), token);
             e.name = Some(name);
         }
-        let token_hex = token.to_hex_bytes().to_vec();
+        let kind = e.name.as_ref().map_or(LockKind::Mutex, LockName::kind);
+        // Readers and permits look at every key before theirs; a mutex or writer only at the
+        // oldest and at its predecessor.
+        let shares = !kind.is_exclusive();
         let mut rounds = 0;
         loop {
             rounds += 1;
@@ -50,13 +64,17 @@ impl Shared {
                 // notification or poll. Busy is always safe.
                 return Ok(Attempt::Busy { retry_after: None });
             }
-            let (mine, view) = if e.phase == Phase::New {
+            let (mine, verdict) = if e.phase == Phase::New {
                 if e.session.as_ref().is_none_or(|s| s.is_dead()) {
                     if let Some(old) = e.session.take() {
                         old.remove_user(&e.dir, token);
                     }
-                    let s = self.session_for(&e.dir, token, lease).await?;
-                    e.key = format!("{}{:x}", e.dir, s.id);
+                    let s = if named_by_token(kind) {
+                        self.shared_session(token, lease).await?
+                    } else {
+                        self.session_for(&e.dir, token, lease).await?
+                    };
+                    e.key = key_of(kind, &e.dir, s.id, token);
                     e.attached = Some(s.clone());
                     e.session = Some(s);
                 }
@@ -64,16 +82,18 @@ impl Shared {
                     return Err(Error::backend(KIND, "internal: no session for the key"));
                 };
                 let key = e.key.as_bytes();
+                // A permit reads the others' numbers of permits in their values.
+                let queue = || match kind {
+                    LockKind::Semaphore { .. } => with_values(ascending(&e.dir)),
+                    _ => ascending(&e.dir),
+                };
                 let txn = pb::txn(
                     vec![pb::create_revision_is(key, 0)],
                     vec![
-                        pb::op_put(key, &token_hex, attached.id),
-                        pb::op_range(ascending(&e.dir)),
+                        pb::op_put(key, &e.value, attached.id),
+                        pb::op_range(queue()),
                     ],
-                    vec![
-                        pb::op_range(pb::range_key(key)),
-                        pb::op_range(ascending(&e.dir)),
-                    ],
+                    vec![pb::op_range(pb::range_key(key)), pb::op_range(queue())],
                 );
                 e.maybe_created = true;
                 let resp = match self.client.txn(txn).await {
@@ -90,7 +110,7 @@ impl Shared {
                 } else {
                     let kv = pb::range_at(&resp, 0).and_then(|g| g.kvs.first());
                     match kv {
-                        Some(kv) if kv.value == token_hex => kv.create_revision,
+                        Some(kv) if kv.value == e.value => kv.create_revision,
                         Some(_) => {
                             e.maybe_created = false;
                             return Err(Error::backend(
@@ -116,17 +136,27 @@ impl Shared {
                 let Some(asc) = pb::range_at(&resp, 1) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
-                let view = self.view(&e.dir, &mine, asc, None).await?;
-                (mine, view)
+                let verdict = if shares {
+                    let before = self.before(&e.dir, rev, Some(asc)).await?;
+                    Step::Judged(judge(kind, &e.dir, &before))
+                } else {
+                    self.verdict_of(self.view(&e.dir, &mine, asc, None).await?, &mine)
+                };
+                (mine, verdict)
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
-                // queue around it.
-                let txn = pb::txn(
-                    vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
+                // queue around it (for a reader or permit: every key before it).
+                let ranges = if shares {
+                    vec![pb::op_range(every_before(&e.dir, e.create_rev))]
+                } else {
                     vec![
                         pb::op_range(ascending(&e.dir)),
                         pb::op_range(before(&e.dir, e.create_rev)),
-                    ],
+                    ]
+                };
+                let txn = pb::txn(
+                    vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
+                    ranges,
                     vec![],
                 );
                 let resp = self.txn(txn).await?;
@@ -136,26 +166,54 @@ impl Shared {
                     e.create_rev = 0;
                     continue;
                 }
-                let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
-                else {
-                    return Err(Error::backend(KIND, "short transaction reply"));
-                };
                 let mine = Contender {
                     key: e.key.clone().into_bytes(),
                     rev: e.create_rev,
                     lease: e.attached.as_ref().map_or(0, |s| s.id),
                 };
-                let view = self.view(&e.dir, &mine, asc, Some(desc)).await?;
-                (mine, view)
+                let verdict = if shares {
+                    let Some(all) = pb::range_at(&resp, 0) else {
+                        return Err(Error::backend(KIND, "short transaction reply"));
+                    };
+                    let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
+                    Step::Judged(judge(kind, &e.dir, &before))
+                } else {
+                    let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
+                    else {
+                        return Err(Error::backend(KIND, "short transaction reply"));
+                    };
+                    self.verdict_of(self.view(&e.dir, &mine, asc, Some(desc)).await?, &mine)
+                };
+                (mine, verdict)
             };
 
-            let Some(holder) = view.holder else {
-                // Our own key is always in the queue; an empty view means it just went.
-                e.phase = Phase::New;
-                e.create_rev = 0;
-                continue;
+            let pred = match verdict {
+                Step::Gone => {
+                    // Our own key is always in the queue; an empty view means it just went.
+                    e.phase = Phase::New;
+                    e.create_rev = 0;
+                    continue;
+                }
+                Step::Judged(Verdict::Disagrees(other)) => {
+                    let permits = kind.max_holders();
+                    match self.delete_own(e, token).await {
+                        Ok(_) => {
+                            e.phase = Phase::Done;
+                            self.forget_key(e, token);
+                        }
+                        Err(err) => self.zombify(e, err),
+                    }
+                    return Err(Error::config(format!(
+                        "semaphore {} has holders with {other} permits; this one asks for \
+                         {permits}",
+                        e.dir.trim_end_matches('/')
+                    )));
+                }
+                Step::Judged(Verdict::Holds) => None,
+                Step::Judged(Verdict::Waits(target)) => Some(Some(target)),
+                Step::Unclear => Some(None),
             };
-            if holder.rev == mine.rev {
+            let Some(pred) = pred else {
                 // The server keeps the key at least until the last confirmed keep-alive plus
                 // the TTL; make sure that covers the lease the registry counts from `sent`.
                 let Some(attached) = e.attached.clone() else {
@@ -182,7 +240,7 @@ impl Shared {
                 return Ok(Attempt::Acquired {
                     fence: u64::try_from(mine.rev).unwrap_or(0),
                 });
-            }
+            };
             if !queued {
                 match self.delete_own(e, token).await {
                     Ok(_) => {
@@ -199,8 +257,8 @@ impl Shared {
                 return Ok(Attempt::Busy { retry_after: None });
             }
             e.phase = Phase::Queued;
-            e.pred = view.pred.clone();
-            let Some(pred) = view.pred else {
+            e.pred = pred.clone();
+            let Some(pred) = pred else {
                 // The holder is older than us, so somebody precedes us; the ranges raced with
                 // a change of the queue. Look again.
                 continue;
@@ -214,18 +272,25 @@ impl Shared {
         }
     }
 
-    pub(super) async fn watch_pred(&self, slot: &Arc<Slot>, pred: Contender) -> Result<()> {
+    /// A mutex's or writer's place, from the view of its queue.
+    fn verdict_of(&self, view: View, mine: &Contender) -> Step {
+        match view.holder {
+            None => Step::Gone,
+            Some(h) if h.rev == mine.rev => Step::Judged(Verdict::Holds),
+            Some(_) => match view.pred {
+                Some(p) => Step::Judged(Verdict::Waits(WatchTarget::of(&p))),
+                None => Step::Unclear,
+            },
+        }
+    }
+
+    pub(super) async fn watch_pred(&self, slot: &Arc<Slot>, pred: WatchTarget) -> Result<()> {
         if let Some(old) = slot.take_watch() {
             self.watches.cancel(old);
         }
         let handle = self
             .watches
-            .create(
-                pred.key,
-                pred.rev,
-                slot.signal.clone(),
-                self.opts.request_timeout,
-            )
+            .create(pred, slot.signal.clone(), self.opts.request_timeout)
             .await?;
         *slot.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         if !slot.subscribed() {
@@ -236,14 +301,14 @@ impl Shared {
         Ok(())
     }
 
-    /// Deletes the own key if it still holds `token`; returns whether it was there.
-    pub(super) async fn delete_own(&self, e: &Entry, token: Token) -> Result<bool> {
+    /// Deletes the own key if it still holds what we wrote; returns whether it was there.
+    pub(super) async fn delete_own(&self, e: &Entry, _token: Token) -> Result<bool> {
         if e.key.is_empty() {
             return Ok(false);
         }
         let key = e.key.as_bytes();
         let txn = pb::txn(
-            vec![pb::value_is(key, &token.to_hex_bytes())],
+            vec![pb::value_is(key, &e.value)],
             vec![pb::op_delete(key)],
             vec![],
         );

@@ -25,11 +25,11 @@ use tonic::{Code, Status, Streaming};
 
 use super::options::KIND;
 use super::pb::{
-    watch_request, AuthClient, AuthenticateRequest, KvClient, LeaseClient, LeaseGrantRequest,
-    LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MaintenanceClient, PutRequest, RangeRequest,
-    RangeResponse, StatusRequest, TxnRequest, TxnResponse, WatchCancelRequest, WatchClient,
-    WatchCreateRequest, WatchRequest, WatchResponse,
+    watch_create_request, watch_request, AuthClient, AuthenticateRequest, KvClient, LeaseClient,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MaintenanceClient,
+    PutRequest, RangeRequest, RangeResponse, StatusRequest, TxnRequest, TxnResponse,
+    WatchCancelRequest, WatchClient, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use crate::error::Error;
 
@@ -439,15 +439,19 @@ impl Client {
         .await
     }
 
-    /// Opens a watch stream with a first watch of `key` from the current revision on; the
-    /// server confirms it (`created`) on the stream.
-    pub(super) async fn watch(&self, key: Vec<u8>) -> Result<(WatchSender, WatchStream)> {
+    /// Opens a watch stream with a first watch of `key` (see [`WatchSender::watch`]) from
+    /// the current revision on; the server confirms it (`created`) on the stream.
+    pub(super) async fn watch(
+        &self,
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+    ) -> Result<(WatchSender, WatchStream)> {
         self.call(self.request_timeout, || {
-            let (mut c, key) = (self.watch.clone(), key.clone());
+            let (mut c, key, range_end) = (self.watch.clone(), key.clone(), range_end.clone());
             async move {
                 let (tx, rx) = mpsc::channel(100);
                 let sender = WatchSender { tx };
-                sender.watch(key).await?;
+                sender.watch(key, range_end).await?;
                 let stream = c.watch(requests(rx)).await?.into_inner();
                 Ok((sender, stream))
             }
@@ -484,10 +488,18 @@ pub(super) struct WatchSender {
 }
 
 impl WatchSender {
-    /// Watches `key` from the server's current revision on.
-    pub(super) async fn watch(&self, key: Vec<u8>) -> Result<()> {
+    /// Watches `key` from the server's current revision on; with a `range_end`, the
+    /// deletions of the keys in `[key, range_end)` (puts filtered out by the server).
+    pub(super) async fn watch(&self, key: Vec<u8>, range_end: Vec<u8>) -> Result<()> {
+        let filters = if range_end.is_empty() {
+            Vec::new()
+        } else {
+            vec![watch_create_request::FilterType::Noput as i32]
+        };
         let create = WatchCreateRequest {
             key,
+            range_end,
+            filters,
             ..WatchCreateRequest::default()
         };
         self.send(watch_request::RequestUnion::CreateRequest(create))

@@ -3,14 +3,21 @@
 //!
 //! | what | layout |
 //! |---|---|
-//! | contender | key `<prefix>/<key>/<lease id in lowercase hex>`, attached to that lease; value: the owner token (32 hex digits) |
-//! | holder | the contender with the lowest create revision under `<prefix>/<key>/` |
-//! | waiting | each waiter watches only the contender created just before it (FIFO, no herd) |
-//! | fence | the holder key's create revision: cluster-wide, strictly increasing, the same number every etcd client sees |
+//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, attached to that lease; value: the owner token (32 hex digits) |
+//! | reader, writer, permit | keys `<prefix>/<key>/read-<token>`, `…/write-<token>`, `…/sem-<token>` in the same directory, attached to a session lease; value: the owner token (a permit's: `<token>;permits=<n>`) |
+//! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
+//! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
+//! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |
 //! | lease | one etcd lease per backend instance and lease length (a session, like `concurrency.Session`), kept alive in the background |
 //!
 //! `etcdctl lock lock/voucher:42` and `LockRegistry` with prefix `lock` on key `voucher:42`
-//! contend for the same lock.
+//! contend for the same lock. etcd has no standard read-write lock or semaphore; ours keep
+//! their keys in the same directory, so `etcdctl lock` (which waits for every key there) waits
+//! for our readers, writers and permits, and ours count every key that is not a reader's
+//! (or not a permit's) as exclusive, so they wait for `etcdctl lock`, and a waiting one keeps
+//! later readers and permits out. The number of permits is in the permit keys' values: a key
+//! of its own there would look to `etcdctl lock` like a holder that never leaves. See
+//! `kinds.rs`.
 //!
 //! # Sessions and leases
 //!
@@ -69,7 +76,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName,
+    detached, AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo, LockName,
     ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -77,6 +84,7 @@ use crate::error::{Error, Result};
 mod acquire;
 mod address;
 mod client;
+mod kinds;
 mod options;
 mod pb;
 mod pool;
@@ -90,6 +98,7 @@ mod watch;
 
 use self::address::{tls_settings, ParsedUrl};
 use self::client::{is_connect_error, map_err, Client, RpcError, Settings};
+use self::kinds::{holders, queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
 use self::queue::lock_dir;
@@ -263,10 +272,40 @@ impl EtcdBackend {
     }
 }
 
+impl Shared {
+    /// What `inspect` says of a lock directory whose keys are `all` (oldest first).
+    async fn info_of(&self, all: &[Queued]) -> Option<LockInfo> {
+        let (kind, n) = holders(all)?;
+        let held = &all[..n];
+        let mut leases: Vec<i64> = held.iter().map(|q| q.lease).filter(|l| *l != 0).collect();
+        leases.sort_unstable();
+        leases.dedup();
+        let ttls = futures_util::future::join_all(
+            leases.iter().map(|l| self.client.lease_time_to_live(*l)),
+        )
+        .await;
+        let remaining = ttls
+            .into_iter()
+            .filter_map(|r| r.ok().and_then(|r| u64::try_from(r.ttl).ok()))
+            .max()
+            .map(Duration::from_secs);
+        let fence = held.iter().map(|q| q.rev).max();
+        Some(
+            LockInfo::new(fence.and_then(|f| u64::try_from(f).ok()), remaining)
+                .with_kind(kind)
+                .with_holders(u32::try_from(n).unwrap_or(u32::MAX))
+                .with_waiters(u32::try_from(all.len() - n).unwrap_or(u32::MAX)),
+        )
+    }
+}
+
 #[async_trait]
 impl Backend for EtcdBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(KIND).notifies_release(true).fifo(true)
+        Capabilities::new(KIND)
+            .notifies_release(true)
+            .fifo(true)
+            .all_kinds()
     }
 
     /// Puts the token's key under the lock's prefix. A [`Try`](crate::AcquireMode::Try) attempt
@@ -334,36 +373,74 @@ impl Backend for EtcdBackend {
         Ok(sub)
     }
 
-    /// Deletes the current holder's key of `name`, whoever holds it, as an operator (or a
-    /// fault) would. Returns whether there was one.
+    /// Deletes the holders' keys of `name` (of every kind), whoever holds them, as an
+    /// operator (or a fault) would. Returns whether there was one.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let s = &self.shared;
-        let dir = lock_dir(name);
-        let Some(holder) = s.holder(&dir).await? else {
+        let all = s.all_queued(&lock_dir(name)).await?;
+        let Some((_, n)) = holders(&all) else {
             return Ok(false);
         };
-        let txn = pb::txn(
-            vec![pb::create_revision_is(&holder.key, holder.rev)],
-            vec![pb::op_delete(&holder.key)],
-            vec![],
-        );
-        Ok(s.txn(txn).await?.succeeded)
+        let deletes = all[..n].iter().map(|q| {
+            s.txn(pb::txn(
+                vec![pb::create_revision_is(&q.key, q.rev)],
+                vec![pb::op_delete(&q.key)],
+                vec![],
+            ))
+        });
+        let mut deleted = false;
+        for r in futures_util::future::join_all(deletes).await {
+            deleted |= r?.succeeded;
+        }
+        Ok(deleted)
     }
 
+    /// The locks under `<prefix>/`: one range of the whole prefix, grouped by lock directory.
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        let s = &self.shared;
+        let root = format!("{prefix}/");
+        let resp = s
+            .range(queue::with_values(pb::range_by_create(
+                root.as_bytes(),
+                pb::range_request::SortOrder::Ascend,
+            )))
+            .await?;
+        let mut dirs: Vec<(Vec<u8>, Vec<pb::KeyValue>)> = Vec::new();
+        let mut at: HashMap<Vec<u8>, usize> = HashMap::new();
+        for kv in resp.kvs {
+            let Some(slash) = kv.key.iter().rposition(|b| *b == b'/') else {
+                continue;
+            };
+            let dir = kv.key[..=slash].to_vec();
+            if dir.len() <= root.len() {
+                continue; // a key right under the prefix names no lock of it
+            }
+            let i = *at.entry(dir.clone()).or_insert_with(|| {
+                dirs.push((dir, Vec::new()));
+                dirs.len() - 1
+            });
+            dirs[i].1.push(kv);
+        }
+        let mut out = Vec::new();
+        for (dir, kvs) in dirs {
+            let all = queued(&dir, &kvs);
+            let Some(info) = s.info_of(&all).await else {
+                continue;
+            };
+            let key = &dir[root.len()..dir.len() - 1];
+            out.push(ListedLock {
+                key: String::from_utf8_lossy(key).into_owned(),
+                info,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The holders' kind and number, the waiters, the highest holder's create revision and
+    /// the longest TTL of the holders' session leases (whole seconds).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let s = &self.shared;
-        let Some(holder) = s.holder(&lock_dir(name)).await? else {
-            return Ok(None);
-        };
-        let mut remaining = None;
-        if holder.lease != 0 {
-            if let Ok(r) = s.client.lease_time_to_live(holder.lease).await {
-                remaining = u64::try_from(r.ttl).ok().map(Duration::from_secs);
-            }
-        }
-        Ok(Some(LockInfo {
-            fence: u64::try_from(holder.rev).ok(),
-            remaining,
-        }))
+        let all = s.all_queued(&lock_dir(name)).await?;
+        Ok(s.info_of(&all).await)
     }
 }

@@ -20,11 +20,11 @@ mod generated {
 pub(super) use generated::etcdserverpb::{
     auth_client::AuthClient, compare, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, range_request, request_op, response_op,
-    watch_client::WatchClient, watch_request, AuthenticateRequest, Compare, DeleteRangeRequest,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, RangeRequest,
-    RangeResponse, RequestOp, StatusRequest, TxnRequest, TxnResponse, WatchCancelRequest,
-    WatchCreateRequest, WatchRequest, WatchResponse,
+    watch_client::WatchClient, watch_create_request, watch_request, AuthenticateRequest, Compare,
+    DeleteRangeRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    PutRequest, RangeRequest, RangeResponse, RequestOp, StatusRequest, TxnRequest, TxnResponse,
+    WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 
 pub(super) use generated::mvccpb::{event::EventType, KeyValue};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::error::Result;
 
 use super::client::map_err;
+use super::kinds::{queued, Queued};
 use super::options::PEEK;
 use super::pb::{self, range_request::SortOrder};
 use super::state::{Contender, Shared, View};
@@ -60,7 +61,53 @@ pub(super) fn before(dir: &str, rev: i64) -> pb::RangeRequest {
     }
 }
 
+/// Every key of `dir` created before revision `rev`, oldest first, with their values (a
+/// permit's number of permits is in its value).
+pub(super) fn every_before(dir: &str, rev: i64) -> pb::RangeRequest {
+    pb::RangeRequest {
+        max_create_revision: rev - 1,
+        ..with_values(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend))
+    }
+}
+
+/// `r` with the keys' values.
+pub(super) fn with_values(r: pb::RangeRequest) -> pb::RangeRequest {
+    pb::RangeRequest {
+        keys_only: false,
+        ..r
+    }
+}
+
 impl Shared {
+    /// The keys of `dir` older than `rev`, oldest first: from `asc` (the first keys of the
+    /// directory) when it reaches that far, else ranged.
+    pub(super) async fn before(
+        &self,
+        dir: &str,
+        rev: i64,
+        asc: Option<&pb::RangeResponse>,
+    ) -> Result<Vec<Queued>> {
+        let complete = asc.filter(|r| !r.more || r.kvs.iter().any(|kv| kv.create_revision >= rev));
+        let kvs = match complete {
+            Some(r) => r.kvs.clone(),
+            None => self.range(every_before(dir, rev)).await?.kvs,
+        };
+        let mut all = queued(dir.as_bytes(), &kvs);
+        all.retain(|q| q.rev < rev);
+        Ok(all)
+    }
+
+    /// Every key of `dir`, oldest first.
+    pub(super) async fn all_queued(&self, dir: &str) -> Result<Vec<Queued>> {
+        let resp = self
+            .range(with_values(pb::range_by_create(
+                dir.as_bytes(),
+                SortOrder::Ascend,
+            )))
+            .await?;
+        Ok(queued(dir.as_bytes(), &resp.kvs))
+    }
+
     pub(super) async fn txn(&self, txn: pb::TxnRequest) -> Result<pb::TxnResponse> {
         self.client.txn(txn).await.map_err(map_err)
     }
@@ -75,18 +122,6 @@ impl Shared {
             .range(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend))
             .await?;
         Ok(direct_children(dir.as_bytes(), &resp.kvs))
-    }
-
-    pub(super) async fn holder(&self, dir: &str) -> Result<Option<Contender>> {
-        let resp = self.range(ascending(dir)).await?;
-        match direct_children(dir.as_bytes(), &resp.kvs)
-            .into_iter()
-            .next()
-        {
-            Some(c) => Ok(Some(c)),
-            None if resp.more => Ok(self.all_contenders(dir).await?.into_iter().next()),
-            None => Ok(None),
-        }
     }
 
     /// The queue as seen by `mine` from an ascending range (and, when given, a range of the

@@ -130,10 +130,10 @@ impl Shared {
             return Ok(false);
         };
         let sent = Instant::now();
-        let (key, rev, mut attached) = {
+        let (key, value, rev, mut attached) = {
             let e = slot.entry.lock().await;
             match (e.phase, e.attached.clone()) {
-                (Phase::Held, Some(a)) => (e.key.clone(), e.create_rev, a),
+                (Phase::Held, Some(a)) => (e.key.clone(), e.value.clone(), e.create_rev, a),
                 _ => return Ok(false),
             }
         };
@@ -142,10 +142,9 @@ impl Shared {
             // The new lease outlives the session: attach the key to a longer one (its name,
             // create revision and place stay the same).
             let longer = self.session_at_least(class).await?;
-            let hex = token.to_hex_bytes();
             let txn = pb::txn(
-                vec![pb::value_is(key.as_bytes(), &hex)],
-                vec![pb::op_put(key.as_bytes(), &hex, longer.id)],
+                vec![pb::value_is(key.as_bytes(), &value)],
+                vec![pb::op_put(key.as_bytes(), &value, longer.id)],
                 vec![],
             );
             let ok = match self.txn(txn).await {

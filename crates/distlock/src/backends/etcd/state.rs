@@ -79,14 +79,12 @@ impl Slot {
         self.watch.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    pub(super) fn watches(&self, pred: &Contender) -> bool {
+    pub(super) fn watches(&self, target: &WatchTarget) -> bool {
         self.watch
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(|w| {
-                w.key == pred.key && w.rev == pred.rev && !w.broken.load(Ordering::Acquire)
-            })
+            .is_some_and(|w| w.target == *target && !w.broken.load(Ordering::Acquire))
     }
 }
 
@@ -111,8 +109,12 @@ pub(super) struct Entry {
     pub(super) name: Option<LockName>,
     /// `<prefix>/<key>/`.
     pub(super) dir: String,
-    /// `<dir><session lease id hex>`.
+    /// `<dir><session lease id hex>` for a mutex, `<dir><kind>-<token>` for the other kinds
+    /// (see `kinds.rs`).
     pub(super) key: String,
+    /// What the key holds (the owner token; a permit's also its number of permits): releases
+    /// and renewals compare it.
+    pub(super) value: Vec<u8>,
     /// The session whose id names the key.
     pub(super) session: Option<Arc<Session>>,
     /// The session the key is attached to (another one after a longer extension).
@@ -126,8 +128,8 @@ pub(super) struct Entry {
     pub(super) touched: Option<Instant>,
     /// While a zombie: when to try deleting again.
     pub(super) retry_at: Option<Instant>,
-    /// The key created just before ours, as the last attempt saw it.
-    pub(super) pred: Option<Contender>,
+    /// What the last attempt found we wait for (the key created just before ours, for a mutex).
+    pub(super) pred: Option<WatchTarget>,
     /// The last attempt failed: the registry may not know that the key is queued.
     pub(super) failed_at: Option<Instant>,
 }
@@ -138,6 +140,34 @@ pub(super) struct Contender {
     pub(super) key: Vec<u8>,
     pub(super) rev: i64,
     pub(super) lease: i64,
+}
+
+/// What a waiter watches: one key (created at `rev`) until it goes or is replaced, or, with a
+/// `range_end`, the deletion of any key in `[key, range_end)` (a semaphore's permits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct WatchTarget {
+    pub(super) key: Vec<u8>,
+    pub(super) rev: i64,
+    /// Empty for one key.
+    pub(super) range_end: Vec<u8>,
+}
+
+impl WatchTarget {
+    pub(super) fn key(key: Vec<u8>, rev: i64) -> Self {
+        WatchTarget {
+            key,
+            rev,
+            range_end: Vec::new(),
+        }
+    }
+
+    pub(super) fn of(c: &Contender) -> Self {
+        WatchTarget::key(c.key.clone(), c.rev)
+    }
+
+    pub(super) fn is_range(&self) -> bool {
+        !self.range_end.is_empty()
+    }
 }
 
 /// What a ranging of the queue found.

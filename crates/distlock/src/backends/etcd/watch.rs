@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::client::{map_err, Client, WatchSender, WatchStream};
 use super::options::KIND;
 use super::pb::{EventType, WatchResponse};
-use super::state::Slot;
+use super::state::{Slot, WatchTarget};
 use crate::backend::ReleaseSignal;
 use crate::error::{Error, Result};
 
@@ -19,15 +19,13 @@ use crate::error::{Error, Result};
 pub(super) struct WatchHandle {
     pub(super) generation: u64,
     pub(super) id: i64,
-    pub(super) key: Vec<u8>,
-    pub(super) rev: i64,
+    pub(super) target: WatchTarget,
     pub(super) broken: Arc<AtomicBool>,
 }
 
 pub(super) enum WatchCmd {
     Create {
-        key: Vec<u8>,
-        rev: i64,
+        target: WatchTarget,
         signal: Arc<ReleaseSignal>,
         broken: Arc<AtomicBool>,
         done: oneshot::Sender<Result<(u64, i64)>>,
@@ -44,13 +42,12 @@ pub(super) struct WatchHub {
 }
 
 impl WatchHub {
-    /// Watches `key` (whose create revision is `rev`) from the server's current revision on;
-    /// returns once the server confirmed the watch. `signal` fires when the key is deleted or
-    /// replaced, and when the watch breaks.
+    /// Watches `target` from the server's current revision on; returns once the server
+    /// confirmed the watch. `signal` fires when the key is deleted or replaced (for a range:
+    /// when a key in it is deleted), and when the watch breaks.
     pub(super) async fn create(
         &self,
-        key: Vec<u8>,
-        rev: i64,
+        target: WatchTarget,
         signal: Arc<ReleaseSignal>,
         timeout: Duration,
     ) -> Result<WatchHandle> {
@@ -58,8 +55,7 @@ impl WatchHub {
         let (done, rx) = oneshot::channel();
         self.tx
             .send(WatchCmd::Create {
-                key: key.clone(),
-                rev,
+                target: target.clone(),
                 signal,
                 broken: broken.clone(),
                 done,
@@ -73,8 +69,7 @@ impl WatchHub {
         Ok(WatchHandle {
             generation,
             id,
-            key,
-            rev,
+            target,
             broken,
         })
     }
@@ -89,12 +84,15 @@ impl WatchHub {
 
 pub(super) struct Watched {
     pub(super) rev: i64,
+    /// A range: any event (only deletions are sent) fires.
+    pub(super) range: bool,
     pub(super) signal: Arc<ReleaseSignal>,
     pub(super) broken: Arc<AtomicBool>,
 }
 
 pub(super) struct PendingWatch {
     pub(super) rev: i64,
+    pub(super) range: bool,
     pub(super) signal: Arc<ReleaseSignal>,
     pub(super) broken: Arc<AtomicBool>,
     pub(super) done: oneshot::Sender<Result<(u64, i64)>>,
@@ -126,15 +124,15 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
         let broke = match ev {
             Ev::Cmd(None) => return,
             Ev::Cmd(Some(WatchCmd::Create {
-                key,
-                rev,
+                target,
                 signal,
                 broken,
                 done,
             })) => {
+                let (rev, range) = (target.rev, target.is_range());
                 let res = match sender.as_mut() {
-                    Some(s) => s.watch(key).await,
-                    None => match client.watch(key).await {
+                    Some(s) => s.watch(target.key, target.range_end).await,
+                    None => match client.watch(target.key, target.range_end).await {
                         Ok((s, r)) => {
                             sender = Some(s);
                             stream = Some(r);
@@ -148,6 +146,7 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
                     Ok(()) => {
                         pending.push_back(PendingWatch {
                             rev,
+                            range,
                             signal,
                             broken,
                             done,
@@ -182,6 +181,7 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
                                 id,
                                 Watched {
                                     rev: p.rev,
+                                    range: p.range,
                                     signal: p.signal,
                                     broken: p.broken,
                                 },
@@ -202,7 +202,8 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
                 }
                 if let Some(w) = active.get(&id) {
                     let gone = resp.events.iter().any(|ev| {
-                        ev.r#type() == EventType::Delete
+                        w.range
+                            || ev.r#type() == EventType::Delete
                             || ev.kv.as_ref().map(|kv| kv.create_revision) != Some(w.rev)
                     });
                     if gone {

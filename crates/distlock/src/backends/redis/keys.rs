@@ -65,3 +65,63 @@ pub(super) fn sibling_key(lock_key: &str, kind: &str) -> String {
     }
     join(&slot.to_string(), true) // unreachable in practice: 46 656 tags cover all slots
 }
+
+/// Where Redisson starts the names that go with a read-write lock at `lock_key`: `{<lock
+/// key>}`, or the lock key itself when it contains a `{` (Redisson's `suffixName` and
+/// `prefixName` rule). Reader timeout keys are `<this>:<holder>:rwlock_timeout:<n>` and the
+/// lock's channel is `redisson_rwlock:<this>`. Only with the braces do they share the lock key's
+/// hash slot; a key with a `{` but no hash tag does not (as with Redisson itself).
+pub(super) fn redisson_prefix(lock_key: &str) -> String {
+    if lock_key.contains('{') {
+        lock_key.to_owned()
+    } else {
+        let mut p = String::with_capacity(lock_key.len() + 2);
+        p.push('{');
+        p.push_str(lock_key);
+        p.push('}');
+        p
+    }
+}
+
+/// Where the reader timeout keys of the read-write lock at `lock_key` start: Redisson's
+/// [`redisson_prefix`], except on Redis Cluster (`cluster`) when that prefix would not put them
+/// in the lock key's hash slot (a lock key with a `}` but no `{`, or with a `{` but no hash
+/// tag), where a script could not touch them: there, a sibling name in the slot,
+/// `{<tag>}:rwlock:<lock key>`. Redisson itself cannot take such keys on a Cluster (its script
+/// would be refused as cross-slot), so no interoperation is lost.
+pub(super) fn reader_prefix(lock_key: &str, cluster: bool) -> String {
+    let prefix = redisson_prefix(lock_key);
+    if !cluster
+        || (hash_tag(prefix.as_bytes()).is_some()
+            && hash_slot(prefix.as_bytes()) == hash_slot(lock_key.as_bytes()))
+    {
+        return prefix;
+    }
+    sibling_key(lock_key, "rwlock")
+}
+
+/// Whether `key` (found under `<prefix>:`) is bookkeeping that goes with some lock key
+/// rather than a lock key: a Redisson reader timeout key (`...:rwlock_timeout:<n>`, named
+/// after a lock key with a `{`), or one of our sibling keys, which match `<prefix>:*` only
+/// when the prefix is itself a hash tag (`{<tag>}:fence:<lock key>`).
+pub(super) fn is_bookkeeping(key: &str, prefix: &str) -> bool {
+    if let Some((_, n)) = key.rsplit_once(":rwlock_timeout:") {
+        if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+            return true;
+        }
+    }
+    let Some(rest) = key.strip_prefix('{').and_then(|k| k.split_once("}:")) else {
+        return false;
+    };
+    SIBLINGS.iter().any(|kind| {
+        rest.1 == *kind
+            || rest
+                .1
+                .strip_prefix(kind)
+                .and_then(|r| r.strip_prefix(':'))
+                .is_some_and(|lock| lock.starts_with(prefix) || lock.starts_with('{'))
+    })
+}
+
+/// The kinds of [`sibling_key`] the backend makes.
+pub(super) const SIBLINGS: [&str; 3] = ["fence", "queue", "waiters"];

@@ -7,17 +7,24 @@
 //! | acquire | `SET NX PX` pipelined with the fence's `INCR` (a script once waiters queue) |
 //! | release | compare-and-delete script that hands the lock to the first queued distlock waiter, or deletes it and publishes `<prefix>:<key>` on `<prefix>-channel:<prefix>:<key>` (and, if asked, `<prefix>-channel`) |
 //! | fence | counter in the lock key's hash slot, seeded from the server's clock in µs |
-//! | wait queue | ZSET + HASH in the lock key's hash slot: FIFO order and each waiter's expiry |
+//! | wait queue | ZSET + HASH in the lock key's hash slot: FIFO order and each waiter's expiry and kind |
+//! | read-write lock | Redisson's `RReadWriteLock` hash at `<prefix>:<key>` (`mode` = `read`/`write`, a field per holder, a timeout key per reader, channel `redisson_rwlock:{<prefix>:<key>}`), see `kinds.rs` |
+//! | semaphore | a hash at `<prefix>:<key>`: `mode` = `semaphore`, `permits` = N, a field per permit with its expiry in server time |
 //!
 //! Any client of the common `SET key token NX PX` protocol (Spring, redis-py's `Lock`,
-//! redsync) is excluded by and excludes distlock. Because the fence counter restarts from the
+//! redsync) is excluded by and excludes distlock, whatever kind holds the key; Redisson's
+//! read and write locks share the read-write lock with ours. Because the fence counter restarts from the
 //! server's clock whenever it is missing, it keeps increasing after a restart that lost all
 //! data (as long as the server's clock does not step back).
 //!
 //! Plain `redis://` connections use a small built-in RESP client on the lock path;
 //! `rediss://` (TLS) goes through the `redis` crate. Pub/sub always uses the `redis` crate.
+//! Sentinel (`sentinel.rs`) and Cluster (`cluster.rs`) reuse all of this and only decide
+//! which node a request goes to.
 
+mod cluster;
 mod keys;
+mod kinds;
 mod notify;
 pub mod redlock;
 mod resp;
@@ -28,6 +35,7 @@ mod tests;
 mod transport;
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,17 +43,16 @@ use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 
-use self::keys::sibling_key;
+use self::keys::{reader_prefix, sibling_key};
+use self::kinds::{disagreement, letter, KindAttempt};
 use self::notify::{Grants, PubSub};
 use self::resp::{ConnInfo, Pool, Reply};
-use self::scripts::{
-    Lua, Scripts, ACQUIRE, EXTEND, EXTEND_MANY, FENCE_SEED, FORCE_RELEASE, INSPECT, LEAVE, RELEASE,
-};
+use self::scripts::{Lua, Scripts, FENCE_SEED};
 use self::transport::server_err;
 
 use crate::backend::{
-    AcquireMode, AcquireRequest, Attempt, Backend, Capabilities, Fencing, LockInfo, LockName,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    AcquireMode, AcquireRequest, Attempt, Backend, Capabilities, Fencing, ListedLock, LockInfo,
+    LockKind, LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -88,18 +95,24 @@ impl Default for RedisOptions {
     }
 }
 
-/// Locks on one Redis server (`redis://[user:pass@]host:port[/db]`, or `rediss://` for TLS).
+/// Locks on one Redis server (`redis://[user:pass@]host:port[/db]`, or `rediss://` for TLS),
+/// on the master that Sentinels name (`redis+sentinel://…/MASTER`), or on the master of each
+/// lock's hash slot in a Redis Cluster (`redis+cluster://host:port[,host:port]`): the same
+/// layout and scripts in each, see [`connect`](crate::connect) for the URLs.
 pub struct RedisBackend {
     client: redis::Client,
     target: String,
     config: AsyncConnectionConfig,
     /// The lock path's connections: the built-in client for plain TCP, else the `redis` crate.
-    pool: Option<Pool>,
+    pool: Option<Arc<Pool>>,
     conn: Mutex<Option<MultiplexedConnection>>,
     scripts: Scripts,
     signals: Arc<ReleaseSignals>,
     grants: Arc<Grants>,
     pubsub: tokio::sync::Mutex<PubSub>,
+    /// Set when the pub/sub connection dropped or a failover moved the master: the next
+    /// attempt subscribes every channel again, on a node that serves now.
+    relisten: Arc<AtomicBool>,
     waiter_ttl_ms: u64,
     spring_legacy_channel: bool,
     /// Replicas that must acknowledge an acquisition or extension (`WAIT`), 0 for none.
@@ -107,6 +120,8 @@ pub struct RedisBackend {
     replica_timeout_ms: u64,
     /// With Sentinel: how to reach the current master's pub/sub.
     sentinel: Option<sentinel::Mode>,
+    /// With Redis Cluster: the slot map and a pool per node, instead of `pool`.
+    cluster: Option<cluster::Cluster>,
     /// Names this backend instance's wake channel: queued waiters are woken one at a time.
     instance: String,
 }
@@ -138,9 +153,15 @@ impl RedisBackend {
     ///
     /// The URL's query may say `spring_legacy_channel=true` (see
     /// [`RedisOptions::spring_legacy_channel`]); the rest of it goes to the `redis` crate.
+    /// `redis+sentinel://` and `redis+cluster://` URLs take `min_replicas` and
+    /// `replica_timeout` (replicas that must acknowledge an acquisition or extension with
+    /// `WAIT`, default 1 when the masters have replicas; how long `WAIT` may take, default 1 s).
     pub async fn connect(url: &str) -> Result<Self> {
         if url.starts_with("redis+sentinel://") {
             return sentinel::connect(url, RedisOptions::default()).await;
+        }
+        if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") {
+            return cluster::connect(url, RedisOptions::default()).await;
         }
         let mut options = RedisOptions::default();
         let url = match url.split_once('?') {
@@ -241,7 +262,7 @@ impl RedisBackend {
         // As the `redis` crate decodes them for its own connections (a `+` stays a `+`).
         let decode = crate::url::percent_decode_lenient;
         let pool = (parsed.scheme() == "redis").then(|| {
-            Pool::new(ConnInfo {
+            Arc::new(Pool::new(ConnInfo {
                 addr: format!(
                     "{}:{}",
                     host.trim_matches(['[', ']']),
@@ -253,7 +274,7 @@ impl RedisBackend {
                 connect_timeout: options.connect_timeout,
                 response_timeout: options.response_timeout,
                 sentinel: None,
-            })
+            }))
         });
         Ok(RedisBackend {
             client,
@@ -261,23 +282,17 @@ impl RedisBackend {
             config,
             pool,
             conn: Mutex::new(None),
-            scripts: Scripts {
-                acquire: Lua::with_queue(ACQUIRE),
-                release: Lua::with_queue(RELEASE),
-                force_release: Lua::with_queue(FORCE_RELEASE),
-                leave: Lua::with_queue(LEAVE),
-                extend: Lua::new(EXTEND),
-                extend_many: Lua::new(EXTEND_MANY),
-                inspect: Lua::new(INSPECT),
-            },
+            scripts: Scripts::new(false),
             signals: Arc::new(ReleaseSignals::default()),
             grants: Arc::default(),
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
+            relisten: Arc::default(),
             waiter_ttl_ms: ms(options.waiter_ttl),
             spring_legacy_channel: options.spring_legacy_channel,
             min_replicas: 0,
             replica_timeout_ms: 1000,
             sentinel: None,
+            cluster: None,
             instance: format!("{:016x}", rand::random::<u64>()),
         })
     }
@@ -324,7 +339,9 @@ impl RedisBackend {
     }
 
     /// The scripted attempt: joins the wait queue in [`AcquireMode::Queue`], takes over a lock
-    /// already held with `token`, seeds the fence counter.
+    /// already held with `token`, seeds the fence counter. Without `fifo` (Redlock) the queue
+    /// only tells readers that an exclusive waiter waits.
+    #[allow(clippy::too_many_arguments)]
     async fn acquire_script(
         &self,
         key: &str,
@@ -333,6 +350,7 @@ impl RedisBackend {
         hex: &[u8],
         lease_ms: &str,
         mode: AcquireMode,
+        fifo: bool,
     ) -> Result<Attempt> {
         let waiter_ttl_ms = match mode {
             AcquireMode::Try => 0,
@@ -341,11 +359,12 @@ impl RedisBackend {
         let (queue, waiters) = Self::queue_keys(key);
         let member = self.member(token);
         let ttl = waiter_ttl_ms.to_string();
+        let args: &[&[u8]] = &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member, b"0"];
         let reply = self
             .eval_replicated(
                 &self.scripts.acquire,
                 &[key, fence_key, &queue, &waiters],
-                &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member],
+                if fifo { &args[..4] } else { args },
             )
             .await?;
         let (ok, value) = match reply.ints().as_deref() {
@@ -366,41 +385,94 @@ impl RedisBackend {
         }
     }
 
-    /// Sends [`scripts::EXTEND_MANY`] (by SHA, or its body with `EVAL`) once per chunk of
-    /// [`RENEW_CHUNK`] locks, in one pipeline.
-    async fn extend_chunks(
-        &self,
-        script: &[u8],
-        keys: &[String],
-        args: &[([u8; 32], String)],
-    ) -> Result<Vec<Reply>> {
-        let verb: &[u8] = if script.len() == 40 {
-            b"EVALSHA"
-        } else {
-            b"EVAL"
+    /// Renews `batch` on one node: one script call per chunk of [`RENEW_CHUNK`] holds of a
+    /// kind (`EXTEND_MANY` for mutex holds, `KIND_EXTEND` for the others), all chunks in one
+    /// pipeline (on Redis Cluster, the holds of one hash slot).
+    async fn extend_batch(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        if batch.len() == 1 {
+            return vec![
+                self.extend(&batch[0].name, batch[0].token, batch[0].lease)
+                    .await,
+            ];
+        }
+        // One script call per chunk of locks, all chunks in one pipeline: the server runs a
+        // loop instead of parsing and dispatching a command per lock. Mutex holds and the
+        // other kinds have a script each.
+        let (mutex, others): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].name.kind() == LockKind::Mutex);
+        let keys: Vec<String> = batch.iter().map(|r| Self::lock_key(&r.name)).collect();
+        let cluster = self.cluster.is_some();
+        let prefixes: Vec<String> = others
+            .iter()
+            .map(|&i| reader_prefix(&keys[i], cluster))
+            .collect();
+        let tokens: Vec<[u8; 32]> = batch.iter().map(|r| r.token.to_hex_bytes()).collect();
+        let leases: Vec<String> = batch.iter().map(|r| ms(r.lease).to_string()).collect();
+        let mut calls: Vec<(&Lua, Vec<&[u8]>, usize)> = Vec::new();
+        let mut spans: Vec<&[usize]> = Vec::new();
+        for chunk in mutex.chunks(RENEW_CHUNK) {
+            let mut rest: Vec<&[u8]> = Vec::with_capacity(3 * chunk.len());
+            rest.extend(chunk.iter().map(|&i| keys[i].as_bytes()));
+            for &i in chunk {
+                rest.extend([tokens[i].as_slice(), leases[i].as_bytes()]);
+            }
+            calls.push((&self.scripts.extend_many, rest, chunk.len()));
+            spans.push(chunk);
+        }
+        for (chunk, prefixes) in others.chunks(RENEW_CHUNK).zip(prefixes.chunks(RENEW_CHUNK)) {
+            let mut rest: Vec<&[u8]> = Vec::with_capacity(5 * chunk.len());
+            for (&i, prefix) in chunk.iter().zip(prefixes) {
+                rest.extend([keys[i].as_bytes(), prefix.as_bytes()]);
+            }
+            for &i in chunk {
+                rest.extend([
+                    tokens[i].as_slice(),
+                    leases[i].as_bytes(),
+                    letter(batch[i].name.kind()),
+                ]);
+            }
+            calls.push((&self.scripts.kind_extend, rest, 2 * chunk.len()));
+            spans.push(chunk);
+        }
+        let replies = match self.eval_pipeline(&calls, true).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                let (msg, retry) = (e.to_string(), e.is_retryable());
+                return batch
+                    .iter()
+                    .map(|_| {
+                        Err(if retry {
+                            Error::unavailable(KIND, msg.clone())
+                        } else {
+                            Error::backend(KIND, msg.clone())
+                        })
+                    })
+                    .collect();
+            }
         };
-        let counts: Vec<String> = keys
-            .chunks(RENEW_CHUNK)
-            .map(|c| c.len().to_string())
-            .collect();
-        let cmds: Vec<Vec<&[u8]>> = keys
-            .chunks(RENEW_CHUNK)
-            .zip(args.chunks(RENEW_CHUNK))
-            .zip(&counts)
-            .map(|((keys, args), n)| {
-                let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + 3 * keys.len());
-                cmd.extend([verb, script, n.as_bytes()]);
-                cmd.extend(keys.iter().map(|k| k.as_bytes()));
-                for (token, lease) in args {
-                    cmd.extend([token.as_slice(), lease.as_bytes()]);
+        let mut out: Vec<Option<Result<bool>>> = (0..batch.len()).map(|_| None).collect();
+        for (reply, chunk) in replies.into_iter().zip(spans) {
+            match reply {
+                Reply::Array(Some(items)) if items.len() == chunk.len() => {
+                    for (item, &i) in items.iter().zip(chunk) {
+                        out[i] = Some(Ok(item.int().is_some_and(|n| n > 0)));
+                    }
                 }
-                cmd
-            })
-            .collect();
-        let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
-        let (replies, acked) = self.pipeline_then_wait(&refs, true).await?;
-        self.check_replicated(acked)?;
-        Ok(replies)
+                Reply::Error(e) => {
+                    for &i in chunk {
+                        out[i] = Some(Err(server_err(e.clone())));
+                    }
+                }
+                r => {
+                    for &i in chunk {
+                        out[i] = Some(Err(Error::backend(KIND, format!("unexpected reply {r:?}"))));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend(KIND, "short pipeline reply"))))
+            .collect()
     }
 
     fn queue_keys(key: &str) -> (String, String) {
@@ -417,6 +489,7 @@ impl Backend for RedisBackend {
             .fencing(Fencing::MonotonicAcrossDataLoss)
             .notifies_release(true)
             .fifo(true)
+            .all_kinds()
     }
 
     /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
@@ -434,9 +507,23 @@ impl Backend for RedisBackend {
     /// A lock that already carries the caller's token (an earlier attempt's reply was lost)
     /// looks busy to a try; the registry's next attempt, in [`AcquireMode::Queue`], is the
     /// script, which recognises it.
+    ///
+    /// Read, write and permit holds are one script each (`scripts::KIND_ACQUIRE`), which
+    /// also keeps a place in the wait queue in [`AcquireMode::Queue`].
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.relisten_if_asked().await;
         let (name, token, lease, mode) =
             (&request.name, request.token, request.lease, request.mode);
+        if name.kind() != LockKind::Mutex {
+            return match self
+                .kind_attempt(name, token, ms(lease), mode, true, -1)
+                .await?
+            {
+                KindAttempt::Acquired { fence, .. } => Ok(Attempt::Acquired { fence }),
+                KindAttempt::Busy { retry_after } => Ok(Attempt::Busy { retry_after }),
+                KindAttempt::Disagree { permits } => Err(disagreement(name, permits)),
+            };
+        }
         let key = Self::lock_key(name);
         let fence_key = sibling_key(&key, "fence");
         let hex = token.to_hex_bytes();
@@ -450,7 +537,10 @@ impl Backend for RedisBackend {
                 b"PX",
                 lease_ms.as_bytes(),
             ];
-            let incr: &[&[u8]] = &[b"INCR", fence_key.as_bytes()];
+            let incr: &[&[u8]] = match &self.scripts.fence_floored {
+                Some(lua) => &[b"EVALSHA", lua.sha.as_bytes(), b"1", fence_key.as_bytes()],
+                None => &[b"INCR", fence_key.as_bytes()],
+            };
             let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
             // Checked only once taken: a busy attempt wrote nothing that matters.
             if matches!(replies.first(), Some(Reply::Simple(_))) {
@@ -463,11 +553,21 @@ impl Backend for RedisBackend {
                 }
                 // Taken, but the fence counter must be seeded first: the script does that.
                 Ok([Reply::Simple(_), Reply::Int(_)]) => {}
+                // Taken, but the node does not know the fence script yet (Cluster): sent
+                // again by `eval`, whose `EVAL` also loads it for next time.
+                Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {
+                    if let Some(lua) = &self.scripts.fence_floored {
+                        let f = self.eval_replicated(lua, &[&fence_key], &[]).await?;
+                        if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
+                            return Ok(Attempt::Acquired { fence: f as u64 });
+                        }
+                    }
+                }
                 Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
                 r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
             }
         }
-        self.acquire_script(&key, &fence_key, token, &hex, &lease_ms, mode)
+        self.acquire_script(&key, &fence_key, token, &hex, &lease_ms, mode, true)
             .await
     }
 
@@ -482,21 +582,16 @@ impl Backend for RedisBackend {
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         self.grants.take(&token.to_hex_bytes());
-        let key = Self::lock_key(name);
-        let (queue, waiters) = Self::queue_keys(&key);
-        let channel = Self::channel(name);
-        let wake = Self::wake_prefix(name);
-        let member = self.member(token);
-        self.eval(
-            &self.scripts.leave,
-            &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
-            &[&member, wake.as_bytes(), channel.as_bytes(), self.legacy()],
-        )
-        .await?;
-        Ok(())
+        self.leave_key(name, token, true).await
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        if name.kind() != LockKind::Mutex {
+            return Ok(Released {
+                was_held: self.kind_release(name, token, true).await?,
+                contended: false,
+            });
+        }
         let key = Self::lock_key(name);
         let (queue, waiters) = Self::queue_keys(&key);
         let channel = Self::channel(name);
@@ -517,6 +612,9 @@ impl Backend for RedisBackend {
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        if name.kind() != LockKind::Mutex {
+            return Ok(self.kind_extend(name, token, ms(lease)).await? > 0);
+        }
         let key = Self::lock_key(name);
         let (token, lease) = (token.to_string(), ms(lease).to_string());
         let r = self
@@ -530,60 +628,10 @@ impl Backend for RedisBackend {
     }
 
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        if batch.len() == 1 {
-            return vec![
-                self.extend(&batch[0].name, batch[0].token, batch[0].lease)
-                    .await,
-            ];
+        if self.cluster.is_some() {
+            return cluster::extend_by_slot(self, batch).await;
         }
-        // One script call per chunk of locks, all chunks in one pipeline: the server runs a
-        // loop instead of parsing and dispatching a command per lock.
-        let keys: Vec<String> = batch.iter().map(|r| Self::lock_key(&r.name)).collect();
-        let args: Vec<([u8; 32], String)> = batch
-            .iter()
-            .map(|r| (r.token.to_hex_bytes(), ms(r.lease).to_string()))
-            .collect();
-        let lua = &self.scripts.extend_many;
-        let mut result = self.extend_chunks(lua.sha.as_bytes(), &keys, &args).await;
-        if matches!(&result, Ok(replies) if replies.iter().any(|r| matches!(r, Reply::Error(e) if e.starts_with("NOSCRIPT"))))
-        {
-            // The server lost its script cache (a restart): send the body this once.
-            result = self.extend_chunks(lua.body.as_bytes(), &keys, &args).await;
-        }
-        let replies = match result {
-            Ok(replies) => replies,
-            Err(e) => {
-                let (msg, retry) = (e.to_string(), e.is_retryable());
-                return batch
-                    .iter()
-                    .map(|_| {
-                        Err(if retry {
-                            Error::unavailable(KIND, msg.clone())
-                        } else {
-                            Error::backend(KIND, msg.clone())
-                        })
-                    })
-                    .collect();
-            }
-        };
-        let mut out = Vec::with_capacity(batch.len());
-        for (reply, chunk) in replies.into_iter().zip(batch.chunks(RENEW_CHUNK)) {
-            match reply {
-                Reply::Array(Some(items)) if items.len() == chunk.len() => {
-                    out.extend(items.iter().map(|r| Ok(r.int() == Some(1))))
-                }
-                Reply::Error(e) => out.extend(chunk.iter().map(|_| Err(server_err(e.clone())))),
-                r => out.extend(
-                    chunk
-                        .iter()
-                        .map(|_| Err(Error::backend(KIND, format!("unexpected reply {r:?}")))),
-                ),
-            }
-        }
-        out.resize_with(batch.len(), || {
-            Err(Error::backend(KIND, "short pipeline reply"))
-        });
-        out
+        self.extend_batch(batch).await
     }
 
     /// Listens to the lock's release channel and to the waiter's own wake-up (the release
@@ -602,39 +650,21 @@ impl Backend for RedisBackend {
         Ok(sub.merge(mine))
     }
 
-    /// Deletes the lock key whoever holds it (also a foreign client's), and wakes waiters as a
-    /// release does. The fence counter is kept.
+    /// Removes whatever holds the key: the mutex string (also a foreign client's), every
+    /// reader (and their timeout keys) or writer of the read-write lock, every permit; and
+    /// wakes waiters as a release does. The fence counter is kept.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let key = Self::lock_key(name);
-        let (queue, waiters) = Self::queue_keys(&key);
-        let channel = Self::channel(name);
-        let wake = Self::wake_prefix(name);
-        let r = self
-            .eval(
-                &self.scripts.force_release,
-                &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
-                &[channel.as_bytes(), wake.as_bytes(), self.legacy()],
-            )
-            .await?;
-        Ok(r.int() == Some(1))
+        self.force_release_key(name, true).await
     }
 
+    /// Whatever holds the key, with its kind, holders, live waiters (its wait queue), the
+    /// latest fence issued and the longest lease left.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let key = Self::lock_key(name);
-        let fence_key = sibling_key(&key, "fence");
-        let r = self
-            .eval(&self.scripts.inspect, &[&key, &fence_key], &[])
-            .await?;
-        let (pttl, fence) = match r.ints().as_deref() {
-            Some(&[pttl, fence]) => (pttl, fence),
-            _ => return Err(Error::backend(KIND, format!("unexpected reply {r:?}"))),
-        };
-        if pttl == -2 {
-            return Ok(None);
-        }
-        Ok(Some(LockInfo {
-            fence: u64::try_from(fence).ok(),
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        }))
+        self.inspect_key(&Self::lock_key(name)).await
+    }
+
+    /// `SCAN` for `<prefix>:*`, then the keys' inspection in pipelines of scripts.
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        self.list_prefix(prefix).await
     }
 }

@@ -2,6 +2,7 @@
 //! it turns messages into, and the locks a release handed to this backend's waiters.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use futures_util::StreamExt;
@@ -17,6 +18,8 @@ pub(super) struct PubSub {
     sink: Option<PubSubSink>,
     channels: HashSet<String>,
     alive: Option<Weak<()>>,
+    /// The task reading the connection's messages.
+    reader: Option<tokio::task::AbortHandle>,
 }
 
 /// Locks handed to this backend's waiters by a release (token → fence), until the waiter
@@ -51,6 +54,7 @@ pub(super) async fn read_messages(
     mut stream: redis::aio::PubSubStream,
     signals: Weak<ReleaseSignals>,
     grants: Weak<Grants>,
+    relisten: Weak<AtomicBool>,
     wake_suffix: String,
     _alive: Arc<()>,
 ) {
@@ -81,7 +85,11 @@ pub(super) async fn read_messages(
             signals.fire(&payload);
         }
     }
-    // The connection is gone: wake every waiter so it re-checks (and resubscribes).
+    // The connection is gone: the next attempt subscribes again, and every waiter re-checks
+    // now (its next attempt is that one).
+    if let Some(relisten) = relisten.upgrade() {
+        relisten.store(true, Ordering::Release);
+    }
     if let Some(signals) = signals.upgrade() {
         signals.fire_all();
     }
@@ -90,45 +98,94 @@ pub(super) async fn read_messages(
 impl RedisBackend {
     /// Makes sure the pub/sub connection listens on the prefix's release and wake channels.
     pub(super) async fn ensure_listening(&self, name: &LockName) -> Result<()> {
-        let channel = Self::channel(name);
+        self.listen(Some(Self::channel(name)), false).await
+    }
+
+    /// After the pub/sub connection dropped, or a failover moved the master (Sentinel's
+    /// `+switch-master`), subscribes every channel again on a node that serves now, so that
+    /// waiters who subscribed before hear releases again. A failure leaves it asked for.
+    pub(super) async fn relisten_if_asked(&self) {
+        if self.relisten.load(Ordering::Relaxed) && self.relisten.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.listen(None, true).await {
+                tracing::debug!(error = %e, "pub/sub not re-established; waiters poll");
+                self.relisten.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Listens on `channel` (and its wake channel) as well as on every channel listened to
+    /// before; with `fresh`, on a new connection even if the old one still stands.
+    async fn listen(&self, channel: Option<String>, fresh: bool) -> Result<()> {
         let mut ps = self.pubsub.lock().await;
+        if channel.is_none() && ps.channels.is_empty() {
+            // Nobody listened yet: the first subscription connects.
+            return Ok(());
+        }
         let dead = ps.alive.as_ref().is_none_or(|w| w.strong_count() == 0);
-        if dead {
-            let pubsub = match &self.sentinel {
-                // Subscribed on the master the lock path reaches now.
-                Some(mode) => mode.client(self)?.get_async_pubsub().await,
-                None => self.client.get_async_pubsub().await,
+        if dead || fresh {
+            let pubsub = match (&self.sentinel, &self.cluster) {
+                // Subscribed on the master the Sentinels name now.
+                (Some(mode), _) => mode.client(self).await?.get_async_pubsub().await,
+                // Any node: the cluster forwards every PUBLISH to all of them.
+                (None, Some(cluster)) => Ok(cluster.pubsub().await?),
+                (None, None) => self.client.get_async_pubsub().await,
             }
             .map_err(map_err)?;
-            let (sink, stream) = pubsub.split();
+            let (mut sink, stream) = pubsub.split();
+            let known = std::mem::take(&mut ps.channels);
+            for c in &known {
+                if let Err(e) = self.subscribe_prefix(&mut sink, c).await {
+                    ps.channels = known;
+                    return Err(e);
+                }
+            }
             let alive = Arc::new(());
             ps.alive = Some(Arc::downgrade(&alive));
             ps.sink = Some(sink);
-            ps.channels.clear();
-            tokio::spawn(read_messages(
+            ps.channels = known;
+            let reader = tokio::spawn(read_messages(
                 stream,
                 Arc::downgrade(&self.signals),
                 Arc::downgrade(&self.grants),
+                Arc::downgrade(&self.relisten),
                 format!("-wake:{}", self.instance),
                 alive,
             ));
-        }
-        if !ps.channels.contains(&channel) {
-            let sink = ps
-                .sink
-                .as_mut()
-                .ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
-            let wake = format!("{}{}", Self::wake_prefix(name), self.instance);
-            let mut res = sink.subscribe(&[channel.clone(), wake]).await;
-            if res.is_ok() {
-                res = sink.psubscribe(format!("{channel}:*")).await;
+            // A replaced connection that still stands would only hear a demoted master.
+            if let Some(old) = ps.reader.replace(reader.abort_handle()) {
+                old.abort();
             }
+            if fresh {
+                // Releases while the old connection heard nothing: every waiter re-checks.
+                self.signals.fire_all();
+            }
+        }
+        if let Some(channel) = channel.filter(|c| !ps.channels.contains(c)) {
+            let mut sink = ps
+                .sink
+                .take()
+                .ok_or_else(|| Error::unavailable(KIND, "no pub/sub connection"))?;
+            let res = self.subscribe_prefix(&mut sink, &channel).await;
+            ps.sink = Some(sink);
             if let Err(e) = res {
                 ps.alive = None;
-                return Err(map_err(e));
+                return Err(e);
             }
             ps.channels.insert(channel);
         }
         Ok(())
+    }
+
+    /// Subscribes `sink` to a prefix's release channel `channel` (`<prefix>-channel`), its
+    /// per-key pattern and this instance's wake channel.
+    async fn subscribe_prefix(&self, sink: &mut PubSubSink, channel: &str) -> Result<()> {
+        let prefix = channel.strip_suffix("-channel").unwrap_or(channel);
+        let wake = format!("{prefix}-wake:{}", self.instance);
+        sink.subscribe(&[channel.to_owned(), wake])
+            .await
+            .map_err(map_err)?;
+        sink.psubscribe(format!("{channel}:*"))
+            .await
+            .map_err(map_err)
     }
 }

@@ -4,6 +4,7 @@
 //! is nothing between the caller and the socket.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -77,6 +78,8 @@ impl From<io::Error> for RespError {
 }
 
 struct Conn {
+    /// The pool's generation when the connection was opened; see [`Pool::clear`].
+    generation: u64,
     stream: TcpStream,
     out: Vec<u8>,
     buf: Vec<u8>,
@@ -92,6 +95,8 @@ pub(crate) struct Pool {
     open: tokio::sync::Semaphore,
     /// With Sentinel: the master the last connection went to.
     master: Mutex<Option<String>>,
+    /// Counts [`Pool::clear`]s: a connection opened before the last one is not kept.
+    generation: AtomicU64,
 }
 
 const MAX_IDLE: usize = MAX_OPEN;
@@ -104,6 +109,7 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             open: tokio::sync::Semaphore::new(MAX_OPEN),
             master: Mutex::new(None),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -123,7 +129,7 @@ impl Pool {
         let reused = idle.is_some();
         let mut conn = match idle {
             Some(c) => c,
-            None => self.connect().await?,
+            None => self.connect().await.map_err(unsent)?,
         };
         let timeout = self.info.response_timeout;
         let no_reply = || io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
@@ -133,27 +139,39 @@ impl Pool {
                 // closed it): nothing was sent, so the request goes out on a new one.
                 tracing::debug!(error = %e, "idle connection unusable; reconnecting");
                 self.clear();
-                conn = self.connect().await?;
+                conn = self.connect().await.map_err(unsent)?;
                 tokio::time::timeout(timeout, conn.exchange(cmds))
                     .await
                     .map_err(|_| no_reply())??
             }
             r => r.map_err(|_| no_reply())??,
         };
-        // Only a connection whose replies were all read goes back: it is in step again.
+        // Only a connection whose replies were all read goes back: it is in step again. One
+        // opened before a `clear` may go to a node that is no longer the one to use.
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < MAX_IDLE {
+        if idle.len() < MAX_IDLE && conn.generation == self.generation.load(Ordering::Acquire) {
             idle.push(conn);
         }
         Ok(replies)
     }
 
-    /// Forgets idle connections (after a failure, they may all be broken).
+    /// Forgets idle connections (after a failure, they may all be broken; after a failover,
+    /// they go to the old master), and those in use when they come back.
     pub(crate) fn clear(&self) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        idle.clear();
     }
 
     async fn connect(&self) -> Result<Conn, RespError> {
+        // Read before connecting: a `clear` while this connects makes it one not to keep.
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut conn = self.connect_now().await?;
+        conn.generation = generation;
+        Ok(conn)
+    }
+
+    async fn connect_now(&self) -> Result<Conn, RespError> {
         let info = &self.info;
         let Some(sentinel) = &info.sentinel else {
             return open(
@@ -247,12 +265,29 @@ impl Pool {
         ))))
     }
 
+    /// With Sentinel: where the Sentinels say the master is now.
+    pub(crate) async fn current_master(&self) -> Result<String, RespError> {
+        match &self.info.sentinel {
+            Some(s) => self.master_addr(s).await,
+            None => Ok(self.info.addr.clone()),
+        }
+    }
+
     /// The master the last connection went to, with Sentinel.
     pub(crate) fn master(&self) -> Option<String> {
         self.master
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// A connection that could not be opened sent nothing: I/O errors of connecting are
+/// [`RespError::Unsent`], so a caller knows it may send the request elsewhere.
+fn unsent(e: RespError) -> RespError {
+    match e {
+        RespError::Io(e) => RespError::Unsent(e),
+        other => other,
     }
 }
 
@@ -269,6 +304,7 @@ async fn open(
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
     let mut conn = Conn {
+        generation: 0,
         stream,
         out: Vec::with_capacity(512),
         buf: Vec::with_capacity(512),
@@ -296,6 +332,46 @@ async fn open(
         }
     }
     Ok(conn)
+}
+
+/// A connection subscribed to one channel, for the Sentinels' `+switch-master` events.
+pub(crate) struct Subscriber(Conn);
+
+impl Subscriber {
+    /// Connects to `addr` (with `user` and `password` if given) and subscribes to `channel`.
+    pub(crate) async fn connect(
+        addr: &str,
+        user: Option<&str>,
+        password: Option<&str>,
+        timeout: Duration,
+        channel: &str,
+    ) -> Result<Subscriber, RespError> {
+        let mut conn = open(addr, user, password, 0, timeout).await?;
+        let cmd: [&[u8]; 2] = [b"SUBSCRIBE", channel.as_bytes()];
+        let reply = tokio::time::timeout(timeout, conn.exchange(&[cmd]))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "SUBSCRIBE timed out"))??;
+        match reply.into_iter().next() {
+            Some(Reply::Array(Some(_))) => Ok(Subscriber(conn)),
+            Some(Reply::Error(e)) => Err(RespError::Server(e)),
+            r => Err(RespError::Server(format!(
+                "unexpected SUBSCRIBE reply {r:?}"
+            ))),
+        }
+    }
+
+    /// The payload of the next message; waits for it without limit.
+    pub(crate) async fn next_message(&mut self) -> Result<Vec<u8>, RespError> {
+        loop {
+            if let Reply::Array(Some(items)) = self.0.read_reply().await? {
+                if let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(payload))] = items.as_slice() {
+                    if kind == b"message" {
+                        return Ok(payload.clone());
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Conn {

@@ -4,24 +4,9 @@
 
 use redis::Script;
 
-/// Helpers shared by the scripts that use the wait queue. KEYS are always lock, fence, queue
-/// (`KEYS[3]`), waiters (`KEYS[4]`: each waiter's `<expiry ms>:<lease ms>`).
-///
-/// - `fence()` takes the next fence: `INCR`, and when the counter was missing it starts at the
-///   server's clock in microseconds.
-/// - `purge()` returns the head of the queue and the lease it asked for, after dropping
-///   waiters whose place expired. One ZRANGE when nobody waits.
-/// - `hand_to(head, lease, wake)` gives the lock to a waiter: the lock key is set to its token
-///   with its lease, it leaves the queue, takes a fence, and learns both from a message
-///   `<token>:<instance>:<fence>` on its instance's wake channel. It needs no round trip of its
-///   own to take the lock (see `Backend::take_grant`); if the message is lost, its next attempt
-///   finds the lock carrying its token.
-/// - `pass_on(channel, legacy, wake, leaving)` gives the lock up: to the head of the queue
-///   (skipping the token `leaving`), so that no `SET NX` client can take it between a release
-///   and the next holder; with nobody queued, the key is deleted and published for Spring's
-///   waiters on `<channel>:<lock key>` (Spring Integration after 6.5.2), and also on `<channel>`
-///   (up to 6.5.2) when `legacy` is `1`.
-const QUEUE: &str = r"
+macro_rules! queue_clock {
+    () => {
+        r"
 local now_ms
 local function clock()
   if not now_ms then
@@ -30,7 +15,14 @@ local function clock()
   end
   return now_ms
 end
-local function fence()
+"
+    };
+}
+
+/// `fence()` of the single-node scripts: the counter, seeded from the clock when missing.
+macro_rules! counter_fence {
+    () => {
+        r"local function fence()
   local f = redis.call('INCR', KEYS[2])
   if f < 1000000000000 then
     local t = redis.call('TIME')
@@ -39,44 +31,123 @@ local function fence()
   end
   return f
 end
-local function purge()
+"
+    };
+}
+
+/// `fence()` where a failover can roll the counter back (Redis Cluster): the counter, but never
+/// below the server's clock in microseconds, so a fence issued after a failover exceeds every
+/// fence the lost writes issued before it, as long as the promoted node's clock is not behind
+/// the old master's by more than the failover took.
+macro_rules! floored_fence {
+    () => {
+        r"local function fence()
+  local f = redis.call('INCR', KEYS[2])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if f < now then
+    f = now
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
+  end
+  return f
+end
+"
+    };
+}
+
+macro_rules! queue_helpers {
+    () => {
+        r"local function purge()
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   while head do
     local place = redis.call('HGET', KEYS[4], head) or '0:0'
-    local expiry, lease = string.match(place, '^(%d+):(%d+)$')
-    if tonumber(expiry or '0') > clock() then return head, lease end
+    local expiry, lease, kind = string.match(place, '^(%d+):(%d+):?(%a*)$')
+    if tonumber(expiry or '0') > clock() then return head, lease, kind end
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
     head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   end
 end
-local function hand_to(head, lease, wake)
-  redis.call('SET', KEYS[1], string.sub(head, 1, 32), 'PX', lease)
+local function hand_to(head, lease, wake, kind)
+  local token = string.sub(head, 1, 32)
+  if kind == 'w' then
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'mode', 'write', token .. ':write', '1')
+    redis.call('PEXPIRE', KEYS[1], lease)
+  else
+    redis.call('SET', KEYS[1], token, 'PX', lease)
+  end
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
   redis.call('PUBLISH', wake .. string.sub(head, 34), head .. ':' .. string.format('%.0f', fence()))
 end
-local function pass_on(channel, legacy, wake, leaving)
-  local head, lease = purge()
+local function pass_on(channel, legacy, wake, leaving, grants)
+  local head, lease, kind = purge()
   while head and string.sub(head, 1, 32) == leaving do
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
-    head, lease = purge()
+    head, lease, kind = purge()
   end
-  if head then
-    hand_to(head, lease, wake)
-    return
+  if head and grants ~= false and (kind == '' or kind == 'w') then
+    hand_to(head, lease, wake, kind)
+    return true
   end
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', channel .. ':' .. KEYS[1], KEYS[1])
   if legacy == '1' then redis.call('PUBLISH', channel, KEYS[1]) end
+  return false
 end
+"
+    };
+}
+
+/// Helpers shared by the scripts that use the wait queue. KEYS are always lock, fence, queue
+/// (`KEYS[3]`), waiters (`KEYS[4]`: each waiter's `<expiry ms>:<lease ms>`, followed by
+/// `:r`, `:w` or `:s` for a reader, writer or permit taker; nothing for a mutex waiter).
+///
+/// - `fence()` takes the next fence: `INCR`, and when the counter was missing it starts at the
+///   server's clock in microseconds (on Redis Cluster: never below the server's clock, see
+///   `floored_fence!`). Every kind of the key takes its fences from it.
+/// - `purge()` returns the head of the queue, the lease it asked for and its kind (`''`,
+///   `'r'`, `'w'`, `'s'`), after dropping waiters whose place expired. One ZRANGE when nobody
+///   waits.
+/// - `hand_to(head, lease, wake, kind)` gives the lock to a mutex waiter (the lock key is set to
+///   its token with its lease) or a writer (the lock key becomes a Redisson write hash with its
+///   field): it leaves the queue, takes a fence, and learns both from a message
+///   `<token>:<instance>:<fence>` on its instance's wake channel. It needs no round trip of its
+///   own to take the lock (see `Backend::take_grant`); if the message is lost, its next attempt
+///   finds the lock carrying its token.
+/// - `pass_on(channel, legacy, wake, leaving, grants)` gives the lock up: to the head of the
+///   queue (skipping the token `leaving`) when that is a mutex waiter or a writer and `grants`
+///   is not `false` (Redlock passes `false`: a hand-over on one node is no majority), so that no
+///   `SET NX` client can take it between a release and the next holder; otherwise the key is
+///   deleted and published for Spring's waiters and every distlock waiter on
+///   `<channel>:<lock key>` (Spring Integration after 6.5.2), and also on `<channel>` (up to
+///   6.5.2) when `legacy` is `1`. Readers and permit takers at the head are woken that way
+///   and take the key with their next attempt. Returns whether it handed the lock over.
+const QUEUE: &str = concat!(queue_clock!(), counter_fence!(), queue_helpers!());
+
+/// [`QUEUE`] with the fence floored at the server clock (see `floored_fence!`).
+const QUEUE_FLOORED: &str = concat!(queue_clock!(), floored_fence!(), queue_helpers!());
+
+/// KEYS: fence. The next fence, floored at the server clock: the uncontended acquisition's
+/// `INCR` where a failover can roll the counter back (the same as `floored_fence!`).
+pub(super) const FENCE_FLOORED: &str = r"
+local f = redis.call('INCR', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if f < now then
+  f = now
+  redis.call('SET', KEYS[1], string.format('%.0f', f), 'PX', 86400000)
+end
+return f
 ";
 
 /// KEYS: lock, fence, queue, waiter places. ARGV: token, lease ms, waiter ttl ms (0: the
-/// caller will not wait, do not queue it), queue member (`<token>:<instance>`). Returns
-/// {1, fence} when acquired, {0, pttl} when busy. Only the head of the wait queue (or anyone,
-/// when nobody waits) may take a free lock.
+/// caller will not wait, do not queue it), queue member (`<token>:<instance>`), and on Redlock
+/// `0` (the queue only tells readers that an exclusive waiter waits; no head rule, which would
+/// let each node pick another head). Returns {1, fence} when acquired, {0, pttl} when busy.
+/// Only the head of the wait queue (or anyone, when nobody waits) may take a free lock.
 ///
 /// A lock already held with the caller's token is the caller's: a release handed it over and
 /// the message was lost, or an earlier attempt succeeded but its reply was lost. That counts
@@ -89,7 +160,7 @@ end
 /// there, so it keeps increasing across data loss unless the clock steps back or the key saw
 /// more than a million acquisitions a second. [`FENCE_SEED`] is the bound both paths use.
 pub(super) const ACQUIRE: &str = r"
-local head = purge()
+local head = ARGV[5] ~= '0' and purge() or nil
 local won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not won and redis.pcall('GET', KEYS[1]) == ARGV[1] then
   won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -121,41 +192,490 @@ pub(super) const FENCE_SEED: i64 = 1_000_000_000_000;
 /// KEYS: lock, fence, queue, waiter places. ARGV: token, channel, wake channel prefix, legacy
 /// channel (`1` or `0`). Returns 1 when released, 0 when not held by token. The lock goes to
 /// the first distlock waiter, if any (see `pass_on`), else it is deleted and published.
+/// `pcall`: a hash at the key (a read-write lock or semaphore took it after this hold was
+/// lost) is simply not ours.
 pub(super) const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 pass_on(ARGV[2], ARGV[4], ARGV[3], ARGV[1])
 return 1
 ";
 
-/// KEYS: lock, fence, queue, waiter places. ARGV: channel, wake channel prefix, legacy
-/// channel. Returns 1 when a holder was removed. [`RELEASE`] without the owner check: an
-/// operator's forced release, which passes the lock on the same way.
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: channel, wake channel
+/// prefix, legacy channel, Redisson channel, grants (`0` on Redlock). Returns 1 when a live
+/// holder was removed. An operator's forced release of whatever holds the key: a mutex (also a
+/// foreign client's), every reader (their timeout keys too) or writer, every permit; passed on
+/// as a release is. Redisson's waiters hear `0` (readers removed) or `1` (a writer removed).
 pub(super) const FORCE_RELEASE: &str = r"
-local holder = redis.pcall('GET', KEYS[1])
-if not holder then return 0 end
-if type(holder) ~= 'string' then holder = '' end
-pass_on(ARGV[1], ARGV[3], ARGV[2], holder)
-return 1
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then return 0 end
+local removed, leaving = 1, ''
+if t == 'string' then
+  leaving = redis.call('GET', KEYS[1])
+elseif t == 'hash' then
+  local mode = redis.call('HGET', KEYS[1], 'mode')
+  if mode == 'read' then
+    removed = 0
+    local all = redis.call('HGETALL', KEYS[1])
+    for i = 1, #all, 2 do
+      local n = tonumber(all[i + 1])
+      if all[i] ~= 'mode' and n and not writer_field(all[i]) then
+        for k = 1, n do removed = math.max(removed, redis.call('DEL', ttl_key(all[i], k))) end
+      end
+    end
+    redis.call('PUBLISH', ARGV[4], '0')
+  elseif mode == 'semaphore' then
+    removed = math.min(prune_permits(), 1)
+  elseif mode == 'write' then
+    redis.call('PUBLISH', ARGV[4], '1')
+  end
+end
+pass_on(ARGV[1], ARGV[3], ARGV[2], leaving, ARGV[5] ~= '0')
+return removed
 ";
 
 /// KEYS: lock, fence, queue, waiter places. ARGV: queue member, wake channel prefix, channel,
-/// legacy channel. Leaves the queue. A lock already handed to the leaver (it gave up just
-/// after a release chose it) is passed on; a free lock goes to the new head of the queue.
+/// legacy channel, grants (`0` on Redlock). Leaves the queue. A lock already handed to the
+/// leaver (it gave up just after a release chose it: the mutex string or a write hash with its
+/// token) is passed on; a free lock goes to the new head of the queue, or its waiters are woken;
+/// a key held by readers or permits is published, so that readers this waiter kept out (or
+/// permit takers behind it) try again.
 pub(super) const LEAVE: &str = r"
+local grants = ARGV[5] ~= '0'
 local removed = redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 local token = string.sub(ARGV[1], 1, 32)
-local holder = redis.pcall('GET', KEYS[1])
-if holder == token then
-  pass_on(ARGV[3], ARGV[4], ARGV[2], token)
+local t = redis.call('TYPE', KEYS[1])['ok']
+local handed = false
+if t == 'string' then
+  handed = redis.call('GET', KEYS[1]) == token
+elseif t == 'hash' then
+  handed = redis.call('HGET', KEYS[1], 'mode') == 'write'
+    and redis.call('HEXISTS', KEYS[1], token .. ':write') == 1
+end
+if handed then
+  pass_on(ARGV[3], ARGV[4], ARGV[2], token, grants)
   return 1
 end
 if removed == 0 then return 0 end
-if not holder then
-  local head, lease = purge()
-  if head then hand_to(head, lease, ARGV[2]) end
+if t == 'none' then
+  local head, lease, kind = purge()
+  if head and grants and (kind == '' or kind == 'w') then
+    hand_to(head, lease, ARGV[2], kind)
+  elseif head then
+    redis.call('PUBLISH', ARGV[3] .. ':' .. KEYS[1], KEYS[1])
+  end
+elseif t == 'hash' then
+  redis.call('PUBLISH', ARGV[3] .. ':' .. KEYS[1], KEYS[1])
 end
 return 1
+";
+
+/// Helpers of the read-write lock and the semaphore, after [`QUEUE`]. `KEYS[5]` is where the
+/// names of reader timeout keys start: `{<lock key>}`, or the lock key itself when it contains
+/// a `{` (Redisson's rule, see `keys::redisson_prefix`).
+///
+/// - `ttl_key(field, k)`: the timeout key of a reader's `k`-th hold,
+///   `<KEYS[5]>:<field>:rwlock_timeout:<k>`. A distlock reader's field is its token (32 hex
+///   digits) and it has one hold (`k = 1`); Redisson's is `<uuid>:<thread id>` with a
+///   reentrant count.
+/// - `prune_readers()`: drops the reader fields none of whose timeout keys is left (a reader,
+///   ours or Redisson's, whose lease ran out), so a crashed reader's share goes after its own
+///   lease whoever else renews; returns the live readers, the other holder fields (writers:
+///   `...:write`, whose lease is the hash's) and the longest reader lease left in ms.
+/// - `prune_permits()`: drops the permits whose expiry (server ms, field value
+///   `<expiry>:<slot>`) has passed; returns the live permits, the slots they use, the soonest
+///   and the longest lease left in ms.
+/// - `queue_allows(member, kind, fifo, free)`: whether the wait queue lets this attempt take
+///   the key now: a reader waits for every earlier waiter that is not a reader (the writer
+///   preference: a waiting mutex, writer or permit taker keeps new readers out, also without
+///   `fifo`); a permit taker for fewer earlier waiters than `free` permits, all of them permit
+///   takers; with `fifo` an exclusive attempt for nobody (it must be the head). An attempt
+///   that is not queued counts everybody queued as earlier. Expired places on the way are
+///   dropped. Also returns whether anybody was queued (else there is no place to give up).
+/// - `join(member, ttl, lease, kind)`: joins the queue or keeps the place (see [`ACQUIRE`]).
+const KINDS: &str = r"
+local function ttl_key(field, k)
+  return KEYS[5] .. ':' .. field .. ':rwlock_timeout:' .. k
+end
+local function writer_field(f)
+  return string.sub(f, -6) == ':write'
+end
+local function prune_readers()
+  local all = redis.call('HGETALL', KEYS[1])
+  local readers, others, longest = 0, 0, 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f ~= 'mode' then
+      local n = tonumber(all[i + 1])
+      if writer_field(f) or not n then
+        others = others + 1
+      else
+        local alive = false
+        for k = n, 1, -1 do
+          local left = redis.call('PTTL', ttl_key(f, k))
+          if left ~= -2 then
+            alive = true
+            if left > longest then longest = left end
+          end
+        end
+        if alive then readers = readers + 1 else redis.call('HDEL', KEYS[1], f) end
+      end
+    end
+  end
+  return readers, others, longest
+end
+local function prune_permits()
+  local all = redis.call('HGETALL', KEYS[1])
+  local live, used, soonest, longest = 0, {}, nil, 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f ~= 'mode' and f ~= 'permits' then
+      local expiry, slot = string.match(all[i + 1], '^(%d+):(%d+)$')
+      local left = tonumber(expiry or '0') - clock()
+      if left > 0 then
+        live = live + 1
+        used[tonumber(slot)] = true
+        if not soonest or left < soonest then soonest = left end
+        if left > longest then longest = left end
+      else
+        redis.call('HDEL', KEYS[1], f)
+      end
+    end
+  end
+  return live, used, soonest, longest
+end
+local function queue_allows(member, kind, fifo, free)
+  local ahead = 0
+  local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
+  for _, e in ipairs(queue) do
+    if e == member then return true, true end
+    local place = redis.call('HGET', KEYS[4], e) or '0:0'
+    local expiry, _, k = string.match(place, '^(%d+):(%d+):?(%a*)$')
+    if tonumber(expiry or '0') <= clock() then
+      redis.call('ZREM', KEYS[3], e)
+      redis.call('HDEL', KEYS[4], e)
+    elseif kind == 'r' then
+      if k ~= 'r' then return false end
+    elseif kind == 's' then
+      ahead = ahead + 1
+      if k ~= 's' or ahead >= free then return false end
+    elseif fifo then
+      return false
+    end
+  end
+  return true, #queue > 0
+end
+local function join(member, ttl, lease, kind)
+  if ttl <= 0 then return end
+  if not redis.call('ZSCORE', KEYS[3], member) then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), member)
+  end
+  redis.call('HSET', KEYS[4], member, string.format('%.0f', clock() + ttl) .. ':' .. lease .. ':' .. kind)
+  redis.call('PEXPIRE', KEYS[3], ttl * 2)
+  redis.call('PEXPIRE', KEYS[4], ttl * 2)
+end
+";
+
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: token, lease ms,
+/// waiter ttl ms (0: do not queue), queue member, kind (`r` read, `w` write, `s` permit),
+/// fifo (`1`; `0` on Redlock), permits, slot (`-1`: the lowest free one). Returns
+/// {1, fence, slot} when acquired, {0, retry ms} when busy, {2, permits} when the semaphore's
+/// holders use another number of permits.
+///
+/// What is at the lock key decides: nothing (or only holds whose lease ran out) is free; a
+/// string (our mutex, a Spring or `SET NX` client) or any other type is busy for every kind; a
+/// hash is a Redisson-layout read-write lock (`mode` = `read` or `write`), our semaphore
+/// (`mode` = `semaphore`) or a foreign hash without those modes (a Redisson `RLock`), busy.
+///
+/// - Reader: field `<token>` = `1` and its timeout key `<prefix>:<token>:rwlock_timeout:1`
+///   with `PX` = lease, the hash's `PTTL` raised to the lease if shorter, as Redisson's readers
+///   do; shares with readers (ours and Redisson's), unless an earlier waiter is not a reader.
+/// - Writer: a fresh hash `mode` = `write`, `<token>:write` = `1`, `PEXPIRE` = lease, when the
+///   key is free and (fifo) nobody waits before it.
+/// - Permit: a hash `mode` = `semaphore`, `permits` = N, `<token>` = `<expiry ms>:<slot>`
+///   (expiry from the server's `TIME`), `PTTL` = the longest permit's lease; a free permit
+///   when fewer than N live permits and fewer earlier waiters than free permits. The slot is
+///   the holder's number below N, unique among live permits: on Redlock a permit counts when a
+///   majority of nodes gave it the same slot, so that N slots bound the holders as each
+///   slot's majority does.
+///
+/// A hold that already carries the caller's token (a lost reply, a writer's hand-over) counts
+/// as acquired, with its lease set anew and a new fence.
+pub(super) const KIND_ACQUIRE: &str = r"
+local token, lease, ttl, member, kind = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local fifo = ARGV[6] == '1'
+local function taken(slot, queued)
+  if queued ~= false then
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('HDEL', KEYS[4], member)
+  end
+  return {1, fence(), slot or 0}
+end
+local function at_least(ms)
+  if redis.call('PTTL', KEYS[1]) < ms then redis.call('PEXPIRE', KEYS[1], ms) end
+end
+local t = redis.call('TYPE', KEYS[1])['ok']
+local mode = false
+if t == 'hash' then
+  mode = redis.call('HGET', KEYS[1], 'mode') or 'foreign'
+elseif t ~= 'none' then
+  mode = 'string'
+end
+if mode == 'read' then
+  local readers, others = prune_readers()
+  if readers + others == 0 then
+    redis.call('DEL', KEYS[1])
+    mode = false
+  end
+end
+local retry
+if kind == 's' then
+  local permits = tonumber(ARGV[7])
+  local live, used = 0, {}
+  if mode == 'semaphore' then
+    local soonest
+    live, used, soonest = prune_permits()
+    if live == 0 then
+      redis.call('DEL', KEYS[1])
+      mode = false
+    else
+      local theirs = tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
+      if theirs ~= permits then return {2, theirs} end
+      local mine = redis.call('HGET', KEYS[1], token)
+      if mine then
+        local slot = string.match(mine, ':(%d+)$') or '0'
+        redis.call('HSET', KEYS[1], token, string.format('%.0f', clock() + lease) .. ':' .. slot)
+        at_least(lease)
+        return taken(tonumber(slot))
+      end
+      retry = soonest
+    end
+  end
+  local allowed, queued = false, false
+  if (not mode or mode == 'semaphore') and live < permits then
+    allowed, queued = queue_allows(member, 's', fifo, permits - live)
+  end
+  if allowed then
+    local want, slot = tonumber(ARGV[8]), nil
+    if want >= 0 then
+      if want < permits and not used[want] then slot = want end
+    else
+      for s = 0, permits - 1 do
+        if not used[s] then slot = s break end
+      end
+    end
+    if slot then
+      local place = string.format('%.0f', clock() + lease) .. ':' .. slot
+      if mode then
+        redis.call('HSET', KEYS[1], token, place)
+        at_least(lease)
+      else
+        redis.call('HSET', KEYS[1], 'mode', 'semaphore', 'permits', ARGV[7], token, place)
+        redis.call('PEXPIRE', KEYS[1], lease)
+      end
+      return taken(slot, queued)
+    end
+  end
+elseif kind == 'r' then
+  if mode == 'read' and redis.call('HEXISTS', KEYS[1], token) == 1 then
+    redis.call('SET', ttl_key(token, 1), '1', 'PX', lease)
+    at_least(lease)
+    return taken()
+  end
+  local allowed, queued = false, false
+  if not mode or mode == 'read' then
+    allowed, queued = queue_allows(member, 'r', fifo, 0)
+  end
+  if allowed then
+    -- The timeout key first: the hash's expiry, set after it, is never the earlier one.
+    redis.call('SET', ttl_key(token, 1), '1', 'PX', lease)
+    if mode then
+      redis.call('HSET', KEYS[1], token, '1')
+      at_least(lease)
+    else
+      redis.call('HSET', KEYS[1], 'mode', 'read', token, '1')
+      redis.call('PEXPIRE', KEYS[1], lease)
+    end
+    return taken(nil, queued)
+  end
+else
+  if mode == 'write' and redis.call('HEXISTS', KEYS[1], token .. ':write') == 1 then
+    redis.call('PEXPIRE', KEYS[1], lease)
+    return taken()
+  end
+  local allowed, queued = false, false
+  if not mode then
+    allowed, queued = queue_allows(member, 'w', fifo, 0)
+  end
+  if allowed then
+    redis.call('HSET', KEYS[1], 'mode', 'write', token .. ':write', '1')
+    redis.call('PEXPIRE', KEYS[1], lease)
+    return taken(nil, queued)
+  end
+end
+join(member, ttl, ARGV[2], kind)
+return {0, retry or redis.call('PTTL', KEYS[1])}
+";
+
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: token, kind (`r`,
+/// `w`, `s`), channel, wake channel prefix, legacy channel, Redisson channel, grants (`0` on
+/// Redlock). Returns 1 when the hold was still live and is now gone, 0 otherwise.
+///
+/// - Reader: its field and timeout key go, dead readers are pruned; while readers remain the
+///   hash's `PTTL` becomes the longest of their leases (as Redisson's read unlock computes
+///   it) and nothing is published (no waiter can go yet); the last one publishes `0` on the
+///   Redisson channel and passes the key on.
+/// - Writer: publishes `1` on the Redisson channel and passes the key on.
+/// - Permit: its field goes; while permits remain, the hash's `PTTL` becomes the longest of
+///   their leases and the release is published on `<channel>:<lock key>` (a permit is free);
+///   the last one passes the key on.
+///
+/// Passing on (see `pass_on`) hands the key to a mutex waiter or writer at the head of the
+/// queue, or deletes it and wakes every waiter.
+pub(super) const KIND_RELEASE: &str = r"
+local token, kind = ARGV[1], ARGV[2]
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
+local mode = redis.call('HGET', KEYS[1], 'mode')
+local was = 1
+if kind == 'r' then
+  if mode ~= 'read' or redis.call('HDEL', KEYS[1], token) == 0 then return 0 end
+  was = redis.call('DEL', ttl_key(token, 1))
+  if redis.call('HLEN', KEYS[1]) > 1 then
+    local readers, others, longest = prune_readers()
+    if readers + others > 0 then
+      if longest > 0 then redis.call('PEXPIRE', KEYS[1], longest) end
+      return was
+    end
+  end
+  redis.call('PUBLISH', ARGV[6], '0')
+elseif kind == 'w' then
+  if mode ~= 'write' or redis.call('HEXISTS', KEYS[1], token .. ':write') == 0 then return 0 end
+  redis.call('PUBLISH', ARGV[6], '1')
+else
+  if mode ~= 'semaphore' then return 0 end
+  local mine = redis.call('HGET', KEYS[1], token)
+  if not mine then return 0 end
+  redis.call('HDEL', KEYS[1], token)
+  if tonumber(string.match(mine, '^(%d+)') or '0') <= clock() then was = 0 end
+  local live, longest = 0, 0
+  if redis.call('HLEN', KEYS[1]) > 2 then
+    local n, _, _, l = prune_permits()
+    live, longest = n, l
+  end
+  if live > 0 then
+    redis.call('PEXPIRE', KEYS[1], longest)
+    redis.call('PUBLISH', ARGV[3] .. ':' .. KEYS[1], KEYS[1])
+    return was
+  end
+end
+pass_on(ARGV[3], ARGV[5], ARGV[4], token, ARGV[7] ~= '0')
+return was
+";
+
+/// KEYS: lock and reader timeout prefix of each hold, in turn. ARGV: token, lease ms and kind
+/// (`r`, `w`, `s`) of each hold, in turn. Returns, per hold, 0 when it is no longer held, else
+/// 1 (a permit: its slot + 1) with its lease set anew: a reader's own timeout key only (never
+/// another reader's, so a crashed reader's share ends with its own lease) and the hash's
+/// `PTTL` raised to the lease if shorter; a writer's hash; a permit's expiry.
+pub(super) const KIND_EXTEND: &str = r"
+local now_ms
+local out = {}
+for i = 1, #KEYS / 2 do
+  local key, prefix = KEYS[2 * i - 1], KEYS[2 * i]
+  local token, lease, kind = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), ARGV[3 * i]
+  out[i] = 0
+  if redis.call('TYPE', key)['ok'] == 'hash' then
+    local mode = redis.call('HGET', key, 'mode')
+    if kind == 'w' then
+      if mode == 'write' and redis.call('HEXISTS', key, token .. ':write') == 1 then
+        out[i] = redis.call('PEXPIRE', key, lease)
+      end
+    elseif kind == 'r' then
+      if mode == 'read' and redis.call('HEXISTS', key, token) == 1
+        and redis.call('PEXPIRE', prefix .. ':' .. token .. ':rwlock_timeout:1', lease) == 1 then
+        if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
+        out[i] = 1
+      end
+    elseif mode == 'semaphore' then
+      local mine = redis.call('HGET', key, token)
+      if mine then
+        if not now_ms then
+          local t = redis.call('TIME')
+          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        local expiry, slot = string.match(mine, '^(%d+):(%d+)$')
+        if tonumber(expiry or '0') > now_ms then
+          redis.call('HSET', key, token, string.format('%.0f', now_ms + lease) .. ':' .. slot)
+          if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
+          out[i] = tonumber(slot) + 1
+        end
+      end
+    end
+  end
+end
+return out
+";
+
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. Returns {lease left ms
+/// (-2: free, -1: no expiry), fence (-1: none yet), kind (`mutex`, `read`, `write`,
+/// `semaphore`), holders, live waiters, permits}, changing nothing. Readers and permits whose
+/// lease ran out do not count; a key held by nothing else is free. The lease left of readers
+/// and permits is the longest of theirs. A string or foreign hash counts as a mutex.
+pub(super) const INSPECT: &str = r"
+local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+local waiters = 0
+for _, e in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  local expiry = string.match(redis.call('HGET', KEYS[4], e) or '0:0', '^(%d+):')
+  if tonumber(expiry or '0') > clock() then waiters = waiters + 1 end
+end
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then return {-2, fence, '', 0, waiters, 0} end
+local pttl = redis.call('PTTL', KEYS[1])
+if t ~= 'hash' then return {pttl, fence, 'mutex', 1, waiters, 0} end
+local mode = redis.call('HGET', KEYS[1], 'mode')
+local all = redis.call('HGETALL', KEYS[1])
+if mode == 'read' then
+  local readers, others, longest = 0, 0, -2
+  for i = 1, #all, 2 do
+    local f, n = all[i], tonumber(all[i + 1])
+    if f ~= 'mode' then
+      if writer_field(f) or not n then
+        others = others + 1
+      else
+        local alive = false
+        for k = n, 1, -1 do
+          local left = redis.call('PTTL', ttl_key(f, k))
+          if left ~= -2 then
+            alive = true
+            if left > longest or left == -1 then longest = left end
+          end
+        end
+        if alive then readers = readers + 1 end
+      end
+    end
+  end
+  if readers + others == 0 then return {-2, fence, '', 0, waiters, 0} end
+  if others > 0 then longest = pttl end
+  return {longest, fence, 'read', readers + others, waiters, 0}
+elseif mode == 'semaphore' then
+  local live, longest = 0, 0
+  for i = 1, #all, 2 do
+    if all[i] ~= 'mode' and all[i] ~= 'permits' then
+      local left = tonumber(string.match(all[i + 1], '^(%d+)') or '0') - clock()
+      if left > 0 then
+        live = live + 1
+        if left > longest then longest = left end
+      end
+    end
+  end
+  if live == 0 then return {-2, fence, '', 0, waiters, 0} end
+  local permits = tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
+  return {longest, fence, 'semaphore', live, waiters, permits}
+elseif mode == 'write' then
+  return {pttl, fence, 'write', 1, waiters, 0}
+end
+return {pttl, fence, 'mutex', 1, waiters, 0}
 ";
 
 /// A Lua script with its SHA1, run by EVALSHA (EVAL when the server does not know it yet).
@@ -172,15 +692,25 @@ impl Lua {
         }
     }
 
-    /// A script that uses the queue helpers (KEYS lock, fence, queue, waiter places).
-    pub(super) fn with_queue(body: &str) -> Self {
-        Lua::new(&format!("{QUEUE}{body}"))
+    /// A script that uses the queue helpers (KEYS lock, fence, queue, waiter places); with
+    /// `floored`, their fences are floored at the server clock.
+    pub(super) fn with_queue(body: &str, floored: bool) -> Self {
+        let queue = if floored { QUEUE_FLOORED } else { QUEUE };
+        Lua::new(&format!("{queue}{body}"))
+    }
+
+    /// A script that uses the queue helpers and those of the read-write lock and the
+    /// semaphore (KEYS lock, fence, queue, waiter places, reader timeout prefix); with
+    /// `floored`, their fences are floored at the server clock.
+    pub(super) fn with_kinds(body: &str, floored: bool) -> Self {
+        let queue = if floored { QUEUE_FLOORED } else { QUEUE };
+        Lua::new(&format!("{queue}{KINDS}{body}"))
     }
 }
 
-/// KEYS: lock. ARGV: token, lease ms.
+/// KEYS: lock. ARGV: token, lease ms. `pcall`: a hash at the key is not this mutex's.
 pub(super) const EXTEND: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -199,11 +729,6 @@ end
 return out
 ";
 
-/// KEYS: lock, fence. Returns {pttl, fence}.
-pub(super) const INSPECT: &str = r"
-return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '-1')}
-";
-
 pub(super) struct Scripts {
     pub(super) acquire: Lua,
     pub(super) release: Lua,
@@ -212,4 +737,29 @@ pub(super) struct Scripts {
     pub(super) extend_many: Lua,
     pub(super) inspect: Lua,
     pub(super) leave: Lua,
+    pub(super) kind_acquire: Lua,
+    pub(super) kind_release: Lua,
+    pub(super) kind_extend: Lua,
+    /// With floored fences: what the uncontended acquisition sends instead of `INCR`.
+    pub(super) fence_floored: Option<Lua>,
+}
+
+impl Scripts {
+    /// The scripts; `floored` for a topology whose failovers can lose writes (Redis Cluster),
+    /// where every fence (of every kind) is floored at the server clock.
+    pub(super) fn new(floored: bool) -> Self {
+        Scripts {
+            acquire: Lua::with_queue(ACQUIRE, floored),
+            release: Lua::with_queue(RELEASE, floored),
+            force_release: Lua::with_kinds(FORCE_RELEASE, floored),
+            leave: Lua::with_queue(LEAVE, floored),
+            extend: Lua::new(EXTEND),
+            extend_many: Lua::new(EXTEND_MANY),
+            inspect: Lua::with_kinds(INSPECT, floored),
+            kind_acquire: Lua::with_kinds(KIND_ACQUIRE, floored),
+            kind_release: Lua::with_kinds(KIND_RELEASE, floored),
+            kind_extend: Lua::new(KIND_EXTEND),
+            fence_floored: floored.then(|| Lua::new(FENCE_FLOORED)),
+        }
+    }
 }

@@ -3,7 +3,9 @@
 //! The host list names the Sentinels (default port 26379); the user info is for the data
 //! nodes. Every new connection of the lock path asks the Sentinels, in turn, where the master
 //! is and checks with `ROLE` that it is one; an I/O error or a `READONLY` reply (a master that a
-//! failover demoted) empties the connection pool, so the next request follows the failover.
+//! failover demoted) empties the connection pool, so the next request follows the failover. A
+//! task listens to the Sentinels' `+switch-master` and empties the pool as soon as the master
+//! moves; the pub/sub connection then moves to the new master with the next attempt.
 //!
 //! Query parameters: `min_replicas` (replicas that must acknowledge an acquisition or an
 //! extension with `WAIT` before it counts; default 1 when the master has replicas, else 0),
@@ -21,9 +23,15 @@
 
 use std::time::Duration;
 
-use super::resp::{ConnInfo, Pool, SentinelInfo};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use tokio::sync::oneshot;
+
+use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
 use super::transport::server_err;
 use super::{RedisBackend, RedisOptions, Reply, KIND};
+use crate::backend::ReleaseSignals;
 use crate::error::{Error, Result};
 use crate::url::{parse_hosts, Params, RawUrl, UserInfo};
 
@@ -32,18 +40,86 @@ pub(super) struct Mode {
     /// `user:pass@` as written in the URL (still percent-encoded), or empty.
     userinfo: String,
     db: u16,
+    /// Dropped with the backend, which ends the task that follows `+switch-master`.
+    _switches: oneshot::Sender<()>,
 }
 
 impl Mode {
-    /// A `redis` crate client for the master the lock path reached last.
-    pub(super) fn client(&self, backend: &RedisBackend) -> Result<redis::Client> {
-        let master = backend
+    /// A `redis` crate client for the master the Sentinels name now (else the one the lock
+    /// path reached last).
+    pub(super) async fn client(&self, backend: &RedisBackend) -> Result<redis::Client> {
+        let pool = backend
             .pool
             .as_ref()
-            .and_then(Pool::master)
-            .ok_or_else(|| Error::unavailable(KIND, "no master found through Sentinel yet"))?;
+            .ok_or_else(|| Error::unavailable(KIND, "no connection pool"))?;
+        let master = match pool.current_master().await {
+            Ok(m) => m,
+            Err(_) => pool
+                .master()
+                .ok_or_else(|| Error::unavailable(KIND, "no master found through Sentinel yet"))?,
+        };
         redis::Client::open(format!("redis://{}{master}/{}", self.userinfo, self.db))
             .map_err(|e| Error::backend(KIND, format!("master address {master}: {e}")))
+    }
+}
+
+/// Listens to the Sentinels' `+switch-master` (one Sentinel at a time, the next one when it
+/// stops answering) and, when `master` moves, empties the pool so that no request goes to the
+/// old master, and asks the pub/sub side to move too (waiters are woken to re-check). Without
+/// it, requests follow a failover at their next error (an I/O error or `READONLY`), and
+/// waiters that subscribed on a demoted master that is still up would only poll. Ends when
+/// `stop`'s sender (the backend) is dropped.
+async fn follow_switches(
+    sentinel: SentinelInfo,
+    timeout: Duration,
+    pool: Weak<Pool>,
+    relisten: Weak<AtomicBool>,
+    signals: Weak<ReleaseSignals>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    for host in sentinel.hosts.iter().cycle() {
+        let connect = Subscriber::connect(
+            host,
+            sentinel.user.as_deref(),
+            sentinel.password.as_deref(),
+            timeout,
+            "+switch-master",
+        );
+        let subscribed = tokio::select! {
+            _ = &mut stop => return,
+            s = connect => s,
+        };
+        if let Ok(mut sub) = subscribed {
+            backoff = Duration::from_millis(100);
+            loop {
+                let message = tokio::select! {
+                    _ = &mut stop => return,
+                    m = sub.next_message() => m,
+                };
+                let Ok(payload) = message else { break };
+                // `<master name> <old ip> <old port> <new ip> <new port>`
+                let text = String::from_utf8_lossy(&payload);
+                if text.split(' ').next() != Some(sentinel.master.as_str()) {
+                    continue;
+                }
+                let (Some(pool), Some(relisten), Some(signals)) =
+                    (pool.upgrade(), relisten.upgrade(), signals.upgrade())
+                else {
+                    return;
+                };
+                tracing::debug!(event = %text, "+switch-master: following the new master");
+                pool.clear();
+                relisten.store(true, Ordering::Release);
+                // Their next attempts reach the new master, the first one moves pub/sub there.
+                signals.fire_all();
+            }
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -84,7 +160,13 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     // The `redis` crate's client of the skeleton is never used: pub/sub goes to the master
     // found at run time (see `Mode::client`).
     let mut backend = RedisBackend::build(&format!("redis://{}/{db}", hosts[0]), options.clone())?;
-    backend.pool = Some(Pool::new(ConnInfo {
+    let sentinel = SentinelInfo {
+        hosts: hosts.iter().map(ToString::to_string).collect(),
+        master: master.to_owned(),
+        user: sentinel_user,
+        password: sentinel_password,
+    };
+    let pool = Arc::new(Pool::new(ConnInfo {
         addr: String::new(),
         user: user
             .as_ref()
@@ -94,16 +176,22 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         db,
         connect_timeout: options.connect_timeout,
         response_timeout: options.response_timeout,
-        sentinel: Some(SentinelInfo {
-            hosts: hosts.iter().map(ToString::to_string).collect(),
-            master: master.to_owned(),
-            user: sentinel_user,
-            password: sentinel_password,
-        }),
+        sentinel: Some(sentinel.clone()),
     }));
+    let (switches, stop) = oneshot::channel();
+    tokio::spawn(follow_switches(
+        sentinel,
+        options.connect_timeout,
+        Arc::downgrade(&pool),
+        Arc::downgrade(&backend.relisten),
+        Arc::downgrade(&backend.signals),
+        stop,
+    ));
+    backend.pool = Some(pool);
     backend.sentinel = Some(Mode {
         userinfo: raw.userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
         db,
+        _switches: switches,
     });
     backend.replica_timeout_ms = replica_timeout.as_millis().try_into().unwrap_or(u64::MAX);
     backend.ping().await?;

@@ -40,3 +40,68 @@ fn sibling_keys_share_the_lock_keys_slot() {
         );
     }
 }
+
+#[test]
+fn reader_timeout_keys_share_the_lock_keys_slot_on_cluster() {
+    use super::keys::{reader_prefix, redisson_prefix};
+    for key in [
+        "lock:voucher:42",
+        "lock:{user}:1",
+        "lock:a}b",
+        "lock:{}x}",
+        "lock:x{y",
+        "lock:{}",
+        "lock:ünï cødé/1",
+    ] {
+        // One node: Redisson's names, whatever they hash to.
+        assert_eq!(reader_prefix(key, false), redisson_prefix(key));
+        let prefix = reader_prefix(key, true);
+        for field in ["0123456789abcdef0123456789abcdef", "uuid-1:17"] {
+            let ttl = format!("{prefix}:{field}:rwlock_timeout:1");
+            assert_eq!(
+                hash_slot(key.as_bytes()),
+                hash_slot(ttl.as_bytes()),
+                "{key} vs {ttl}"
+            );
+            assert!(ttl.ends_with(":rwlock_timeout:1"));
+        }
+        assert_eq!(
+            hash_slot(key.as_bytes()),
+            hash_slot(prefix.as_bytes()),
+            "{key} vs {prefix}"
+        );
+    }
+    // Where Redisson's own names are in the slot, Cluster keeps them (Redisson interoperates).
+    assert_eq!(reader_prefix("lock:job", true), "{lock:job}");
+    assert_eq!(reader_prefix("lock:{user}:1", true), "lock:{user}:1");
+}
+
+#[test]
+fn cluster_scripts_differ_from_single_node_ones_only_in_the_floored_fence() {
+    use super::scripts::Scripts;
+    let (one, cluster) = (Scripts::new(false), Scripts::new(true));
+    let counter = "  if f < 1000000000000 then\n    local t = redis.call('TIME')\n    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n";
+    let floored = "  local t = redis.call('TIME')\n  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n  if f < now then\n    f = now\n";
+    let pairs = [
+        (&one.acquire, &cluster.acquire, true),
+        (&one.release, &cluster.release, true),
+        (&one.force_release, &cluster.force_release, true),
+        (&one.leave, &cluster.leave, true),
+        (&one.inspect, &cluster.inspect, true),
+        (&one.kind_acquire, &cluster.kind_acquire, true),
+        (&one.kind_release, &cluster.kind_release, true),
+        (&one.extend, &cluster.extend, false),
+        (&one.extend_many, &cluster.extend_many, false),
+        (&one.kind_extend, &cluster.kind_extend, false),
+    ];
+    for (single, on_cluster, fenced) in pairs {
+        if fenced {
+            assert_eq!(single.body.matches(counter).count(), 1, "{}", single.body);
+            assert_eq!(on_cluster.body, single.body.replacen(counter, floored, 1));
+            assert!(!single.body.contains("local now ="));
+        } else {
+            assert_eq!(single.body, on_cluster.body);
+        }
+    }
+    assert!(one.fence_floored.is_none() && cluster.fence_floored.is_some());
+}

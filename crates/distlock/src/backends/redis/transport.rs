@@ -74,6 +74,30 @@ pub(super) fn from_value(v: Value) -> Reply {
     }
 }
 
+/// The `EVALSHA` (or, `by_body`, `EVAL`) commands of `calls` (script, keys then arguments,
+/// how many are keys), `counts` being those numbers as text.
+fn script_cmds<'a>(
+    calls: &'a [(&Lua, Vec<&[u8]>, usize)],
+    counts: &'a [String],
+    by_body: bool,
+) -> Vec<Vec<&'a [u8]>> {
+    calls
+        .iter()
+        .zip(counts)
+        .map(|((lua, rest, _), n)| {
+            let mut cmd: Vec<&[u8]> = Vec::with_capacity(3 + rest.len());
+            if by_body {
+                cmd.extend([b"EVAL".as_slice(), lua.body.as_bytes()]);
+            } else {
+                cmd.extend([b"EVALSHA".as_slice(), lua.sha.as_bytes()]);
+            }
+            cmd.push(n.as_bytes());
+            cmd.extend_from_slice(rest);
+            cmd
+        })
+        .collect()
+}
+
 impl RedisBackend {
     pub(super) async fn connection(&self) -> Result<MultiplexedConnection> {
         if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
@@ -91,6 +115,14 @@ impl RedisBackend {
     /// Sends several commands in one round trip; returns their replies in order (error
     /// replies included). A broken connection is dropped so that the next call reconnects.
     pub(super) async fn pipeline(&self, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>> {
+        if let Some(cluster) = &self.cluster {
+            let args: Vec<Vec<&[u8]>> = cmds
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            let refs: Vec<&[&[u8]]> = args.iter().map(Vec::as_slice).collect();
+            return Ok(cluster.run(&refs, None).await?.0);
+        }
         if let Some(pool) = &self.pool {
             let refs: Vec<Vec<&[u8]>> = cmds
                 .iter()
@@ -179,9 +211,66 @@ impl RedisBackend {
         }
     }
 
-    /// Sends `cmds` in one pipeline. With `replicated` and `min_replicas` (Sentinel), `WAIT
-    /// <min_replicas> <timeout>` follows on the same connection, and its reply comes back
-    /// apart, for [`Self::check_replicated`]; otherwise nothing is added.
+    /// Runs several scripts in one pipeline: each call is a script, its keys then its
+    /// arguments, and how many of those are keys. Sent by SHA; when the server answers
+    /// `NOSCRIPT` to any (it lost its script cache), all are sent once more by body. Replies
+    /// come back in order, error replies included; with `replicated`, `WAIT` follows as in
+    /// [`Self::pipeline_then_wait`].
+    pub(super) async fn eval_pipeline(
+        &self,
+        calls: &[(&Lua, Vec<&[u8]>, usize)],
+        replicated: bool,
+    ) -> Result<Vec<Reply>> {
+        let counts: Vec<String> = calls.iter().map(|c| c.2.to_string()).collect();
+        let build = |by_body: bool| script_cmds(calls, &counts, by_body);
+        let cmds = build(false);
+        let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+        let (mut replies, mut acked) = self.pipeline_then_wait(&refs, replicated).await?;
+        if replies
+            .iter()
+            .any(|r| matches!(r, Reply::Error(e) if e.starts_with("NOSCRIPT")))
+        {
+            let cmds = build(true);
+            let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+            (replies, acked) = self.pipeline_then_wait(&refs, replicated).await?;
+        }
+        self.check_replicated(acked)?;
+        Ok(replies)
+    }
+
+    /// [`Self::eval_pipeline`] for scripts that write nothing that must be replicated (no
+    /// `WAIT`) and may be of different hash slots: on Redis Cluster each goes to the master of
+    /// its slot (see `Cluster::run_each`), and only those a node answered `NOSCRIPT` go again by
+    /// body; elsewhere all go in one pipeline.
+    pub(super) async fn eval_each(
+        &self,
+        calls: &[(&Lua, Vec<&[u8]>, usize)],
+    ) -> Result<Vec<Reply>> {
+        let Some(cluster) = &self.cluster else {
+            return self.eval_pipeline(calls, false).await;
+        };
+        let counts: Vec<String> = calls.iter().map(|c| c.2.to_string()).collect();
+        let cmds = script_cmds(calls, &counts, false);
+        let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+        let mut replies = cluster.run_each(&refs).await?;
+        let unknown: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Reply::Error(e) if e.starts_with("NOSCRIPT")))
+            .collect();
+        if !unknown.is_empty() {
+            let bodies = script_cmds(calls, &counts, true);
+            let refs: Vec<&[&[u8]]> = unknown.iter().map(|&i| bodies[i].as_slice()).collect();
+            for (i, reply) in unknown.into_iter().zip(cluster.run_each(&refs).await?) {
+                replies[i] = reply;
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Sends `cmds` in one pipeline. With `replicated` and `min_replicas` (Sentinel, Cluster),
+    /// `WAIT <min_replicas> <timeout>` follows on the same connection, and its reply comes
+    /// back apart, for [`Self::check_replicated`]; otherwise nothing is added. On Redis Cluster
+    /// a redirected part of the pipeline gets its own `WAIT` on its node (the smallest reply
+    /// counts).
     pub(super) async fn pipeline_then_wait(
         &self,
         cmds: &[&[&[u8]]],
@@ -195,6 +284,9 @@ impl RedisBackend {
             self.replica_timeout_ms.to_string(),
         );
         let wait: &[&[u8]] = &[b"WAIT", n.as_bytes(), timeout.as_bytes()];
+        if let Some(cluster) = &self.cluster {
+            return cluster.run(cmds, Some(wait)).await;
+        }
         let mut all = cmds.to_vec();
         all.push(wait);
         let mut replies = self.pipeline_refs(&all).await?;
@@ -230,6 +322,9 @@ impl RedisBackend {
 
     /// [`Self::pipeline`] without copying the arguments on the built-in client's path.
     pub(super) async fn pipeline_refs(&self, cmds: &[&[&[u8]]]) -> Result<Vec<Reply>> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(cluster.run(cmds, None).await?.0);
+        }
         if let Some(pool) = &self.pool {
             let mut replies = Vec::new();
             for _ in 0..2 {

@@ -89,11 +89,13 @@ pub(crate) fn doorbell_name(table: &str, region: &str, key: &str) -> String {
 }
 
 /// What a MySQL query returned: the matched rows and the `LAST_INSERT_ID(expr)` value of its
-/// first statement, and the rows of its last result set that had any.
+/// first statement (and of each statement, in `statements`), and the rows of its last result
+/// set that had any.
 pub(crate) struct Outcome {
     pub(crate) affected: u64,
     pub(crate) last_insert_id: Option<u64>,
     pub(crate) rows: Vec<Row>,
+    pub(crate) statements: Vec<(u64, Option<u64>)>,
 }
 
 /// What a statement run on a holder's connection does with the lock's doorbell.
@@ -548,14 +550,17 @@ fn took(row: Option<&Row>, i: usize) -> bool {
         == Some(1)
 }
 
-/// Reads a whole result, text or binary protocol: see [`Outcome`].
+/// Reads a whole result, text or binary protocol, and fails with the first statement that
+/// failed: see [`Outcome`].
 pub(crate) async fn outcome<P: mysql_async::prelude::Protocol>(
     mut result: mysql_async::QueryResult<'_, '_, P>,
 ) -> std::result::Result<Outcome, mysql_async::Error> {
     let affected = result.affected_rows();
     let last_insert_id = result.last_insert_id();
     let mut rows = Vec::new();
+    let mut statements = Vec::new();
     loop {
+        statements.push((result.affected_rows(), result.last_insert_id()));
         let set: Vec<Row> = result.collect().await?;
         if !set.is_empty() {
             rows = set;
@@ -564,10 +569,15 @@ pub(crate) async fn outcome<P: mysql_async::prelude::Protocol>(
             break;
         }
     }
+    // A statement after the first that failed can leave its error pending behind an empty
+    // result (`is_empty` is then true): read it out here, rather than leave it (and, in a
+    // transaction, the transaction) to the connection's next query.
+    result.drop_result().await?;
     Ok(Outcome {
         affected,
         last_insert_id,
         rows,
+        statements,
     })
 }
 

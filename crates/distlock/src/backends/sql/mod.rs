@@ -66,6 +66,21 @@
 //!   those within the caller's deadline. A wrong password is an [`Error::Backend`] that says so,
 //!   without the password.
 //!
+//! # Lock kinds
+//!
+//! Read-write locks and semaphores ([`LockKind`](crate::LockKind); native layout only) keep
+//! one row per holder in a second table, `<table>_holds` (region, key, token, kind,
+//! permits, lease end, fence), created with the lease table. The key's row stays the place
+//! where every kind meets: while readers or permit holders are in, its `token` is a share
+//! mark (`shared:read`, `shared:semaphore`) and its `expires_ms` the longest of their leases,
+//! so a mutex attempt (ours, or another client's statement on the row) finds it busy; a
+//! writer's token is written in upper case, so that the row tells a writer from a mutex
+//! holder. Every change to a key's shares is made under the lock of the key's row. A waiting
+//! writer that finds readers in takes a place in the holds table that keeps new readers out
+//! until it acquires, leaves the queue or stops renewing it (2 s). Fences come from the key's
+//! row for every kind. See docs/BACKENDS.md ("Lock kinds on the SQL backends") for the
+//! statements.
+//!
 //! # Deadlines
 //!
 //! Every call (an acquisition attempt, a release, a renewal, an inspection) runs as a task of
@@ -152,6 +167,14 @@
 //! do not fence writes with it. Spring's releases send no notification, so distlock waiters
 //! notice them by polling (at most every 500 ms); Spring's waiters poll every 100 ms.
 //!
+//! Spring mode takes the mutex only: Spring's registry has no shared locks to share, and its
+//! table no fence column (read-write locks and semaphores answer
+//! [`Error::Unsupported`]; use the native layout for them). Since `LOCK_KEY` is an MD5 UUID of
+//! the key, distlock records the name of each key it takes in `INT_LOCK_NAMES` (`LOCK_KEY`,
+//! `REGION`, `LOCK_NAME`, created with `INT_LOCK`), once per key and backend, so that
+//! [`Backend::list`](crate::Backend::list) shows the keys; keys of Spring's own clients are
+//! listed by their `LOCK_KEY`.
+//!
 //! # URL parameters
 //!
 //! | parameter | default | meaning |
@@ -188,6 +211,7 @@ mod auth_guard;
 pub(crate) mod dialect;
 #[cfg(feature = "mysql")]
 mod doorbell;
+pub(crate) mod kinds;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]

@@ -8,13 +8,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::kinds::{row_owner, WriterPlaces};
 use super::{check_region, per_entry, scrub, spring_lock_key, token_uuid, SqlOptions};
 #[cfg(doc)]
 use crate::backend::Backend;
 use crate::backend::{
-    detached, detached_attempt, AcquireRequest, Attempt, Capabilities, Fencing, LockInfo, LockName,
-    Released, Renewal, Token,
+    detached, detached_attempt, AcquireRequest, Attempt, Capabilities, Fencing, ListedLock,
+    LockInfo, LockName, Released, Renewal, Token,
 };
+use crate::error::Error;
 use crate::error::Result;
 
 /// The state of a server backend, as the shared operation plumbing sees it.
@@ -49,13 +51,33 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
         Ok((region.to_owned(), key))
     }
 
-    /// The owner column's value for `token`: Spring's UUID form in Spring mode.
-    fn owner(&self, token: Token) -> String {
+    /// The owner column's value for an exclusive hold of `name` by `token`: Spring's UUID
+    /// form in Spring mode, else the token's hex (upper case for a writer, see `sql::kinds`).
+    fn owner(&self, name: &LockName, token: Token) -> String {
         if self.options().spring {
             token_uuid(token)
         } else {
-            token.to_string()
+            row_owner(name, token)
         }
+    }
+
+    /// The region whose locks `list(prefix)` shows: the configured region, else the prefix.
+    fn list_region(&self, prefix: &str) -> Result<String> {
+        let o = self.options();
+        let region = o.region.as_deref().unwrap_or(prefix);
+        check_region(Self::KIND, o.spring, region)?;
+        Ok(region.to_owned())
+    }
+
+    /// Refuses a kind the layout does not take (Spring mode takes the mutex only).
+    fn check_kind(&self, name: &LockName) -> Result<()> {
+        if self.options().spring && name.kind() != crate::backend::LockKind::Mutex {
+            return Err(Error::Unsupported {
+                backend: Self::KIND,
+                what: format!("{} locks in Spring's INT_LOCK layout", name.kind().name()),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -166,6 +188,21 @@ macro_rules! server_backend {
             ) -> $crate::error::Result<bool> {
                 $crate::backends::sql::server::force_release(&self.inner, name).await
             }
+
+            async fn leave_queue(
+                &self,
+                name: &$crate::backend::LockName,
+                token: $crate::backend::Token,
+            ) -> $crate::error::Result<()> {
+                $crate::backends::sql::server::leave_queue(&self.inner, name, token).await
+            }
+
+            async fn list(
+                &self,
+                prefix: &str,
+            ) -> $crate::error::Result<Vec<$crate::backend::ListedLock>> {
+                $crate::backends::sql::server::list(&self.inner, prefix).await
+            }
         }
     };
 }
@@ -233,6 +270,13 @@ pub(crate) trait LockTable: Server {
     fn extend_all(&self, batch: Vec<Renewal>) -> impl Future<Output = Result<Vec<bool>>> + Send;
     /// Deletes the row whoever holds it and wakes waiters ([`Backend::force_release`]).
     fn force_delete(&self, name: &LockName) -> impl Future<Output = Result<bool>> + Send;
+    /// The waiting writers of this backend that took a place.
+    fn places(&self) -> &WriterPlaces;
+    /// Gives back the place of a waiting writer, if it took one ([`Backend::leave_queue`]).
+    fn leave_place(&self, name: &LockName, token: Token)
+        -> impl Future<Output = Result<()>> + Send;
+    /// Every held key of `region` ([`Backend::list`]).
+    fn held_keys(&self, region: String) -> impl Future<Output = Result<Vec<ListedLock>>> + Send;
 }
 
 /// [`Backend::acquire`] of a server backend: `attempt` (the driver's statements, given the
@@ -325,6 +369,32 @@ pub(crate) async fn force_release<S: LockTable>(state: &Arc<S>, name: &LockName)
     .await
 }
 
+/// [`Backend::leave_queue`] of a server backend.
+pub(crate) async fn leave_queue<S: LockTable>(
+    state: &Arc<S>,
+    name: &LockName,
+    token: Token,
+) -> Result<()> {
+    // Most waiters took no place (they waited for an exclusive holder): nothing to do.
+    if !state.places().has(token) {
+        return Ok(());
+    }
+    let (name, limit) = (name.clone(), state.options().request_timeout);
+    on_own_task(state, "leave_queue", limit, move |s| async move {
+        s.leave_place(&name, token).await
+    })
+    .await
+}
+
+/// [`Backend::list`] of a server backend.
+pub(crate) async fn list<S: LockTable>(state: &Arc<S>, prefix: &str) -> Result<Vec<ListedLock>> {
+    let (region, limit) = (state.list_region(prefix)?, state.options().request_timeout);
+    on_own_task(state, "list", limit, move |s| async move {
+        s.held_keys(region).await
+    })
+    .await
+}
+
 /// Names `op` on this server, for [`detached`]'s timeout message.
 pub(crate) fn context<S: Server>(
     state: &Arc<S>,
@@ -335,16 +405,15 @@ pub(crate) fn context<S: Server>(
 }
 
 /// What a server table promises: release notifications, and fences from the server's clock
-/// except in Spring mode (its table has no fence column).
+/// and every lock kind except in Spring mode (its table has no fence column, and takes the
+/// mutex only).
 pub(crate) fn capabilities(kind: &'static str, options: &SqlOptions) -> Capabilities {
-    let fencing = if options.spring {
-        Fencing::None
+    let caps = Capabilities::new(kind).notifies_release(true);
+    if options.spring {
+        caps.fencing(Fencing::None)
     } else {
-        Fencing::MonotonicAcrossDataLoss
-    };
-    Capabilities::new(kind)
-        .fencing(fencing)
-        .notifies_release(true)
+        caps.fencing(Fencing::MonotonicAcrossDataLoss).all_kinds()
+    }
 }
 
 /// The limit of a batch renewal: that of its shortest lease.

@@ -1,15 +1,35 @@
-//! ZooKeeper backend: the layout of Apache Curator's `InterProcessMutex`, so that Curator, Spring
+//! ZooKeeper backend: the layouts of Apache Curator's `InterProcessMutex`,
+//! `InterProcessReadWriteLock` and `InterProcessSemaphoreV2`, so that Curator, Spring
 //! Integration's `ZookeeperLockRegistry` and distlock exclude each other on the same path.
 //!
 //! | what | layout |
 //! |---|---|
 //! | lock of `key` | parent node `<root>/<key>`, a container node created on demand (the server reaps it when empty) |
-//! | contender | ephemeral sequential child `_c_<uuid>-lock-<seq>` (Curator's protected mode: the `_c_<uuid>-` prefix lets its creator find it after a connection loss during the create); distlock's `<uuid>` is the acquisition's 128-bit owner token |
-//! | holder | the contender with the lowest sequence number |
-//! | waiting | each waiter watches only its predecessor (no herd); contenders are served in arrival order |
-//! | fence | the holder node's `czxid` (the zxid of the transaction that created it) |
+//! | mutex contender | ephemeral sequential child `_c_<uuid>-lock-<seq>` (Curator's protected mode: the `_c_<uuid>-` prefix lets its creator find it after a connection loss during the create); distlock's `<uuid>` is the acquisition's 128-bit owner token |
+//! | reader, writer | ephemeral sequential children `_c_<uuid>-__READ__<seq>`, `_c_<uuid>-__WRIT__<seq>` of the same parent (Curator's read-write lock) |
+//! | holder | an exclusive contender (mutex or writer) that is first by sequence number among all three; a reader with no exclusive contender before it |
+//! | semaphore permit | Curator's semaphore under the same parent: its mutex `<key>/locks/_c_<uuid>-lock-<seq>` admits one taker at a time, which creates its lease `<key>/leases/_c_<uuid>-lease-<seq>` (data `permits=<n>`), waits until `leases` has at most `n` children, and gives the mutex back |
+//! | waiting | a waiter watches only what it waits for: its predecessor, the exclusive contender before a reader, the `leases` folder; contenders are served in arrival order |
+//! | fence | the holder node's `czxid` (the zxid of the transaction that created it): one sequence for the whole ensemble, so it increases per key across every kind |
 //! | lease | the ZooKeeper session, sized to the lease (see below) |
 //! | `<root>` | the URL's path, else `/<prefix>` (`/lock` by default); Spring's registry uses `/SpringIntegration-LockRegistry` |
+//!
+//! # Lock kinds on one key
+//!
+//! Mutex, reader and writer nodes share the parent's sequence counter, so one order covers
+//! them: distlock's mutex counts Curator's readers and writers as contenders and distlock's
+//! readers count `lock-` nodes as writers, so all kinds of distlock exclude each other as
+//! `flock` does, and a waiting writer (or mutex) keeps later readers out. Curator's own
+//! `InterProcessMutex` and `InterProcessReadWriteLock` on one path ignore each other (each
+//! sorts the other's names after its own), so a Curator mutex does not wait for distlock's
+//! readers and writers, nor Curator's readers and writers for distlock's mutex; only the
+//! distlock side waits there. Semaphore permits and the other kinds are ordered by `czxid`: a
+//! permit waits for the key's mutex, reader and writer nodes created before its lease, and
+//! they wait for the leases created before them (each side creates its node, then reads the
+//! other's, so of two that race the younger sees the older). A mutex or reader pays for this
+//! only while the key has a `leases` folder (one more listing). Curator's semaphore does not
+//! see the other kinds. Curator records no number of permits; a distlock taker whose number
+//! differs from another distlock holder's is refused with [`Error::InvalidConfig`].
 //!
 //! # URL
 //!
@@ -89,9 +109,11 @@
 //!
 //! # Round trips
 //!
-//! An uncontended acquisition is one round trip (the create and the children listing are
-//! pipelined on the session, which ZooKeeper processes in order), a release one more. The first
-//! acquisition of a key in a process also pipelines the creation of its parent.
+//! An uncontended acquisition of a mutex, reader or writer is one round trip (the create and
+//! the children listing are pipelined on the session, which ZooKeeper processes in order), a
+//! release one more. The first acquisition of a key in a process also pipelines the creation of
+//! its parent. A semaphore permit takes three (the `locks` mutex, the lease with the listings,
+//! the mutex given back), four when other holders' numbers of permits are read.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
@@ -108,8 +130,10 @@ pub use zookeeper_client;
 
 mod address;
 mod queue;
+mod semaphore;
 mod session;
 mod tls;
+mod view;
 
 use address::parse_url;
 pub use address::{decode_key, encode_key};
@@ -117,8 +141,8 @@ use queue::sort_contenders;
 use session::{check_lease, session_of_lease};
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo, LockKind, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 use crate::url::percent_decode;
@@ -126,6 +150,14 @@ use crate::url::percent_decode;
 const KIND: &str = "zookeeper";
 /// Curator's lock name of `InterProcessMutex` (and Spring's `ZookeeperLockRegistry`).
 const LOCK_NAME: &str = "lock-";
+/// Curator's lock names of `InterProcessReadWriteLock`'s readers and writers.
+const READ_NAME: &str = "__READ__";
+const WRITE_NAME: &str = "__WRIT__";
+/// Curator's `InterProcessSemaphoreV2`: the folders of its mutex and of its lease nodes under
+/// the semaphore's node, and the lease nodes' name.
+const GATE_DIR: &str = "locks";
+const LEASE_DIR: &str = "leases";
+const LEASE_NAME: &str = "lease-";
 /// Curator's protected-mode prefix.
 const PROTECTED: &str = "_c_";
 const DEFAULT_PORT: u16 = 2181;
@@ -221,35 +253,46 @@ struct Conn {
     slot: Duration,
 }
 
-/// A contender node of this process.
+/// A contender of this process (one acquisition, by owner token): its node and, for a
+/// semaphore permit, its node in Curator's `locks` mutex that admits one permit taker at a time.
 struct Node {
     /// Tells this entry from an earlier one of the same token (a create task settles only the
     /// entry it was started for).
     id: u64,
+    /// The key's node (`<root>/<key>`).
     parent: String,
+    /// Where the contender node lives: the key's node for a mutex, reader or writer, its
+    /// `leases` folder for a semaphore permit.
+    dir: String,
     /// The session timeout of its session (the lease it was created for).
     slot: Duration,
     /// The session that created it: the node ends with that session.
     session: i64,
+    /// The contender node (a permit's lease node).
     phase: Phase,
+    /// A semaphore permit's node in the key's `locks` folder, while it takes or holds that
+    /// mutex (it gives it back once it holds its permit); [`Phase::Absent`] otherwise.
+    gate: Phase,
+    /// Nobody will take the nodes: the create task in flight deletes them when it settles.
+    abandoned: bool,
     /// An acquisition call returned it to the registry (as holder or waiter), which will
     /// release it or leave the queue. Until then the backend cleans it up itself.
     owned: bool,
     held: bool,
     /// While held: when the lease ends unless renewed (then the node is deleted).
     deadline: Instant,
-    /// The predecessor being watched, while waiting.
+    /// What is being watched while waiting (see `queue::Watch::key`).
     watching: Option<String>,
     watch_task: Option<AbortHandle>,
     reaper: Option<AbortHandle>,
 }
 
+/// One node of a [`Node`]: not made (yet), being created, or created.
 enum Phase {
+    Absent,
     /// The create is in flight (in a task of its own, so that it settles whatever happens to
-    /// the caller). `abandoned`: nobody will take the node; the task deletes it when it exists.
-    Creating {
-        abandoned: bool,
-    },
+    /// the caller).
+    Creating,
     Created {
         name: String,
         czxid: i64,
@@ -259,9 +302,25 @@ enum Phase {
 impl Node {
     fn path(&self) -> Option<String> {
         match &self.phase {
-            Phase::Created { name, .. } => Some(format!("{}/{name}", self.parent)),
-            Phase::Creating { .. } => None,
+            Phase::Created { name, .. } => Some(format!("{}/{name}", self.dir)),
+            _ => None,
         }
+    }
+
+    fn gate_path(&self) -> Option<String> {
+        match &self.gate {
+            Phase::Created { name, .. } => Some(format!("{}/{GATE_DIR}/{name}", self.parent)),
+            _ => None,
+        }
+    }
+
+    /// Every node of this contender that exists on the server (the gate first).
+    fn created_paths(&self) -> Vec<String> {
+        self.gate_path().into_iter().chain(self.path()).collect()
+    }
+
+    fn creating(&self) -> bool {
+        matches!(self.phase, Phase::Creating) || matches!(self.gate, Phase::Creating)
     }
 
     fn stop_tasks(&mut self) {
@@ -274,11 +333,12 @@ impl Node {
     }
 }
 
-/// The outcome of a create: our node, and the parent's children as seen right after it.
+/// The outcome of a create: our node, and the children of the directories listed right after
+/// it (in the order asked for).
 struct Created {
     name: String,
     czxid: i64,
-    children: Vec<String>,
+    listings: Vec<Vec<String>>,
 }
 
 impl fmt::Debug for ZooKeeperBackend {
@@ -419,7 +479,7 @@ impl ZooKeeperBackend {
         let children = self.inner.list(&conn, &self.lock_path(name)).await?;
         Ok(sort_contenders(&children)
             .into_iter()
-            .map(str::to_owned)
+            .map(|c| c.name.to_owned())
             .collect())
     }
 }
@@ -433,11 +493,11 @@ impl Inner {
         }
     }
 
-    fn root(&self, name: &LockName) -> String {
+    fn root(&self, prefix: &str) -> String {
         match &self.options.root {
             Some(r) => r.clone(),
             None => {
-                let p = encode_key(name.prefix());
+                let p = encode_key(prefix);
                 // `/zookeeper` is the server's own subtree.
                 if p == "zookeeper" {
                     "/%7Aookeeper".to_owned()
@@ -449,7 +509,7 @@ impl Inner {
     }
 
     fn parent_path(&self, name: &LockName) -> String {
-        format!("{}/{}", self.root(name), encode_key(name.key()))
+        format!("{}/{}", self.root(name.prefix()), encode_key(name.key()))
     }
 
     fn lock_nodes(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Node>> {
@@ -529,7 +589,10 @@ impl Inner {
 #[async_trait]
 impl Backend for ZooKeeperBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(KIND).notifies_release(true).fifo(true)
+        Capabilities::new(KIND)
+            .notifies_release(true)
+            .fifo(true)
+            .all_kinds()
     }
 
     /// Creates a contender node. A [`Try`](crate::AcquireMode::Try) attempt deletes it again
@@ -671,60 +734,26 @@ impl Backend for ZooKeeperBackend {
         Ok(sub)
     }
 
-    /// Deletes the holder's node whoever holds it, as an operator (or a fault) would. Returns
-    /// whether a holder was found. The next waiter gets the lock; the old holder learns it lost
-    /// it at its next renewal.
+    /// Deletes the holders' nodes (of every kind) whoever holds the key, as an operator (or a
+    /// fault) would. Returns whether a holder was found. Waiters go next; the old holders learn
+    /// that they lost the lock at their next renewal.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let conn = self.inner.conn().await?;
-        let parent = self.lock_path(name);
-        let children = self.inner.list(&conn, &parent).await?;
-        let Some(first) = sort_contenders(&children).first().map(|s| s.to_string()) else {
-            return Ok(false);
-        };
-        match self
-            .inner
-            .timed(
-                "delete",
-                conn.client.delete(&format!("{parent}/{first}"), None),
-            )
-            .await?
-        {
-            Ok(()) => Ok(true),
-            Err(zookeeper_client::Error::NoNode) => Ok(false),
-            Err(e) => Err(zk_err(e)),
-        }
+        self.inner.force_release(&conn, &self.lock_path(name)).await
     }
 
-    /// The lowest contender's `czxid`; ZooKeeper has no lease to report.
+    /// The holders' kind and number, the waiters, and the highest holder `czxid`; ZooKeeper
+    /// has no lease to report.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let inner = &self.inner;
-        let conn = inner.conn().await?;
-        let parent = inner.parent_path(name);
-        for _ in 0..MAX_SETTLE {
-            let children = inner.list(&conn, &parent).await?;
-            let Some(first) = sort_contenders(&children).first().map(|s| s.to_string()) else {
-                return Ok(None);
-            };
-            match inner
-                .timed(
-                    "exists",
-                    conn.client.check_stat(&format!("{parent}/{first}")),
-                )
-                .await?
-            {
-                Ok(Some(stat)) => {
-                    return Ok(Some(LockInfo {
-                        fence: u64::try_from(stat.czxid).ok(),
-                        remaining: None,
-                    }))
-                }
-                Ok(None) => continue, // released meanwhile
-                Err(e) => return Err(zk_err(e)),
-            }
-        }
-        Err(Error::unavailable(
-            KIND,
-            "the lock's nodes kept changing while inspecting it",
-        ))
+        let conn = self.inner.conn().await?;
+        let holders = self.inner.holders(&conn, &self.lock_path(name)).await?;
+        Ok(holders.map(|h| h.info()))
+    }
+
+    /// The keys under the prefix's root (`/<prefix>`, or the URL's root, which every prefix
+    /// shares) that have holders.
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        let conn = self.inner.conn().await?;
+        self.inner.list_held(&conn, &self.inner.root(prefix)).await
     }
 }

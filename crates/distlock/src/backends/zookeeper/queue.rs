@@ -1,6 +1,13 @@
 //! Contender nodes: creating them (Curator's protected mode), finding our place in the queue,
-//! watching the predecessor, and deleting them (on release, on an abandoned attempt, or when a
+//! watching what we wait for, and deleting them (on release, on an abandoned attempt, or when a
 //! lease ran out unrenewed).
+//!
+//! Mutexes, readers and writers of a key are children of the key's node, in Curator's names
+//! (`_c_<uuid>-lock-<seq>`, `…-__READ__<seq>`, `…-__WRIT__<seq>`); they share the parent's
+//! sequence counter, so one order covers them all. An exclusive contender (mutex or writer)
+//! holds when it is first in that order; a reader holds when no exclusive contender is before
+//! it. Either also waits for the semaphore permits of the key that are older than it (see
+//! `semaphore.rs`).
 
 use super::*;
 
@@ -22,24 +29,166 @@ pub(super) fn protected_prefix(token: Token) -> String {
     format!("{PROTECTED}{}-", uuid_of(token))
 }
 
-/// The sequence number of a contender node (`…lock-<digits>`), as Curator sorts them.
-pub(super) fn sequence_of(child: &str) -> Option<i64> {
-    let i = child.rfind(LOCK_NAME)?;
-    let digits = &child[i + LOCK_NAME.len()..];
+/// What a contender node under a key's node is, by the name Curator gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// `lock-`: Curator's `InterProcessMutex`, Spring's registry, distlock's mutex.
+    Mutex,
+    /// `__READ__`: a reader of Curator's `InterProcessReadWriteLock`.
+    Read,
+    /// `__WRIT__`: its writer.
+    Write,
+}
+
+impl Role {
+    pub(super) fn of(kind: LockKind) -> Role {
+        match kind {
+            LockKind::Read => Role::Read,
+            LockKind::Write => Role::Write,
+            _ => Role::Mutex,
+        }
+    }
+
+    pub(super) fn marker(self) -> &'static str {
+        match self {
+            Role::Mutex => LOCK_NAME,
+            Role::Read => READ_NAME,
+            Role::Write => WRITE_NAME,
+        }
+    }
+
+    pub(super) fn is_exclusive(self) -> bool {
+        self != Role::Read
+    }
+
+    pub(super) fn kind(self) -> LockKind {
+        match self {
+            Role::Mutex => LockKind::Mutex,
+            Role::Read => LockKind::Read,
+            Role::Write => LockKind::Write,
+        }
+    }
+
+    /// Curator's readers take any name with `__WRIT__` for a writer, so that decides first.
+    fn of_name(child: &str) -> Option<Role> {
+        if child.contains(WRITE_NAME) {
+            Some(Role::Write)
+        } else if child.contains(READ_NAME) {
+            Some(Role::Read)
+        } else if child.contains(LOCK_NAME) {
+            Some(Role::Mutex)
+        } else {
+            None
+        }
+    }
+}
+
+/// One contender node under a key's node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Contender<'a> {
+    pub(super) seq: i64,
+    pub(super) role: Role,
+    pub(super) name: &'a str,
+}
+
+/// The sequence number after the last `marker` in `child` (Curator's `fixForSorting`).
+pub(super) fn sequence_after(child: &str, marker: &str) -> Option<i64> {
+    let i = child.rfind(marker)?;
+    let digits = &child[i + marker.len()..];
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
 }
 
-/// The lock's contenders in queue order (lowest sequence first); other children are ignored.
-pub(super) fn sort_contenders(children: &[String]) -> Vec<&str> {
+fn contender(child: &str) -> Option<Contender<'_>> {
+    let role = Role::of_name(child)?;
+    Some(Contender {
+        seq: sequence_after(child, role.marker())?,
+        role,
+        name: child,
+    })
+}
+
+/// A key's contenders in queue order (lowest sequence first, ties by name); other children
+/// (a semaphore's folders, foreign nodes) are ignored.
+pub(super) fn sort_contenders(children: &[String]) -> Vec<Contender<'_>> {
+    let mut v: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
+    v.sort_unstable_by(|a, b| (a.seq, a.name).cmp(&(b.seq, b.name)));
+    v
+}
+
+/// Lease nodes in creation order (every child of a `leases` folder counts, as in Curator).
+pub(super) fn sort_leases(children: &[String]) -> Vec<&str> {
     let mut v: Vec<(i64, &str)> = children
         .iter()
-        .filter_map(|c| sequence_of(c).map(|s| (s, c.as_str())))
+        .map(|c| (sequence_after(c, LEASE_NAME).unwrap_or(-1), c.as_str()))
         .collect();
     v.sort_unstable();
     v.into_iter().map(|(_, c)| c).collect()
+}
+
+/// Where a contender stands in its key's queue.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Place<'a> {
+    /// Its node is not among the children (deleted underneath, or its session ended).
+    Gone,
+    /// Nothing before it excludes it.
+    First,
+    /// It waits for this contender (the nearest one before it that excludes it).
+    Behind(&'a str),
+}
+
+/// The place of `own`: an exclusive contender waits for every contender before it, a reader
+/// for the exclusive ones before it. A tie (a non-sequential node that copied another's
+/// sequence, as Curator 5.5's downgrade does) counts as before.
+pub(super) fn place<'a>(sorted: &[Contender<'a>], own: &str) -> Place<'a> {
+    let Some(me) = sorted.iter().find(|c| c.name == own) else {
+        return Place::Gone;
+    };
+    let blocker = sorted.iter().rev().find(|c| {
+        c.name != own && c.seq <= me.seq && (me.role.is_exclusive() || c.role.is_exclusive())
+    });
+    match blocker {
+        Some(c) => Place::Behind(c.name),
+        None => Place::First,
+    }
+}
+
+/// What a waiter watches until it looks again.
+#[derive(Debug, Clone)]
+pub(super) enum Watch {
+    /// One node's deletion (or change): a predecessor, a holder of another kind.
+    Node(String),
+    /// The children of a folder (a semaphore's leases), as last seen.
+    Children { dir: String, seen: Vec<String> },
+}
+
+impl Watch {
+    /// What tells two watches apart (a waiter does not watch the same thing twice).
+    fn key(&self) -> String {
+        match self {
+            Watch::Node(path) => path.clone(),
+            Watch::Children { dir, .. } => format!("{dir}/"),
+        }
+    }
+}
+
+/// Which node of a [`Node`] a create is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Which {
+    Contender,
+    Gate,
+}
+
+/// A create: where the node goes, its name after the protected prefix, its data, and the
+/// folders listed right after it in the same round trip.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    pub(super) dir: String,
+    pub(super) marker: &'static str,
+    pub(super) data: Vec<u8>,
+    pub(super) lists: Vec<String>,
 }
 
 impl Inner {
@@ -87,17 +236,18 @@ impl Inner {
         }
     }
 
-    /// Creates `token`'s contender node under `parent` (and the parent when missing), and lists
-    /// the parent right after it in the same round trip. After a connection loss during the
-    /// create, looks for the node by its protected prefix before creating again.
+    /// Creates `token`'s node as `target` says (and its folder when missing), and lists the
+    /// target's folders right after it in the same round trip. After a connection loss during
+    /// the create, looks for the node by its protected prefix before creating again.
     pub(super) async fn create_node(
         &self,
         conn: &Conn,
         token: Token,
-        parent: &str,
+        target: &Target,
     ) -> Result<Created> {
         let own = protected_prefix(token);
-        let prefix = format!("{parent}/{own}{LOCK_NAME}");
+        let dir = target.dir.as_str();
+        let prefix = format!("{dir}/{own}{}", target.marker);
         let acls = self.acls();
         let node_opts = CreateMode::EphemeralSequential.with_acls(acls);
         let parent_opts = CreateMode::Container.with_acls(acls);
@@ -106,47 +256,63 @@ impl Inner {
         loop {
             tries += 1;
             // Requests go out in call order and the server applies a session's requests in
-            // order, so the listing sees the create.
-            let mk = (!self.parent_known(parent)).then(|| client.create(parent, &[], &parent_opts));
-            let create = client.create(&prefix, &[], &node_opts);
-            let list = client.list_children(parent);
+            // order, so the listings see the create.
+            let mk = (!self.parent_known(dir)).then(|| client.create(dir, &[], &parent_opts));
+            let create = client.create(&prefix, &target.data, &node_opts);
+            let lists: Vec<_> = target
+                .lists
+                .iter()
+                .map(|d| client.list_children(d))
+                .collect();
             if let Some(mk) = mk {
                 let _ = mk.await; // NodeExists is fine; any real problem shows in the create
             }
-            let (created, listed) = tokio::join!(create, list);
+            let (created, listed) = tokio::join!(create, futures_util::future::join_all(lists));
             match created {
                 Ok((stat, seq)) => {
-                    self.set_parent_known(parent, true);
-                    let children = match listed {
-                        Ok(c) => c,
-                        Err(_) => self.list_retrying(conn, parent).await?,
-                    };
+                    self.set_parent_known(dir, true);
+                    let mut listings = Vec::with_capacity(listed.len());
+                    for (d, l) in target.lists.iter().zip(listed) {
+                        listings.push(match l {
+                            Ok(c) => c,
+                            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                            Err(_) => self.list_retrying(conn, d).await?,
+                        });
+                    }
                     return Ok(Created {
-                        name: format!("{own}{LOCK_NAME}{seq}"),
+                        name: format!("{own}{}{seq}", target.marker),
                         czxid: stat.czxid,
-                        children,
+                        listings,
                     });
                 }
                 Err(zookeeper_client::Error::NoNode) if tries < MAX_SETTLE => {
-                    // The parent is missing (first use, or the server reaped it when empty).
-                    self.set_parent_known(parent, false);
-                    match client.mkdir(parent, &parent_opts).await {
+                    // The folder is missing (first use, or the server reaped it when empty).
+                    self.set_parent_known(dir, false);
+                    match client.mkdir(dir, &parent_opts).await {
                         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
                         Err(e) => return Err(zk_err(e)),
                     }
                 }
                 Err(zookeeper_client::Error::ConnectionLoss) if tries < MAX_SETTLE * 4 => {
                     // The create may or may not have been applied (Curator's protected mode).
-                    let children = self.list_retrying(conn, parent).await?;
+                    let children = self.list_retrying(conn, dir).await?;
                     if let Some(name) = children.iter().find(|c| c.starts_with(&own)) {
-                        let path = format!("{parent}/{name}");
+                        let path = format!("{dir}/{name}");
                         match client.check_stat(&path).await {
                             Ok(Some(stat)) => {
+                                let mut listings = Vec::with_capacity(target.lists.len());
+                                for d in &target.lists {
+                                    listings.push(if d == dir {
+                                        children.clone()
+                                    } else {
+                                        self.list_retrying(conn, d).await?
+                                    });
+                                }
                                 return Ok(Created {
                                     name: name.clone(),
                                     czxid: stat.czxid,
-                                    children,
-                                })
+                                    listings,
+                                });
                             }
                             Ok(None) => {} // deleted meanwhile: create again
                             Err(e) => return Err(zk_err(e)),
@@ -175,47 +341,62 @@ impl Inner {
         }
     }
 
-    /// Starts creating `token`'s node in a task of its own: the create settles (and its node is
-    /// deleted again if nobody takes it) even when the caller gives up or is cancelled.
+    /// Starts creating `token`'s node (`which` of its entry `id`) in a task of its own: the
+    /// create settles (and its node is deleted again if nobody takes it, with the entry's other
+    /// nodes) even when the caller gives up or is cancelled.
     pub(super) fn spawn_create(
         self: &Arc<Self>,
         conn: Arc<Conn>,
         token: Token,
         id: u64,
-        parent: String,
+        which: Which,
+        target: Target,
     ) -> tokio::task::JoinHandle<Result<Created>> {
         let inner = self.clone();
         tokio::spawn(async move {
-            let res = inner.create_node(&conn, token, &parent).await;
+            let res = inner.create_node(&conn, token, &target).await;
             let mut nodes = inner.lock_nodes();
+            let mut orphans = Vec::new();
             let taken = match nodes.get_mut(&token) {
                 Some(n) if n.id != id => false,
-                Some(n) if matches!(n.phase, Phase::Creating { abandoned: false }) => {
-                    match &res {
-                        Ok(c) => {
-                            n.phase = Phase::Created {
-                                name: c.name.clone(),
-                                czxid: c.czxid,
-                            };
-                        }
-                        Err(_) => {
-                            nodes.remove(&token);
-                        }
-                    }
-                    true
-                }
-                Some(n) if matches!(n.phase, Phase::Creating { abandoned: true }) => {
-                    nodes.remove(&token);
+                Some(n) if n.abandoned => {
+                    let mut n = nodes.remove(&token).expect("present");
+                    n.stop_tasks();
+                    orphans = n.created_paths();
                     false
                 }
-                _ => false,
+                Some(n) => {
+                    let phase = match which {
+                        Which::Contender => &mut n.phase,
+                        Which::Gate => &mut n.gate,
+                    };
+                    if matches!(phase, Phase::Creating) {
+                        *phase = match &res {
+                            Ok(c) => Phase::Created {
+                                name: c.name.clone(),
+                                czxid: c.czxid,
+                            },
+                            Err(_) => Phase::Absent,
+                        };
+                        if res.is_err() && n.created_paths().is_empty() && !n.creating() {
+                            nodes.remove(&token);
+                        }
+                        true
+                    } else {
+                        false
+                    }
+                }
+                None => false,
             };
             drop(nodes);
             if taken {
                 return res;
             }
             if let Ok(c) = &res {
-                inner.delete_in_background(conn.slot, conn.session, format!("{parent}/{}", c.name));
+                orphans.push(format!("{}/{}", target.dir, c.name));
+            }
+            for path in orphans {
+                inner.delete_in_background(conn.slot, conn.session, path);
             }
             Err(Error::unavailable(KIND, "the acquisition was abandoned"))
         })
@@ -295,7 +476,7 @@ impl Inner {
                     drop(nodes);
                     n.reaper = None;
                     n.stop_tasks();
-                    if let Some(path) = n.path() {
+                    for path in n.created_paths() {
                         tracing::debug!(%path, "lease ended without renewal; giving the lock up");
                         inner.delete_in_background(n.slot, n.session, path);
                     }
@@ -306,36 +487,54 @@ impl Inner {
         .abort_handle()
     }
 
-    /// Watches `pred` (our predecessor) for deletion; the watch fires `token`'s wake-up.
-    /// `false` when `pred` is already gone.
-    pub(super) async fn watch_predecessor(
+    /// Watches what `token` waits for; the watch fires `token`'s wake-up. `false` when it
+    /// changed already (the node is gone, the folder's children differ from those seen): look
+    /// again.
+    pub(super) async fn watch(
         self: &Arc<Self>,
         conn: &Conn,
         token: Token,
-        parent: &str,
-        pred: &str,
+        what: Watch,
     ) -> Result<bool> {
+        let key = what.key();
         {
             let nodes = self.lock_nodes();
-            if nodes.get(&token).and_then(|n| n.watching.as_deref()) == Some(pred) {
+            if nodes.get(&token).and_then(|n| n.watching.as_deref()) == Some(key.as_str()) {
                 return Ok(true);
             }
         }
-        let path = format!("{parent}/{pred}");
-        let watcher = match self
-            .timed("watch", conn.client.get_and_watch_data(&path))
-            .await?
-        {
-            Ok((_, _, w)) => w,
-            Err(zookeeper_client::Error::NoNode) => return Ok(false),
-            Err(e) => return Err(zk_err(e)),
+        let watcher = match &what {
+            Watch::Node(path) => match self
+                .timed("watch", conn.client.get_and_watch_data(path))
+                .await?
+            {
+                Ok((_, _, w)) => w,
+                Err(zookeeper_client::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(zk_err(e)),
+            },
+            Watch::Children { dir, seen } => match self
+                .timed("watch", conn.client.list_and_watch_children(dir))
+                .await?
+            {
+                Ok((mut now, w)) => {
+                    let mut seen = seen.clone();
+                    now.sort_unstable();
+                    seen.sort_unstable();
+                    if now != seen {
+                        return Ok(false);
+                    }
+                    w
+                }
+                Err(zookeeper_client::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(zk_err(e)),
+            },
         };
         let signals = Arc::downgrade(&self.signals);
         let weak = Arc::downgrade(self);
-        let watched = pred.to_owned();
+        let watched = key.clone();
         let task = tokio::spawn(async move {
             let event = watcher.changed().await;
-            tracing::trace!(?event, "predecessor watch fired");
+            tracing::trace!(?event, "watch fired");
             if let Some(inner) = weak.upgrade() {
                 if let Some(n) = inner.lock_nodes().get_mut(&token) {
                     if n.watching.as_deref() == Some(watched.as_str()) {
@@ -354,7 +553,7 @@ impl Inner {
                 if let Some(old) = n.watch_task.replace(task.abort_handle()) {
                     old.abort();
                 }
-                n.watching = Some(pred.to_owned());
+                n.watching = Some(key);
             }
             None => task.abort(),
         }
@@ -365,6 +564,7 @@ impl Inner {
     pub(super) async fn attempt(self: &Arc<Self>, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
+        let kind = name.kind();
         let parent = self.parent_path(name);
         let mut guard = Unowned {
             inner: self,
@@ -376,7 +576,7 @@ impl Inner {
         // the same token (it finds its own node), so it is repeated until then.
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         let mut pause = Duration::from_millis(20);
-        let mut res = self.attempt_inner(&parent, token, lease, queued).await;
+        let mut res = self.attempt_kind(&parent, kind, token, lease, queued).await;
         while let Err(e) = &res {
             if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
                 break;
@@ -384,7 +584,7 @@ impl Inner {
             tracing::debug!(error = %e, "attempt failed on a broken connection; retrying");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));
-            res = self.attempt_inner(&parent, token, lease, queued).await;
+            res = self.attempt_kind(&parent, kind, token, lease, queued).await;
         }
         if res.is_ok() {
             guard.armed = false;
@@ -392,9 +592,104 @@ impl Inner {
         res
     }
 
+    async fn attempt_kind(
+        self: &Arc<Self>,
+        parent: &str,
+        kind: LockKind,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Result<Attempt> {
+        match kind {
+            LockKind::Semaphore { permits } => {
+                self.attempt_permit(parent, permits, token, lease, queued)
+                    .await
+            }
+            other => {
+                self.attempt_inner(parent, Role::of(other), token, lease, queued)
+                    .await
+            }
+        }
+    }
+
+    /// A new entry for `token` of session `conn`, its first node being created: the gate of a
+    /// semaphore permit (`gate`), else the contender in `dir`.
+    pub(super) fn new_node(&self, conn: &Conn, parent: &str, dir: String, gate: bool) -> Node {
+        Node {
+            id: NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed),
+            parent: parent.to_owned(),
+            dir,
+            slot: conn.slot,
+            session: conn.session,
+            phase: if gate { Phase::Absent } else { Phase::Creating },
+            gate: if gate { Phase::Creating } else { Phase::Absent },
+            abandoned: false,
+            owned: false,
+            held: false,
+            deadline: Instant::now(),
+            watching: None,
+            watch_task: None,
+            reaper: None,
+        }
+    }
+
+    /// Forgets `token`'s entry if its session is not `conn`'s (its nodes ended with it).
+    pub(super) fn drop_if_other_session(
+        nodes: &mut HashMap<Token, Node>,
+        token: Token,
+        conn: &Conn,
+    ) {
+        if nodes.get(&token).is_some_and(|n| n.session != conn.session) {
+            if let Some(mut n) = nodes.remove(&token) {
+                n.stop_tasks();
+            }
+        }
+    }
+
+    /// Marks `token`'s entry held (owned by the registry, lease from now, no watch) and starts
+    /// its reaper; returns the entry's gate node, which a holder no longer needs.
+    pub(super) fn mark_held(
+        self: &Arc<Self>,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Option<String>> {
+        let gate = {
+            let mut nodes = self.lock_nodes();
+            let n = nodes
+                .get_mut(&token)
+                .ok_or_else(|| Error::unavailable(KIND, "the node was released meanwhile"))?;
+            n.owned = true;
+            n.held = true;
+            n.deadline = Instant::now() + lease;
+            if let Some(t) = n.watch_task.take() {
+                t.abort();
+            }
+            n.watching = None;
+            let gate = n.gate_path();
+            n.gate = Phase::Absent;
+            gate
+        };
+        self.install_reaper(token);
+        Ok(gate)
+    }
+
+    /// Marks `token`'s entry handed to the registry while it waits; `false` when the entry
+    /// went meanwhile.
+    pub(super) fn mark_waiting(&self, token: Token) -> bool {
+        match self.lock_nodes().get_mut(&token) {
+            Some(n) => {
+                n.owned = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A mutex, reader or writer attempt (`role`) on the key's node `parent`.
     pub(super) async fn attempt_inner(
         self: &Arc<Self>,
         parent: &str,
+        role: Role,
         token: Token,
         lease: Duration,
         queued: bool,
@@ -409,56 +704,45 @@ impl Inner {
             }
             let have = {
                 let mut nodes = self.lock_nodes();
-                if nodes.get(&token).is_some_and(|n| n.session != conn.session) {
-                    // Its session ended, and the node with it.
-                    if let Some(mut n) = nodes.remove(&token) {
-                        n.stop_tasks();
-                    }
-                }
+                Self::drop_if_other_session(&mut nodes, token, &conn);
                 match nodes.get_mut(&token) {
                     Some(n) => match &n.phase {
-                        Phase::Creating { .. } => {
+                        Phase::Created { name, czxid } => Have::Known(name.clone(), *czxid),
+                        _ => {
                             return Err(Error::unavailable(
                                 KIND,
                                 "an earlier attempt of this acquisition is still in flight",
                             ))
                         }
-                        Phase::Created { name, czxid } => Have::Known(name.clone(), *czxid),
                     },
                     None => {
-                        let id = NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed);
-                        nodes.insert(
-                            token,
-                            Node {
-                                id,
-                                parent: parent.to_owned(),
-                                slot,
-                                session: conn.session,
-                                phase: Phase::Creating { abandoned: false },
-                                owned: false,
-                                held: false,
-                                deadline: Instant::now(),
-                                watching: None,
-                                watch_task: None,
-                                reaper: None,
-                            },
-                        );
+                        let node = self.new_node(&conn, parent, parent.to_owned(), false);
+                        let id = node.id;
+                        nodes.insert(token, node);
+                        let target = Target {
+                            dir: parent.to_owned(),
+                            marker: role.marker(),
+                            data: Vec::new(),
+                            lists: vec![parent.to_owned()],
+                        };
                         Have::Creating(self.spawn_create(
                             conn.clone(),
                             token,
                             id,
-                            parent.to_owned(),
+                            Which::Contender,
+                            target,
                         ))
                     }
                 }
             };
             let (own, czxid, children) = match have {
                 Have::Creating(task) => {
-                    let created = self
+                    let mut created = self
                         .timed("create", task)
                         .await?
                         .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
-                    (created.name, created.czxid, created.children)
+                    let children = created.listings.pop().unwrap_or_default();
+                    (created.name, created.czxid, children)
                 }
                 Have::Known(name, czxid) => {
                     // `sync` first: a server cut off from the leader cannot confirm our place.
@@ -466,58 +750,43 @@ impl Inner {
                     (name, czxid, children)
                 }
             };
-            let sorted = sort_contenders(&children);
-            match sorted.iter().position(|c| *c == own) {
-                None => {
+            let blocker = match place(&sort_contenders(&children), &own) {
+                Place::Gone => {
                     // Our node is gone (deleted underneath): join the queue again.
                     self.forget(token);
                     continue;
                 }
-                Some(0) => {
-                    let fence = u64::try_from(czxid).map_err(|_| {
-                        Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
-                    })?;
-                    let mut nodes = self.lock_nodes();
-                    let n = nodes.get_mut(&token).ok_or_else(|| {
-                        Error::unavailable(KIND, "the node was released meanwhile")
-                    })?;
-                    n.owned = true;
-                    n.held = true;
-                    n.deadline = Instant::now() + lease;
-                    if let Some(t) = n.watch_task.take() {
-                        t.abort();
-                    }
-                    n.watching = None;
-                    drop(nodes);
-                    self.install_reaper(token);
-                    return Ok(Attempt::Acquired { fence });
+                Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
+                Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
+            };
+            let Some(blocker) = blocker else {
+                let fence = u64::try_from(czxid).map_err(|_| {
+                    Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
+                })?;
+                self.mark_held(token, lease)?;
+                return Ok(Attempt::Acquired { fence });
+            };
+            if !queued {
+                // try_lock: leave at once.
+                let path = format!("{parent}/{own}");
+                match self
+                    .timed("delete", conn.client.delete(&path, None))
+                    .await?
+                {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) if session_gone(&e) => {}
+                    Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
                 }
-                Some(_) if !queued => {
-                    // try_lock: leave at once.
-                    let path = format!("{parent}/{own}");
-                    match self
-                        .timed("delete", conn.client.delete(&path, None))
-                        .await?
-                    {
-                        Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-                        Err(e) if session_gone(&e) => {}
-                        Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
-                    }
-                    self.forget(token);
-                    return Ok(Attempt::Busy { retry_after: None });
-                }
-                Some(i) => {
-                    let pred = sorted[i - 1].to_owned();
-                    if !self.watch_predecessor(&conn, token, parent, &pred).await? {
-                        continue; // the predecessor left meanwhile: look again
-                    }
-                    match self.lock_nodes().get_mut(&token) {
-                        Some(n) => n.owned = true,
-                        None => continue,
-                    }
-                    return Ok(Attempt::Busy { retry_after: None });
-                }
+                self.forget(token);
+                return Ok(Attempt::Busy { retry_after: None });
             }
+            if !self.watch(&conn, token, blocker).await? {
+                continue; // what we wait for changed meanwhile: look again
+            }
+            if !self.mark_waiting(token) {
+                continue;
+            }
+            return Ok(Attempt::Busy { retry_after: None });
         }
         Err(Error::unavailable(
             KIND,
@@ -538,15 +807,15 @@ impl Inner {
         }
     }
 
-    /// Deletes `token`'s node; `Ok(Some(held))` when it was ours to delete.
+    /// Deletes `token`'s nodes; `Ok(Some(held))` when there were any of ours to delete.
     pub(super) async fn remove(self: &Arc<Self>, token: Token) -> Result<Option<bool>> {
         let node = {
             let mut nodes = self.lock_nodes();
             match nodes.get_mut(&token) {
                 None => return Ok(None),
-                Some(n) if matches!(n.phase, Phase::Creating { .. }) => {
-                    // The create task deletes it once it settles.
-                    n.phase = Phase::Creating { abandoned: true };
+                Some(n) if n.creating() => {
+                    // The create task deletes them once it settles.
+                    n.abandoned = true;
                     n.owned = false;
                     return Ok(None);
                 }
@@ -557,30 +826,57 @@ impl Inner {
                 }
             }
         };
-        let path = node.path().expect("created");
+        let paths = node.created_paths();
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        let main = node.path();
         let conn = match self.conn_for(node.slot).await {
             Ok(c) => c,
             Err(e) => {
-                self.delete_in_background(node.slot, node.session, path);
+                for p in paths {
+                    self.delete_in_background(node.slot, node.session, p);
+                }
                 return Err(e);
             }
         };
         if conn.session != node.session {
             return Ok(None); // gone with its session
         }
-        match self.timed("delete", conn.client.delete(&path, None)).await {
-            Ok(Ok(())) => Ok(Some(node.held)),
-            Ok(Err(zookeeper_client::Error::NoNode)) => Ok(None),
-            Ok(Err(e)) if session_gone(&e) => Ok(None),
-            Ok(Err(e)) => {
-                self.delete_in_background(node.slot, node.session, path);
-                Err(zk_err(e))
-            }
+        let deletes: Vec<_> = paths.iter().map(|p| conn.client.delete(p, None)).collect();
+        let results = match self
+            .timed("delete", futures_util::future::join_all(deletes))
+            .await
+        {
+            Ok(r) => r,
             Err(e) => {
-                self.delete_in_background(node.slot, node.session, path);
-                Err(e)
+                for p in paths {
+                    self.delete_in_background(node.slot, node.session, p);
+                }
+                return Err(e);
+            }
+        };
+        let mut out = Ok(None);
+        for (path, res) in paths.into_iter().zip(results) {
+            let is_main = main.as_ref() == Some(&path);
+            match res {
+                Ok(()) if is_main => out = Ok(Some(node.held)),
+                Ok(()) => {
+                    if matches!(out, Ok(None)) {
+                        out = Ok(Some(false));
+                    }
+                }
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) if session_gone(&e) => {}
+                Err(e) => {
+                    self.delete_in_background(node.slot, node.session, path);
+                    if is_main {
+                        out = Err(zk_err(e));
+                    }
+                }
             }
         }
+        out
     }
 }
 
@@ -604,16 +900,15 @@ impl Drop for Unowned<'_> {
         if n.owned {
             return; // an earlier call handed it over: the registry leaves the queue
         }
-        match n.phase {
-            Phase::Creating { .. } => n.phase = Phase::Creating { abandoned: true },
-            Phase::Created { .. } => {
-                let mut n = nodes.remove(&self.token).expect("present");
-                drop(nodes);
-                n.stop_tasks();
-                if let Some(path) = n.path() {
-                    self.inner.delete_in_background(n.slot, n.session, path);
-                }
-            }
+        if n.creating() {
+            n.abandoned = true; // the create task deletes them once it settles
+            return;
+        }
+        let mut n = nodes.remove(&self.token).expect("present");
+        drop(nodes);
+        n.stop_tasks();
+        for path in n.created_paths() {
+            self.inner.delete_in_background(n.slot, n.session, path);
         }
     }
 }
@@ -644,13 +939,86 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let names: Vec<&str> = sort_contenders(&children).iter().map(|c| c.name).collect();
         assert_eq!(
-            sort_contenders(&children),
+            names,
             [
                 "_c_a-lock-0000000002",
                 "_c_c-lock-0000000003",
                 "_c_b-lock-0000000010"
             ]
+        );
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn mutexes_readers_and_writers_share_one_order() {
+        let children = names(&[
+            "_c_w-__WRIT__0000000003",
+            "_c_r1-__READ__0000000001",
+            "_c_m-lock-0000000004",
+            "_c_r2-__READ__0000000002",
+            "_c_r3-__READ__0000000005",
+            "locks",
+            "leases",
+            "0a1b__lock__0000000000",
+        ]);
+        let sorted = sort_contenders(&children);
+        let order: Vec<(i64, Role)> = sorted.iter().map(|c| (c.seq, c.role)).collect();
+        assert_eq!(
+            order,
+            [
+                (1, Role::Read),
+                (2, Role::Read),
+                (3, Role::Write),
+                (4, Role::Mutex),
+                (5, Role::Read)
+            ]
+        );
+        // Readers before any exclusive contender hold together.
+        assert_eq!(place(&sorted, "_c_r1-__READ__0000000001"), Place::First);
+        assert_eq!(place(&sorted, "_c_r2-__READ__0000000002"), Place::First);
+        // A writer waits for the readers before it, the mutex for the writer, and a later
+        // reader for the nearest exclusive contender before it (writer preference).
+        assert_eq!(
+            place(&sorted, "_c_w-__WRIT__0000000003"),
+            Place::Behind("_c_r2-__READ__0000000002")
+        );
+        assert_eq!(
+            place(&sorted, "_c_m-lock-0000000004"),
+            Place::Behind("_c_w-__WRIT__0000000003")
+        );
+        assert_eq!(
+            place(&sorted, "_c_r3-__READ__0000000005"),
+            Place::Behind("_c_m-lock-0000000004")
+        );
+        assert_eq!(place(&sorted, "_c_gone-lock-0000000009"), Place::Gone);
+    }
+
+    #[test]
+    fn a_tie_counts_as_before() {
+        // Curator 5.5's downgrade: a non-sequential reader with its writer's sequence.
+        let children = names(&["_c_b-__WRIT__0000000007", "_c_a-__READ__0000000007"]);
+        let sorted = sort_contenders(&children);
+        assert_eq!(
+            place(&sorted, "_c_a-__READ__0000000007"),
+            Place::Behind("_c_b-__WRIT__0000000007")
+        );
+        assert_eq!(
+            place(&sorted, "_c_b-__WRIT__0000000007"),
+            Place::Behind("_c_a-__READ__0000000007")
+        );
+    }
+
+    #[test]
+    fn leases_sort_by_their_sequence() {
+        let children = names(&["_c_b-lease-0000000011", "_c_a-lease-0000000002", "foreign"]);
+        assert_eq!(
+            sort_leases(&children),
+            ["foreign", "_c_a-lease-0000000002", "_c_b-lease-0000000011"]
         );
     }
 }

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
 mod resp;
 pub mod sentinel;
 
@@ -44,6 +45,11 @@ pub struct RedisServerOptions {
     /// Start as a Sentinel (`--sentinel`) that monitors the master on this loopback port under
     /// [`sentinel::MASTER`] with quorum 2 (see [`sentinel::SentinelSet`]).
     pub sentinel_of: Option<u16>,
+    /// Start as a Redis Cluster node (`--cluster-enabled yes`, node timeout
+    /// [`cluster::NODE_TIMEOUT`]), not yet part of any cluster (see [`cluster::ClusterSet`]).
+    /// Its `nodes.conf` lives beside the data directory, so a [`RedisServer::restart`] comes
+    /// back empty but as the same node, as a crashed unpersisted node does.
+    pub cluster: bool,
 }
 
 /// A private `redis-server` process listening on `127.0.0.1` at a free port.
@@ -324,6 +330,18 @@ impl RedisServer {
             let conf = self.dir.path().join("sentinel.conf");
             std::fs::write(&conf, sentinel::config(master)).map_err(failed)?;
             command.arg(&conf).arg("--sentinel");
+        }
+        if self.options.cluster {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(self.dir.path().join("nodes.conf"))
+                .arg("--cluster-node-timeout")
+                .arg(cluster::NODE_TIMEOUT.as_millis().to_string())
+                // A replica's full sync starts at once instead of after 5 s spent waiting for
+                // more replicas to share it: a cluster forms, and a node rejoins, that much
+                // sooner.
+                .args(["--repl-diskless-sync-delay", "0"]);
         }
         if let Some(master) = self.options.replica_of {
             command

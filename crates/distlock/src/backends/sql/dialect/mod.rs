@@ -25,5 +25,5 @@ mod pg;
 mod tests;
 
 pub(crate) use self::lite::Lite;
-pub(crate) use self::my::{My, MyLock, MyOutcome, Prepared};
+pub(crate) use self::my::{My, MyLock, MyOutcome, MyShareOutcome, Prepared};
 pub(crate) use self::pg::Pg;

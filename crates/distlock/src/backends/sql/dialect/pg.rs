@@ -1,5 +1,9 @@
 //! PostgreSQL statements: prepared once per connection, with `$n` parameters.
 
+use crate::backends::sql::kinds::{
+    holds_table, names_table, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
+};
+
 /// The SQL text of one backend instance.
 #[derive(Debug, Clone)]
 pub(crate) struct Pg {
@@ -18,6 +22,42 @@ pub(crate) struct Pg {
     pub(crate) extend_many: String,
     pub(crate) inspect: String,
     pub(crate) force_delete: String,
+    /// `$1` region: every held key of the region.
+    pub(crate) list: String,
+    /// The shared kinds (native layout only).
+    pub(crate) kinds: Option<PgKinds>,
+    /// `$1` LOCK_KEY, `$2` REGION, `$3` the key: remembers a key's name for `list` (Spring
+    /// layout only, where `LOCK_KEY` is an MD5 UUID).
+    pub(crate) name_key: Option<String>,
+}
+
+/// The statements of read holds, permits and waiting writers (see `sql::kinds`).
+///
+/// A share is taken, given back and removed by force in a transaction whose first statement
+/// locks the key's row (`lock_row`): every change to a key's holds is made under that row
+/// lock, and the statement after it (in READ COMMITTED, with a snapshot of its own) sees all
+/// of them. One statement could not: its snapshot is taken before it waits for the row lock.
+/// The transaction's four statements (`BEGIN`, the lock, the work, `COMMIT`) are sent in one
+/// pipeline: one round trip.
+#[derive(Debug, Clone)]
+pub(crate) struct PgKinds {
+    pub(crate) begin: &'static str,
+    pub(crate) commit: &'static str,
+    /// `$1` region, `$2` key: creates the key's row (free) if missing, and locks it.
+    pub(crate) lock_row: String,
+    /// The share statements after `lock_row`, and on their own (`_now`, see
+    /// [`acquire_share`]).
+    pub(crate) acquire_share: String,
+    pub(crate) acquire_share_now: String,
+    pub(crate) release_share: String,
+    pub(crate) release_share_now: String,
+    pub(crate) extend_share: String,
+    pub(crate) force_delete: String,
+    /// A waiting exclusive attempt (`AcquireMode::Queue`) whose `acquire_existing` found
+    /// readers in takes (or renews) a place, and gives it back when it acquires.
+    pub(crate) writer_place: String,
+    pub(crate) unplace: String,
+    pub(crate) leave: String,
 }
 
 // Clocks. `now()` is the start of the statement's transaction: taken before the statement
@@ -64,33 +104,38 @@ impl Pg {
                 PRIMARY KEY (region, lock_key)
             )"
         ));
-        let free_old =
-            format!("(l.token IS NULL OR l.token = $3 OR l.expires_ms <= {PG_MS_FLOOR})");
+        let side = holds_table(table);
+        let h = pg_table(schema, &side);
+        create.push(format!(
+            "CREATE TABLE IF NOT EXISTS {h} (
+                region TEXT NOT NULL,
+                lock_key TEXT NOT NULL,
+                token TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                permits INTEGER NOT NULL,
+                expires_ms BIGINT NOT NULL,
+                fence BIGINT NOT NULL,
+                PRIMARY KEY (region, lock_key, token)
+            )"
+        ));
+        let kinds = native_kinds(&t, &h);
         Pg {
             create,
-            exists: exists_query(schema, table),
+            exists: exists_query(schema, table, &side),
             // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms. A plain UPDATE costs
             // about a third less than the upsert below when the row exists, which it does after
             // the key's first use. It always writes the row (also when busy), so that "no row"
-            // can only mean a missing row... or a busy row whose stamp is fresh, see WHERE.
-            acquire_existing: Some(format!(
-                "UPDATE {t} AS l SET
-                     token = CASE WHEN {free_old} THEN $3 ELSE l.token END,
-                     fence = CASE WHEN {free_old} THEN GREATEST(l.fence + 1, {PG_US}) ELSE l.fence END,
-                     created_ms = CASE WHEN {free_old} THEN {PG_MS_CEIL} ELSE l.created_ms END,
-                     expires_ms = CASE WHEN {free_old} THEN {PG_MS_CEIL} + $4::bigint
-                                       ELSE l.expires_ms END,
-                     wanted_ms = CASE WHEN {free_old} THEN l.wanted_ms
-                                      ELSE {PG_MS_CEIL} + $5::bigint END
-                 WHERE region = $1 AND lock_key = $2
-                   AND ({free_old} OR l.wanted_ms IS NULL
-                        OR l.wanted_ms < {PG_MS_CEIL} + $5::bigint / 2)
-                 RETURNING token = $3, fence, expires_ms - {PG_MS_CEIL}"
+            // can only mean a missing row... or a busy row whose stamp is fresh, see WHERE (a row
+            // readers hold is always written, so that a waiting writer learns that they do).
+            // Returns (ours, fence, remaining ms, readers hold it).
+            acquire_existing: Some(acquire_existing(
+                &t,
+                &format!("token = $3, fence, expires_ms - {PG_MS_CEIL}, token = '{READ_MARK}'"),
             )),
             // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms.
             // Takes a free, expired or own row; on a busy row only (re)stamps `wanted_ms` when
             // less than half of the window is left, else writes nothing and returns no row.
-            // Returns (ours, fence, remaining ms of the holder).
+            // Returns (ours, fence, remaining ms of the holder, readers hold it).
             acquire: format!(
                 "INSERT INTO {t} AS l (region, lock_key, token, fence, created_ms, expires_ms, wanted_ms)
                  VALUES ($1, $2, $3, {PG_US}, {PG_MS_CEIL}, {PG_MS_CEIL} + $4::bigint, NULL)
@@ -103,7 +148,7 @@ impl Pg {
                                       ELSE excluded.created_ms + $5::bigint END
                  WHERE {free} OR l.wanted_ms IS NULL
                     OR l.wanted_ms < excluded.created_ms + $5::bigint / 2
-                 RETURNING token = $3, fence, expires_ms - {PG_MS_CEIL}"
+                 RETURNING token = $3, fence, expires_ms - {PG_MS_CEIL}, token = '{READ_MARK}'"
             ),
             // $1 region, $2 key, $3 token, $4 channel, $5 payload. Returns (contended) when
             // released; notifies listeners in the same statement when a waiter stamped the row.
@@ -128,12 +173,24 @@ impl Pg {
                    AND l.expires_ms > {PG_MS_FLOOR}
                  RETURNING l.region, l.lock_key, l.token"
             ),
-            // $1 region, $2 key. Returns (fence, remaining ms) when held.
+            // $1 region, $2 key. Returns (owner, fence, remaining ms, shares, permits,
+            // longest share's remaining ms, waiting writers) when held.
             inspect: format!(
-                "SELECT fence, expires_ms - {PG_MS_CEIL} FROM {t}
-                 WHERE region = $1 AND lock_key = $2 AND token IS NOT NULL
-                   AND expires_ms > {PG_MS_FLOOR}"
+                "SELECT l.token, l.fence, l.expires_ms - {PG_MS_CEIL}, {}
+                 FROM {t} l
+                 WHERE l.region = $1 AND l.lock_key = $2 AND l.token IS NOT NULL
+                   AND l.expires_ms > {PG_MS_FLOOR}",
+                summary(&h)
             ),
+            // $1 region. Returns (key, then as inspect) per held key.
+            list: format!(
+                "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {PG_MS_CEIL}, {}
+                 FROM {t} l
+                 WHERE l.region = $1 AND l.token IS NOT NULL AND l.expires_ms > {PG_MS_FLOOR}",
+                summary(&h)
+            ),
+            kinds: Some(kinds),
+            name_key: None,
             // $1 region, $2 key, $3 channel, $4 payload.
             force_delete: format!(
                 "UPDATE {t} SET token = NULL
@@ -168,9 +225,19 @@ impl Pg {
             )",
             pg_ident(&format!("{table}_PK"))
         ));
+        let side = names_table(table);
+        let names = pg_table(schema, &side);
+        create.push(format!(
+            "CREATE TABLE IF NOT EXISTS {names} (
+                LOCK_KEY CHAR(36) NOT NULL,
+                REGION VARCHAR(100) NOT NULL,
+                LOCK_NAME TEXT NOT NULL,
+                PRIMARY KEY (LOCK_KEY, REGION)
+            )"
+        ));
         Pg {
             create,
-            exists: exists_query(schema, table),
+            exists: exists_query(schema, table, &side),
             acquire_existing: None,
             // $1 key, $2 region, $3 client id, $4 lease ms, $5 unused (want window).
             acquire: format!(
@@ -209,6 +276,18 @@ impl Pg {
                 "SELECT {fence}, {remaining} FROM {t}
                  WHERE LOCK_KEY = $1 AND REGION = $2 AND EXPIRED_AFTER >= {PG_UTC}"
             ),
+            // $1 region. Returns (key, LOCK_KEY, fence, remaining ms) per held key; the key is
+            // NULL for a key whose name nobody recorded (a Spring client's).
+            list: format!(
+                "SELECT n.LOCK_NAME, l.LOCK_KEY::text, {fence}, {remaining} FROM {t} l
+                 LEFT JOIN {names} n ON n.LOCK_KEY = l.LOCK_KEY AND n.REGION = l.REGION
+                 WHERE l.REGION = $1 AND l.EXPIRED_AFTER >= {PG_UTC}"
+            ),
+            kinds: None,
+            name_key: Some(format!(
+                "INSERT INTO {names} (LOCK_KEY, REGION, LOCK_NAME) VALUES ($1, $2, $3)
+                 ON CONFLICT (LOCK_KEY, REGION) DO NOTHING"
+            )),
             // $1 key, $2 region, $3 channel, $4 payload.
             force_delete: format!(
                 "DELETE FROM {t} WHERE LOCK_KEY = $1 AND REGION = $2
@@ -218,8 +297,247 @@ impl Pg {
     }
 }
 
-pub(super) fn exists_query(schema: Option<&str>, table: &str) -> String {
+/// Whether the lease table and its side table exist: one row of two booleans.
+pub(super) fn exists_query(schema: Option<&str>, table: &str, side: &str) -> String {
     // to_regclass takes the name as SQL would parse it: the quoted, folded form.
-    let name = pg_table(schema, table).replace('\'', "''");
-    format!("SELECT to_regclass('{name}') IS NOT NULL")
+    let name = |t: &str| pg_table(schema, t).replace('\'', "''");
+    format!(
+        "SELECT to_regclass('{}') IS NOT NULL, to_regclass('{}') IS NOT NULL",
+        name(table),
+        name(side)
+    )
+}
+
+/// The common acquisition's `UPDATE` of an existing row (see [`Pg::acquire_existing`]),
+/// returning `returning`.
+fn acquire_existing(t: &str, returning: &str) -> String {
+    let free_old = format!("(l.token IS NULL OR l.token = $3 OR l.expires_ms <= {PG_MS_FLOOR})");
+    format!(
+        "UPDATE {t} AS l SET
+             token = CASE WHEN {free_old} THEN $3 ELSE l.token END,
+             fence = CASE WHEN {free_old} THEN GREATEST(l.fence + 1, {PG_US}) ELSE l.fence END,
+             created_ms = CASE WHEN {free_old} THEN {PG_MS_CEIL} ELSE l.created_ms END,
+             expires_ms = CASE WHEN {free_old} THEN {PG_MS_CEIL} + $4::bigint
+                               ELSE l.expires_ms END,
+             wanted_ms = CASE WHEN {free_old} THEN l.wanted_ms
+                              ELSE {PG_MS_CEIL} + $5::bigint END
+         WHERE region = $1 AND lock_key = $2
+           AND ({free_old} OR l.wanted_ms IS NULL
+                OR l.wanted_ms < {PG_MS_CEIL} + $5::bigint / 2 OR l.token = '{READ_MARK}')
+         RETURNING {returning}"
+    )
+}
+
+/// The holds of the key of row `l` summed up: (live shares, their permits, the longest
+/// share's remaining ms, live waiting writers).
+fn summary(h: &str) -> String {
+    let live =
+        format!("x.region = l.region AND x.lock_key = l.lock_key AND x.expires_ms > {PG_MS_FLOOR}");
+    format!(
+        "(SELECT count(*) FROM {h} x WHERE {live} AND x.kind IN ('{READ}', '{PERMIT}')),
+         (SELECT max(x.permits)::bigint FROM {h} x WHERE {live} AND x.kind = '{PERMIT}'),
+         (SELECT max(x.expires_ms) FROM {h} x WHERE {live} AND x.kind IN ('{READ}', '{PERMIT}'))
+             - {PG_MS_CEIL},
+         (SELECT count(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}')"
+    )
+}
+
+/// The start of a share statement: `m`, the key's row as the statement's snapshot has it.
+/// After `lock_row` (`now` false) that is the row as it is. On its own (`now` true) the
+/// statement locks the row itself (`lockm`, which sees the row's latest version) and takes
+/// `m` only if the snapshot has that version (`xmin`, the transaction that wrote it): every
+/// change to a key's shares writes its row, so an unchanged row means that the snapshot's
+/// holds are the current ones too; otherwise `m` is empty, the statement changes nothing and
+/// reports itself unsettled, and the caller runs it after `lock_row`. `cols` are the row's
+/// columns `m` carries.
+fn share_head(t: &str, cols: &str, now: bool) -> String {
+    if now {
+        format!(
+            "lockm AS (
+                 SELECT xmin AS v FROM {t} WHERE region = $1 AND lock_key = $2 FOR UPDATE
+             ), snap AS (
+                 SELECT xmin AS v, {cols} FROM {t} WHERE region = $1 AND lock_key = $2
+             ), m AS (
+                 SELECT {cols} FROM snap, lockm WHERE snap.v = lockm.v
+             )"
+        )
+    } else {
+        format!("m AS (SELECT {cols} FROM {t} WHERE region = $1 AND lock_key = $2)")
+    }
+}
+
+/// $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms, $6 kind ('r'/'s'), $7 permits
+/// (0 for readers), $8 the row's share mark. Takes a share when the token holds one already
+/// (a repeated attempt), or when the row is free, expired or marked for this kind and nothing
+/// keeps the attempt out: a live waiting writer keeps readers out, a full semaphore or holders
+/// with other permits keep permits out. Otherwise only stamps `wanted_ms`, as the mutex does.
+/// Always one row: (settled, taken, fence, other holders' permits, remaining ms of the row);
+/// see [`share_head`] for `settled`.
+fn acquire_share(t: &str, h: &str, now: bool) -> String {
+    let (floor, ceil, us) = (PG_MS_FLOOR, PG_MS_CEIL, PG_US);
+    let head = share_head(t, "token, fence, expires_ms", now);
+    format!(
+        "WITH {head}, h AS (
+             SELECT token, kind, permits, expires_ms FROM {h}
+             WHERE region = $1 AND lock_key = $2 AND expires_ms > {floor}
+         ), v AS (
+             SELECT
+                 EXISTS (SELECT 1 FROM h WHERE token = $3 AND kind = $6::text) AS mine,
+                 (SELECT max(permits) FROM h
+                  WHERE kind = '{PERMIT}' AND permits <> $7::int AND token <> $3) AS other,
+                 (m.token IS NULL OR m.expires_ms <= {floor} OR m.token = $8::text) AS free,
+                 (SELECT count(*) FROM h WHERE kind = $6::text AND token <> $3) AS holders,
+                 (SELECT max(expires_ms) FROM h WHERE kind = $6::text AND token <> $3) AS until,
+                 EXISTS (SELECT 1 FROM h WHERE kind = '{WRITER}') AS writer_waits,
+                 GREATEST(m.fence + 1, {us}) AS next,
+                 m.expires_ms - {ceil} AS remaining
+             FROM m
+         ), d AS (
+             SELECT v.*, (mine OR (free AND other IS NULL
+                                   AND ($7::int = 0 OR holders < $7::int)
+                                   AND NOT ($6::text = '{READ}' AND writer_waits))) AS ok
+             FROM v
+         ), ins AS (
+             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
+             SELECT $1, $2, $3, $6::text, $7::int, {ceil} + $4::bigint, next FROM d WHERE ok
+             ON CONFLICT (region, lock_key, token) DO UPDATE SET
+                 kind = excluded.kind, permits = excluded.permits,
+                 expires_ms = excluded.expires_ms, fence = excluded.fence
+         ), upd AS (
+             UPDATE {t} AS l SET
+                 token = CASE WHEN d.ok THEN $8::text ELSE l.token END,
+                 fence = CASE WHEN d.ok THEN d.next ELSE l.fence END,
+                 created_ms = CASE WHEN d.ok THEN {ceil} ELSE l.created_ms END,
+                 expires_ms = CASE WHEN d.ok
+                                   THEN GREATEST(COALESCE(d.until, 0), {ceil} + $4::bigint)
+                                   ELSE l.expires_ms END,
+                 wanted_ms = CASE WHEN d.ok THEN l.wanted_ms ELSE {ceil} + $5::bigint END
+             FROM d
+             WHERE l.region = $1 AND l.lock_key = $2
+               AND (d.ok OR l.wanted_ms IS NULL OR l.wanted_ms < {ceil} + $5::bigint / 2)
+         ), prune AS (
+             DELETE FROM {h}
+             WHERE region = $1 AND lock_key = $2 AND expires_ms <= {floor} AND token <> $3
+               AND EXISTS (SELECT 1 FROM m)
+         )
+         SELECT EXISTS (SELECT 1 FROM m), d.ok, d.next, d.other::bigint, d.remaining
+         FROM (SELECT 1) AS one LEFT JOIN d ON true"
+    )
+}
+
+/// $1 region, $2 key, $3 token, $4 channel, $5 payload. Gives a live share back: the row
+/// keeps the longest lease of the shares left, or is free; waiters are notified when a waiter
+/// stamped the row. Removes whatever expired on the way. Returns (settled, released,
+/// contended); see [`share_head`] for `settled`. Released means that the share was live and
+/// the row still marked shared (a row deleted underneath lost every share with it).
+fn release_share(t: &str, h: &str, now: bool) -> String {
+    let floor = PG_MS_FLOOR;
+    let shares = format!("kind IN ('{READ}', '{PERMIT}')");
+    let marks = format!("('{READ_MARK}', '{SEM_MARK}')");
+    let head = share_head(t, "1 AS one", now);
+    format!(
+        "WITH {head}, gone AS (
+             DELETE FROM {h}
+             WHERE region = $1 AND lock_key = $2 AND (token = $3 OR expires_ms <= {floor})
+               AND EXISTS (SELECT 1 FROM m)
+             RETURNING token = $3 AND {shares} AND expires_ms > {floor} AS mine
+         ), rest AS (
+             SELECT max(expires_ms) AS until FROM {h}
+             WHERE region = $1 AND lock_key = $2 AND token <> $3 AND {shares}
+               AND expires_ms > {floor}
+         ), upd AS (
+             UPDATE {t} AS l SET
+                 token = CASE WHEN rest.until IS NULL THEN NULL ELSE l.token END,
+                 expires_ms = COALESCE(rest.until, l.expires_ms)
+             FROM rest
+             WHERE l.region = $1 AND l.lock_key = $2 AND l.token IN {marks}
+               AND EXISTS (SELECT 1 FROM gone WHERE mine)
+             RETURNING COALESCE(l.wanted_ms > {floor}, false) AS wanted
+         ), w AS (
+             SELECT EXISTS (SELECT 1 FROM m) AS settled,
+                    EXISTS (SELECT 1 FROM upd) AS released,
+                    COALESCE((SELECT wanted FROM upd), false) AS wanted
+         )
+         SELECT settled, released, wanted, CASE WHEN wanted THEN pg_notify($4, $5)::text END
+         FROM w"
+    )
+}
+
+/// The statements of the shared kinds on lease table `t` and holds table `h`.
+fn native_kinds(t: &str, h: &str) -> PgKinds {
+    let (floor, ceil) = (PG_MS_FLOOR, PG_MS_CEIL);
+    let shares = format!("kind IN ('{READ}', '{PERMIT}')");
+    let marks = format!("('{READ_MARK}', '{SEM_MARK}')");
+    PgKinds {
+        begin: "BEGIN ISOLATION LEVEL READ COMMITTED",
+        commit: "COMMIT",
+        // Locks an existing row without writing it (ON CONFLICT locks the row whether or not
+        // the WHERE lets it be updated).
+        lock_row: format!(
+            "INSERT INTO {t} AS l (region, lock_key, token, fence, created_ms, expires_ms, wanted_ms)
+             VALUES ($1, $2, NULL, 0, 0, 0, NULL)
+             ON CONFLICT (region, lock_key) DO UPDATE SET token = l.token WHERE false"
+        ),
+        acquire_share: acquire_share(t, h, false),
+        acquire_share_now: acquire_share(t, h, true),
+        release_share: release_share(t, h, false),
+        release_share_now: release_share(t, h, true),
+        // $1 region, $2 key, $3 token, $4 lease ms. One statement: it locks the key's row
+        // first (the one-time filter of `h` runs `m` before any hold is touched), then renews
+        // the share, then raises the row's lease to it. Returns a row when renewed.
+        extend_share: format!(
+            "WITH m AS (
+                 SELECT 1 FROM {t}
+                 WHERE region = $1 AND lock_key = $2 AND token IN {marks} FOR UPDATE
+             ), h AS (
+                 UPDATE {h} SET expires_ms = {ceil} + $4::bigint
+                 WHERE region = $1 AND lock_key = $2 AND token = $3 AND {shares}
+                   AND expires_ms > {floor} AND EXISTS (SELECT 1 FROM m)
+                 RETURNING expires_ms
+             )
+             UPDATE {t} AS l SET expires_ms = GREATEST(l.expires_ms, h.expires_ms) FROM h
+             WHERE l.region = $1 AND l.lock_key = $2
+             RETURNING 1"
+        ),
+        // $1 region, $2 key, $3 channel, $4 payload. After `lock_row`. Every holder goes;
+        // returns whether one was live.
+        force_delete: format!(
+            "WITH gone AS (
+                 DELETE FROM {h}
+                 WHERE region = $1 AND lock_key = $2 AND ({shares} OR expires_ms <= {floor})
+                 RETURNING {shares} AND expires_ms > {floor} AS live
+             ), freed AS (
+                 UPDATE {t} SET token = NULL
+                 WHERE region = $1 AND lock_key = $2 AND token IS NOT NULL
+                 RETURNING expires_ms > {floor} AS live
+             )
+             SELECT EXISTS (SELECT 1 FROM gone WHERE live) OR EXISTS (SELECT 1 FROM freed WHERE live),
+                    pg_notify($3, $4)::text"
+        ),
+        // $1 region, $2 key, $3 the waiter's token. Takes or renews a waiting writer's place
+        // while readers hold the key; a row when it did.
+        writer_place: format!(
+            "INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
+             SELECT $1, $2, $3, '{WRITER}', 0, {ceil} + {place}, 0 FROM {t}
+             WHERE region = $1 AND lock_key = $2 AND token = '{READ_MARK}' AND expires_ms > {floor}
+             ON CONFLICT (region, lock_key, token) DO UPDATE SET expires_ms = excluded.expires_ms
+             RETURNING 1",
+            place = crate::backends::sql::kinds::WRITER_PLACE_MS,
+        ),
+        // $1 region, $2 key, $3 the waiter's token: the place of a writer that acquired.
+        unplace: format!(
+            "DELETE FROM {h}
+             WHERE region = $1 AND lock_key = $2 AND token = $3 AND kind = '{WRITER}'"
+        ),
+        // $1 region, $2 key, $3 the waiter's token, $4 channel, $5 payload. Wakes the readers
+        // the place kept out.
+        leave: format!(
+            "WITH gone AS (
+                 DELETE FROM {h}
+                 WHERE region = $1 AND lock_key = $2 AND token = $3 AND kind = '{WRITER}'
+                 RETURNING 1
+             )
+             SELECT pg_notify($4, $5)::text WHERE EXISTS (SELECT 1 FROM gone)"
+        ),
+    }
 }

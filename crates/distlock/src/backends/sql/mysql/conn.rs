@@ -95,10 +95,13 @@ pub(in crate::backends::sql) fn discard(conn: Conn) {
     }
 }
 
-/// A statement to run: text (one or more statements), or prepared with its values.
+/// A statement to run: text (one or more statements), a transaction of several (which
+/// closes its connection on any error: statements after a failed one are not run, so the
+/// transaction may still be open), or prepared with its values.
 #[derive(Clone, Copy)]
 pub(super) enum Sql<'a> {
     Text(&'a str),
+    Transaction(&'a str),
     Prepared(&'a Prepared, &'a [Value]),
 }
 
@@ -185,16 +188,19 @@ impl Inner {
         if *ready {
             return Ok(());
         }
-        let exists: Option<i64> = conn
+        let exists: Option<(i64, i64)> = conn
             .query_first(
                 self.sql
                     .exists(self.options.schema.as_deref(), &self.options.table),
             )
             .await?;
-        if exists.unwrap_or(0) == 0 && self.options.create_table {
+        let (table, side) = exists.unwrap_or((0, 0));
+        self.side_table.store(side > 0, Ordering::Release);
+        if (table == 0 || side == 0) && self.options.create_table {
             // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
             // data dictionary serialises them and the losers only get a warning.
             conn.query_drop(self.sql.create()).await?;
+            self.side_table.store(true, Ordering::Release);
         }
         *ready = true;
         self.ready_fast.store(true, Ordering::Release);
@@ -208,7 +214,7 @@ impl Inner {
     ) -> std::result::Result<Outcome, mysql_async::Error> {
         self.ensure_table(conn).await?;
         match sql {
-            Sql::Text(text) => outcome(conn.query_iter(text).await?).await,
+            Sql::Text(text) | Sql::Transaction(text) => outcome(conn.query_iter(text).await?).await,
             Sql::Prepared(p, values) => {
                 outcome(conn.exec_iter(p.sql.as_str(), values.to_vec()).await?).await
             }
@@ -225,6 +231,16 @@ impl Inner {
         idempotent: bool,
     ) -> Result<Outcome> {
         self.run_sql(op, Sql::Text(sql), idempotent).await
+    }
+
+    /// [`run`](Self::run) for a transaction of several statements (see [`Sql::Transaction`]).
+    pub(super) async fn run_transaction(
+        &self,
+        op: &'static str,
+        sql: &str,
+        idempotent: bool,
+    ) -> Result<Outcome> {
+        self.run_sql(op, Sql::Transaction(sql), idempotent).await
     }
 
     /// [`run`](Self::run) for a prepared statement (see [`Prepared`]) and its values.
@@ -282,7 +298,7 @@ impl Inner {
                 Ok(out) => return Ok(out),
                 Err(e) => {
                     let class = classify(&e);
-                    if matches!(class, Class::Connection) {
+                    if matches!(class, Class::Connection) || matches!(sql, Sql::Transaction(_)) {
                         // Do not hand a broken connection back to the pool.
                         discard(conn);
                     } else {

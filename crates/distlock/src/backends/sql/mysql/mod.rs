@@ -26,13 +26,14 @@ use std::time::Duration;
 
 use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
-use super::dialect::{My, MyLock, MyOutcome};
+use super::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
 use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
+use super::kinds::{disagreement, place, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, scrub, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Capabilities, LockInfo, LockName, ReleaseSubscription,
-    Released, Renewal, Token,
+    detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName,
+    ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -273,6 +274,9 @@ impl MySqlBackend {
                 ready: tokio::sync::Mutex::new(false),
                 ready_fast: AtomicBool::new(false),
                 signals: Arc::default(),
+                side_table: AtomicBool::new(false),
+                writers: WriterPlaces::default(),
+                named: Default::default(),
             }),
         };
         // Check one connection now (a wrong host or password is reported here) and create the
@@ -306,10 +310,222 @@ impl Inner {
     }
 }
 
+/// Reads a row of the inspect and list statements (native layout) from column `at` on.
+fn held_row(row: &mysql_async::Row, at: usize) -> HeldRow {
+    let token = row
+        .get_opt::<Option<String>, usize>(at)
+        .and_then(|v| v.ok())
+        .flatten()
+        .unwrap_or_default();
+    HeldRow {
+        token,
+        fence: int(row, at + 1).unwrap_or(-1),
+        remaining_ms: int(row, at + 2).unwrap_or(0),
+        shares: int(row, at + 3).unwrap_or(0),
+        permits: int(row, at + 4),
+        share_remaining_ms: int(row, at + 5),
+        writers: int(row, at + 6).unwrap_or(0),
+    }
+}
+
+/// The matched rows and `LAST_INSERT_ID` of statement `i` of a packet.
+fn statement(out: &super::doorbell::Outcome, i: usize) -> (u64, Option<u64>) {
+    out.statements.get(i).copied().unwrap_or((0, None))
+}
+
+/// A column of bytes (a key) as text.
+fn text(row: &mysql_async::Row, i: usize) -> Option<String> {
+    row.get_opt::<Option<Vec<u8>>, usize>(i)
+        .and_then(|v| v.ok())
+        .flatten()
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
+/// Most key names a Spring-mode backend remembers having recorded.
+const MAX_NAMED: usize = 100_000;
+
+impl Inner {
+    /// The statement that records the key name of `name`'s row `(a, b)` (Spring mode, once
+    /// per key and backend) so that `list` can show the key, if it is still to be recorded.
+    fn name_to_record(&self, name: &LockName, a: &str, b: &str) -> Option<String> {
+        let fresh = self.options.spring
+            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
+            && !self
+                .named
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(a.to_owned(), b.to_owned()));
+        fresh.then(|| {
+            self.sql.name_key(
+                &MyLock {
+                    region: a,
+                    key: b,
+                    token: "",
+                },
+                name.key(),
+            )
+        })
+    }
+
+    fn recorded_name(&self, a: &str, b: &str) {
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if named.len() >= MAX_NAMED {
+            named.clear();
+        }
+        named.insert((a.to_owned(), b.to_owned()));
+    }
+
+    /// A read hold or a permit: one transaction in one round trip (see `My::acquire_share`).
+    async fn take_share(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        share: Share,
+    ) -> Result<Attempt> {
+        let (a, b) = self.row_key(name)?;
+        let owner = token.to_string();
+        let lock = MyLock {
+            region: &a,
+            key: &b,
+            token: &owner,
+        };
+        let (lease, want) = (lease_ms(lease), WANT_WINDOW_MS);
+        let sql = self.sql.acquire_share(&lock, share, lease, want);
+        let out = self.run_transaction("try_acquire", &sql, true).await?;
+        let outcome = match statement(&out, 1) {
+            (0, _) => {
+                // The key's first use: the transaction that creates its row.
+                let sql = self.sql.acquire_share_first(&lock, share, lease, want);
+                let out = self.run_transaction("try_acquire", &sql, true).await?;
+                let Some(row) = out.rows.first() else {
+                    return Err(Error::backend(KIND, "the acquisition returned no outcome"));
+                };
+                match (int(row, 0), int(row, 1)) {
+                    (Some(fence), _) => MyShareOutcome::Acquired { fence },
+                    (None, Some(permits)) => MyShareOutcome::Disagree { permits },
+                    _ => MyShareOutcome::Busy {
+                        remaining_ms: int(row, 2).unwrap_or(0),
+                    },
+                }
+            }
+            (_, v) => v.and_then(MyShareOutcome::decode).ok_or_else(|| {
+                Error::backend(KIND, "the server did not report the acquisition's outcome")
+            })?,
+        };
+        match outcome {
+            MyShareOutcome::Acquired { fence } => {
+                // The process holds the lock: its doorbell listener lets the next process watch.
+                self.doorbells.acquired(&self.doorbell(&a, &b));
+                Ok(Attempt::Acquired {
+                    fence: fence_from(KIND, fence)?,
+                })
+            }
+            MyShareOutcome::Disagree { permits } if !share.is_read() => {
+                Err(disagreement(name, permits))
+            }
+            MyShareOutcome::Disagree { .. } => Ok(Attempt::Busy { retry_after: None }),
+            MyShareOutcome::Busy { remaining_ms } => Ok(Attempt::Busy {
+                retry_after: Some(millis(remaining_ms)),
+            }),
+        }
+    }
+
+    /// After an exclusive attempt: a waiting writer that found readers in takes (or renews)
+    /// its place; one that acquired gives its place back.
+    async fn writer_place(&self, lock: &MyLock<'_>, token: Token, acquired: bool) {
+        let waiter = token.to_string();
+        let lock = MyLock {
+            token: &waiter,
+            ..lock.clone()
+        };
+        if acquired {
+            if self.writers.take(token) {
+                let _ = self.run("leave_queue", &self.sql.leave(&lock), true).await;
+            }
+            return;
+        }
+        match self
+            .run("try_acquire", &self.sql.writer_place(&lock), true)
+            .await
+        {
+            Ok(out) if out.affected > 0 => self.writers.taken(token),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
+        }
+    }
+}
+
 impl LockTable for Inner {
+    fn places(&self) -> &WriterPlaces {
+        &self.writers
+    }
+
+    async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
+        if !self.writers.take(token) {
+            return Ok(());
+        }
+        let (a, b) = self.row_key(name)?;
+        let waiter = token.to_string();
+        let sql = self.sql.leave(&MyLock {
+            region: &a,
+            key: &b,
+            token: &waiter,
+        });
+        // Readers kept out may come in: those of this process are woken here, the others'
+        // doorbell listeners see the row free of a waiting writer.
+        self.run("leave_queue", &sql, true).await?;
+        self.signals.fire(&channel(name));
+        Ok(())
+    }
+
+    async fn held_keys(&self, region: String) -> Result<Vec<ListedLock>> {
+        let out = self.run("list", &self.sql.list(&region), true).await?;
+        let mut listed = Vec::with_capacity(out.rows.len());
+        for row in &out.rows {
+            if self.options.spring {
+                let Some(key) = text(row, 0).or_else(|| text(row, 1)) else {
+                    continue;
+                };
+                listed.push(ListedLock {
+                    key,
+                    info: LockInfo::new(
+                        Some(fence_from(KIND, int(row, 2).unwrap_or(-1))?),
+                        int(row, 3).map(millis),
+                    )
+                    .with_kind(LockKind::Mutex)
+                    .with_holders(1),
+                });
+            } else if let (Some(key), Some(info)) = (text(row, 0), held_row(row, 1).info(KIND)?) {
+                listed.push(ListedLock { key, info });
+            }
+        }
+        Ok(listed)
+    }
+
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.row_key(name)?;
-        let owner = self.owner(token);
+        if let Place::Shared(_) = place(name) {
+            self.check_kind(name)?;
+            let owner = token.to_string();
+            let sql = self.sql.release_share(&MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            });
+            let out = self.run_transaction("release", &sql, false).await?;
+            let (matched, code) = statement(&out, 1);
+            let code = code.unwrap_or(0);
+            let (released, contended) = (matched > 0, code & 2 == 2);
+            if released {
+                self.signals.fire(&channel(name));
+            }
+            return Ok(Released {
+                was_held: released,
+                contended,
+            });
+        }
+        let owner = self.owner(name, token);
         let lock = MyLock {
             region: &a,
             key: &b,
@@ -348,7 +564,21 @@ impl LockTable for Inner {
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let (a, b) = self.row_key(name)?;
-        let owner = self.owner(token);
+        if let Place::Shared(_) = place(name) {
+            self.check_kind(name)?;
+            let owner = token.to_string();
+            let sql = self.sql.extend_share(
+                &MyLock {
+                    region: &a,
+                    key: &b,
+                    token: &owner,
+                },
+                lease_ms(lease),
+            );
+            let out = self.run_transaction("extend", &sql, true).await?;
+            return Ok(statement(&out, 2).0 > 0);
+        }
+        let owner = self.owner(name, token);
         let sql = self.sql.extend(
             &MyLock {
                 region: &a,
@@ -368,15 +598,20 @@ impl LockTable for Inner {
             token: "",
         });
         let out = self.run("inspect", &sql, true).await?;
-        out.rows
-            .first()
-            .map(|row| {
-                Ok(LockInfo {
-                    fence: Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
-                    remaining: int(row, 1).map(millis),
-                })
-            })
-            .transpose()
+        let Some(row) = out.rows.first() else {
+            return Ok(None);
+        };
+        if self.options.spring {
+            return Ok(Some(
+                LockInfo::new(
+                    Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
+                    int(row, 1).map(millis),
+                )
+                .with_kind(LockKind::Mutex)
+                .with_holders(1),
+            ));
+        }
+        held_row(row, 0).info(KIND)
     }
 
     async fn force_delete(&self, name: &LockName) -> Result<bool> {
@@ -386,22 +621,41 @@ impl LockTable for Inner {
             key: &b,
             token: "",
         });
-        let out = self.run("force_release", &sql, true).await?;
-        if out.affected > 0 {
-            self.signals.fire(&channel(name));
-        }
-        Ok(out.affected > 0)
+        let existed = if self.options.spring {
+            self.run("force_release", &sql, true).await?.affected > 0
+        } else {
+            let out = self.run_transaction("force_release", &sql, true).await?;
+            out.rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0
+        };
+        self.signals.fire(&channel(name));
+        Ok(existed)
     }
 
-    /// Up to 2500 renewals per `UPDATE … JOIN (…)` statement, read back in the same round trip.
+    /// Up to 2500 exclusive renewals per `UPDATE … JOIN (…)` statement, read back in the same
+    /// round trip; shared ones (a few: the readers of a registry share one hold) one
+    /// transaction each, at once.
     async fn extend_all(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
         let mut extended = vec![false; batch.len()];
+        let shared: Vec<usize> = (0..batch.len())
+            .filter(|&i| matches!(place(&batch[i].name), Place::Shared(_)))
+            .collect();
+        let renewed = futures_util::future::join_all(
+            shared
+                .iter()
+                .map(|&i| self.extend_token(&batch[i].name, batch[i].token, batch[i].lease)),
+        )
+        .await;
+        for (&i, r) in shared.iter().zip(renewed) {
+            extended[i] = r?;
+        }
         let idents: Vec<Option<Renewed>> = batch
             .iter()
-            .map(|r| {
-                self.row_key(&r.name)
+            .map(|r| match place(&r.name) {
+                Place::Shared(_) => None,
+                Place::Row => self
+                    .row_key(&r.name)
                     .ok()
-                    .map(|(a, b)| (a, b, self.owner(r.token), lease_ms(r.lease)))
+                    .map(|(a, b)| (a, b, self.owner(&r.name, r.token), lease_ms(r.lease))),
             })
             .collect();
         let valid: Vec<(usize, &Renewed)> = idents
@@ -443,8 +697,12 @@ impl MySqlBackend {
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (token, lease, queued) = (request.token, request.lease, request.queued());
         server::acquire(&self.inner, request, move |inner, name| async move {
+            inner.check_kind(&name)?;
+            if let Place::Shared(share) = place(&name) {
+                return inner.take_share(&name, token, lease, share).await;
+            }
             let (a, b) = inner.row_key(&name)?;
-            let owner = inner.owner(token);
+            let owner = inner.owner(&name, token);
             let lock = MyLock {
                 region: &a,
                 key: &b,
@@ -502,9 +760,17 @@ impl MySqlBackend {
             let outcome = match outcome {
                 Some(o) => o,
                 None => {
-                    // First use of the key (no row yet), or the Spring layout.
-                    let sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
+                    // First use of the key (no row yet), or the Spring layout (whose key name
+                    // goes along, the first time, for `list`).
+                    let mut sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
+                    let named = inner.name_to_record(&name, &a, &b);
+                    if let Some(n) = &named {
+                        sql = format!("{n};\n{sql}");
+                    }
                     let out = inner.run("try_acquire", &sql, true).await?;
+                    if named.is_some() {
+                        inner.recorded_name(&a, &b);
+                    }
                     let Some(row) = out.rows.first() else {
                         return Ok(Attempt::Busy { retry_after: None });
                     };
@@ -517,19 +783,30 @@ impl MySqlBackend {
                     } else {
                         MyOutcome::Busy {
                             remaining_ms: int(row, 2).unwrap_or(0),
+                            read_shared: int(row, 3).unwrap_or(0) > 0,
                         }
                     }
                 }
             };
             let (fence, wanted) = match outcome {
                 MyOutcome::Acquired { fence, wanted } => (fence, wanted),
-                MyOutcome::Busy { remaining_ms } => {
+                MyOutcome::Busy {
+                    remaining_ms,
+                    read_shared,
+                } => {
                     inner.doorbells.note_contended(&doorbell);
+                    if queued && read_shared {
+                        // A waiting writer keeps new readers out.
+                        inner.writer_place(&lock, token, false).await;
+                    }
                     return Ok(Attempt::Busy {
                         retry_after: Some(millis(remaining_ms)),
                     });
                 }
             };
+            if inner.writers.has(token) {
+                inner.writer_place(&lock, token, true).await;
+            }
             // Ring the doorbell for waiters when there are (or lately were) any; a waiter that
             // comes later finds it silent and looks at the row now and then instead. Armed
             // within the attempt, so that the undo's release (if the caller went away) gives

@@ -2,14 +2,16 @@
 //! tasks hold. Apart from `mod.rs` so that the parts (connections) import it from here and
 //! nothing imports back from the module root.
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use mysql_async::Pool;
 
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::{My, Prepared};
 use crate::backends::sql::doorbell::Doorbells;
+use crate::backends::sql::kinds::WriterPlaces;
 use crate::backends::sql::server::server_state;
 use crate::backends::sql::SqlOptions;
 
@@ -31,6 +33,11 @@ pub(super) struct Inner {
     /// The common acquisition and the release, prepared (native layout).
     pub(super) acquire_prepared: Prepared,
     pub(super) release_prepared: Prepared,
+    /// Whether the side table (native: the holds; Spring: the key names) exists.
+    pub(super) side_table: AtomicBool,
+    pub(super) writers: WriterPlaces,
+    /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
+    pub(super) named: Mutex<HashSet<(String, String)>>,
 }
 
 impl Drop for Inner {

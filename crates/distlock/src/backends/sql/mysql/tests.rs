@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::{AcquireMode, Backend};
+use crate::backend::{AcquireMode, Backend, LockKind};
 use crate::testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).
@@ -73,4 +73,129 @@ async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
         queued(&waiter, &name, w, lease).await,
         Attempt::Acquired { .. }
     ));
+}
+
+/// Permit holders of two backends take and give back permits at once: every release finds
+/// its permit (the statements' outcomes are read from the right statement of each packet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_permits_are_released_as_taken() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let backends = [
+        MySqlBackend::connect(db.url()).await.unwrap(),
+        MySqlBackend::connect(db.url()).await.unwrap(),
+    ];
+    let name = LockName::new("sem", "k")
+        .unwrap()
+        .with_kind(LockKind::Semaphore { permits: 3 });
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let (b, name) = (backends[i % 2].clone(), name.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut taken = 0;
+            while taken < 20 {
+                let token = Token::random();
+                let request = AcquireRequest::new(name.clone(), token, Duration::from_secs(10));
+                if let Attempt::Acquired { .. } = b.acquire(&request).await.unwrap() {
+                    taken += 1;
+                    let released = b.release(&name, token).await.unwrap();
+                    assert!(
+                        released.was_held,
+                        "a permit taken was not there to give back"
+                    );
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Counts the rows of the holds table of `db` (`places`: the waiting writers' only).
+fn holds_of(db: &crate::testkit::mysql::TestDatabase) -> impl Fn(bool) -> usize + Sync + '_ {
+    move |places| {
+        let filter = if places { " WHERE kind = 'w'" } else { "" };
+        let rows = db
+            .query(&format!(
+                "SELECT COUNT(*) FROM distlock_locks_holds{filter}"
+            ))
+            .unwrap();
+        rows[0][0].as_deref().unwrap().parse().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_share_ends_with_its_lease() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let count = holds_of(&db);
+    crate::backends::sql::kinds::checks::a_crashed_share_ends_with_its_lease(&b, &count).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_must_agree() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    crate::backends::sql::kinds::checks::permits_must_agree(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_keeps_readers_out() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let count = holds_of(&db);
+    crate::backends::sql::kinds::checks::a_waiting_writer_keeps_readers_out(&b, &count).await;
+}
+
+/// A statement of a transaction packet that fails after the first is reported (not left
+/// pending for the connection's next query), and leaves no transaction open on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_statement_in_a_transaction_is_reported_and_rolled_back() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let failed = b
+        .inner
+        .run_transaction(
+            "test",
+            "START TRANSACTION; SELECT 1 FROM distlock_locks FOR UPDATE; \
+             SELECT no_such_column FROM distlock_locks; COMMIT",
+            false,
+        )
+        .await;
+    assert!(failed.is_err(), "{:?}", failed.map(|o| o.statements));
+    let open = db
+        .query(&format!(
+            "SELECT COUNT(*) FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE p.db = '{}'",
+            db.name()
+        ))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let open_later = db
+        .query(&format!(
+            "SELECT COUNT(*) FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE p.db = '{}'",
+            db.name()
+        ))
+        .unwrap();
+    assert_eq!(
+        open_later[0][0].as_deref(),
+        Some("0"),
+        "a transaction stayed open (at first: {open:?})"
+    );
+    let name = LockName::new("t", "k").unwrap();
+    let token = Token::random();
+    let request = AcquireRequest::new(name.clone(), token, Duration::from_secs(5));
+    assert!(matches!(
+        b.acquire(&request).await.unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    assert!(b.release(&name, token).await.unwrap().was_held);
 }

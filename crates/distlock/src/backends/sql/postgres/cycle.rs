@@ -68,7 +68,7 @@ impl PostgresBackend {
             acquire: inner.sql.acquire.clone(),
             release: inner.sql.release.clone(),
             ident: inner.ident(name)?,
-            owner: inner.owner(token),
+            owner: inner.owner(name, token),
             lease_ms: lease_ms(lease),
             window_ms: WANT_WINDOW_MS,
             channel: inner.listen_channel.clone(),

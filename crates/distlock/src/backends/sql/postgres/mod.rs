@@ -24,11 +24,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, Row};
 
 use super::dialect::Pg;
+use super::kinds::{disagreement, place, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Capabilities, LockInfo, LockName, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockName,
+    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -197,6 +198,9 @@ impl PostgresBackend {
                 listener: OnceLock::new(),
                 listen_channel,
                 origin: format!("{:016x}", rand::random::<u64>()),
+                side_table: AtomicBool::new(false),
+                writers: WriterPlaces::default(),
+                named: Default::default(),
             }),
         };
         // Open and check one connection now, so that a wrong host or password is reported
@@ -253,11 +257,209 @@ impl Inner {
     }
 }
 
+/// Reads the row of the inspect and list statements from column `at` on.
+fn held_row(row: &Row, at: usize) -> HeldRow {
+    HeldRow {
+        token: row.get(at),
+        fence: row.get(at + 1),
+        remaining_ms: row.get(at + 2),
+        shares: row.get(at + 3),
+        permits: row.get(at + 4),
+        share_remaining_ms: row.get(at + 5),
+        writers: row.get(at + 6),
+    }
+}
+
+/// Most key names a Spring-mode backend remembers having recorded.
+const MAX_NAMED: usize = 100_000;
+
+impl Inner {
+    /// Records the name of `name`'s row (Spring mode, once per key and backend) so that
+    /// `list` can show the key; `false` when there is nothing to record or it failed (it is
+    /// tried again next time).
+    async fn record_name(&self, name: &LockName, a: &str, b: &str) -> bool {
+        let row = (a.to_owned(), b.to_owned());
+        let fresh = self.sql.name_key.is_some()
+            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
+            && !self
+                .named
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&row);
+        if !fresh {
+            return false;
+        }
+        let key = name.key();
+        match self
+            .query("record key name", Stmt::NameKey, &[&a, &b, &key], true)
+            .await
+        {
+            Ok(_) => {
+                let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+                if named.len() >= MAX_NAMED {
+                    named.clear();
+                }
+                named.insert(row);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the key's name was not recorded; list shows its LOCK_KEY");
+                false
+            }
+        }
+    }
+
+    /// A read hold or a permit: one statement, or where that finds the key's row changing (or
+    /// missing), the transaction after the row lock (see `PgKinds`).
+    async fn take_share(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        share: Share,
+    ) -> Result<Attempt> {
+        let (a, b) = self.ident(name)?;
+        let (owner, lease) = (token.to_string(), lease_ms(lease));
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &a,
+            &b,
+            &owner,
+            &lease,
+            &WANT_WINDOW_MS,
+            &share.code,
+            &share.permits,
+            &share.mark,
+        ];
+        let mut rows = self
+            .query("try_acquire", Stmt::AcquireShareNow, &params, true)
+            .await?;
+        if !rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            rows = self
+                .query_locked("try_acquire", &[&a, &b], Stmt::AcquireShare, &params, true)
+                .await?;
+        }
+        let row = match rows.first() {
+            Some(row) if row.get::<_, bool>(0) => row,
+            _ => return Err(Error::backend(KIND, "the acquisition found no row to take")),
+        };
+        let (ok, fence, other, remaining): (bool, i64, Option<i64>, i64) =
+            (row.get(1), row.get(2), row.get(3), row.get(4));
+        if ok {
+            return Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            });
+        }
+        match other {
+            Some(theirs) if !share.is_read() => Err(disagreement(name, theirs)),
+            _ => Ok(Attempt::Busy {
+                retry_after: Some(millis(remaining)),
+            }),
+        }
+    }
+
+    /// After an exclusive attempt of a waiter: one that found readers in takes (or renews)
+    /// its place; one that acquired gives its place back.
+    async fn writer_place(&self, a: &str, b: &str, token: Token, acquired: bool) {
+        let waiter = token.to_string();
+        if acquired {
+            if self.writers.take(token) {
+                let _ = self
+                    .query("try_acquire", Stmt::Unplace, &[&a, &b, &waiter], true)
+                    .await;
+            }
+            return;
+        }
+        match self
+            .query("try_acquire", Stmt::WriterPlace, &[&a, &b, &waiter], true)
+            .await
+        {
+            Ok(rows) if !rows.is_empty() => self.writers.taken(token),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
+        }
+    }
+}
+
 impl LockTable for Inner {
+    fn places(&self) -> &WriterPlaces {
+        &self.writers
+    }
+
+    async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
+        if !self.writers.take(token) {
+            return Ok(());
+        }
+        let (a, b) = self.ident(name)?;
+        let (waiter, payload) = (token.to_string(), self.payload(name));
+        let rows = self
+            .query(
+                "leave_queue",
+                Stmt::Leave,
+                &[&a, &b, &waiter, &self.listen_channel, &payload],
+                true,
+            )
+            .await?;
+        if !rows.is_empty() {
+            self.signals.fire(&channel(name));
+        }
+        Ok(())
+    }
+
+    async fn held_keys(&self, region: String) -> Result<Vec<ListedLock>> {
+        let rows = self.query("list", Stmt::List, &[&region], true).await?;
+        let mut listed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if self.options.spring {
+                let key: Option<String> = row.get(0);
+                let key = key.unwrap_or_else(|| row.get(1));
+                listed.push(ListedLock {
+                    key,
+                    info: LockInfo::new(
+                        Some(fence_from(KIND, row.get(2))?),
+                        Some(millis(row.get(3))),
+                    )
+                    .with_kind(crate::backend::LockKind::Mutex)
+                    .with_holders(1),
+                });
+            } else if let Some(info) = held_row(row, 1).info(KIND)? {
+                listed.push(ListedLock {
+                    key: row.get(0),
+                    info,
+                });
+            }
+        }
+        Ok(listed)
+    }
+
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.ident(name)?;
-        let owner = self.owner(token);
         let payload = self.payload(name);
+        if let Place::Shared(_) = place(name) {
+            self.check_kind(name)?;
+            let owner = token.to_string();
+            let params: [&(dyn ToSql + Sync); 5] = [&a, &b, &owner, &self.listen_channel, &payload];
+            // Unsettled (the row changing, or missing), it changed nothing: again after the
+            // row lock.
+            let mut rows = self
+                .query("release", Stmt::ReleaseShareNow, &params, false)
+                .await?;
+            if !rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+                rows = self
+                    .query_locked("release", &[&a, &b], Stmt::ReleaseShare, &params, false)
+                    .await?;
+            }
+            let (released, contended) = rows
+                .first()
+                .map_or((false, false), |r| (r.get(1), r.get(2)));
+            if released {
+                self.signals.fire(&channel(name));
+            }
+            return Ok(Released {
+                was_held: released,
+                contended,
+            });
+        }
+        let owner = self.owner(name, token);
         let rows = self
             .query(
                 "release",
@@ -278,14 +480,15 @@ impl LockTable for Inner {
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let (a, b) = self.ident(name)?;
-        let owner = self.owner(token);
+        let (stmt, owner) = match place(name) {
+            Place::Row => (Stmt::Extend, self.owner(name, token)),
+            Place::Shared(_) => {
+                self.check_kind(name)?;
+                (Stmt::ExtendShare, token.to_string())
+            }
+        };
         let rows = self
-            .query(
-                "extend",
-                Stmt::Extend,
-                &[&a, &b, &owner, &lease_ms(lease)],
-                true,
-            )
+            .query("extend", stmt, &[&a, &b, &owner, &lease_ms(lease)], true)
             .await?;
         Ok(!rows.is_empty())
     }
@@ -295,19 +498,38 @@ impl LockTable for Inner {
         let rows = self
             .query("inspect", Stmt::Inspect, &[&a, &b], true)
             .await?;
-        rows.first()
-            .map(|row| {
-                Ok(LockInfo {
-                    fence: Some(fence_from(KIND, row.get(0))?),
-                    remaining: Some(millis(row.get(1))),
-                })
-            })
-            .transpose()
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        if self.options.spring {
+            return Ok(Some(
+                LockInfo::new(
+                    Some(fence_from(KIND, row.get(0))?),
+                    Some(millis(row.get(1))),
+                )
+                .with_kind(crate::backend::LockKind::Mutex)
+                .with_holders(1),
+            ));
+        }
+        held_row(row, 0).info(KIND)
     }
 
     async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let (a, b) = self.ident(name)?;
         let payload = self.payload(name);
+        if !self.options.spring {
+            let rows = self
+                .query_locked(
+                    "force_release",
+                    &[&a, &b],
+                    Stmt::ForceShares,
+                    &[&a, &b, &self.listen_channel, &payload],
+                    true,
+                )
+                .await?;
+            self.signals.fire(&channel(name));
+            return Ok(rows.first().is_some_and(|r| r.get(0)));
+        }
         let rows = self
             .query(
                 "force_release",
@@ -322,8 +544,37 @@ impl LockTable for Inner {
         Ok(!rows.is_empty())
     }
 
-    /// All renewals in one `UPDATE … FROM unnest(…)` statement.
+    /// All exclusive renewals in one `UPDATE … FROM unnest(…)` statement; shared ones (a few:
+    /// the readers of a registry share one hold) one statement each, at once.
     async fn extend_all(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
+        let (shared, batch): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .enumerate()
+            .partition(|(_, r)| matches!(place(&r.name), Place::Shared(_)));
+        let mut out = vec![false; shared.len() + batch.len()];
+        let renewed = futures_util::future::join_all(
+            shared
+                .iter()
+                .map(|(_, r)| self.extend_token(&r.name, r.token, r.lease)),
+        )
+        .await;
+        for ((i, _), r) in shared.iter().zip(renewed) {
+            out[*i] = r?;
+        }
+        if batch.is_empty() {
+            return Ok(out);
+        }
+        let (at, batch): (Vec<usize>, Vec<Renewal>) = batch.into_iter().unzip();
+        for (i, r) in at.into_iter().zip(self.extend_rows(batch).await?) {
+            out[i] = r;
+        }
+        Ok(out)
+    }
+}
+
+impl Inner {
+    /// Renewals of exclusive holds in one `UPDATE … FROM unnest(…)` statement.
+    async fn extend_rows(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
         let mut a = Vec::with_capacity(batch.len());
         let mut b = Vec::with_capacity(batch.len());
         let mut owners = Vec::with_capacity(batch.len());
@@ -332,7 +583,7 @@ impl LockTable for Inner {
         for r in &batch {
             match self.ident(&r.name) {
                 Ok((x, y)) => {
-                    let owner = self.owner(r.token);
+                    let owner = self.owner(&r.name, r.token);
                     entries.push(Some((x.clone(), y.clone(), owner.clone())));
                     a.push(x);
                     b.push(y);
@@ -377,14 +628,30 @@ impl PostgresBackend {
     /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
     /// task; an attempt whose caller went away gives the lock back once it committed.
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
-        let (token, lease) = (request.token, request.lease);
+        let (token, lease, queued) = (request.token, request.lease, request.queued());
         server::acquire(&self.inner, request, move |inner, name| async move {
+            inner.check_kind(&name)?;
+            if let Place::Shared(share) = place(&name) {
+                return inner.take_share(&name, token, lease, share).await;
+            }
             let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(token);
-            let params: [&(dyn ToSql + Sync); 5] =
-                [&a, &b, &owner, &lease_ms(lease), &WANT_WINDOW_MS];
-            let rows = inner.try_take(&params).await?;
-            let Some(row) = rows.first() else {
+            let owner = inner.owner(&name, token);
+            let lease = lease_ms(lease);
+            let params: [&(dyn ToSql + Sync); 5] = [&a, &b, &owner, &lease, &WANT_WINDOW_MS];
+            let (rows, _) = tokio::join!(inner.try_take(&params), inner.record_name(&name, &a, &b));
+            let row = rows?.into_iter().next();
+            if queued && !inner.options.spring {
+                // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
+                let (ours, readers) = row.as_ref().map_or((false, false), |r| {
+                    (r.get::<_, bool>(0), r.get::<_, bool>(3))
+                });
+                if ours && inner.writers.has(token) {
+                    inner.writer_place(&a, &b, token, true).await;
+                } else if !ours && readers {
+                    inner.writer_place(&a, &b, token, false).await;
+                }
+            }
+            let Some(row) = row else {
                 return Ok(Attempt::Busy { retry_after: None });
             };
             let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));

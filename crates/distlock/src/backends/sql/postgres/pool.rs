@@ -62,6 +62,20 @@ pub(super) enum Stmt {
     ExtendMany,
     Inspect,
     ForceDelete,
+    List,
+    NameKey,
+    Begin,
+    Commit,
+    LockRow,
+    AcquireShare,
+    AcquireShareNow,
+    ReleaseShare,
+    ReleaseShareNow,
+    ExtendShare,
+    ForceShares,
+    WriterPlace,
+    Unplace,
+    Leave,
 }
 
 /// The pool: at most `pool_size` connections, the most recently returned lent first (so that
@@ -335,8 +349,10 @@ impl Inner {
         if *ready {
             return Ok(());
         }
-        let exists: bool = client.query_one(&self.sql.exists, &[]).await?.get(0);
-        if !exists && self.options.create_table {
+        let row = client.query_one(&self.sql.exists, &[]).await?;
+        let (exists, side) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
+        self.side_table.store(side, Ordering::Release);
+        if !(exists && side) && self.options.create_table {
             // A transaction-scoped advisory lock serialises creators (concurrent CREATE TABLE
             // IF NOT EXISTS can fail on the catalog's unique index); it ends with the
             // transaction, so nothing stays on the pooled connection.
@@ -352,6 +368,7 @@ impl Inner {
                 let _ = client.batch_execute("ROLLBACK").await;
                 return Err(e);
             }
+            self.side_table.store(true, Ordering::Release);
         }
         *ready = true;
         self.ready_fast.store(true, Ordering::Release);
@@ -367,6 +384,25 @@ impl Inner {
             Stmt::ExtendMany => &self.sql.extend_many,
             Stmt::Inspect => &self.sql.inspect,
             Stmt::ForceDelete => &self.sql.force_delete,
+            Stmt::List => &self.sql.list,
+            Stmt::NameKey => self.sql.name_key.as_deref().unwrap_or(""),
+            _ => {
+                let Some(k) = &self.sql.kinds else { return "" };
+                match s {
+                    Stmt::Begin => k.begin,
+                    Stmt::Commit => k.commit,
+                    Stmt::LockRow => &k.lock_row,
+                    Stmt::AcquireShare => &k.acquire_share,
+                    Stmt::AcquireShareNow => &k.acquire_share_now,
+                    Stmt::ReleaseShare => &k.release_share,
+                    Stmt::ReleaseShareNow => &k.release_share_now,
+                    Stmt::ExtendShare => &k.extend_share,
+                    Stmt::ForceShares => &k.force_delete,
+                    Stmt::WriterPlace => &k.writer_place,
+                    Stmt::Unplace => &k.unplace,
+                    _ => &k.leave,
+                }
+            }
         }
     }
 
@@ -381,12 +417,65 @@ impl Inner {
         client.query(&prepared, params).await
     }
 
+    /// Runs `stmt` in a transaction after `Stmt::LockRow` (see `PgKinds`): `BEGIN`, the lock,
+    /// the statement and `COMMIT` in one pipeline, one round trip. The first error is the one
+    /// reported (the statements after it only say that the transaction was aborted, and
+    /// `COMMIT` then rolls back).
+    pub(super) async fn run_locked_once(
+        &self,
+        client: &ClientWrapper,
+        lock: &[&(dyn ToSql + Sync)],
+        stmt: Stmt,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        self.ensure_table(client).await?;
+        let begin = client.prepare_cached(self.text(Stmt::Begin)).await?;
+        let lock_row = client.prepare_cached(self.text(Stmt::LockRow)).await?;
+        let work = client.prepare_cached(self.text(stmt)).await?;
+        let commit = client.prepare_cached(self.text(Stmt::Commit)).await?;
+        let (b, l, w, c) = tokio::join!(
+            client.query(&begin, &[]),
+            client.query(&lock_row, lock),
+            client.query(&work, params),
+            client.query(&commit, &[]),
+        );
+        b?;
+        l?;
+        let rows = w?;
+        c?;
+        Ok(rows)
+    }
+
     /// Runs one statement, retrying transient failures at once on a fresh connection: always
     /// when the server rolled it back or the connection could not be had, and after a broken
     /// connection only when the statement is `idempotent`.
     pub(super) async fn query(
         &self,
         op: &'static str,
+        stmt: Stmt,
+        params: &[&(dyn ToSql + Sync)],
+        idempotent: bool,
+    ) -> Result<Vec<Row>> {
+        self.run(op, None, stmt, params, idempotent).await
+    }
+
+    /// [`query`](Self::query) for a statement that runs after `Stmt::LockRow` with `lock`'s
+    /// parameters, in one transaction (see [`run_locked_once`](Self::run_locked_once)).
+    pub(super) async fn query_locked(
+        &self,
+        op: &'static str,
+        lock: &[&(dyn ToSql + Sync)],
+        stmt: Stmt,
+        params: &[&(dyn ToSql + Sync)],
+        idempotent: bool,
+    ) -> Result<Vec<Row>> {
+        self.run(op, Some(lock), stmt, params, idempotent).await
+    }
+
+    async fn run(
+        &self,
+        op: &'static str,
+        lock: Option<&[&(dyn ToSql + Sync)]>,
         stmt: Stmt,
         params: &[&(dyn ToSql + Sync)],
         idempotent: bool,
@@ -406,7 +495,13 @@ impl Inner {
             // Should this call be cut off while the statement is under way, the loan closes
             // the connection instead of giving it back.
             loan.in_flight = true;
-            let result = self.run_once(loan.client(), stmt, params).await;
+            let result = match lock {
+                None => self.run_once(loan.client(), stmt, params).await,
+                Some(lock) => {
+                    self.run_locked_once(loan.client(), lock, stmt, params)
+                        .await
+                }
+            };
             loan.in_flight = false;
             match result {
                 Ok(rows) => return Ok(rows),

@@ -2,13 +2,15 @@
 //! loans and the listening task hold. Apart from `mod.rs` so that the parts (pool, listener)
 //! import it from here and nothing imports back from the module root.
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use super::listen::ListenerHandle;
 use super::pool::Pool;
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::Pg;
+use crate::backends::sql::kinds::WriterPlaces;
 use crate::backends::sql::server::server_state;
 use crate::backends::sql::SqlOptions;
 
@@ -31,6 +33,11 @@ pub(super) struct Inner {
     pub(super) listen_channel: String,
     /// Identifies this backend instance in NOTIFY payloads, to skip its own.
     pub(super) origin: String,
+    /// Whether the side table (native: the holds; Spring: the key names) exists.
+    pub(super) side_table: AtomicBool,
+    pub(super) writers: WriterPlaces,
+    /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
+    pub(super) named: Mutex<HashSet<(String, String)>>,
 }
 
 // The shared operation plumbing of the server backends (see `sql::server`).

@@ -107,3 +107,119 @@ async fn a_statement_cut_off_closes_its_connection() {
     cycle(b, name).await;
     assert_eq!(b.inner.pool.status().size, 1);
 }
+
+/// Counts the rows of the holds table of `db` (`places`: the waiting writers' only).
+fn holds_of(db: &TestDatabase) -> impl Fn(bool) -> usize + Sync + '_ {
+    move |places| {
+        let filter = if places { " WHERE kind = 'w'" } else { "" };
+        let rows = db
+            .query(&format!(
+                "SELECT COUNT(*) FROM distlock_locks_holds{filter}"
+            ))
+            .unwrap();
+        rows[0][0].as_deref().unwrap().parse().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_share_ends_with_its_lease() {
+    let s = setup(2).await;
+    let count = holds_of(&s.db);
+    crate::backends::sql::kinds::checks::a_crashed_share_ends_with_its_lease(&s.b, &count).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_must_agree() {
+    let s = setup(2).await;
+    crate::backends::sql::kinds::checks::permits_must_agree(&s.b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_keeps_readers_out() {
+    let s = setup(2).await;
+    let count = holds_of(&s.db);
+    crate::backends::sql::kinds::checks::a_waiting_writer_keeps_readers_out(&s.b, &count).await;
+}
+
+/// A share statement that finds the key's row changed since its snapshot changes nothing and
+/// says so; the operation then runs after the row lock. Here another session changes the row
+/// (as a concurrent share operation would) while the statement waits for the row lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_statement_on_a_changing_row_defers_to_the_row_lock() {
+    let s = setup(2).await;
+    let read = s.name.clone().with_kind(crate::backend::LockKind::Read);
+    let (a, b) = s.b.inner.ident(&read).unwrap();
+    // The row exists (a first share), and is free again.
+    let first = Token::random();
+    let request = AcquireRequest::new(read.clone(), first, Duration::from_secs(10));
+    assert!(matches!(
+        s.b.acquire(&request).await.unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    assert!(s.b.release(&read, first).await.unwrap().was_held);
+
+    let refused = Arc::new(AtomicBool::new(false));
+    let Ok((blocker, mut messages)) = s.b.inner.pool.manager().open(refused).await else {
+        panic!("a second session could not connect");
+    };
+    let driver = tokio::spawn(async move {
+        use futures_util::StreamExt;
+        while let Some(Ok(_)) = messages.next().await {}
+    });
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; UPDATE \"{DEFAULT_TABLE}\" SET created_ms = created_ms + 1 \
+             WHERE region = '{a}' AND lock_key = '{b}'"
+        ))
+        .await
+        .unwrap();
+    let token = Token::random();
+    let (owner, lease) = (token.to_string(), 10_000i64);
+    let (code, permits, mark) = ("r", 0i32, crate::backends::sql::kinds::READ_MARK);
+    let inner = s.b.inner.clone();
+    let (a2, b2) = (a.clone(), b.clone());
+    let statement = tokio::spawn(async move {
+        inner
+            .query(
+                "test",
+                Stmt::AcquireShareNow,
+                &[
+                    &a2,
+                    &b2,
+                    &owner,
+                    &lease,
+                    &WANT_WINDOW_MS,
+                    &code,
+                    &permits,
+                    &mark,
+                ],
+                true,
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !statement.is_finished(),
+        "the statement did not wait for the row lock"
+    );
+    blocker.batch_execute("COMMIT").await.unwrap();
+    let rows = statement.await.unwrap().unwrap();
+    assert!(
+        !rows[0].get::<_, bool>(0),
+        "a stale snapshot counted as settled"
+    );
+    assert_eq!(
+        s.b.inspect(&read).await.unwrap(),
+        None,
+        "the unsettled statement took the lock"
+    );
+    drop(blocker);
+    driver.await.unwrap();
+    // Through the backend, the attempt then runs after the row lock.
+    let request = AcquireRequest::new(read.clone(), token, Duration::from_secs(10));
+    assert!(matches!(
+        s.b.acquire(&request).await.unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    assert!(s.b.release(&read, token).await.unwrap().was_held);
+}

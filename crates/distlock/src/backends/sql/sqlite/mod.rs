@@ -17,6 +17,13 @@
 //!
 //! Rows stay after release (with `token` NULL) so that the fence keeps increasing per key.
 //!
+//! Read holds and semaphore permits ([`LockKind`](crate::LockKind)) have a row each in the
+//! holds table `<table>_holds` (region, key, token, kind, permits, lease end, fence), with the
+//! key's row marked shared (`token` = `shared:read` / `shared:semaphore`) and holding the
+//! longest of their leases, so that an exclusive attempt finds the key busy; a writer's
+//! token is written in upper case. The layout and its rules are those of the server
+//! databases, described in [`sql`](super) and docs/BACKENDS.md.
+//!
 //! # Clock, fencing and limits
 //!
 //! - Every time is taken from SQLite's own clock inside the SQL statement, never from the
@@ -38,13 +45,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use self::kinds::ShareOutcome;
 use super::dialect::Lite as Statements;
+use super::kinds::{self as layout, disagreement, place, row_owner, HeldRow, Place, WriterPlaces};
 #[cfg(test)]
 use super::MAX_LEASE_MS;
 use super::{channel, fence_from, lease_ms, millis, per_entry};
 use crate::backend::{
-    detached_attempt, AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached_attempt, AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo,
+    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 use crate::url::{percent_decode, Params};
@@ -120,6 +129,7 @@ struct Inner {
     sql: Statements,
     slot: Mutex<Slot>,
     signals: ReleaseSignals,
+    writers: WriterPlaces,
 }
 
 /// Locks in a SQLite database file, shared by every process that opens the same file.
@@ -215,6 +225,7 @@ impl SqliteBackend {
                     ready: false,
                 }),
                 signals: ReleaseSignals::default(),
+                writers: WriterPlaces::default(),
             }),
         })
     }
@@ -505,50 +516,133 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteOptions)> {
     Ok((path, options))
 }
 
+/// The row of a name: (region, key).
+fn ident(name: &LockName) -> (String, String) {
+    (name.prefix().to_owned(), name.key().to_owned())
+}
+
+/// Reads one row of the inspect and list statements, from column `at` on.
+fn held_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<HeldRow> {
+    Ok(HeldRow {
+        token: r.get(at)?,
+        fence: r.get(at + 1)?,
+        remaining_ms: r.get(at + 2)?,
+        shares: r.get(at + 3)?,
+        permits: r.get(at + 4)?,
+        share_remaining_ms: r.get(at + 5)?,
+        writers: r.get(at + 6)?,
+    })
+}
+
+impl SqliteBackend {
+    /// An exclusive attempt (mutex or writer) on the key's row. A waiting writer that finds
+    /// readers in takes a place in the holds table, which keeps new readers out; its
+    /// acquisition gives the place back.
+    async fn attempt_row(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
+        let (region, key) = ident(name);
+        let (owner, lease_ms) = (row_owner(name, token), lease_ms(lease));
+        let (queued, waiter) = (request.queued(), token.to_string());
+        self.run("try_acquire", move |inner, conn| {
+            // IMMEDIATE takes the write lock up front: the Busy branch reads the holder's
+            // expiry in the same snapshot, and a WAL read transaction could not be upgraded.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let fence: Option<i64> = tx
+                .prepare_cached(&inner.sql.acquire)?
+                .query_row(params![region, key, owner, lease_ms], |r| r.get(0))
+                .optional()?;
+            let step = match fence {
+                Some(fence) => {
+                    if inner.writers.take(token) {
+                        tx.prepare_cached(&inner.sql.leave)?
+                            .execute(params![region, key, waiter])?;
+                    }
+                    Ok(fence)
+                }
+                None => {
+                    let row: Option<(i64, Option<String>, i64)> = tx
+                        .prepare_cached(&inner.sql.remaining)?
+                        .query_row(params![region, key], |r| {
+                            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                        })
+                        .optional()?;
+                    if let Some((remaining, Some(holder), now)) = &row {
+                        if queued && holder == layout::READ_MARK && *remaining > 0 {
+                            tx.prepare_cached(&inner.sql.writer_place)?
+                                .execute(params![
+                                    region,
+                                    key,
+                                    waiter,
+                                    now + layout::WRITER_PLACE_MS
+                                ])?;
+                            inner.writers.taken(token);
+                        }
+                    }
+                    Err(row.map(|r| r.0))
+                }
+            };
+            tx.commit()?;
+            Ok(step)
+        })
+        .await
+        .and_then(|step| match step {
+            Ok(fence) => Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            }),
+            Err(remaining_ms) => Ok(Attempt::Busy {
+                retry_after: remaining_ms.map(millis),
+            }),
+        })
+    }
+
+    /// A read hold or a permit (see `kinds.rs`).
+    async fn attempt_share(
+        &self,
+        request: &AcquireRequest,
+        share: layout::Share,
+    ) -> Result<Attempt> {
+        let name = request.name.clone();
+        let (region, key) = ident(&name);
+        let (token, lease_ms) = (request.token.to_string(), lease_ms(request.lease));
+        let outcome = self
+            .run("try_acquire", move |inner, conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let outcome =
+                    kinds::acquire(&tx, &inner.sql, (&region, &key), &token, share, lease_ms)?;
+                tx.commit()?;
+                Ok(outcome)
+            })
+            .await?;
+        match outcome {
+            ShareOutcome::Acquired(fence) => Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            }),
+            ShareOutcome::Busy(ms) => Ok(Attempt::Busy {
+                retry_after: ms.map(millis),
+            }),
+            ShareOutcome::Disagree(theirs) => Err(disagreement(&name, theirs)),
+        }
+    }
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(KIND)
+        Capabilities::new(KIND).all_kinds()
     }
 
-    /// SQLite has no wait queue: both modes make the same attempt. It runs as its own task
-    /// (the blocking call cannot be stopped anyway), and an attempt whose caller went away
-    /// gives the lock back at once instead of keeping it until its lease ends.
+    /// SQLite has no wait queue: both modes make the same attempt (a waiting writer also
+    /// keeps new readers out). It runs as its own task (the blocking call cannot be stopped
+    /// anyway), and an attempt whose caller went away gives the lock back at once instead of
+    /// keeping it until its lease ends.
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
-        let (name, token, lease) = (&request.name, request.token, request.lease);
-        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
-        let (owner, lease_ms) = (token.to_string(), lease_ms(lease));
         let (this, undo) = (self.clone(), self.clone());
-        let undo_name = name.clone();
+        let (undo_name, token) = (request.name.clone(), request.token);
+        let request = request.clone();
         let attempt = async move {
-            let step = this
-                .run("try_acquire", move |inner, conn| {
-                    // IMMEDIATE takes the write lock up front: the Busy branch reads the
-                    // holder's expiry in the same snapshot, and a WAL read transaction could
-                    // not be upgraded.
-                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    let fence: Option<i64> = tx
-                        .prepare_cached(&inner.sql.acquire)?
-                        .query_row(params![region, key, owner, lease_ms], |r| r.get(0))
-                        .optional()?;
-                    let step = match fence {
-                        Some(fence) => Ok(fence),
-                        None => Err(tx
-                            .prepare_cached(&inner.sql.remaining)?
-                            .query_row(params![region, key], |r| r.get(0))
-                            .optional()?),
-                    };
-                    tx.commit()?;
-                    Ok(step)
-                })
-                .await?;
-            match step {
-                Ok(fence) => Ok(Attempt::Acquired {
-                    fence: fence_from(KIND, fence)?,
-                }),
-                Err(remaining_ms) => Ok(Attempt::Busy {
-                    retry_after: remaining_ms.map(millis),
-                }),
+            match place(&request.name) {
+                Place::Row => this.attempt_row(&request).await,
+                Place::Shared(share) => this.attempt_share(&request, share).await,
             }
         };
         detached_attempt(KIND, String::new, None, attempt, move || async move {
@@ -558,19 +652,29 @@ impl Backend for SqliteBackend {
     }
 
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        let (region, key, token) = (
-            name.prefix().to_owned(),
-            name.key().to_owned(),
-            token.to_string(),
-        );
-        let was_held = self
-            .run("release", move |inner, conn| {
-                Ok(conn
-                    .prepare_cached(&inner.sql.release)?
-                    .execute(params![region, key, token])?
-                    > 0)
-            })
-            .await?;
+        let (region, key) = ident(name);
+        let was_held = match place(name) {
+            Place::Row => {
+                let owner = row_owner(name, token);
+                self.run("release", move |inner, conn| {
+                    Ok(conn
+                        .prepare_cached(&inner.sql.release)?
+                        .execute(params![region, key, owner])?
+                        > 0)
+                })
+                .await?
+            }
+            Place::Shared(_) => {
+                let token = token.to_string();
+                self.run("release", move |inner, conn| {
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let gone = kinds::release(&tx, &inner.sql, (&region, &key), &token)?;
+                    tx.commit()?;
+                    Ok(gone)
+                })
+                .await?
+            }
+        };
         if was_held {
             self.inner.signals.fire(&channel(name));
         }
@@ -581,19 +685,14 @@ impl Backend for SqliteBackend {
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let (region, key, token) = (
-            name.prefix().to_owned(),
-            name.key().to_owned(),
-            token.to_string(),
-        );
-        let lease_ms = lease_ms(lease);
-        self.run("extend", move |inner, conn| {
-            Ok(conn
-                .prepare_cached(&inner.sql.extend)?
-                .execute(params![region, key, token, lease_ms])?
-                > 0)
-        })
-        .await
+        let mut results = self
+            .extend_many(&[Renewal {
+                name: name.clone(),
+                token,
+                lease,
+            }])
+            .await;
+        results.pop().unwrap_or(Ok(false))
     }
 
     /// All renewals in one IMMEDIATE transaction: one write lock and one commit (one fsync)
@@ -603,15 +702,17 @@ impl Backend for SqliteBackend {
         if batch.is_empty() {
             return Vec::new();
         }
-        let items: Vec<(String, String, String, i64)> = batch
+        let items: Vec<(String, String, String, i64, bool)> = batch
             .iter()
             .map(|r| {
-                (
-                    r.name.prefix().to_owned(),
-                    r.name.key().to_owned(),
-                    r.token.to_string(),
-                    lease_ms(r.lease),
-                )
+                let (region, key) = ident(&r.name);
+                let shared = matches!(place(&r.name), Place::Shared(_));
+                let owner = if shared {
+                    r.token.to_string()
+                } else {
+                    row_owner(&r.name, r.token)
+                };
+                (region, key, owner, lease_ms(r.lease), shared)
             })
             .collect();
         let count = items.len();
@@ -619,11 +720,14 @@ impl Backend for SqliteBackend {
             .run("extend_many", move |inner, conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let mut extended = Vec::with_capacity(items.len());
-                {
-                    let mut stmt = tx.prepare_cached(&inner.sql.extend)?;
-                    for (region, key, token, lease_ms) in &items {
-                        extended.push(stmt.execute(params![region, key, token, lease_ms])? > 0);
-                    }
+                for (region, key, owner, lease_ms, shared) in &items {
+                    extended.push(if *shared {
+                        kinds::extend(&tx, &inner.sql, (region, key), owner, *lease_ms)?
+                    } else {
+                        tx.prepare_cached(&inner.sql.extend)?
+                            .execute(params![region, key, owner, lease_ms])?
+                            > 0
+                    });
                 }
                 tx.commit()?;
                 Ok(extended)
@@ -638,43 +742,75 @@ impl Backend for SqliteBackend {
         Ok(self.inner.signals.subscribe(&channel(name)).0)
     }
 
-    /// Frees a lock whoever holds it; the fence is kept. Waiters of this process are woken.
+    /// Gives back a waiting writer's place (if it took one: only writers that found readers
+    /// in do), and lets the readers it kept out try again.
+    async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
+        if !self.inner.writers.take(token) {
+            return Ok(());
+        }
+        let (region, key) = ident(name);
+        let waiter = token.to_string();
+        self.run("leave_queue", move |inner, conn| {
+            conn.prepare_cached(&inner.sql.leave)?
+                .execute(params![region, key, waiter])
+        })
+        .await?;
+        self.inner.signals.fire(&channel(name));
+        Ok(())
+    }
+
+    /// Frees a lock whoever holds it (every holder, of any kind); the fence is kept. Waiters
+    /// of this process are woken.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
+        let (region, key) = ident(name);
         let existed = self
             .run("force_release", move |inner, conn| {
-                Ok(conn
-                    .prepare_cached(&inner.sql.force_delete)?
-                    .execute(params![region, key])?
-                    > 0)
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let existed = kinds::force(&tx, &inner.sql, (&region, &key))?;
+                tx.commit()?;
+                Ok(existed)
             })
             .await?;
-        if existed {
-            self.inner.signals.fire(&channel(name));
-        }
+        self.inner.signals.fire(&channel(name));
         Ok(existed)
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let (region, key) = (name.prefix().to_owned(), name.key().to_owned());
+        let (region, key) = ident(name);
         let row = self
             .run("inspect", move |inner, conn| {
                 conn.prepare_cached(&inner.sql.inspect)?
-                    .query_row(params![region, key], |r| {
-                        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                    })
+                    .query_row(params![region, key], |r| held_row(r, 0))
                     .optional()
             })
             .await?;
-        row.map(|(fence, remaining_ms)| {
-            Ok(LockInfo {
-                fence: Some(fence_from(KIND, fence)?),
-                remaining: Some(millis(remaining_ms)),
+        match row {
+            Some(row) => row.info(KIND),
+            None => Ok(None),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        let region = prefix.to_owned();
+        let rows = self
+            .run("list", move |inner, conn| {
+                let mut stmt = conn.prepare_cached(&inner.sql.list)?;
+                let rows = stmt.query_map(params![region], |r| {
+                    Ok((r.get::<_, String>(0)?, held_row(r, 1)?))
+                })?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
             })
-        })
-        .transpose()
+            .await?;
+        let mut listed = Vec::with_capacity(rows.len());
+        for (key, row) in rows {
+            if let Some(info) = row.info(KIND)? {
+                listed.push(ListedLock { key, info });
+            }
+        }
+        Ok(listed)
     }
 }
 
+mod kinds;
 #[cfg(test)]
 mod tests;

@@ -563,3 +563,33 @@ fn lease_rounds_up_and_is_capped() {
     assert_eq!(lease_ms(Duration::from_millis(200)), 200);
     assert_eq!(lease_ms(Duration::MAX), MAX_LEASE_MS);
 }
+
+/// Counts the rows of the holds table (`places`: the waiting writers' only).
+fn holds_of(path: std::path::PathBuf) -> impl Fn(bool) -> usize + Sync {
+    move |places| {
+        let c = Connection::open(&path).unwrap();
+        let filter = if places { " WHERE kind = 'w'" } else { "" };
+        let sql = format!("SELECT COUNT(*) FROM distlock_locks_holds{filter}");
+        c.query_row(&sql, [], |r| r.get::<_, i64>(0)).unwrap() as usize
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_share_ends_with_its_lease() {
+    let (_dir, b) = temp_backend();
+    let count = holds_of(b.path().to_owned());
+    crate::backends::sql::kinds::checks::a_crashed_share_ends_with_its_lease(&b, &count).await;
+}
+
+#[tokio::test]
+async fn permits_must_agree() {
+    let (_dir, b) = temp_backend();
+    crate::backends::sql::kinds::checks::permits_must_agree(&b).await;
+}
+
+#[tokio::test]
+async fn a_waiting_writer_keeps_readers_out() {
+    let (_dir, b) = temp_backend();
+    let count = holds_of(b.path().to_owned());
+    crate::backends::sql::kinds::checks::a_waiting_writer_keeps_readers_out(&b, &count).await;
+}

@@ -1,0 +1,69 @@
+//! `distlock list` (the locks held under the prefix) and `distlock unlock K --force` (an
+//! operator's removal of a lock, whoever holds it).
+
+use distlock::LockName;
+
+use crate::config::{Failure, Global};
+use crate::run::describe_holder;
+use crate::status::{to_json, EXIT_FREE};
+use crate::util::out;
+
+/// Prints every lock held under the prefix, one per line (text or `status --json` objects),
+/// ordered by key; exit 0.
+pub async fn list(global: &Global, json: bool) -> Result<i32, Failure> {
+    let registry = global.registry().await?;
+    let backend = registry.backend();
+    let mut locks = backend.list(&global.prefix).await?;
+    locks.sort_by(|a, b| a.key.cmp(&b.key));
+    for lock in &locks {
+        if json {
+            out(&to_json(
+                &lock.key,
+                &global.prefix,
+                backend.kind(),
+                Some(&lock.info),
+            ));
+        } else {
+            out(&format!("{:?}: {}", lock.key, describe_holder(&lock.info)));
+        }
+    }
+    if !json && locks.is_empty() {
+        out(&format!(
+            "no locks held under prefix {:?} ({})",
+            global.prefix,
+            backend.kind()
+        ));
+    }
+    Ok(0)
+}
+
+/// Removes `key`'s lock whatever its holders (they find it lost at their next renewal) and
+/// prints what it removed; exit 0 when something was held, 3 when the lock was free.
+pub async fn unlock(global: &Global, key: &str) -> Result<i32, Failure> {
+    let registry = global.registry().await?;
+    let backend = registry.backend();
+    let name = LockName::new(global.prefix.as_str(), key)?;
+    let before = backend.inspect(&name).await?;
+    let removed = backend.force_release(&name).await?;
+    match (removed, before) {
+        (true, Some(info)) => {
+            out(&format!(
+                "removed lock {key:?}: it was {} ({})",
+                describe_holder(&info),
+                backend.kind()
+            ));
+            Ok(0)
+        }
+        (true, None) => {
+            out(&format!("removed lock {key:?} ({})", backend.kind()));
+            Ok(0)
+        }
+        (false, _) => {
+            out(&format!(
+                "lock {key:?} was not held; nothing removed ({})",
+                backend.kind()
+            ));
+            Ok(EXIT_FREE)
+        }
+    }
+}

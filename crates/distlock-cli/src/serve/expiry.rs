@@ -1,0 +1,112 @@
+//! When the leases of the HTTP holds end: one schedule and one task for all holds, rather than
+//! a task per hold (a spawned task, its first poll and its abort at release cost more than the
+//! rest of a short hold's bookkeeping).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Where a hold is in the schedule: its lease's end and its id (the board's).
+pub type Slot = (Instant, u64);
+
+/// The holds by the end of their leases. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Expiries {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    due: Mutex<BTreeMap<Slot, String>>,
+    /// Wakes the task for a hold due before everything it knew of.
+    wake: Notify,
+}
+
+impl Expiries {
+    fn due(&self) -> std::sync::MutexGuard<'_, BTreeMap<Slot, String>> {
+        self.inner.due.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Schedules the hold `id` (token `token`) for `at`; returns its slot.
+    pub fn schedule(&self, at: Instant, id: u64, token: &str) -> Slot {
+        let slot = (at, id);
+        let mut due = self.due();
+        let earliest = due.first_key_value().map(|(s, _)| s.0);
+        due.insert(slot, token.to_owned());
+        drop(due);
+        // Leases of one length end in the order they began: a new one is rarely the first.
+        if earliest.is_none_or(|e| at < e) {
+            self.inner.wake.notify_one();
+        }
+        slot
+    }
+
+    /// Takes a hold out of the schedule (released, or moved to another time).
+    pub fn unschedule(&self, slot: Slot) {
+        self.due().remove(&slot);
+    }
+
+    /// Waits for the next holds due and returns their tokens, out of the schedule.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: entries are taken out only when it returns.
+    pub async fn next_due(&self) -> Vec<String> {
+        loop {
+            // Made before looking, so that a wake-up meanwhile is not missed.
+            let woken = self.inner.wake.notified();
+            let now = Instant::now();
+            let next = {
+                let mut due = self.due();
+                match due.first_key_value().map(|(s, _)| s.0) {
+                    Some(at) if at <= now => {
+                        let later = due.split_off(&(now, u64::MAX));
+                        let ready = std::mem::replace(&mut *due, later);
+                        return ready.into_values().collect();
+                    }
+                    next => next,
+                }
+            };
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = woken => {}
+                    }
+                }
+                None => woken.await,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn an_earlier_hold_wakes_the_waiting_task_and_unscheduled_ones_never_come() {
+        let expiries = Expiries::default();
+        let t0 = Instant::now();
+        let late = expiries.schedule(t0 + Duration::from_secs(60), 2, "late");
+        let gone = expiries.schedule(t0 + Duration::from_millis(1), 3, "gone");
+        expiries.unschedule(gone);
+        let task = tokio::spawn({
+            let expiries = expiries.clone();
+            async move { expiries.next_due().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Scheduled while the task sleeps until the late one: it must wake for this one.
+        expiries.schedule(Instant::now() + Duration::from_millis(50), 1, "soon");
+        let due = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("woken for the earlier hold")
+            .unwrap();
+        assert_eq!(due, ["soon"]);
+        assert_eq!(expiries.due().len(), 1);
+        expiries.unschedule(late);
+        assert!(expiries.due().is_empty());
+    }
+}

@@ -1,0 +1,254 @@
+//! The lock kinds in one lock directory `<prefix>/<key>/`: the key and value each kind writes,
+//! what any key there stands for, when a contender holds, and who holds a directory.
+//!
+//! | kind | key in `<prefix>/<key>/` | value |
+//! |---|---|---|
+//! | mutex | `<lease id hex>` (etcd's `concurrency.Mutex`, `etcdctl lock`) | owner token (32 hex digits) |
+//! | writer | `write-<owner token>` | owner token |
+//! | reader | `read-<owner token>` | owner token |
+//! | semaphore permit | `sem-<owner token>` | `<owner token>;permits=<n>` |
+//!
+//! Every key of the directory is one contender, ordered by create revision. A mutex or writer
+//! holds when it is the oldest (the `concurrency.Mutex` rule, which `etcdctl lock` applies to
+//! all of them); a reader when no key but readers' is older; a permit when no key but
+//! permits' is older and fewer than `n` permits are. So any key that is not ours for a shared
+//! kind (`etcdctl lock`, Go's `concurrency.Mutex` or `Election`, an unknown client) counts as
+//! exclusive, and a waiting writer keeps later readers and permits out. The number of permits
+//! lives in the permit keys' values, not in a key of its own, which `etcdctl lock` would take
+//! for a holder that never leaves.
+
+use crate::backend::{LockKind, Token};
+
+use super::pb;
+use super::queue::is_direct_child;
+use super::state::WatchTarget;
+
+const READ_TAG: &[u8] = b"read-";
+const WRITE_TAG: &[u8] = b"write-";
+const PERMIT_TAG: &[u8] = b"sem-";
+const PERMITS_VALUE: &[u8] = b";permits=";
+
+/// The key of `token`'s hold of `kind` in `dir`; a mutex's carries its session lease instead.
+pub(super) fn key_of(kind: LockKind, dir: &str, lease_id: i64, token: Token) -> String {
+    let tag = match kind {
+        LockKind::Read => "read-",
+        LockKind::Write => "write-",
+        LockKind::Semaphore { .. } => "sem-",
+        _ => return format!("{dir}{lease_id:x}"),
+    };
+    format!("{dir}{tag}{token}")
+}
+
+/// The value `token`'s key of `kind` holds (renewals and releases compare it).
+pub(super) fn value_of(kind: LockKind, token: Token) -> Vec<u8> {
+    let mut v = token.to_hex_bytes().to_vec();
+    if let LockKind::Semaphore { permits } = kind {
+        v.extend_from_slice(PERMITS_VALUE);
+        v.extend_from_slice(permits.to_string().as_bytes());
+    }
+    v
+}
+
+/// Whether a kind uses the keys named after its token (all but the mutex).
+pub(super) fn named_by_token(kind: LockKind) -> bool {
+    kind != LockKind::Mutex
+}
+
+/// What the key `name` (relative to its directory) with `value` stands for. A permit whose
+/// number cannot be read has 0 permits.
+pub(super) fn kind_of(name: &[u8], value: &[u8]) -> LockKind {
+    if name.starts_with(READ_TAG) {
+        LockKind::Read
+    } else if name.starts_with(WRITE_TAG) {
+        LockKind::Write
+    } else if name.starts_with(PERMIT_TAG) {
+        LockKind::Semaphore {
+            permits: permits_of(value).unwrap_or(0),
+        }
+    } else {
+        LockKind::Mutex
+    }
+}
+
+fn permits_of(value: &[u8]) -> Option<u32> {
+    let at = value
+        .windows(PERMITS_VALUE.len())
+        .position(|w| w == PERMITS_VALUE)?;
+    std::str::from_utf8(&value[at + PERMITS_VALUE.len()..])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// One key of a lock directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Queued {
+    pub(super) key: Vec<u8>,
+    pub(super) rev: i64,
+    pub(super) lease: i64,
+    pub(super) kind: LockKind,
+}
+
+/// The direct children of `dir` among `kvs`, in the order given.
+pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
+    kvs.iter()
+        .filter(|kv| is_direct_child(dir, &kv.key))
+        .map(|kv| Queued {
+            key: kv.key.clone(),
+            rev: kv.create_revision,
+            lease: kv.lease,
+            kind: kind_of(&kv.key[dir.len()..], &kv.value),
+        })
+        .collect()
+}
+
+/// The keys of `dir` for the permits of its semaphore, as a watched range.
+pub(super) fn permits_range(dir: &str) -> WatchTarget {
+    let mut key = dir.as_bytes().to_vec();
+    key.extend_from_slice(PERMIT_TAG);
+    WatchTarget {
+        range_end: pb::prefix_end(&key),
+        key,
+        rev: 0,
+    }
+}
+
+/// What a reader's or permit's place says.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Holds,
+    /// It waits; the registry is woken when the target goes (or, for a range, when a key in
+    /// it goes).
+    Waits(WatchTarget),
+    /// A permit of the same semaphore was taken with this other number of permits.
+    Disagrees(u32),
+}
+
+/// The verdict for a reader or permit (`kind`) of `dir` whose older keys are `before` (oldest
+/// first, complete).
+pub(super) fn judge(kind: LockKind, dir: &str, before: &[Queued]) -> Verdict {
+    if let LockKind::Semaphore { permits } = kind {
+        let other = before.iter().find_map(|q| match q.kind {
+            LockKind::Semaphore { permits: p } if p != permits && p != 0 => Some(p),
+            _ => None,
+        });
+        if let Some(p) = other {
+            return Verdict::Disagrees(p);
+        }
+    }
+    let blocker = before.iter().rev().find(|q| !q.kind.shares_with(kind));
+    match (blocker, kind) {
+        (Some(q), _) => Verdict::Waits(WatchTarget::key(q.key.clone(), q.rev)),
+        (None, LockKind::Semaphore { permits }) if before.len() >= permits as usize => {
+            Verdict::Waits(permits_range(dir))
+        }
+        (None, _) => Verdict::Holds,
+    }
+}
+
+/// The holders of a directory whose keys are `all` (oldest first, complete): the oldest key
+/// and, if it is a reader or a permit, the readers or permits (at most its number) right
+/// after it. Their kind and how many of the first keys they are.
+pub(super) fn holders(all: &[Queued]) -> Option<(LockKind, usize)> {
+    let first = all.first()?;
+    let n = match first.kind {
+        LockKind::Read => all.iter().take_while(|q| q.kind == LockKind::Read).count(),
+        LockKind::Semaphore { permits } => {
+            let run = all
+                .iter()
+                .take_while(|q| matches!(q.kind, LockKind::Semaphore { .. }))
+                .count();
+            if permits == 0 {
+                run
+            } else {
+                run.min(permits as usize)
+            }
+        }
+        _ => 1,
+    };
+    Some((first.kind, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(name: &str, rev: i64, kind: LockKind) -> Queued {
+        Queued {
+            key: format!("p/k/{name}").into_bytes(),
+            rev,
+            lease: 0,
+            kind,
+        }
+    }
+
+    #[test]
+    fn keys_and_values_tell_the_kinds_apart() {
+        let t = Token::from(0xabcu128);
+        let sem = LockKind::Semaphore { permits: 3 };
+        for kind in [LockKind::Mutex, LockKind::Read, LockKind::Write, sem] {
+            let key = key_of(kind, "p/k/", 0x1f, t);
+            let name = &key.as_bytes()["p/k/".len()..];
+            assert_eq!(kind_of(name, &value_of(kind, t)), kind, "{key}");
+        }
+        assert_eq!(key_of(LockKind::Mutex, "p/k/", 0x1f, t), "p/k/1f");
+        // etcdctl's keys (a lease id, value "") are mutexes; a permit without a number has 0.
+        assert_eq!(kind_of(b"694d7a1b2c3d4e5f", b""), LockKind::Mutex);
+        assert_eq!(
+            kind_of(b"sem-x", b"junk"),
+            LockKind::Semaphore { permits: 0 }
+        );
+    }
+
+    #[test]
+    fn readers_wait_for_older_exclusive_keys_only() {
+        let read = LockKind::Read;
+        assert_eq!(judge(read, "p/k/", &[]), Verdict::Holds);
+        let before = [
+            q("read-a", 1, read),
+            q("694d", 2, LockKind::Mutex),
+            q("read-b", 3, read),
+        ];
+        assert_eq!(
+            judge(read, "p/k/", &before),
+            Verdict::Waits(WatchTarget::key(b"p/k/694d".to_vec(), 2))
+        );
+        assert_eq!(judge(read, "p/k/", &before[..1]), Verdict::Holds);
+    }
+
+    #[test]
+    fn permits_count_and_agree() {
+        let sem = LockKind::Semaphore { permits: 2 };
+        let one = [q("sem-a", 1, sem)];
+        assert_eq!(judge(sem, "p/k/", &one), Verdict::Holds);
+        let two = [q("sem-a", 1, sem), q("sem-b", 2, sem)];
+        assert_eq!(
+            judge(sem, "p/k/", &two),
+            Verdict::Waits(permits_range("p/k/"))
+        );
+        let reader = [q("read-a", 1, LockKind::Read)];
+        assert!(matches!(judge(sem, "p/k/", &reader), Verdict::Waits(t) if t.rev == 1));
+        let other = [q("sem-a", 1, LockKind::Semaphore { permits: 3 })];
+        assert_eq!(judge(sem, "p/k/", &other), Verdict::Disagrees(3));
+    }
+
+    #[test]
+    fn holders_are_the_oldest_key_or_its_shared_run() {
+        let sem = LockKind::Semaphore { permits: 2 };
+        let all = [
+            q("sem-a", 1, sem),
+            q("sem-b", 2, sem),
+            q("sem-c", 3, sem),
+            q("1f", 4, LockKind::Mutex),
+        ];
+        assert_eq!(holders(&all), Some((sem, 2)));
+        let all = [
+            q("read-a", 1, LockKind::Read),
+            q("read-b", 2, LockKind::Read),
+            q("write-c", 3, LockKind::Write),
+        ];
+        assert_eq!(holders(&all), Some((LockKind::Read, 2)));
+        assert_eq!(holders(&all[2..]), Some((LockKind::Write, 1)));
+        assert_eq!(holders(&[]), None);
+    }
+}

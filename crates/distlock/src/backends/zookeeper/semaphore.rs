@@ -1,0 +1,355 @@
+//! Semaphore permits in Curator's `InterProcessSemaphoreV2` layout, and how they exclude the
+//! key's other kinds.
+//!
+//! A permit taker does exactly what Curator does, so Curator's permits and ours share the
+//! count without deadlock: it takes the mutex `<key>/locks` (Curator's `InterProcessMutex`
+//! layout, one taker at a time), creates its lease `<key>/leases/_c_<uuid>-lease-<seq>`, waits
+//! (still holding that mutex) until the `leases` folder has at most `permits` children, and
+//! gives the mutex back. Curator stores no number of permits; ours is in our lease nodes' data
+//! (`permits=<n>`), so a distlock taker that asks for another number is refused.
+//!
+//! Permits and the key's other kinds (its children `lock-`, `__READ__`, `__WRIT__`) live in
+//! different folders with different sequence counters, so they are ordered by `czxid`, which
+//! the whole ensemble shares: a permit waits for the mutexes, readers and writers of the key
+//! created before its lease, and they wait for the leases created before their node. Each
+//! side creates its node before it reads the other side, so of two that race, the younger one
+//! sees the older one. (Curator's own semaphore ignores the key's other kinds, as Curator's
+//! mutex and read-write lock ignore each other.)
+
+use super::*;
+use queue::{place, sort_contenders, sort_leases, Place, Target, Watch, Which};
+
+/// The data of a distlock lease node: the semaphore's number of permits.
+fn permits_data(permits: u32) -> Vec<u8> {
+    format!("permits={permits}").into_bytes()
+}
+
+/// The number of permits a lease node's data announces (`None` for Curator's, whose data is
+/// its client's address or the application's).
+pub(super) fn permits_of(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data)
+        .ok()?
+        .strip_prefix("permits=")?
+        .parse()
+        .ok()
+}
+
+/// Other holders whose numbers of permits are checked against a new taker's.
+const PERMIT_CHECKS: usize = 64;
+
+impl Inner {
+    /// The first of `paths` (in creation order) that exists and was created before `czxid`,
+    /// read four at a time: a node created after it ends the search, as every later one is
+    /// younger still.
+    async fn created_before(
+        &self,
+        conn: &Conn,
+        paths: &[String],
+        czxid: i64,
+    ) -> Result<Option<String>> {
+        for chunk in paths.chunks(4) {
+            let stats = self
+                .timed(
+                    "exists",
+                    futures_util::future::join_all(chunk.iter().map(|p| conn.client.check_stat(p))),
+                )
+                .await?;
+            let mut younger = false;
+            for (path, stat) in chunk.iter().zip(stats) {
+                match stat {
+                    Ok(Some(s)) if s.czxid < czxid => return Ok(Some(path.clone())),
+                    Ok(Some(_)) => younger = true,
+                    Ok(None) => {}
+                    Err(e) => return Err(zk_err(e)),
+                }
+            }
+            if younger {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// For a mutex, reader or writer first in its key's order (node `czxid`): the leases of
+    /// the key created before it, which it must wait for, as a watch on the `leases` folder.
+    /// Costs nothing unless the key has a `leases` folder among `children` (listed after our
+    /// create, so a lease older than our node would show its folder).
+    pub(super) async fn older_leases(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        children: &[String],
+        czxid: i64,
+    ) -> Result<Option<Watch>> {
+        if !children.iter().any(|c| c == LEASE_DIR) {
+            return Ok(None);
+        }
+        let dir = format!("{parent}/{LEASE_DIR}");
+        let leases = self.list(conn, &dir).await?;
+        let paths: Vec<String> = sort_leases(&leases)
+            .into_iter()
+            .map(|l| format!("{dir}/{l}"))
+            .collect();
+        Ok(self
+            .created_before(conn, &paths, czxid)
+            .await?
+            .map(|_| Watch::Children { dir, seen: leases }))
+    }
+
+    /// For a lease (`czxid`): the key's mutex, reader or writer node created before it, which
+    /// it must wait for.
+    async fn older_exclusive(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        children: &[String],
+        czxid: i64,
+    ) -> Result<Option<Watch>> {
+        let paths: Vec<String> = sort_contenders(children)
+            .iter()
+            .map(|c| format!("{parent}/{}", c.name))
+            .collect();
+        Ok(self
+            .created_before(conn, &paths, czxid)
+            .await?
+            .map(Watch::Node))
+    }
+
+    /// The number of permits another distlock holder of the semaphore announced, if it
+    /// differs from `permits` (up to [`PERMIT_CHECKS`] holders are read).
+    async fn other_permits(
+        &self,
+        conn: &Conn,
+        dir: &str,
+        leases: &[String],
+        own: &str,
+        permits: u32,
+    ) -> Result<Option<u32>> {
+        let others: Vec<String> = leases
+            .iter()
+            .filter(|l| *l != own)
+            .take(PERMIT_CHECKS)
+            .map(|l| format!("{dir}/{l}"))
+            .collect();
+        if others.is_empty() {
+            return Ok(None);
+        }
+        let read = self
+            .timed(
+                "get data",
+                futures_util::future::join_all(others.iter().map(|p| conn.client.get_data(p))),
+            )
+            .await?;
+        for r in read {
+            match r {
+                Ok((data, _)) => match permits_of(&data) {
+                    Some(p) if p != permits => return Ok(Some(p)),
+                    _ => {}
+                },
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => return Err(zk_err(e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// One attempt to take a permit of the semaphore at `parent` (Curator's acquire, one step
+    /// per call): take the `locks` mutex, create the lease, wait until the count allows it (and
+    /// no older mutex, reader or writer of the key holds), give the mutex back.
+    pub(super) async fn attempt_permit(
+        self: &Arc<Self>,
+        parent: &str,
+        permits: u32,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Result<Attempt> {
+        let slot = session_of_lease(lease);
+        let gate_dir = format!("{parent}/{GATE_DIR}");
+        let lease_dir = format!("{parent}/{LEASE_DIR}");
+        let busy = Ok(Attempt::Busy { retry_after: None });
+        for _ in 0..MAX_SETTLE {
+            let conn = self.conn_for(slot).await?;
+            check_lease(&conn, lease)?;
+            enum Step {
+                /// Our node in `locks` is being created.
+                Gate(tokio::task::JoinHandle<Result<Created>>),
+                /// Our node in `locks` exists (we wait for our turn, or hold it).
+                GateKnown(String),
+                /// Our lease exists.
+                Lease(String, i64),
+            }
+            let step = {
+                let mut nodes = self.lock_nodes();
+                Self::drop_if_other_session(&mut nodes, token, &conn);
+                match nodes.get_mut(&token) {
+                    Some(n) if n.creating() => {
+                        return Err(Error::unavailable(
+                            KIND,
+                            "an earlier attempt of this acquisition is still in flight",
+                        ))
+                    }
+                    Some(n) => match (&n.phase, &n.gate) {
+                        (Phase::Created { name, czxid }, _) => Step::Lease(name.clone(), *czxid),
+                        (_, Phase::Created { name, .. }) => Step::GateKnown(name.clone()),
+                        _ => {
+                            // Nothing of it is left: start again.
+                            nodes.remove(&token);
+                            continue;
+                        }
+                    },
+                    None => {
+                        let node = self.new_node(&conn, parent, lease_dir.clone(), true);
+                        let id = node.id;
+                        nodes.insert(token, node);
+                        let target = Target {
+                            dir: gate_dir.clone(),
+                            marker: LOCK_NAME,
+                            data: Vec::new(),
+                            lists: vec![gate_dir.clone()],
+                        };
+                        Step::Gate(self.spawn_create(conn.clone(), token, id, Which::Gate, target))
+                    }
+                }
+            };
+            let (own, czxid, leases, children) = match step {
+                Step::Lease(name, czxid) => {
+                    // `sync` first: a server cut off from the leader cannot confirm the count.
+                    let (leases, children) = tokio::join!(
+                        self.synced_list(&conn, &lease_dir),
+                        self.list(&conn, parent)
+                    );
+                    (name, czxid, leases?, children?)
+                }
+                gate_step => {
+                    let (gate, locks) = match gate_step {
+                        Step::Gate(task) => {
+                            let mut created =
+                                self.timed("create", task).await?.map_err(|e| {
+                                    Error::backend(KIND, format!("create task failed: {e}"))
+                                })??;
+                            (created.name, created.listings.pop().unwrap_or_default())
+                        }
+                        Step::GateKnown(name) => {
+                            let locks = self.synced_list(&conn, &gate_dir).await?;
+                            (name, locks)
+                        }
+                        Step::Lease(..) => unreachable!("handled above"),
+                    };
+                    match place(&sort_contenders(&locks), &gate) {
+                        Place::Gone => {
+                            // Our turn at the mutex went (deleted underneath): start again.
+                            self.forget(token);
+                            continue;
+                        }
+                        Place::Behind(pred) => {
+                            if !queued {
+                                self.remove(token).await?;
+                                return busy;
+                            }
+                            let pred = Watch::Node(format!("{gate_dir}/{pred}"));
+                            if !self.watch(&conn, token, pred).await? || !self.mark_waiting(token) {
+                                continue;
+                            }
+                            return busy;
+                        }
+                        Place::First => {}
+                    }
+                    // Our turn: create the lease while holding the mutex.
+                    let id = {
+                        let mut nodes = self.lock_nodes();
+                        let n = nodes.get_mut(&token).ok_or_else(|| {
+                            Error::unavailable(KIND, "the acquisition was released meanwhile")
+                        })?;
+                        n.phase = Phase::Creating;
+                        n.id
+                    };
+                    let target = Target {
+                        dir: lease_dir.clone(),
+                        marker: LEASE_NAME,
+                        data: permits_data(permits),
+                        lists: vec![lease_dir.clone(), parent.to_owned()],
+                    };
+                    let task = self.spawn_create(conn.clone(), token, id, Which::Contender, target);
+                    let created = self
+                        .timed("create", task)
+                        .await?
+                        .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
+                    let mut listings = created.listings.into_iter();
+                    let leases = listings.next().unwrap_or_default();
+                    let children = listings.next().unwrap_or_default();
+                    (created.name, created.czxid, leases, children)
+                }
+            };
+            if !leases.contains(&own) {
+                // Our lease went (its session ended, or it was deleted): give the mutex back
+                // and start again, as Curator does.
+                self.remove(token).await?;
+                continue;
+            }
+            // On every attempt, not only the one that created the lease: an attempt whose
+            // create outlived it leaves the lease to the next one.
+            if let Some(other) = self
+                .other_permits(&conn, &lease_dir, &leases, &own, permits)
+                .await?
+            {
+                self.remove(token).await?;
+                return Err(Error::config(format!(
+                    "semaphore at {parent} has holders with {other} permits; this one asks for \
+                     {permits}"
+                )));
+            }
+            let blocker = if leases.len() > permits as usize {
+                Some(Watch::Children {
+                    dir: lease_dir.clone(),
+                    seen: leases,
+                })
+            } else {
+                self.older_exclusive(&conn, parent, &children, czxid)
+                    .await?
+            };
+            let Some(blocker) = blocker else {
+                let fence = u64::try_from(czxid).map_err(|_| {
+                    Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
+                })?;
+                if let Some(gate) = self.mark_held(token, lease)? {
+                    self.delete_now(&conn, gate).await;
+                }
+                return Ok(Attempt::Acquired { fence });
+            };
+            if !queued {
+                self.remove(token).await?;
+                return busy;
+            }
+            if !self.watch(&conn, token, blocker).await? || !self.mark_waiting(token) {
+                continue;
+            }
+            return busy;
+        }
+        Err(Error::unavailable(
+            KIND,
+            "the semaphore's nodes kept changing under this attempt",
+        ))
+    }
+
+    /// Deletes `path` of `conn`'s session now, else in the background.
+    async fn delete_now(self: &Arc<Self>, conn: &Conn, path: String) {
+        match self.timed("delete", conn.client.delete(&path, None)).await {
+            Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NoNode)) => {}
+            Ok(Err(e)) if session_gone(&e) => {}
+            _ => self.delete_in_background(conn.slot, conn.session, path),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_data_carries_the_permits() {
+        assert_eq!(permits_of(&permits_data(3)), Some(3));
+        assert_eq!(permits_of(b"127.0.0.1"), None);
+        assert_eq!(permits_of(b"permits=x"), None);
+    }
+}

@@ -1,0 +1,192 @@
+//! A key as its nodes show it, whatever its kind: who holds it, how many wait, the fence.
+//! `inspect`, `force_release` and `list` read it.
+
+use super::*;
+use queue::{sort_contenders, sort_leases};
+use semaphore::permits_of;
+
+/// The holders of one key.
+pub(super) struct Holders {
+    pub(super) kind: LockKind,
+    /// The holders' nodes.
+    pub(super) paths: Vec<String>,
+    /// The highest `czxid` among the holders.
+    pub(super) fence: Option<u64>,
+    pub(super) waiters: u32,
+}
+
+impl Holders {
+    pub(super) fn info(&self) -> LockInfo {
+        LockInfo::new(self.fence, None)
+            .with_kind(self.kind)
+            .with_holders(u32::try_from(self.paths.len()).unwrap_or(u32::MAX))
+            .with_waiters(self.waiters)
+    }
+}
+
+/// Lease nodes read (for their czxid and number of permits) per key.
+const LEASES_READ: usize = 1024;
+/// Keys inspected at once by `list`.
+const LIST_BATCH: usize = 16;
+
+impl Inner {
+    /// Who holds the key whose node is `parent`: its first exclusive contender, or the readers
+    /// before the first one, or its semaphore's permits (the first `permits` leases; every
+    /// lease when the number is unknown, as for Curator's), whichever side is older when both
+    /// have nodes. `None` when nobody does.
+    pub(super) async fn holders(&self, conn: &Conn, parent: &str) -> Result<Option<Holders>> {
+        let lease_dir = format!("{parent}/{LEASE_DIR}");
+        let gate_dir = format!("{parent}/{GATE_DIR}");
+        for _ in 0..MAX_SETTLE {
+            let children = self.list(conn, parent).await?;
+            let sorted = sort_contenders(&children);
+            let own: Vec<String> = match sorted.first() {
+                Some(c) if c.role.is_exclusive() => vec![c.name.to_owned()],
+                _ => sorted
+                    .iter()
+                    .take_while(|c| !c.role.is_exclusive())
+                    .map(|c| c.name.to_owned())
+                    .collect(),
+            };
+            let has = |d: &str| children.iter().any(|c| c == d);
+            let (leases, gates) = if has(LEASE_DIR) || has(GATE_DIR) {
+                let (l, g) = tokio::join!(self.list(conn, &lease_dir), self.list(conn, &gate_dir));
+                (l?, g?)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            let own_paths: Vec<String> = own.iter().map(|n| format!("{parent}/{n}")).collect();
+            let lease_paths: Vec<String> = sort_leases(&leases)
+                .into_iter()
+                .take(LEASES_READ)
+                .map(|l| format!("{lease_dir}/{l}"))
+                .collect();
+            let (own_stats, lease_data) = self
+                .timed("exists and get data", async {
+                    tokio::join!(
+                        futures_util::future::join_all(
+                            own_paths.iter().map(|p| conn.client.check_stat(p))
+                        ),
+                        futures_util::future::join_all(
+                            lease_paths.iter().map(|p| conn.client.get_data(p))
+                        )
+                    )
+                })
+                .await?;
+            let mut own_holders = Vec::new();
+            let mut changed = false;
+            for (path, stat) in own_paths.into_iter().zip(own_stats) {
+                match stat {
+                    Ok(Some(s)) => own_holders.push((path, s.czxid)),
+                    Ok(None) => changed = true,
+                    Err(e) => return Err(zk_err(e)),
+                }
+            }
+            if changed {
+                continue; // a holder left meanwhile: look again
+            }
+            let mut live_leases = Vec::new();
+            for (path, data) in lease_paths.into_iter().zip(lease_data) {
+                match data {
+                    Ok((data, s)) => live_leases.push((path, s.czxid, permits_of(&data))),
+                    Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) => return Err(zk_err(e)),
+                }
+            }
+            let permits = live_leases.iter().find_map(|(_, _, p)| *p);
+            let lease_holders = match permits {
+                Some(n) => live_leases.len().min(n as usize),
+                None => live_leases.len(),
+            };
+            let oldest_own = own_holders.iter().map(|(_, z)| *z).min();
+            let oldest_lease = live_leases.first().map(|(_, z, _)| *z);
+            let leases_hold = match (oldest_own, oldest_lease) {
+                (Some(o), Some(l)) => l < o,
+                (None, Some(_)) => true,
+                _ => false,
+            };
+            let (kind, holders, waiting_leases) = if leases_hold {
+                let holders: Vec<(String, i64)> = live_leases
+                    .iter()
+                    .take(lease_holders)
+                    .map(|(p, z, _)| (p.clone(), *z))
+                    .collect();
+                let kind = LockKind::Semaphore {
+                    permits: permits.unwrap_or(0),
+                };
+                (kind, holders, live_leases.len() - lease_holders)
+            } else if let Some(first) = sorted.first() {
+                (first.role.kind(), own_holders, live_leases.len())
+            } else {
+                return Ok(None);
+            };
+            // A permit taker that waits holds the `locks` mutex and has a lease: count it once.
+            let waiting_contenders = sorted.len() - if leases_hold { 0 } else { holders.len() };
+            let waiters =
+                waiting_contenders + waiting_leases + gates.len() - gates.len().min(waiting_leases);
+            return Ok(Some(Holders {
+                kind,
+                fence: holders
+                    .iter()
+                    .map(|(_, z)| *z)
+                    .max()
+                    .and_then(|z| u64::try_from(z).ok()),
+                paths: holders.into_iter().map(|(p, _)| p).collect(),
+                waiters: u32::try_from(waiters).unwrap_or(u32::MAX),
+            }));
+        }
+        Err(Error::unavailable(
+            KIND,
+            "the lock's nodes kept changing while inspecting it",
+        ))
+    }
+
+    /// Deletes every holder node of the key at `parent`; whether one was deleted.
+    pub(super) async fn force_release(&self, conn: &Conn, parent: &str) -> Result<bool> {
+        let Some(holders) = self.holders(conn, parent).await? else {
+            return Ok(false);
+        };
+        let results = self
+            .timed(
+                "delete",
+                futures_util::future::join_all(
+                    holders.paths.iter().map(|p| conn.client.delete(p, None)),
+                ),
+            )
+            .await?;
+        let mut deleted = false;
+        for r in results {
+            match r {
+                Ok(()) => deleted = true,
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => return Err(zk_err(e)),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The held keys under `root`, each as `inspect` describes it.
+    pub(super) async fn list_held(&self, conn: &Conn, root: &str) -> Result<Vec<ListedLock>> {
+        let children = self.list(conn, root).await?;
+        let keys: Vec<(String, String)> = children
+            .into_iter()
+            .filter_map(|c| decode_key(&c).map(|k| (k, format!("{root}/{c}"))))
+            .collect();
+        let mut out = Vec::new();
+        for batch in keys.chunks(LIST_BATCH) {
+            let found = futures_util::future::join_all(
+                batch.iter().map(|(_, path)| self.holders(conn, path)),
+            )
+            .await;
+            for ((key, _), holders) in batch.iter().zip(found) {
+                if let Some(h) = holders? {
+                    out.push(ListedLock {
+                        key: key.clone(),
+                        info: h.info(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,156 @@
+//! Real Apache Curator for the ZooKeeper interop tests: Debian's `libcurator-recipes-java`
+//! (Curator 5.4) on the JDK runs `tests/curator/CuratorHold.java`, which takes one lock with
+//! Curator's own recipes, reports on stdout and holds it until a line arrives on stdin.
+//! Missing Java or jars fail the test loudly (`scripts/test.sh` installs them).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+/// Curator's recipes; its manifest's `Class-Path` brings the framework, client, ZooKeeper,
+/// Guava and SLF4J jars of `/usr/share/java`.
+pub const RECIPES_JAR: &str = "/usr/share/java/curator-recipes.jar";
+/// SLF4J's no-op binding (package `libslf4j-java`), so Curator logs nothing.
+pub const SLF4J_NOP_JAR: &str = "/usr/share/java/slf4j-nop.jar";
+
+/// How long a JVM may take to start, connect and answer: a hang guard, not a measurement.
+pub const JVM_LIMIT: Duration = Duration::from_secs(90);
+
+/// `CuratorHold` compiled once per test process into a directory of its own.
+fn classes() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        for jar in [RECIPES_JAR, SLF4J_NOP_JAR] {
+            assert!(
+                Path::new(jar).exists(),
+                "{jar} is missing: install libcurator-recipes-java and libslf4j-java \
+                 (scripts/test.sh does)"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "distlock-curator-{}-{:x}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the compiled fixture");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/curator/CuratorHold.java");
+        let out = Command::new("javac")
+            .args(["-cp", RECIPES_JAR, "-d"])
+            .arg(&dir)
+            .arg(&source)
+            .output()
+            .expect("javac must be installed (the JDK; scripts/test.sh installs it)");
+        assert!(
+            out.status.success(),
+            "javac {} failed: {}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+fn rand_suffix() -> u64 {
+    distlock::Token::random().as_u128() as u64
+}
+
+/// One `CuratorHold` process: a Curator client that takes one lock.
+pub struct Curator {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::UnboundedReceiver<String>,
+    what: String,
+}
+
+impl Curator {
+    /// Starts a Curator client on `connect` that takes `mode` (`read`, `write`, `mutex`,
+    /// `sem:N`) at `path`, waiting at most `timeout`, and waits until it is connected.
+    pub async fn start(connect: &str, mode: &str, path: &str, timeout: Duration) -> Curator {
+        let classpath = format!("{RECIPES_JAR}:{SLF4J_NOP_JAR}:{}", classes().display());
+        let mut child = Command::new("java")
+            .args([
+                "-Xmx64m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-cp",
+            ])
+            .arg(&classpath)
+            .arg("CuratorHold")
+            .args([connect, mode, path, &timeout.as_millis().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("java must be installed (scripts/test.sh installs the JDK)");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c = Curator {
+            child,
+            stdin,
+            lines,
+            what: format!("Curator {mode} at {path}"),
+        };
+        c.expect("connected", JVM_LIMIT).await;
+        c
+    }
+
+    /// The next line it prints, within `limit`.
+    pub async fn line(&mut self, limit: Duration) -> String {
+        match tokio::time::timeout(limit, self.lines.recv()).await {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("{} exited: {:?}", self.what, self.child.wait()),
+            Err(_) => panic!("{} said nothing within {limit:?}", self.what),
+        }
+    }
+
+    async fn expect(&mut self, want: &str, limit: Duration) {
+        let got = self.line(limit).await;
+        assert_eq!(got, want, "{}", self.what);
+    }
+
+    /// Whether it acquired (`true`) or gave up after its timeout (`false`).
+    pub async fn outcome(&mut self) -> bool {
+        match self.line(JVM_LIMIT).await.as_str() {
+            "acquired" => true,
+            "busy" => false,
+            other => panic!("{}: unexpected {other:?}", self.what),
+        }
+    }
+
+    /// Whether it has said nothing more so far (still waiting for its lock).
+    pub fn waiting(&mut self) -> bool {
+        matches!(self.lines.try_recv(), Err(mpsc::error::TryRecvError::Empty))
+    }
+
+    /// Lets go of the lock it holds and waits for the process to end.
+    pub async fn release(mut self) {
+        let mut stdin = self.stdin.take().expect("stdin");
+        stdin.write_all(b"release\n").expect("write to Curator");
+        drop(stdin);
+        self.expect("released", JVM_LIMIT).await;
+        let status = self.child.wait().expect("wait for Curator");
+        assert!(status.success(), "{} ended with {status}", self.what);
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
