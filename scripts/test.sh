@@ -141,6 +141,13 @@ if [[ $quick -eq 0 ]]; then
     step "clippy"
     run cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+    step "feature sets"
+    # Clippy builds with every feature; a user's build has fewer. The default set and the
+    # smallest one must compile on their own (an optional dependency used outside its feature
+    # shows up only here).
+    run cargo check -p distlock --quiet
+    run cargo check -p distlock --quiet --no-default-features --features memory
+
     step "docs"
     run env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 fi

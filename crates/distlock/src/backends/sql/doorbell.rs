@@ -66,6 +66,11 @@ const PING: Duration = Duration::from_secs(1);
 /// time a holder takes to ring after its acquisition up to a polling interval that costs little.
 const MIN_BACKOFF: Duration = Duration::from_micros(100);
 const MAX_BACKOFF: Duration = Duration::from_millis(8);
+/// How long a waiter behind another process in the turnstile's line leaves a free lock to the
+/// processes ahead of it (milliseconds): the one at the head is being woken and takes it well
+/// within this; one that does not come (paused, or gone without its connection closing yet)
+/// holds the others up this long at most.
+pub(crate) const HEAD_GRACE_MS: i64 = 1000;
 /// After a ring the woken waiters race for the lock; until one of them commits, the row reads
 /// free, which is no reason to wake them again.
 const RING_SETTLE: Duration = Duration::from_millis(5);
@@ -133,6 +138,8 @@ struct Listening {
     /// This backend took the lock: the listener gives the turnstile back at once, so the next
     /// process in line watches the doorbell (and this one queues again behind it).
     acquired: AtomicBool,
+    /// The listener is in line for the turnstile behind another process's listener.
+    behind: AtomicBool,
 }
 
 /// One holder's connection: its command queue and its connection id (0 while disconnected).
@@ -315,6 +322,15 @@ impl Doorbells {
             l.acquired.store(true, Ordering::Release);
             l.wake.notify_one();
         }
+    }
+
+    /// Whether this backend's waiters of `doorbell` are in line behind another process's,
+    /// which a free lock is left to for [`HEAD_GRACE_MS`].
+    pub(crate) fn behind(&self, doorbell: &str) -> bool {
+        let listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        listening
+            .get(doorbell)
+            .is_some_and(|l| l.behind.load(Ordering::Acquire))
     }
 
     /// The ids of this backend's doorbell connections, as an SQL list.
@@ -665,10 +681,16 @@ async fn listener(
         let Some(c) = conn.as_mut() else { break };
         if !have_turnstile {
             let wait = TURNSTILE_WAIT_S;
-            match c
+            // Counted as behind while the `GET_LOCK` is on its way: a listener that meets an
+            // empty line gets the turnstile at once and then wakes its waiter (the lock is
+            // free, or it watches the doorbell), which then no longer defers.
+            wake.behind.store(true, Ordering::Release);
+            let got = c
                 .query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{turnstile}', {wait})"))
-                .await
-            {
+                .await;
+            wake.behind
+                .store(matches!(got, Ok(Some(Some(0)))), Ordering::Release);
+            match got {
                 Ok(Some(Some(1))) => have_turnstile = true,
                 Ok(_) => {}
                 Err(e) => {

@@ -282,11 +282,16 @@ impl My {
     /// `LAST_INSERT_ID(expr)`, which [`MyOutcome::decode`] reads. The `WHERE` clause computes
     /// it from the row as it was, with the same expressions as the assignments (the server's
     /// time functions are constant within a statement).
+    ///
+    /// `defer_ms` (for a waiter that another process is ahead of in the queue) leaves a free
+    /// lock alone until it has been free that long: the process ahead is being woken to take
+    /// it, and only one that does not come (paused, gone) lets the others in.
     pub(crate) fn acquire_existing(
         &self,
         l: &MyLock<'_>,
         lease_ms: i64,
         want_ms: i64,
+        defer_ms: Option<i64>,
     ) -> Option<String> {
         if self.spring {
             return None;
@@ -299,17 +304,19 @@ impl My {
             &lease_ms.to_string(),
             &want_ms.to_string(),
             &(want_ms / 2).to_string(),
+            defer_ms,
         ))
     }
 
     /// [`acquire_existing`](Self::acquire_existing) as a prepared statement (native layout).
-    pub(crate) fn acquire_existing_prepared(&self) -> Prepared {
+    pub(crate) fn acquire_existing_prepared(&self, defer_ms: Option<i64>) -> Prepared {
         Prepared::new(&self.acquire_existing_with(
             ":tok",
             "region = :region AND lock_key = :key",
             ":lease",
             ":want",
             ":half",
+            defer_ms,
         ))
     }
 
@@ -320,11 +327,26 @@ impl My {
         lease_ms: &str,
         want_ms: &str,
         half: &str,
+        defer_ms: Option<i64>,
     ) -> String {
         let t = &self.table;
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
-        // Same order of assignments as in `acquire`, for the same reason.
-        let free = format!("(token IS NULL OR token = {tok} OR expires_ms <= {floor})");
+        // Same order of assignments as in `acquire`, for the same reason. A released row's
+        // `expires_ms` is the time of its release (see `release`), so a deferring waiter's
+        // lock is free once it has been released or expired for `defer_ms`.
+        let (free, until) = match defer_ms {
+            None => (
+                format!("(token IS NULL OR token = {tok} OR expires_ms <= {floor})"),
+                "expires_ms".to_owned(),
+            ),
+            Some(d) => (
+                format!(
+                    "(token = {tok} OR ((token IS NULL OR expires_ms <= {floor})
+                                       AND expires_ms <= {floor} - {d}))"
+                ),
+                format!("(expires_ms + {d})"),
+            ),
+        };
         let fence = format!("GREATEST(fence + 1, {MY_US})");
         format!(
             "UPDATE {t} SET
@@ -337,7 +359,7 @@ impl My {
              WHERE {w} AND LAST_INSERT_ID(IF({free},
                  {fence} * 2 + IFNULL(wanted_ms > {floor}, 0),
                  {BUSY} + IF(token = '{READ_MARK}', {SHARED}, 0)
-                     + GREATEST(expires_ms - {ceil}, 0))) > 0",
+                     + GREATEST({until} - {ceil}, 0))) > 0",
             BUSY = MyOutcome::BUSY,
             SHARED = MyOutcome::READ_SHARED,
         )
@@ -418,10 +440,12 @@ impl My {
         ))
     }
 
+    /// A released row keeps the time of its release in `expires_ms`, which a deferring
+    /// acquisition (see [`acquire_existing`](Self::acquire_existing)) reads.
     fn release_with(t: &str, w: &str, tok: &str) -> String {
-        let floor = my_ms_floor();
+        let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
         format!(
-            "UPDATE {t} SET token = NULL
+            "UPDATE {t} SET token = NULL, expires_ms = {ceil}
              WHERE {w} AND token = {tok} AND expires_ms > {floor}
                AND LAST_INSERT_ID(1 + IFNULL(wanted_ms > {floor}, 0)) > 0"
         )

@@ -36,9 +36,12 @@ fn prepared_statements_take_their_values_in_order() {
     assert_eq!(p.sql.matches('?').count(), 3);
     // Time literals keep their colons.
     assert!(p.sql.contains("'1970-01-01 00:00:00'"), "{}", p.sql);
-    let a = my.acquire_existing_prepared();
-    assert_eq!(a.sql.matches('?').count(), a.names.len());
-    assert!(a.names.contains(&"lease") && a.names.contains(&"half"));
+    for defer in [None, Some(1000)] {
+        let a = my.acquire_existing_prepared(defer);
+        assert_eq!(a.sql.matches('?').count(), a.names.len());
+        assert!(a.names.contains(&"lease") && a.names.contains(&"half"));
+        assert_eq!(a.sql.contains("- 1000"), defer.is_some(), "{}", a.sql);
+    }
 }
 
 #[test]

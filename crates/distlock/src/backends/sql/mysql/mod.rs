@@ -27,7 +27,7 @@ use std::time::Duration;
 use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
-use super::doorbell::{doorbell_name, Doorbells, Ring, LISTEN_WAIT_S};
+use super::doorbell::{doorbell_name, Doorbells, Ring, HEAD_GRACE_MS, LISTEN_WAIT_S};
 use super::kinds::{disagreement, place, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, scrub, SqlOptions, WANT_WINDOW_MS};
@@ -268,7 +268,8 @@ impl MySqlBackend {
                 user,
                 password,
                 sql: My::new(options.schema.as_deref(), &options.table, options.spring),
-                acquire_prepared: native.acquire_existing_prepared(),
+                acquire_prepared: native.acquire_existing_prepared(None),
+                acquire_deferring: native.acquire_existing_prepared(Some(HEAD_GRACE_MS)),
                 release_prepared: native.release_prepared(),
                 options,
                 ready: tokio::sync::Mutex::new(false),
@@ -712,6 +713,10 @@ impl MySqlBackend {
             let mut outcome = None;
             let mut armed = false;
             if !inner.options.spring {
+                // Behind another process in the lock's queue: leave a free lock to it for a
+                // while (it is being woken), which keeps the handoff first come, first served
+                // even when this waiter's polling comes first.
+                let defer = queued && inner.doorbells.behind(&doorbell);
                 let mut rung = None;
                 if queued && inner.doorbells.recently_contended(&doorbell) {
                     // Take the doorbell in the same round trip, on the connection that will
@@ -720,7 +725,12 @@ impl MySqlBackend {
                     if let Some(sql) =
                         inner
                             .sql
-                            .acquire_existing(&lock, lease_ms(lease), WANT_WINDOW_MS)
+                            .acquire_existing(
+                                &lock,
+                                lease_ms(lease),
+                                WANT_WINDOW_MS,
+                                defer.then_some(HEAD_GRACE_MS),
+                            )
                     {
                         match inner
                             .doorbells
@@ -741,7 +751,11 @@ impl MySqlBackend {
                 let out = match rung {
                     Some(out) => out,
                     None => {
-                        let p = &inner.acquire_prepared;
+                        let p = if defer {
+                            &inner.acquire_deferring
+                        } else {
+                            &inner.acquire_prepared
+                        };
                         inner
                             .run_prepared("try_acquire", p, &lock, lease_ms(lease), true)
                             .await?

@@ -32,6 +32,8 @@ pub(super) struct Inner {
     pub(super) qualified_table: String,
     /// The common acquisition and the release, prepared (native layout).
     pub(super) acquire_prepared: Prepared,
+    /// The same for a waiter that another process is ahead of (see `Doorbells::behind`).
+    pub(super) acquire_deferring: Prepared,
     pub(super) release_prepared: Prepared,
     /// Whether the side table (native: the holds; Spring: the key names) exists.
     pub(super) side_table: AtomicBool,
