@@ -24,6 +24,12 @@
 //!   timeout; then the operation fails as [`Error::Unavailable`] and the registry retries it
 //!   within the caller's deadline. Migrating a slot with a few keys takes milliseconds.
 //!
+//! Every connection to a node the slot map names checks, with `CLUSTER MYID`, that the node
+//! still has the id the map gave it: after a node dies, its address may come to another
+//! server (another cluster's node, a plain Redis, a reused container address), and a request
+//! routed by a map read before the failover must not take a lock there. The check fails the
+//! request as unsent, and the client reads the map again from the other nodes.
+//!
 //! Query parameters: `min_replicas` (replicas that must acknowledge an acquisition or an
 //! extension with `WAIT` before it counts; default 1 when every master has a replica at
 //! connect, else 0), `replica_timeout` (how long `WAIT` may take, default 1 s) and
@@ -89,6 +95,8 @@ struct Topology {
     /// Slot → index into `masters`, [`UNSERVED`] when none serves it.
     slots: Vec<u16>,
     masters: Vec<Shard>,
+    /// Node address → node id, of every node the map names with its id.
+    ids: HashMap<String, String>,
 }
 
 struct Shard {
@@ -101,6 +109,7 @@ impl Topology {
         Topology {
             slots: vec![UNSERVED; SLOTS],
             masters: Vec::new(),
+            ids: HashMap::new(),
         }
     }
 
@@ -133,10 +142,17 @@ impl Topology {
             if start > end || end >= SLOTS {
                 return None;
             }
-            let mut nodes = parts[2..].iter().filter_map(|n| node_addr(n, answering));
+            let mut nodes = parts[2..].iter().filter_map(|n| {
+                let (addr, id) = node_addr(n, answering)?;
+                if let Some(id) = id {
+                    t.ids.insert(addr.clone(), id);
+                }
+                Some(addr)
+            });
             let Some(master) = nodes.next() else {
                 continue;
             };
+            let nodes: Vec<String> = nodes.collect();
             let i = t.master_index(&master);
             for replica in nodes {
                 let replicas = &mut t.masters[usize::from(i)].replicas;
@@ -154,8 +170,9 @@ impl Topology {
     }
 }
 
-/// `host:port` of one node entry of `CLUSTER SLOTS` (`[ip, port, id, …]`).
-fn node_addr(node: &Reply, answering: &str) -> Option<String> {
+/// `host:port` and the id (when given) of one node entry of `CLUSTER SLOTS`
+/// (`[ip, port, id, …]`).
+fn node_addr(node: &Reply, answering: &str) -> Option<(String, Option<String>)> {
     let Reply::Array(Some(f)) = node else {
         return None;
     };
@@ -168,7 +185,13 @@ fn node_addr(node: &Reply, answering: &str) -> Option<String> {
     if host == "?" || port <= 0 {
         return None;
     }
-    Some(join_host(&host, port, answering))
+    let id = match f.get(2) {
+        Some(Reply::Bulk(Some(id))) if !id.is_empty() => {
+            Some(String::from_utf8_lossy(id).into_owned())
+        }
+        _ => None,
+    };
+    Some((join_host(&host, port, answering), id))
 }
 
 /// `host:port`, with the host of `answering` when `host` is empty, and IPv6 in brackets.
@@ -257,13 +280,22 @@ pub(super) struct Cluster {
 }
 
 impl Cluster {
+    /// The pool of `addr`, whose connections check the node id the slot map gives it.
     fn pool(&self, addr: &str) -> Arc<Pool> {
+        let id = self
+            .topology
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .ids
+            .get(addr)
+            .cloned();
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = pools.get(addr) {
+        if let Some(p) = pools.get(addr).filter(|p| p.node_id() == id.as_deref()) {
             return p.clone();
         }
         let pool = Arc::new(Pool::new(ConnInfo {
             addr: addr.to_owned(),
+            node_id: id,
             ..self.template.clone()
         }));
         pools.insert(addr.to_owned(), pool.clone());
@@ -307,6 +339,13 @@ impl Cluster {
             let pool = self.pool(addr);
             match pool.pipeline(&[[b"CLUSTER".as_slice(), b"SLOTS"]]).await {
                 Ok(replies) => match replies.first() {
+                    // Once the cluster is known, a plain server at one of its old addresses
+                    // is a node that was replaced; at connect, a URL pointing at one.
+                    Some(Reply::Error(e))
+                        if e.contains("cluster support disabled") && !old.masters.is_empty() =>
+                    {
+                        let _ = write!(errors, "{addr}: not a cluster node any more; ");
+                    }
                     Some(Reply::Error(e)) if e.contains("cluster support disabled") => {
                         return Err(Error::config(format!(
                             "redis cluster: {addr} is not a cluster node ({e}); use redis:// for a single server"
@@ -355,11 +394,15 @@ impl Cluster {
         // Pools of nodes that left the cluster would never be used again.
         {
             let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-            pools.retain(|addr, _| {
-                self.seeds.contains(addr)
+            // So do those that checked another node id than the new map gives.
+            pools.retain(|addr, pool| {
+                (self.seeds.contains(addr)
                     || t.masters
                         .iter()
-                        .any(|m| &m.addr == addr || m.replicas.contains(addr))
+                        .any(|m| &m.addr == addr || m.replicas.contains(addr)))
+                    && pool
+                        .node_id()
+                        .is_none_or(|id| t.ids.get(addr).is_some_and(|n| n == id))
             });
         }
         *self.topology.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
@@ -381,6 +424,7 @@ impl Cluster {
                     replicas: m.replicas.clone(),
                 })
                 .collect(),
+            ids: guard.ids.clone(),
         };
         let i = t.master_index(addr);
         t.slots[slot] = i;
@@ -727,6 +771,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
             connect_timeout: options.connect_timeout,
             response_timeout: options.response_timeout,
             sentinel: None,
+            node_id: None,
         },
         seeds,
         userinfo: raw.userinfo.map(|u| format!("{u}@")).unwrap_or_default(),

@@ -274,6 +274,7 @@ impl RedisBackend {
                 connect_timeout: options.connect_timeout,
                 response_timeout: options.response_timeout,
                 sentinel: None,
+                node_id: None,
             }))
         });
         Ok(RedisBackend {

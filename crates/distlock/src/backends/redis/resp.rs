@@ -50,6 +50,11 @@ pub(crate) struct ConnInfo {
     /// With Sentinel, where `addr` is looked up: at every new connection, so that a pool
     /// emptied after a failure reconnects to whichever node is master by then.
     pub(crate) sentinel: Option<SentinelInfo>,
+    /// With Redis Cluster, the id the node at `addr` had in the slot map: every new
+    /// connection checks it with `CLUSTER MYID`, so that a request meant for a node that is
+    /// gone never runs on whatever server took its address since (another cluster's node, a
+    /// plain Redis), where a `SET NX` would succeed.
+    pub(crate) node_id: Option<String>,
 }
 
 /// How to find the master through Sentinel.
@@ -155,6 +160,11 @@ impl Pool {
         Ok(replies)
     }
 
+    /// The cluster node id its connections check, if any.
+    pub(crate) fn node_id(&self) -> Option<&str> {
+        self.info.node_id.as_deref()
+    }
+
     /// Forgets idle connections (after a failure, they may all be broken; after a failover,
     /// they go to the old master), and those in use when they come back.
     pub(crate) fn clear(&self) {
@@ -174,14 +184,18 @@ impl Pool {
     async fn connect_now(&self) -> Result<Conn, RespError> {
         let info = &self.info;
         let Some(sentinel) = &info.sentinel else {
-            return open(
+            let mut conn = open(
                 &info.addr,
                 info.user.as_deref(),
                 info.password.as_deref(),
                 info.db,
                 info.connect_timeout,
             )
-            .await;
+            .await?;
+            if let Some(id) = &info.node_id {
+                check_node_id(&mut conn, &info.addr, id, info.connect_timeout).await?;
+            }
+            return Ok(conn);
         };
         let addr = self.master_addr(sentinel).await?;
         let mut conn = open(
@@ -279,6 +293,25 @@ impl Pool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// Fails unless the server behind `conn` is cluster node `id`. An I/O error, so that the
+/// pool reports the request unsent and the cluster client reads the slot map again.
+async fn check_node_id(
+    conn: &mut Conn,
+    addr: &str,
+    id: &str,
+    timeout: Duration,
+) -> Result<(), RespError> {
+    let reply = tokio::time::timeout(timeout, conn.exchange(&[&[b"CLUSTER".as_slice(), b"MYID"]]))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "CLUSTER MYID timed out"))??;
+    match reply.first() {
+        Some(Reply::Bulk(Some(got))) if got == id.as_bytes() => Ok(()),
+        r => Err(RespError::Io(io::Error::other(format!(
+            "{addr} is no longer cluster node {id} (it answers CLUSTER MYID with {r:?}): the slot map is out of date"
+        )))),
     }
 }
 

@@ -177,6 +177,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         connect_timeout: options.connect_timeout,
         response_timeout: options.response_timeout,
         sentinel: Some(sentinel.clone()),
+        node_id: None,
     }));
     let (switches, stop) = oneshot::channel();
     tokio::spawn(follow_switches(
