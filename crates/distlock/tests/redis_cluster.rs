@@ -246,8 +246,11 @@ async fn a_server_on_a_dead_masters_address_is_not_its_slots_master() {
         "the squatter was written to"
     );
     assert!(g.is_held());
-    extend_after_failover(&g, lease).await;
-    g.release().await.unwrap();
+    // Nothing more of the holder: the promoted replica has no replica of its own (its old
+    // master's port is the squatter's), so an extension's `WAIT 1` cannot be acknowledged, and
+    // the holder's first request after the failover may meet its pooled connection to the dead
+    // node, which fails it as unknown (the failover tests above cover both).
+    drop(g);
 }
 
 /// Without `WAIT` (`min_replicas=0`), a hold taken while the replica was cut off is lost when
