@@ -75,11 +75,18 @@ async fn extend_after_failover(g: &LockGuard, lease: Duration) {
     extended.expect("extended on the new master");
 }
 
-/// The cluster's URL with `min_replicas=1` said, not left to the default, which looks at the
-/// slot map once at connect: what these tests check holds for acquisitions a replica
-/// acknowledged.
-fn replicated(set: &ClusterSet) -> String {
-    format!("{}?min_replicas=1", set.url())
+/// A holder of `job` and another client, both with `min_replicas=1` said, not left to the
+/// default, which looks at the slot map once at connect: what the failover tests check holds
+/// for acquisitions a replica acknowledged.
+async fn replicated_hold(
+    set: &ClusterSet,
+    lease: Duration,
+) -> (LockRegistry, LockRegistry, LockGuard) {
+    let url = format!("{}?min_replicas=1", set.url());
+    let holder = registry(&url, lease).await;
+    let other = registry(&url, lease).await;
+    let g = take_when_replicated(&holder).await;
+    (holder, other, g)
 }
 
 /// Asserts that nobody else can take `job` now: neither a second registry nor a foreign
@@ -121,10 +128,7 @@ fn caught_up(set: &ClusterSet, master: usize, replica: usize) {
 async fn a_hold_and_its_fence_survive_a_manual_failover() {
     let mut set = cluster();
     let lease = Duration::from_secs(30);
-    let url = replicated(&set);
-    let holder = registry(&url, lease).await;
-    let other = registry(&url, lease).await;
-    let g = take_when_replicated(&holder).await;
+    let (_holder, other, g) = replicated_hold(&set, lease).await;
     let first = g.fence();
     let slot = set.slot_of(JOB).unwrap();
     let master = set.master_of(slot).unwrap();
@@ -147,10 +151,7 @@ async fn a_hold_and_its_fence_survive_the_master_killed() {
     // replica; the lease outlasts that many times over, so the renewals that fail meanwhile
     // do not end the hold.
     let lease = Duration::from_secs(30);
-    let url = replicated(&set);
-    let holder = registry(&url, lease).await;
-    let other = registry(&url, lease).await;
-    let g = take_when_replicated(&holder).await;
+    let (_holder, other, g) = replicated_hold(&set, lease).await;
     let first = g.fence();
     let slot = set.slot_of(JOB).unwrap();
     let master = set.master_of(slot).unwrap();
@@ -223,10 +224,7 @@ impl Drop for Squatter {
 async fn a_server_on_a_dead_masters_address_is_not_its_slots_master() {
     let mut set = cluster();
     let lease = Duration::from_secs(30);
-    let url = replicated(&set);
-    let holder = registry(&url, lease).await;
-    let other = registry(&url, lease).await;
-    let g = take_when_replicated(&holder).await;
+    let (_holder, other, g) = replicated_hold(&set, lease).await;
     // The other client learns the slot map and connects to the master now.
     let busy = other.obtain("job").unwrap().try_lock().await;
     assert!(matches!(busy, Err(Error::NotAcquired { .. })), "{busy:?}");

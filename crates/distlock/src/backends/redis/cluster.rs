@@ -282,20 +282,15 @@ pub(super) struct Cluster {
 impl Cluster {
     /// The pool of `addr`, whose connections check the node id the slot map gives it.
     fn pool(&self, addr: &str) -> Arc<Pool> {
-        let id = self
-            .topology
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .ids
-            .get(addr)
-            .cloned();
+        let topology = self.topology();
+        let id = topology.ids.get(addr).map(String::as_str);
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = pools.get(addr).filter(|p| p.node_id() == id.as_deref()) {
+        if let Some(p) = pools.get(addr).filter(|p| p.node_id() == id) {
             return p.clone();
         }
         let pool = Arc::new(Pool::new(ConnInfo {
             addr: addr.to_owned(),
-            node_id: id,
+            node_id: id.map(str::to_owned),
             ..self.template.clone()
         }));
         pools.insert(addr.to_owned(), pool.clone());
