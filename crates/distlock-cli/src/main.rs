@@ -40,7 +40,8 @@ use run::{HoldKind, WaitMode};
 const AFTER_HELP: &str = "\
 Backends (--backend or DISTLOCK_BACKEND): memory://, sqlite:///abs/path.db,
 redis://[user:pass@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/MASTER,
-redis+cluster://host:port[,host:port], redlock://host:port,host:port,host:port, redlocks://...,
+rediss+sentinel://..., redis+cluster://host:port[,host:port], rediss+cluster://...,
+redlock://host:port,host:port,host:port, redlocks://...,
 postgres://user:pass@host:port/db,
 mysql://user:pass@host:port/db, zk://host:port[,host:port][/root],
 etcd://host:port[,host:port], etcds://...[?ca_file=/path/ca.pem]. Without one, locks live in a SQLite file

@@ -371,9 +371,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// The fence of a lock the backend has handed to the waiting `token`, if it has: a
     /// release passed the lock to the head of a wait queue and told that waiter so (Redis puts
     /// the fence in its wake-up message), which saves the waiter an attempt. Taken at most
-    /// once; no I/O. The hand-over happened after the token's last [`Attempt::Busy`] was
-    /// answered (an attempt after it would have found the lock its own), so the registry
-    /// counts the lease from before that attempt was sent. The default hands nothing over.
+    /// once; no I/O. The registry counts the lease from before the token's last
+    /// [`Attempt::Busy`] was sent, so a backend returns only a hand-over it knows came after
+    /// the server answered that attempt: a message of an earlier hand-over can arrive after
+    /// the busy reply (the process was stopped, or the notification lagged), and by then that
+    /// hand-over's lease has run out (Redis compares fences: the busy reply carries the
+    /// fence counter). The default hands nothing over.
     fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
         let _ = (name, token);
         None

@@ -13,7 +13,9 @@ pub const SCHEMES: &[&str] = &[
     "redis://[user:pass@]host:port[/db]",
     "rediss://[user:pass@]host:port[/db]",
     "redis+sentinel://[user:pass@]host:port[,host:port]/master[?min_replicas=N]",
+    "rediss+sentinel://[user:pass@]host:port[,host:port]/master[?ca_file=..]",
     "redis+cluster://[user:pass@]host:port[,host:port][?min_replicas=N]",
+    "rediss+cluster://[user:pass@]host:port[,host:port][?ca_file=..]",
     "redlock://[user:pass@]host:port,host:port,host:port[/db]",
     "redlocks://[user:pass@]host:port,host:port,host:port[/db][?ca_file=..]",
     #[cfg(feature = "etcd")]
@@ -37,8 +39,8 @@ pub const SCHEMES: &[&str] = &[
 /// | `memory://` | in this process | `memory` |
 /// | `sqlite:///abs/path.db[?table=NAME]` | SQLite lease table | `sqlite` |
 /// | `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) | Redis, single node | `redis` |
-/// | `redis+sentinel://[user:pass@]host:port[,host:port]/master[?params]` | Redis under Sentinel: follows failover; acquisitions wait for `min_replicas` | `redis` |
-/// | `redis+cluster://[user:pass@]host:port[,host:port][?params]` | Redis Cluster: slot routing, `MOVED`/`ASK`, follows failover and migrations; acquisitions wait for `min_replicas` | `redis` |
+/// | `redis+sentinel://[user:pass@]host:port[,host:port]/master[?params]`, `rediss+sentinel://…[?ca_file=…]` (TLS) | Redis under Sentinel: follows failover; acquisitions wait for `min_replicas` | `redis` |
+/// | `redis+cluster://[user:pass@]host:port[,host:port][?params]`, `rediss+cluster://…[?ca_file=…]` (TLS) | Redis Cluster: slot routing, `MOVED`/`ASK`, follows failover and migrations; acquisitions wait for `min_replicas` | `redis` |
 /// | `redlock://[user:pass@]host:port,host:port,host:port[/db]`, `redlocks://…[?ca_file=…]` (TLS) | Redlock over independent Redis masters | `redis` |
 /// | `etcd://[user:pass@]host:port[,host:port]`, `etcds://…` (TLS) | etcd, `concurrency.Mutex` layout | `etcd` (`etcd-tls`) |
 /// | `postgres://[user:pass@]host:port/db[?params]`, `postgresql://…` | PostgreSQL lease table | `postgres` |
@@ -87,7 +89,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
             url,
         )?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" | "redis+cluster" | "rediss+cluster" => Ok(Arc::new(
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+        | "rediss+cluster" => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect(url).await?,
         )),
         #[cfg(feature = "redis")]

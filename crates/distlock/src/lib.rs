@@ -140,7 +140,7 @@ mod metrics;
 mod multi;
 mod registry;
 mod renewal;
-#[cfg(feature = "zookeeper-tls")]
+#[cfg(any(feature = "zookeeper-tls", feature = "redis"))]
 mod tls;
 mod url;
 

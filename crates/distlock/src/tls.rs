@@ -14,7 +14,9 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Installs ring as rustls's process default, unless a default is already installed.
+/// Installs ring as rustls's process default, unless a default is already installed. Only
+/// `zookeeper-tls` builds rustls with a second provider, so only then is it called.
+#[cfg(feature = "zookeeper-tls")]
 pub(crate) fn ensure_default_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race with another installer is fine: a default exists either way.

@@ -144,18 +144,42 @@ mod etcd {
         let s = reg.semaphore("pool", 3).unwrap().lock().await.unwrap();
         let keys = server_keys(&server, &format!("{p}/doc/"));
         assert_eq!(keys.len(), 1, "{keys:?}");
-        assert_eq!(keys[0].key, format!("{p}/doc/read-{}", r.token()));
+        // Named after the session lease the key is attached to, as the mutex's key is; the
+        // value is the holder's token.
+        assert_eq!(keys[0].key, format!("{p}/doc/read-{:x}", keys[0].lease));
+        let (read_key, first_token) = (keys[0].key.clone(), r.token());
         assert_eq!(keys[0].value, r.token().to_string());
         assert_eq!(r.fence() >> 10, keys[0].create_revision as u64);
         let keys = server_keys(&server, &format!("{p}/pool/"));
-        assert_eq!(keys[0].key, format!("{p}/pool/sem-{}", s.token()));
+        assert_eq!(keys[0].key, format!("{p}/pool/sem-{:x}", keys[0].lease));
         assert_eq!(keys[0].value, format!("{};permits=3", s.token()));
         r.release().await.unwrap();
         s.release().await.unwrap();
         let w = reg.read_write("doc").unwrap().write().lock().await.unwrap();
         let keys = server_keys(&server, &format!("{p}/doc/"));
-        assert_eq!(keys[0].key, format!("{p}/doc/write-{}", w.token()));
+        assert_eq!(keys[0].key, format!("{p}/doc/write-{:x}", keys[0].lease));
         w.release().await.unwrap();
+        // Two permits of one registry at once: keys of their own, on sessions of their own.
+        let sem = reg.semaphore("pool", 3).unwrap();
+        let (a, b) = (sem.lock().await.unwrap(), sem.lock().await.unwrap());
+        let keys = server_keys(&server, &format!("{p}/pool/"));
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert_ne!(keys[0].key, keys[1].key);
+        assert_ne!(keys[0].lease, keys[1].lease);
+        a.release().await.unwrap();
+        b.release().await.unwrap();
+        // The next read reuses the name: etcd keeps every deleted key in its index until a
+        // compaction, and a key per hold made read cycles slower and slower.
+        let r2 = reg.read_write("doc").unwrap().read().lock().await.unwrap();
+        let again = server_keys(&server, &format!("{p}/doc/"));
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert_eq!(again[0].key, read_key);
+        assert_ne!(
+            again[0].value,
+            first_token.to_string(),
+            "a new hold, a new token"
+        );
+        r2.release().await.unwrap();
     }
 
     /// `etcdctl lock` on the same name excludes distlock's readers, writers and permits, and is

@@ -494,9 +494,12 @@ async fn cluster_urls_give_clear_errors() {
             other => panic!("{url}: expected a config error, got {other:?}"),
         }
     }
-    match distlock::connect(&format!("rediss+cluster://{hosts}")).await {
-        Err(Error::Unsupported { what, .. }) => assert!(what.contains("TLS"), "{what}"),
-        other => panic!("TLS: expected Unsupported, got {other:?}"),
+    // TLS to plain nodes: the handshake fails, a clear error and no hang.
+    let tls = distlock::connect(&format!("rediss+cluster://{hosts}")).await;
+    assert!(tls.is_err(), "a TLS client reached plain nodes");
+    match distlock::connect(&format!("redis+cluster://{hosts}?ca_file=/etc/hostname")).await {
+        Err(Error::InvalidConfig(msg)) => assert!(msg.contains("needs TLS"), "{msg}"),
+        other => panic!("ca_file without TLS: expected a config error, got {other:?}"),
     }
     match distlock::connect("redis+cluster://u:s3cret@127.0.0.1:1").await {
         Err(e @ Error::Unavailable { .. }) => {

@@ -248,6 +248,99 @@ async fn a_release_grants_the_lock_and_its_fence_to_the_head_waiter() {
     assert!(waiter.release(&name, second).await.unwrap().was_held);
 }
 
+/// A hand-over the waiter did not take before its lease ran out (its process was stopped) is
+/// void once the lock has moved on: the waiter's next attempt finds the lock busy, and the old
+/// grant, whether its message came before that busy reply or after it, is not taken. Taking it
+/// would make a guard counted from the busy attempt, with a fence lower than the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_from_before_a_busy_attempt_is_not_taken() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let holder = RedisBackend::connect(&server.url()).await.expect("connect");
+    let waiter = RedisBackend::connect(&server.url()).await.expect("connect");
+    let name = LockName::new("lock", "late").unwrap();
+    let (first, second, third) = (Token::random(), Token::random(), Token::random());
+    let queued =
+        |lease| AcquireRequest::new(name.clone(), second, lease).with_mode(AcquireMode::Queue);
+    // Every wake message, as the waiter's pub/sub connection receives it.
+    let mut monitor = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    monitor.psubscribe("lock-wake:*").await.unwrap();
+    let mut wakes = monitor.on_message();
+
+    assert!(matches!(
+        holder
+            .acquire(&AcquireRequest::new(
+                name.clone(),
+                first,
+                Duration::from_secs(30)
+            ))
+            .await
+            .unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    let mut sub = waiter.subscribe(&name, second).await.unwrap();
+    let busy = waiter.acquire(&queued(Duration::from_millis(300))).await;
+    assert!(matches!(busy.unwrap(), Attempt::Busy { .. }));
+    assert!(holder.release(&name, first).await.unwrap().was_held);
+    let wake = tokio::time::timeout(Duration::from_secs(5), wakes.next())
+        .await
+        .expect("the release hands the lock over")
+        .unwrap();
+    let (channel, payload) = (
+        wake.get_channel_name().to_owned(),
+        wake.get_payload::<String>().unwrap(),
+    );
+    tokio::time::timeout(Duration::from_secs(5), sub.released())
+        .await
+        .expect("the waiter is woken");
+    // The waiter does not take its grant: its hand-over's lease runs out and another client
+    // takes the lock.
+    while server.cli(&["EXISTS", "lock:late"]).unwrap() != "0" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let Attempt::Acquired { fence: taken } = holder
+        .acquire(&AcquireRequest::new(
+            name.clone(),
+            third,
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("the lapsed hand-over leaves the lock free")
+    };
+    let busy = waiter.acquire(&queued(Duration::from_secs(30))).await;
+    assert!(matches!(busy.unwrap(), Attempt::Busy { .. }));
+    assert_eq!(
+        waiter.take_grant(&name, second),
+        None,
+        "a grant whose message came before the busy reply"
+    );
+    // The same message delivered after the busy reply, as a lagging connection would.
+    server.cli(&["PUBLISH", &channel, &payload]).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), sub.released())
+        .await
+        .expect("the late message wakes the waiter");
+    assert_eq!(
+        waiter.take_grant(&name, second),
+        None,
+        "a grant whose message came after the busy reply"
+    );
+    // A hand-over after the busy attempt is taken, with a fence above the holder's.
+    assert!(holder.release(&name, third).await.unwrap().was_held);
+    tokio::time::timeout(Duration::from_secs(5), sub.released())
+        .await
+        .expect("the waiter is woken");
+    let fence = waiter
+        .take_grant(&name, second)
+        .expect("the new hand-over is the waiter's");
+    assert!(fence > taken, "fence {fence} after {taken}");
+    assert!(waiter.release(&name, second).await.unwrap().was_held);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_does_not_hold_up_the_queue() {
     let server = RedisServer::start().expect("redis-server must be installed");

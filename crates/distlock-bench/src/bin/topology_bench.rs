@@ -5,7 +5,8 @@
 //! - `redlock`: three independent `redis-server`s; raw = parallel `SET key token NX PX` to every
 //!   node, then a parallel compare-and-delete (redsync's cycle).
 //! - `sentinel`: a master with one replica under three Sentinels, `min_replicas=1`; raw = `SET`
-//!   plus `WAIT 1 0` issued by redis-rs on the master.
+//!   plus `WAIT 1 0` issued by redis-rs on the master; distlock with `min_replicas=0` between
+//!   them, for what the `WAIT` costs.
 //! - `cluster`: three masters with a replica each; distlock there with its default
 //!   `min_replicas=1` and with `min_replicas=0`, beside distlock on one plain `redis-server`
 //!   (the reference, first) and on a `redis-server` with a replica (no `WAIT`: what
@@ -25,6 +26,9 @@ use distlock::testkit::redis::{RedisServer, RedisServerOptions};
 use distlock::{LockRegistry, RegistryOptions};
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
+
+/// Counted rounds per peer, after one warm-up round.
+const ROUNDS: u32 = 4;
 
 const UNLOCK: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -146,10 +150,14 @@ async fn main() {
             let set = SentinelSet::start(1).expect("redis-server");
             let url = format!("{}?min_replicas=1", set.url());
             let backend = RedisBackend::connect(&url).await.expect("connect");
+            let unreplicated = format!("{}?min_replicas=0", set.url());
+            let no_wait = RedisBackend::connect(&unreplicated).await.expect("connect");
             let master = set.master().expect("a master");
             let conn = connection(&set.servers[master].url()).await;
             let peers = vec![
                 ("raw", Peer::SetWait(conn)),
+                // What the cycle costs without `WAIT`: the rest is the replica's acknowledgement.
+                ("distlock-min_replicas=0", Peer::Registry(registry(no_wait))),
                 ("distlock", Peer::Registry(registry(backend))),
             ];
             (peers, Box::new(set))
@@ -184,9 +192,12 @@ async fn main() {
         other => panic!("unknown topology {other:?}: redlock, sentinel or cluster"),
     };
     let mut rates = vec![0.0f64; peers.len()];
-    let share = span / (2 * peers.len() as u32);
-    // Two rounds each, alternating, so that drift in the machine's load hits all alike.
-    for round in 0..2 {
+    let share = span / ((ROUNDS + 1) * peers.len() as u32);
+    // Rounds alternate between the peers, so that drift in the machine's load hits all alike.
+    // Round 0 is a warm-up and not counted: the first seconds after the servers start run
+    // much faster (a raw peer measured twice in a row, as raw and raw2, gave 11.4k then 6.6k
+    // cycles/s, and about 6k in every later round), which would favour whoever runs first.
+    for round in 0..=ROUNDS {
         for (i, (name, peer)) in peers.iter_mut().enumerate() {
             let start = Instant::now();
             let until = start + share;
@@ -196,10 +207,12 @@ async fn main() {
                 Peer::Registry(reg) => distlock_cycles(reg, until).await,
             };
             let rate = cycles as f64 / start.elapsed().as_secs_f64();
-            rates[i] += rate / 2.0;
+            if round > 0 {
+                rates[i] += rate / f64::from(ROUNDS);
+            }
             println!(
                 "{}",
-                serde_json::json!({"topology": topology, "round": round, "peer": name, "cycles": cycles, "cycles_per_s": rate.round()})
+                serde_json::json!({"topology": topology, "round": round, "warm_up": round == 0, "peer": name, "cycles": cycles, "cycles_per_s": rate.round()})
             );
         }
     }

@@ -528,13 +528,21 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
         .await;
     let mut guards = Vec::with_capacity(n as usize);
     for i in 0..n {
-        guards.push(
-            reg.obtain(&format!("many{i}"))
-                .unwrap()
-                .try_lock()
-                .await
-                .unwrap(),
-        );
+        let lock = reg.obtain(&format!("many{i}")).unwrap();
+        // A stall of a loaded machine can make one try miss its deadline (Redlock gives each
+        // node a tenth of the lease): a retryable error, retried as a caller would. A try
+        // that finds the free key busy is not retried.
+        let mut tries = 0;
+        let guard = loop {
+            match lock.try_lock().await {
+                Err(e @ Error::Unavailable { .. }) if tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "try of a free key retried");
+                }
+                other => break other.unwrap(),
+            }
+        };
+        guards.push(guard);
     }
     // Past the lease: only renewal can have kept them.
     tokio::time::sleep(lease + lease / 5).await;

@@ -1,7 +1,7 @@
 //! One acquisition attempt and the deletion of a key: creating the key, reading the queue,
 //! watching the predecessor, and cleaning up after failures (zombies).
 
-use super::kinds::{self, judge, key_of, named_by_token, value_of, Verdict};
+use super::kinds::{self, judge, key_of, value_of, Verdict};
 use super::options::{DELETE_RETRY, KIND};
 use super::queue::{ascending, before, every_before, lock_dir, with_values};
 use super::state::{Contender, Entry, Phase, Shared, Slot, View, WatchTarget};
@@ -69,12 +69,8 @@ impl Shared {
                     if let Some(old) = e.session.take() {
                         old.remove_user(&e.dir, token);
                     }
-                    let s = if named_by_token(kind) {
-                        self.shared_session(token, lease).await?
-                    } else {
-                        self.session_for(&e.dir, token, lease).await?
-                    };
-                    e.key = key_of(kind, &e.dir, s.id, token);
+                    let s = self.session_for(&e.dir, token, lease).await?;
+                    e.key = key_of(kind, &e.dir, s.id);
                     e.attached = Some(s.clone());
                     e.session = Some(s);
                 }

@@ -4,7 +4,7 @@
 //! | what | layout |
 //! |---|---|
 //! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, attached to that lease; value: the owner token (32 hex digits) |
-//! | reader, writer, permit | keys `<prefix>/<key>/read-<token>`, `…/write-<token>`, `…/sem-<token>` in the same directory, attached to a session lease; value: the owner token (a permit's: `<token>;permits=<n>`) |
+//! | reader, writer, permit | keys `<prefix>/<key>/read-<lease id>`, `…/write-<lease id>`, `…/sem-<lease id>` in the same directory, named after the session lease they are attached to (as the mutex's); value: the owner token (a permit's: `<token>;permits=<n>`) |
 //! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
 //! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
 //! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |

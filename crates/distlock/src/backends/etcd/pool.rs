@@ -2,7 +2,7 @@
 //! happens when one dies. The keep-alive of each session is in `session.rs`.
 
 use crate::backend::Token;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,43 +63,6 @@ impl Shared {
         None
     }
 
-    /// A session of the class of `lease` for `token`'s key named after the token (any such
-    /// session will do: the name does not carry its id).
-    pub(super) async fn shared_session(
-        &self,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Arc<Session>> {
-        let class = class_of(lease, self.opts.min_session_ttl);
-        if let Some(s) = self.pick_shared(token, class) {
-            return Ok(s);
-        }
-        let _granting = self.granting.lock().await;
-        if let Some(s) = self.pick_shared(token, class) {
-            return Ok(s);
-        }
-        let s = self.grant(class).await?;
-        s.others
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
-        Ok(s)
-    }
-
-    fn pick_shared(&self, token: Token, class: i64) -> Option<Arc<Session>> {
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        let s = pool.iter().find(|s| s.class == class && !s.is_dead())?;
-        s.others
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token);
-        Some(s.clone())
-    }
-
     /// A session of at least `class` seconds for keys that outgrew theirs (no user entry).
     pub(super) async fn session_at_least(&self, class: i64) -> Result<Arc<Session>> {
         {
@@ -135,7 +98,6 @@ impl Shared {
             ttl: Duration::from_secs(u64::try_from(resp.ttl).unwrap_or(1)),
             dead: AtomicBool::new(false),
             users: Mutex::new(HashMap::new()),
-            others: Mutex::new(HashSet::new()),
             attached: AtomicUsize::new(0),
             idle_since: Mutex::new(None),
             confirmed: Mutex::new(sent),
@@ -160,14 +122,13 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|p| !Arc::ptr_eq(p, s));
-        let mut tokens: Vec<Token> = s
+        let tokens: Vec<Token> = s
             .users
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
             .copied()
             .collect();
-        tokens.extend(s.others.lock().unwrap_or_else(|e| e.into_inner()).iter());
         tracing::debug!(lease = %format!("{:x}", s.id), keys = tokens.len(), "etcd session lease gone");
         for t in tokens {
             if let Some(slot) = self.slot(t) {

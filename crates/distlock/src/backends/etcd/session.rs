@@ -1,7 +1,7 @@
 //! Session leases: one etcd lease per lease length (and per extra contender of a key), kept
 //! alive by a background task.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -27,8 +27,6 @@ pub(super) struct Session {
     pub(super) dead: AtomicBool,
     /// Lock directories whose key name carries this lease id, and the token that uses each.
     pub(super) users: Mutex<HashMap<String, Token>>,
-    /// Tokens whose keys are named after themselves (readers, writers, permits) on this lease.
-    pub(super) others: Mutex<HashSet<Token>>,
     /// Keys named after another session but attached to this one (after a longer extension).
     pub(super) attached: AtomicUsize,
     pub(super) idle_since: Mutex<Option<Instant>>,
@@ -87,9 +85,7 @@ impl Session {
         if users.get(dir) == Some(&token) {
             users.remove(dir);
         }
-        let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
-        others.remove(&token);
-        if users.is_empty() && others.is_empty() {
+        if users.is_empty() {
             *self.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         }
     }
@@ -99,11 +95,6 @@ impl Session {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
-            && self
-                .others
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
             && self.attached.load(Ordering::Acquire) == 0
             && self
                 .idle_since

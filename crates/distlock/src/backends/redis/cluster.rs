@@ -59,7 +59,11 @@
 //! ([`Cluster::masters`], [`Cluster::on_node`]) and inspects each key on its slot's master
 //! ([`Cluster::run_each`]).
 //!
-//! TLS (`rediss+cluster://`) is not supported: the built-in client speaks plain TCP only.
+//! TLS: `rediss+cluster://…[?ca_file=/path/ca.pem]` reaches every node over TLS, verifying
+//! each certificate for the address the slot map gives (so the nodes' certificates must carry
+//! the addresses they announce), against `ca_file` or else the Mozilla roots. The nodes must
+//! run with `tls-cluster yes`, so that the slot map and redirections a TLS client gets name
+//! their TLS ports.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -73,7 +77,7 @@ use tokio::time::Instant;
 use super::keys::hash_slot;
 use super::resp::{ConnInfo, Pool, Reply, RespError};
 use super::scripts::Scripts;
-use super::transport::{map_err, resp_err, server_err};
+use super::transport::{map_err, resp_err, server_err, topology_scheme, NodeAccess};
 use super::{RedisBackend, RedisOptions, KIND};
 use crate::backend::Renewal;
 use crate::error::{Error, Result};
@@ -267,8 +271,8 @@ pub(super) struct Cluster {
     seeds: Vec<String>,
     /// Credentials and timeouts of every node's pool (`addr` is set per node).
     template: ConnInfo,
-    /// `user:pass@` as written in the URL (still percent-encoded), or empty: for pub/sub.
-    userinfo: String,
+    /// Credentials and TLS of the URL, for pub/sub.
+    access: NodeAccess,
     topology: RwLock<Arc<Topology>>,
     pools: Mutex<HashMap<String, Arc<Pool>>>,
     /// Serialises reads of the slot map; `generation` counts them, so that callers who waited
@@ -667,8 +671,7 @@ impl Cluster {
             .map(|m| &m.addr)
             .chain(t.masters.iter().flat_map(|m| &m.replicas))
         {
-            let client = redis::Client::open(format!("redis://{}{addr}", self.userinfo))
-                .map_err(|e| Error::backend(KIND, format!("node address {addr}: {e}")))?;
+            let client = self.access.client(addr, 0)?;
             let connect = client.get_async_pubsub();
             match tokio::time::timeout(self.template.connect_timeout, connect).await {
                 Ok(Ok(ps)) => return Ok(ps),
@@ -711,18 +714,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     let bad = |what: String| Error::config(format!("redis cluster URL {shown:?}: {what}"));
     let raw = RawUrl::split(url)
         .ok_or_else(|| bad("expected redis+cluster://host:port[,host:port]".into()))?;
-    if raw.scheme.eq_ignore_ascii_case("rediss+cluster") {
-        return Err(Error::Unsupported {
-            backend: KIND,
-            what: "TLS for Redis Cluster (rediss+cluster://); use redis+cluster:// on a trusted network".into(),
-        });
-    }
-    if !raw.scheme.eq_ignore_ascii_case("redis+cluster") {
-        return Err(bad(format!(
-            "scheme {:?}: expected redis+cluster",
-            raw.scheme
-        )));
-    }
+    let (scheme, tls) = topology_scheme(raw.scheme, "cluster").map_err(bad)?;
     let hosts = parse_hosts(raw.hosts, 6379).map_err(bad)?;
     if !matches!(raw.path, "" | "/" | "/0") {
         return Err(bad(format!(
@@ -741,7 +733,19 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         .duration("replica_timeout")?
         .unwrap_or(Duration::from_secs(1));
     let legacy = params.bool("spring_legacy_channel")?.unwrap_or(false);
-    params.finish(&["min_replicas", "replica_timeout", "spring_legacy_channel"])?;
+    let ca_file = params.string("ca_file");
+    params.finish(&[
+        "min_replicas",
+        "replica_timeout",
+        "spring_legacy_channel",
+        "ca_file",
+    ])?;
+    let access = NodeAccess::new(
+        &format!("redis cluster URL {shown:?}"),
+        raw.userinfo,
+        tls,
+        ca_file,
+    )?;
 
     let seeds: Vec<String> = hosts.iter().map(ToString::to_string).collect();
     // The `redis` crate's client of the skeleton is never used: pub/sub goes to a node of the
@@ -751,7 +755,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     // A failover can lose the last increments of a fence counter: fences are floored at the
     // server clock, so the promoted replica's next fence is still higher.
     backend.scripts = Scripts::new(true);
-    backend.target = format!("redis+cluster://{}", seeds.join(","));
+    backend.target = format!("{scheme}://{}", seeds.join(","));
     backend.spring_legacy_channel = legacy;
     backend.replica_timeout_ms = replica_timeout.as_millis().try_into().unwrap_or(u64::MAX);
     let cluster = Cluster {
@@ -767,9 +771,10 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
             response_timeout: options.response_timeout,
             sentinel: None,
             node_id: None,
+            tls: access.resp_tls(),
         },
         seeds,
-        userinfo: raw.userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
+        access,
         topology: RwLock::new(Arc::new(Topology::empty())),
         pools: Mutex::new(HashMap::new()),
         refreshing: tokio::sync::Mutex::new(None),

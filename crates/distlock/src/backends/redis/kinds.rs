@@ -171,14 +171,19 @@ impl RedisBackend {
             Some(&[1, fence, slot]) => {
                 // A writer's hand-over whose message came while this attempt ran is
                 // superseded by it.
-                self.grants.take(&hex);
+                self.grants.forget(&hex);
                 let fence = u64::try_from(fence)
                     .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))?;
                 Ok(KindAttempt::Acquired { fence, slot })
             }
-            Some(&[0, retry]) => Ok(KindAttempt::Busy {
-                retry_after: u64::try_from(retry).ok().map(Duration::from_millis),
-            }),
+            Some(&[0, retry, floor]) => {
+                if fifo && mode == AcquireMode::Queue {
+                    self.grants_busy(&hex, floor);
+                }
+                Ok(KindAttempt::Busy {
+                    retry_after: u64::try_from(retry).ok().map(Duration::from_millis),
+                })
+            }
             Some(&[2, permits]) => Ok(KindAttempt::Disagree { permits }),
             _ => Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
         }

@@ -157,7 +157,7 @@ impl RedisBackend {
     /// `replica_timeout` (replicas that must acknowledge an acquisition or extension with
     /// `WAIT`, default 1 when the masters have replicas; how long `WAIT` may take, default 1 s).
     pub async fn connect(url: &str) -> Result<Self> {
-        if url.starts_with("redis+sentinel://") {
+        if url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://") {
             return sentinel::connect(url, RedisOptions::default()).await;
         }
         if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") {
@@ -275,6 +275,7 @@ impl RedisBackend {
                 response_timeout: options.response_timeout,
                 sentinel: None,
                 node_id: None,
+                tls: None,
             }))
         });
         Ok(RedisBackend {
@@ -368,21 +369,32 @@ impl RedisBackend {
                 if fifo { &args[..4] } else { args },
             )
             .await?;
-        let (ok, value) = match reply.ints().as_deref() {
-            Some(&[ok, value]) => (ok, value),
-            _ => return Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
-        };
-        if ok == 1 {
-            // A hand-over whose message came while this attempt ran is superseded by it.
-            self.grants.take(&token.to_hex_bytes());
-            let fence = u64::try_from(value)
-                .map_err(|_| Error::backend(KIND, format!("fence {value} is negative")))?;
-            Ok(Attempt::Acquired { fence })
-        } else {
-            // PTTL -1: a foreign client set the key without expiry; -2: free, but others are
-            // queued first (or it just vanished).
-            let retry_after = u64::try_from(value).ok().map(Duration::from_millis);
-            Ok(Attempt::Busy { retry_after })
+        match reply.ints().as_deref() {
+            Some(&[1, fence]) => {
+                // A hand-over whose message came while this attempt ran is superseded by it.
+                self.grants.forget(&token.to_hex_bytes());
+                let fence = u64::try_from(fence)
+                    .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))?;
+                Ok(Attempt::Acquired { fence })
+            }
+            Some(&[0, pttl, floor]) => {
+                if fifo && mode == AcquireMode::Queue {
+                    self.grants_busy(&token.to_hex_bytes(), floor);
+                }
+                // PTTL -1: a foreign client set the key without expiry; -2: free, but others
+                // are queued first (or it just vanished).
+                let retry_after = u64::try_from(pttl).ok().map(Duration::from_millis);
+                Ok(Attempt::Busy { retry_after })
+            }
+            _ => Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
+        }
+    }
+
+    /// Records what a busy queued attempt saw of the fence counter (see [`Grants`]), where
+    /// this backend takes grants at all.
+    pub(super) fn grants_busy(&self, token: &[u8; 32], floor: i64) {
+        if self.min_replicas == 0 {
+            self.grants.busy(*token, u64::try_from(floor).unwrap_or(0));
         }
     }
 
@@ -582,7 +594,7 @@ impl Backend for RedisBackend {
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
-        self.grants.take(&token.to_hex_bytes());
+        self.grants.forget(&token.to_hex_bytes());
         self.leave_key(name, token, true).await
     }
 

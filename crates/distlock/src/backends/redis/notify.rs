@@ -23,28 +23,77 @@ pub(super) struct PubSub {
 }
 
 /// Locks handed to this backend's waiters by a release (token → fence), until the waiter
-/// takes them ([`Backend::take_grant`]) or stops waiting. Bounded: a grant nobody takes (its
-/// waiter is gone) is forgotten when the table fills, and a forgotten grant only costs the
-/// waiter an attempt, which finds the lock carrying its token.
+/// takes them ([`Backend::take_grant`]) or stops waiting, and for each waiter the fence
+/// counter its last queued attempt found.
+///
+/// That floor is what makes a grant safe to take. A hand-over's lease starts on the server;
+/// the registry counts it from before the waiter's last busy attempt was sent, which is only
+/// early enough if the hand-over came after that attempt. A hand-over before it, whose
+/// message came late (the waiter's process was stopped, or the pub/sub connection lagged
+/// behind the command connection), had already run out when the attempt found the lock busy,
+/// and may have been passed on since. Fences increase with every hand-over and acquisition,
+/// so a grant is only taken when its fence exceeds the counter the last busy attempt saw.
+///
+/// Bounded: the table is cleared when it fills; a waiter whose floor went with it takes no
+/// grant and makes an attempt instead, which finds the lock carrying its token.
 #[derive(Default)]
-pub(super) struct Grants(Mutex<HashMap<[u8; 32], u64>>);
+pub(super) struct Grants(Mutex<HashMap<[u8; 32], Place>>);
 
-const MAX_GRANTS: usize = 4096;
+#[derive(Default)]
+pub(super) struct Place {
+    /// The fence counter the waiter's last busy attempt saw.
+    floor: Option<u64>,
+    /// The fence of a hand-over to the waiter after that attempt.
+    fence: Option<u64>,
+}
+
+const MAX_GRANTS: usize = 16_384;
 
 impl Grants {
-    pub(super) fn insert(&self, token: [u8; 32], fence: u64) {
+    fn place(&self, token: [u8; 32], f: impl FnOnce(&mut Place)) {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.len() >= MAX_GRANTS {
+        if g.len() >= MAX_GRANTS && !g.contains_key(&token) {
             g.clear();
         }
-        g.insert(token, fence);
+        f(g.entry(token).or_default());
     }
 
+    /// A release handed the lock to `token` with `fence`.
+    pub(super) fn insert(&self, token: [u8; 32], fence: u64) {
+        self.place(token, |p| {
+            if p.floor.is_none_or(|floor| fence > floor) {
+                p.fence = Some(fence);
+            }
+        });
+    }
+
+    /// A queued attempt of `token` found the lock busy with the key's fence counter at
+    /// `floor`: a hand-over to `token` with a fence up to it came before the attempt and is
+    /// void.
+    pub(super) fn busy(&self, token: [u8; 32], floor: u64) {
+        self.place(token, |p| {
+            let floor = p.floor.map_or(floor, |f| f.max(floor));
+            p.floor = Some(floor);
+            p.fence = p.fence.filter(|&fence| fence > floor);
+        });
+    }
+
+    /// The fence of a hand-over to `token` after its last busy attempt, once. Keeps the
+    /// floor while there is none, for a message still on its way.
     pub(super) fn take(&self, token: &[u8; 32]) -> Option<u64> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let place = g.get_mut(token)?;
+        let fence = place.fence.take().filter(|_| place.floor.is_some())?;
+        g.remove(token);
+        Some(fence)
+    }
+
+    /// `token` stopped waiting (it holds the lock, or gave up).
+    pub(super) fn forget(&self, token: &[u8; 32]) {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(token)
+            .remove(token);
     }
 }
 

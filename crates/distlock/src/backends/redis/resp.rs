@@ -4,12 +4,16 @@
 //! is nothing between the caller and the socket.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 /// One RESP2 reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +59,106 @@ pub(crate) struct ConnInfo {
     /// gone never runs on whatever server took its address since (another cluster's node, a
     /// plain Redis), where a `SET NX` would succeed.
     pub(crate) node_id: Option<String>,
+    /// TLS for every connection (`rediss+sentinel://`, `rediss+cluster://`), the Sentinels'
+    /// included.
+    pub(crate) tls: Option<Tls>,
+}
+
+/// How connections are secured: the server's certificate is verified against the roots of
+/// `connector` for the host part of the address connected to (a name or an IP address).
+#[derive(Clone)]
+pub(crate) struct Tls {
+    connector: TlsConnector,
+}
+
+impl Tls {
+    /// Roots from `ca_pem` (PEM certificates), else the Mozilla roots.
+    pub(crate) fn new(ca_pem: Option<&[u8]>) -> Result<Tls, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let mut roots = rustls::RootCertStore::empty();
+        match ca_pem {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| format!("bad PEM certificate: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("bad certificate: {e}"))?;
+                }
+                if roots.is_empty() {
+                    return Err("no PEM certificate in it".into());
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS versions: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Tls {
+            connector: TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    async fn wrap(&self, addr: &str, tcp: TcpStream) -> io::Result<Stream> {
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{host:?} is not a name or address a certificate can be verified for"),
+            )
+        })?;
+        let tls = self.connector.connect(name, tcp).await?;
+        Ok(Stream::Tls(Box::new(tls)))
+    }
+}
+
+/// A connection's byte stream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// How to find the master through Sentinel.
@@ -85,7 +189,7 @@ impl From<io::Error> for RespError {
 struct Conn {
     /// The pool's generation when the connection was opened; see [`Pool::clear`].
     generation: u64,
-    stream: TcpStream,
+    stream: Stream,
     out: Vec<u8>,
     buf: Vec<u8>,
     start: usize,
@@ -190,6 +294,7 @@ impl Pool {
                 info.password.as_deref(),
                 info.db,
                 info.connect_timeout,
+                info.tls.as_ref(),
             )
             .await?;
             if let Some(id) = &info.node_id {
@@ -204,6 +309,7 @@ impl Pool {
             info.password.as_deref(),
             info.db,
             info.connect_timeout,
+            info.tls.as_ref(),
         )
         .await?;
         // The Sentinels may still name a master that a failover has just demoted.
@@ -236,6 +342,7 @@ impl Pool {
                     s.password.as_deref(),
                     0,
                     self.info.connect_timeout,
+                    self.info.tls.as_ref(),
                 )
                 .await?;
                 let cmd: [&[u8]; 3] =
@@ -265,6 +372,7 @@ impl Pool {
                 Ok(addr) => return Ok(addr),
                 Err(RespError::Server(e))
                     if e.starts_with("the Sentinel does not know")
+                        || e.starts_with("TLS with")
                         || e.starts_with("NOAUTH")
                         || e.starts_with("WRONGPASS") =>
                 {
@@ -331,11 +439,20 @@ async fn open(
     password: Option<&str>,
     db: u16,
     timeout: Duration,
+    tls: Option<&Tls>,
 ) -> Result<Conn, RespError> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+    let connect = async {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        match tls {
+            None => Ok(Stream::Plain(tcp)),
+            Some(tls) => tls.wrap(addr, tcp).await,
+        }
+    };
+    let stream = tokio::time::timeout(timeout, connect)
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-    stream.set_nodelay(true)?;
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+        .map_err(|e| tls_error(addr, tls.is_some(), e))?;
     let mut conn = Conn {
         generation: 0,
         stream,
@@ -367,6 +484,16 @@ async fn open(
     Ok(conn)
 }
 
+/// A certificate the client does not trust is a configuration error, not a server that is
+/// down: retrying will not help, and the message says so.
+fn tls_error(addr: &str, tls: bool, e: io::Error) -> RespError {
+    let text = e.to_string();
+    if tls && (e.kind() == io::ErrorKind::InvalidData || e.kind() == io::ErrorKind::InvalidInput) {
+        return RespError::Server(format!("TLS with {addr} failed: {text}"));
+    }
+    RespError::Io(e)
+}
+
 /// A connection subscribed to one channel, for the Sentinels' `+switch-master` events.
 pub(crate) struct Subscriber(Conn);
 
@@ -377,9 +504,10 @@ impl Subscriber {
         user: Option<&str>,
         password: Option<&str>,
         timeout: Duration,
+        tls: Option<&Tls>,
         channel: &str,
     ) -> Result<Subscriber, RespError> {
-        let mut conn = open(addr, user, password, 0, timeout).await?;
+        let mut conn = open(addr, user, password, 0, timeout, tls).await?;
         let cmd: [&[u8]; 2] = [b"SUBSCRIBE", channel.as_bytes()];
         let reply = tokio::time::timeout(timeout, conn.exchange(&[cmd]))
             .await

@@ -31,6 +31,9 @@ macro_rules! counter_fence {
   end
   return f
 end
+local function fence_now()
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
 "
     };
 }
@@ -50,6 +53,10 @@ macro_rules! floored_fence {
     redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', 86400000)
   end
   return f
+end
+local function fence_now()
+  local t = redis.call('TIME')
+  return math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 "
     };
@@ -107,7 +114,10 @@ end
 ///
 /// - `fence()` takes the next fence: `INCR`, and when the counter was missing it starts at the
 ///   server's clock in microseconds (on Redis Cluster: never below the server's clock, see
-///   `floored_fence!`). Every kind of the key takes its fences from it.
+///   `floored_fence!`). Every kind of the key takes its fences from it. `fence_now()` is the
+///   counter without taking one (floored likewise): every fence issued so far is at most it,
+///   every later one exceeds it. A busy attempt reports it, so that a late hand-over message
+///   can be told from a hand-over after the attempt (see `Grants` in `notify.rs`).
 /// - `purge()` returns the head of the queue, the lease it asked for and its kind (`''`,
 ///   `'r'`, `'w'`, `'s'`), after dropping waiters whose place expired. One ZRANGE when nobody
 ///   waits.
@@ -146,7 +156,8 @@ return f
 /// KEYS: lock, fence, queue, waiter places. ARGV: token, lease ms, waiter ttl ms (0: the
 /// caller will not wait, do not queue it), queue member (`<token>:<instance>`), and on Redlock
 /// `0` (the queue only tells readers that an exclusive waiter waits; no head rule, which would
-/// let each node pick another head). Returns {1, fence} when acquired, {0, pttl} when busy.
+/// let each node pick another head). Returns {1, fence} when acquired, {0, pttl, fence_now}
+/// when busy.
 /// Only the head of the wait queue (or anyone, when nobody waits) may take a free lock.
 ///
 /// A lock already held with the caller's token is the caller's: a release handed it over and
@@ -182,7 +193,7 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), fence_now()}
 ";
 
 /// The smallest fence counter value that [`ACQUIRE`] accepts as seeded; below it the counter
@@ -194,10 +205,25 @@ pub(super) const FENCE_SEED: i64 = 1_000_000_000_000;
 /// the first distlock waiter, if any (see `pass_on`), else it is deleted and published.
 /// `pcall`: a hash at the key (a read-write lock or semaphore took it after this hold was
 /// lost) is simply not ours.
+///
+/// The script starts with [`RELEASE_FAST`], before the queue helpers are defined: most
+/// releases find nobody queued, and defining the helpers (five closures) cost the server more
+/// than such a release does.
 pub(super) const RELEASE: &str = r"
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 pass_on(ARGV[2], ARGV[4], ARGV[3], ARGV[1])
 return 1
+";
+
+/// The start of [`RELEASE`]: not ours, or ours with nobody queued (an empty queue is no key),
+/// which ends as `pass_on` would end it with an empty queue: deleted and published.
+const RELEASE_FAST: &str = r"
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2] .. ':' .. KEYS[1], KEYS[1])
+  if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+  return 1
+end
 ";
 
 /// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: channel, wake channel
@@ -380,7 +406,7 @@ end
 /// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: token, lease ms,
 /// waiter ttl ms (0: do not queue), queue member, kind (`r` read, `w` write, `s` permit),
 /// fifo (`1`; `0` on Redlock), permits, slot (`-1`: the lowest free one). Returns
-/// {1, fence, slot} when acquired, {0, retry ms} when busy, {2, permits} when the semaphore's
+/// {1, fence, slot} when acquired, {0, retry ms, fence_now} when busy, {2, permits} when the semaphore's
 /// holders use another number of permits.
 ///
 /// What is at the lock key decides: nothing (or only holds whose lease ran out) is free; a
@@ -515,7 +541,36 @@ else
   end
 end
 join(member, ttl, ARGV[2], kind)
-return {0, retry or redis.call('PTTL', KEYS[1])}
+return {0, retry or redis.call('PTTL', KEYS[1]), fence_now()}
+";
+
+/// The start of [`KIND_ACQUIRE`], before its helpers are defined: they are thirteen closures
+/// made on every call, which cost the server more than an uncontended read does (a read
+/// cycle measured 1.19x a mutex cycle with them, `bench/kinds`). A reader that finds the key
+/// free and nobody queued takes it as the full script would.
+const KIND_ACQUIRE_FAST: &str = r"
+if ARGV[5] == 'r' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  redis.call('SET', KEYS[5] .. ':' .. ARGV[1] .. ':rwlock_timeout:1', '1', 'PX', ARGV[2])
+  redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[1], '1')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, fence(), 0}
+end
+";
+
+/// The start of [`KIND_RELEASE`] (see [`KIND_ACQUIRE_FAST`]): the only reader, with nobody
+/// queued, leaves as the full script would have it leave: the key deleted, Redisson's readers
+/// and every other waiter told. `pcall`: the key may be of any type.
+const KIND_RELEASE_FAST: &str = r"
+if ARGV[2] == 'r' and redis.call('EXISTS', KEYS[3]) == 0
+    and redis.pcall('HGET', KEYS[1], 'mode') == 'read' and redis.call('HLEN', KEYS[1]) == 2 then
+  if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+  local was = redis.call('DEL', KEYS[5] .. ':' .. ARGV[1] .. ':rwlock_timeout:1')
+  redis.call('PUBLISH', ARGV[6], '0')
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3] .. ':' .. KEYS[1], KEYS[1])
+  if ARGV[5] == '1' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end
+  return was
+end
 ";
 
 /// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: token, kind (`r`,
@@ -695,8 +750,13 @@ impl Lua {
     /// A script that uses the queue helpers (KEYS lock, fence, queue, waiter places); with
     /// `floored`, their fences are floored at the server clock.
     pub(super) fn with_queue(body: &str, floored: bool) -> Self {
+        Self::with_queue_after("", body, floored)
+    }
+
+    /// As [`with_queue`](Self::with_queue), with `first` run before the helpers are defined.
+    fn with_queue_after(first: &str, body: &str, floored: bool) -> Self {
         let queue = if floored { QUEUE_FLOORED } else { QUEUE };
-        Lua::new(&format!("{queue}{body}"))
+        Lua::new(&format!("{first}{queue}{body}"))
     }
 
     /// A script that uses the queue helpers and those of the read-write lock and the
@@ -705,6 +765,21 @@ impl Lua {
     pub(super) fn with_kinds(body: &str, floored: bool) -> Self {
         let queue = if floored { QUEUE_FLOORED } else { QUEUE };
         Lua::new(&format!("{queue}{KINDS}{body}"))
+    }
+
+    /// As [`with_kinds`](Self::with_kinds), with `first` run once `clock()` and `fence()` are
+    /// defined and before the other helpers are (see [`KIND_ACQUIRE_FAST`]).
+    fn with_kinds_after(first: &str, body: &str, floored: bool) -> Self {
+        let fence = if floored {
+            floored_fence!()
+        } else {
+            counter_fence!()
+        };
+        Lua::new(&format!(
+            "{}{fence}{first}{}{KINDS}{body}",
+            queue_clock!(),
+            queue_helpers!()
+        ))
     }
 }
 
@@ -750,14 +825,14 @@ impl Scripts {
     pub(super) fn new(floored: bool) -> Self {
         Scripts {
             acquire: Lua::with_queue(ACQUIRE, floored),
-            release: Lua::with_queue(RELEASE, floored),
+            release: Lua::with_queue_after(RELEASE_FAST, RELEASE, floored),
             force_release: Lua::with_kinds(FORCE_RELEASE, floored),
             leave: Lua::with_queue(LEAVE, floored),
             extend: Lua::new(EXTEND),
             extend_many: Lua::new(EXTEND_MANY),
             inspect: Lua::with_kinds(INSPECT, floored),
-            kind_acquire: Lua::with_kinds(KIND_ACQUIRE, floored),
-            kind_release: Lua::with_kinds(KIND_RELEASE, floored),
+            kind_acquire: Lua::with_kinds_after(KIND_ACQUIRE_FAST, KIND_ACQUIRE, floored),
+            kind_release: Lua::with_kinds_after(KIND_RELEASE_FAST, KIND_RELEASE, floored),
             kind_extend: Lua::new(KIND_EXTEND),
             fence_floored: floored.then(|| Lua::new(FENCE_FLOORED)),
         }

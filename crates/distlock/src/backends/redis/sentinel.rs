@@ -1,4 +1,5 @@
-//! Redis under Sentinel: `redis+sentinel://[user:pass@]host:port[,host:port]/MASTER[?params]`.
+//! Redis under Sentinel: `redis+sentinel://[user:pass@]host:port[,host:port]/MASTER[?params]`,
+//! or `rediss+sentinel://` for TLS to the Sentinels and the data nodes alike.
 //!
 //! The host list names the Sentinels (default port 26379); the user info is for the data
 //! nodes. Every new connection of the lock path asks the Sentinels, in turn, where the master
@@ -10,7 +11,14 @@
 //! Query parameters: `min_replicas` (replicas that must acknowledge an acquisition or an
 //! extension with `WAIT` before it counts; default 1 when the master has replicas, else 0),
 //! `replica_timeout` (how long `WAIT` may take, default 1 s), `sentinel_user` and
-//! `sentinel_password` (the Sentinels' own credentials), `db`.
+//! `sentinel_password` (the Sentinels' own credentials), `db`, and with `rediss+sentinel://`
+//! `ca_file` (PEM certificates of the authority that signed the servers' certificates; the
+//! Mozilla roots without it). Each certificate is verified for the host the Sentinels name,
+//! so the servers' certificates must carry the addresses they announce.
+//!
+//! Fences are floored at the master's clock (see `scripts::floored_fence!`): a replica that
+//! Sentinel promotes before it received the last `INCR`s of a counter still issues higher
+//! fences.
 //!
 //! What `WAIT` closes, and what it does not: an acquisition or extension acknowledged by
 //! `min_replicas` replicas survives the failover that promotes one of them, so the new master
@@ -29,7 +37,8 @@ use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 
 use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
-use super::transport::server_err;
+use super::scripts::Scripts;
+use super::transport::{server_err, topology_scheme, NodeAccess};
 use super::{RedisBackend, RedisOptions, Reply, KIND};
 use crate::backend::ReleaseSignals;
 use crate::error::{Error, Result};
@@ -37,8 +46,7 @@ use crate::url::{parse_hosts, Params, RawUrl, UserInfo};
 
 /// What the pub/sub side needs to follow the master.
 pub(super) struct Mode {
-    /// `user:pass@` as written in the URL (still percent-encoded), or empty.
-    userinfo: String,
+    access: NodeAccess,
     db: u16,
     /// Dropped with the backend, which ends the task that follows `+switch-master`.
     _switches: oneshot::Sender<()>,
@@ -58,8 +66,7 @@ impl Mode {
                 .master()
                 .ok_or_else(|| Error::unavailable(KIND, "no master found through Sentinel yet"))?,
         };
-        redis::Client::open(format!("redis://{}{master}/{}", self.userinfo, self.db))
-            .map_err(|e| Error::backend(KIND, format!("master address {master}: {e}")))
+        self.access.client(&master, self.db)
     }
 }
 
@@ -72,6 +79,7 @@ impl Mode {
 async fn follow_switches(
     sentinel: SentinelInfo,
     timeout: Duration,
+    tls: Option<super::resp::Tls>,
     pool: Weak<Pool>,
     relisten: Weak<AtomicBool>,
     signals: Weak<ReleaseSignals>,
@@ -84,6 +92,7 @@ async fn follow_switches(
             sentinel.user.as_deref(),
             sentinel.password.as_deref(),
             timeout,
+            tls.as_ref(),
             "+switch-master",
         );
         let subscribed = tokio::select! {
@@ -129,6 +138,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     let bad = |what: String| Error::config(format!("redis sentinel URL {shown:?}: {what}"));
     let raw = RawUrl::split(url)
         .ok_or_else(|| bad("expected redis+sentinel://host:port/MASTER".into()))?;
+    let (scheme, tls) = topology_scheme(raw.scheme, "sentinel").map_err(bad)?;
     let hosts = parse_hosts(raw.hosts, 26379).map_err(bad)?;
     let master = raw.path.trim_start_matches('/');
     if master.is_empty() || master.contains('/') {
@@ -150,18 +160,29 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     let sentinel_user = params.decoded("sentinel_user")?;
     let sentinel_password = params.decoded("sentinel_password")?;
     let db = params.integer::<u16>("db")?.unwrap_or(0);
+    let ca_file = params.string("ca_file");
     params.finish(&[
         "min_replicas",
         "replica_timeout",
         "sentinel_user",
         "sentinel_password",
         "db",
+        "ca_file",
     ])?;
+    let access = NodeAccess::new(
+        &format!("redis sentinel URL {shown:?}"),
+        raw.userinfo,
+        tls,
+        ca_file,
+    )?;
     // The `redis` crate's client of the skeleton is never used: pub/sub goes to the master
     // found at run time (see `Mode::client`).
     let mut backend = RedisBackend::build(&format!("redis://{}/{db}", hosts[0]), options.clone())?;
+    backend.scripts = Scripts::new(true);
+    let sentinels: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+    backend.target = format!("{scheme}://{}/{master}", sentinels.join(","));
     let sentinel = SentinelInfo {
-        hosts: hosts.iter().map(ToString::to_string).collect(),
+        hosts: sentinels,
         master: master.to_owned(),
         user: sentinel_user,
         password: sentinel_password,
@@ -178,11 +199,13 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         response_timeout: options.response_timeout,
         sentinel: Some(sentinel.clone()),
         node_id: None,
+        tls: access.resp_tls(),
     }));
     let (switches, stop) = oneshot::channel();
     tokio::spawn(follow_switches(
         sentinel,
         options.connect_timeout,
+        access.resp_tls(),
         Arc::downgrade(&pool),
         Arc::downgrade(&backend.relisten),
         Arc::downgrade(&backend.signals),
@@ -190,7 +213,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     ));
     backend.pool = Some(pool);
     backend.sentinel = Some(Mode {
-        userinfo: raw.userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
+        access,
         db,
         _switches: switches,
     });

@@ -82,6 +82,8 @@ fn cluster_scripts_differ_from_single_node_ones_only_in_the_floored_fence() {
     let (one, cluster) = (Scripts::new(false), Scripts::new(true));
     let counter = "  if f < 1000000000000 then\n    local t = redis.call('TIME')\n    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n";
     let floored = "  local t = redis.call('TIME')\n  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n  if f < now then\n    f = now\n";
+    let counter_now = "  return tonumber(redis.call('GET', KEYS[2]) or '0')\n";
+    let floored_now = "  local t = redis.call('TIME')\n  return math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(t[1]) * 1000000 + tonumber(t[2]))\n";
     let pairs = [
         (&one.acquire, &cluster.acquire, true),
         (&one.release, &cluster.release, true),
@@ -97,7 +99,19 @@ fn cluster_scripts_differ_from_single_node_ones_only_in_the_floored_fence() {
     for (single, on_cluster, fenced) in pairs {
         if fenced {
             assert_eq!(single.body.matches(counter).count(), 1, "{}", single.body);
-            assert_eq!(on_cluster.body, single.body.replacen(counter, floored, 1));
+            assert_eq!(
+                single.body.matches(counter_now).count(),
+                1,
+                "{}",
+                single.body
+            );
+            assert_eq!(
+                on_cluster.body,
+                single
+                    .body
+                    .replacen(counter, floored, 1)
+                    .replacen(counter_now, floored_now, 1)
+            );
             assert!(!single.body.contains("local now ="));
         } else {
             assert_eq!(single.body, on_cluster.body);

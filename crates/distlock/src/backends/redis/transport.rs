@@ -351,3 +351,97 @@ impl RedisBackend {
         self.pipeline(owned).await
     }
 }
+
+/// The scheme of a `redis+<topology>://` or `rediss+<topology>://` URL, lower-cased, and
+/// whether it asks for TLS; any other scheme is an error naming both.
+pub(super) fn topology_scheme(
+    scheme: &str,
+    topology: &str,
+) -> std::result::Result<(String, bool), String> {
+    let scheme = scheme.to_ascii_lowercase();
+    match scheme
+        .strip_suffix(topology)
+        .and_then(|s| s.strip_suffix('+'))
+    {
+        Some("redis") => Ok((scheme, false)),
+        Some("rediss") => Ok((scheme, true)),
+        _ => Err(format!(
+            "scheme {scheme:?}: expected redis+{topology}, or rediss+{topology} for TLS"
+        )),
+    }
+}
+
+/// How Sentinel and Cluster reach one node, for the built-in client and for the `redis`
+/// crate's pub/sub connections: the credentials of the URL and, for `rediss+sentinel://` and
+/// `rediss+cluster://`, TLS verified against `ca_file` (else the Mozilla roots).
+#[derive(Clone, Default)]
+pub(super) struct NodeAccess {
+    /// `user:pass@` as written in the URL (still percent-encoded), or empty.
+    pub(super) userinfo: String,
+    /// With TLS: the built-in client's set-up and the CA's PEM (if given) for the `redis` crate.
+    pub(super) tls: Option<(super::resp::Tls, Option<Vec<u8>>)>,
+}
+
+impl NodeAccess {
+    /// Reads `ca_file` (only with `tls`) and sets TLS up; `what` names the URL in errors.
+    pub(super) fn new(
+        what: &str,
+        userinfo: Option<&str>,
+        tls: bool,
+        ca_file: Option<String>,
+    ) -> Result<NodeAccess> {
+        let tls = match (tls, ca_file) {
+            (false, Some(_)) => {
+                return Err(Error::config(format!(
+                    "{what}: ca_file needs TLS (the rediss+ scheme)"
+                )))
+            }
+            (false, None) => None,
+            (true, ca_file) => {
+                let pem = ca_file
+                    .map(|path| {
+                        std::fs::read(&path).map_err(|e| {
+                            Error::config(format!("{what}: ca_file {path:?} cannot be read: {e}"))
+                        })
+                    })
+                    .transpose()?;
+                let setup = super::resp::Tls::new(pem.as_deref())
+                    .map_err(|e| Error::config(format!("{what}: ca_file: {e}")))?;
+                #[cfg(feature = "zookeeper-tls")]
+                crate::tls::ensure_default_provider();
+                Some((setup, pem))
+            }
+        };
+        Ok(NodeAccess {
+            userinfo: userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
+            tls,
+        })
+    }
+
+    /// The built-in client's TLS set-up, if any.
+    pub(super) fn resp_tls(&self) -> Option<super::resp::Tls> {
+        self.tls.as_ref().map(|(t, _)| t.clone())
+    }
+
+    /// A `redis` crate client for the node at `addr` (`host:port`), database `db`.
+    pub(super) fn client(&self, addr: &str, db: u16) -> Result<redis::Client> {
+        let bad = |e: RedisError| Error::backend(KIND, format!("node address {addr}: {e}"));
+        match &self.tls {
+            None => redis::Client::open(format!("redis://{}{addr}/{db}", self.userinfo)),
+            Some((_, pem)) => {
+                let url = format!("rediss://{}{addr}/{db}", self.userinfo);
+                match pem {
+                    None => redis::Client::open(url),
+                    Some(pem) => redis::Client::build_with_tls(
+                        url,
+                        redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(pem.clone()),
+                        },
+                    ),
+                }
+            }
+        }
+        .map_err(bad)
+    }
+}

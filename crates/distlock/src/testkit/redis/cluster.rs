@@ -6,6 +6,7 @@
 //! its fixed one-second waits: every step polls for the state it needs.
 
 use std::io;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -113,6 +114,23 @@ impl ClusterSet {
     ///
     /// Fails if a server does not start or the cluster does not form within a minute.
     pub fn start_with(masters: usize, replicas: usize) -> io::Result<ClusterSet> {
+        Self::start_nodes(masters, replicas, None)
+    }
+
+    /// As [`start_with`](Self::start_with), with every node also listening for TLS with the
+    /// certificates in `tls` (see [`RedisServerOptions::tls`]), and replication and the
+    /// cluster bus over TLS (`tls-cluster`); [`url`](Self::url) is then a `rediss+cluster://`
+    /// URL of the TLS ports. The plain ports stay open for [`RedisServer::cli`], and the slot
+    /// map a plain connection reads names them.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start_with`](Self::start_with).
+    pub fn start_tls(masters: usize, replicas: usize, tls: &Path) -> io::Result<ClusterSet> {
+        Self::start_nodes(masters, replicas, Some(tls))
+    }
+
+    fn start_nodes(masters: usize, replicas: usize, tls: Option<&Path>) -> io::Result<ClusterSet> {
         if masters == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -124,6 +142,7 @@ impl ClusterSet {
             .map(|_| {
                 RedisServer::start_with(RedisServerOptions {
                     cluster: true,
+                    tls: tls.map(Path::to_path_buf),
                     ..Default::default()
                 })
             })
@@ -149,7 +168,9 @@ impl ClusterSet {
             }
         }
         for node in &set.nodes[1..] {
-            set.nodes[0].cli(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()])?;
+            // With `tls-cluster` the bus port is 10,000 above the TLS port.
+            let port = node.data_port().to_string();
+            set.nodes[0].cli(&["CLUSTER", "MEET", "127.0.0.1", &port])?;
         }
         set.wait_until("every node knows every other", |s| {
             s.nodes.iter().all(|n| {
@@ -166,14 +187,20 @@ impl ClusterSet {
         Ok(set)
     }
 
-    /// `redis+cluster://127.0.0.1:p0,127.0.0.1:p1,…`, every node a seed.
+    /// `redis+cluster://127.0.0.1:p0,127.0.0.1:p1,…`, every node a seed; with TLS
+    /// `rediss+cluster://` and the TLS ports (add `?ca_file=` for the test CA).
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .map(|n| format!("127.0.0.1:{}", n.data_port()))
             .collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        let scheme = if self.nodes[0].tls_port().is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", hosts.join(","))
     }
 
     /// The node id of node `i` (`CLUSTER MYID`).
@@ -283,7 +310,7 @@ impl ClusterSet {
             });
             ok && s.nodes[master]
                 .cli(&["INFO", "replication"])
-                .is_ok_and(|r| r.contains(&format!("port={},state=online", s.nodes[i].port())))
+                .is_ok_and(|r| r.contains(&format!("port={},state=online", s.nodes[i].data_port())))
         })?;
         self.await_state_ok()
     }
@@ -328,7 +355,8 @@ impl ClusterSet {
                 found.lines().filter(|l| !l.is_empty()).collect()
             }
         };
-        let port = self.nodes[m.to].port().to_string();
+        // With `tls-cluster`, MIGRATE goes over TLS.
+        let port = self.nodes[m.to].data_port().to_string();
         for key in keys {
             let reply = source.cli(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"])?;
             if reply != "OK" && reply != "NOKEY" {

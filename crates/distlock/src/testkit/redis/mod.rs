@@ -50,6 +50,14 @@ pub struct RedisServerOptions {
     /// Its `nodes.conf` lives beside the data directory, so a [`RedisServer::restart`] comes
     /// back empty but as the same node, as a crashed unpersisted node does.
     pub cluster: bool,
+    /// Also listen for TLS on a port of its own ([`RedisServer::tls_port`]), with
+    /// `server.crt`, `server.key` and `ca.crt` from this directory (a
+    /// [`TestCa`](crate::testkit::tls::TestCa)'s, which must outlive the server). Replication,
+    /// Sentinel's links and the cluster bus then go over TLS too (`tls-replication`,
+    /// `tls-cluster`), so [`replica_of`](Self::replica_of) and
+    /// [`sentinel_of`](Self::sentinel_of) name TLS ports. The plain port stays open for
+    /// [`RedisServer::cli`].
+    pub tls: Option<PathBuf>,
 }
 
 /// A private `redis-server` process listening on `127.0.0.1` at a free port.
@@ -75,6 +83,8 @@ pub struct RedisServer {
     binary: String,
     options: RedisServerOptions,
     port: u16,
+    /// With [`RedisServerOptions::tls`]: the TLS port.
+    tls_port: Option<u16>,
     dir: TempDir,
     child: Option<Child>,
 }
@@ -114,12 +124,29 @@ impl RedisServer {
             binary: binary.to_owned(),
             options,
             port: 0,
+            tls_port: None,
             dir: TempDir::new("distlock-testkit-redis")?,
             child: None,
         };
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            server.port = free_port();
+            // A cluster node's bus listens 10,000 ports above its client port (the TLS port
+            // with `tls-cluster`), and Redis refuses to start if that is beyond 65535.
+            let limit = if server.options.cluster {
+                55535
+            } else {
+                u16::MAX
+            };
+            let pick = |not: u16| loop {
+                let p = free_port();
+                if p <= limit && p != not {
+                    break p;
+                }
+            };
+            server.port = pick(0);
+            if server.options.tls.is_some() {
+                server.tls_port = Some(pick(server.port));
+            }
             match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(LaunchError::PortTaken(e)) => last_error = Some(e),
@@ -132,6 +159,17 @@ impl RedisServer {
     /// The TCP port the server listens on; it stays the same across [`restart`](Self::restart).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port, with [`RedisServerOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// The port clients, replicas and Sentinels use: the TLS port if there is one, else
+    /// [`port`](Self::port).
+    pub fn data_port(&self) -> u16 {
+        self.tls_port().unwrap_or(self.port)
     }
 
     /// `127.0.0.1:port`.
@@ -364,6 +402,22 @@ impl RedisServer {
         }
         if let Some(pass) = &self.options.password {
             command.arg("--requirepass").arg(pass);
+        }
+        if let (Some(dir), Some(tls_port)) = (&self.options.tls, self.tls_port) {
+            command
+                .arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(dir.join("server.crt"))
+                .arg("--tls-key-file")
+                .arg(dir.join("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(dir.join("ca.crt"))
+                .args(["--tls-auth-clients", "no"])
+                .args(["--tls-replication", "yes"]);
+            if self.options.cluster {
+                command.args(["--tls-cluster", "yes"]);
+            }
         }
         if let Some((user, pass)) = &self.options.acl_user {
             command

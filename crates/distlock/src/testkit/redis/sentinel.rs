@@ -2,6 +2,7 @@
 //! [`RedisServer`] of its own, for failover tests.
 
 use std::io;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -39,20 +40,39 @@ impl SentinelSet {
     ///
     /// Fails if a server does not start or the set does not settle within 30 s.
     pub fn start(replicas: usize) -> io::Result<SentinelSet> {
-        let master = RedisServer::start()?;
-        let port = master.port();
+        Self::start_with(replicas, None)
+    }
+
+    /// As [`start`](Self::start), with every server and Sentinel also listening for TLS with
+    /// the certificates in `tls` (see [`RedisServerOptions::tls`]), and replication and
+    /// Sentinel's links over TLS; [`url`](Self::url) is then a `rediss+sentinel://` URL.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start).
+    pub fn start_tls(replicas: usize, tls: &Path) -> io::Result<SentinelSet> {
+        Self::start_with(replicas, Some(tls))
+    }
+
+    fn start_with(replicas: usize, tls: Option<&Path>) -> io::Result<SentinelSet> {
+        let base = RedisServerOptions {
+            tls: tls.map(Path::to_path_buf),
+            ..Default::default()
+        };
+        let master = RedisServer::start_with(base.clone())?;
+        let port = master.data_port();
         let mut servers = vec![master];
         for _ in 0..replicas {
             servers.push(RedisServer::start_with(RedisServerOptions {
                 replica_of: Some(port),
-                ..Default::default()
+                ..base.clone()
             })?);
         }
         let sentinels = (0..3)
             .map(|_| {
                 RedisServer::start_with(RedisServerOptions {
                     sentinel_of: Some(port),
-                    ..Default::default()
+                    ..base.clone()
                 })
             })
             .collect::<io::Result<Vec<_>>>()?;
@@ -77,14 +97,20 @@ impl SentinelSet {
         Ok(set)
     }
 
-    /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/mymaster`.
+    /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/mymaster`, or with TLS
+    /// `rediss+sentinel://` and the Sentinels' TLS ports (add `?ca_file=` for the test CA).
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .map(|s| format!("127.0.0.1:{}", s.data_port()))
             .collect();
-        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+        let scheme = if self.servers[0].tls_port().is_some() {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
+        format!("{scheme}://{}/{MASTER}", hosts.join(","))
     }
 
     /// The index in [`servers`](Self::servers) of the master the Sentinels name now.
@@ -94,7 +120,7 @@ impl SentinelSet {
             .iter()
             .find_map(|s| s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER]).ok())?;
         let port: u16 = reply.lines().nth(1)?.trim().parse().ok()?;
-        self.servers.iter().position(|s| s.port() == port)
+        self.servers.iter().position(|s| s.data_port() == port)
     }
 
     /// Asks the Sentinels for a failover now (`SENTINEL FAILOVER`), and waits until they name

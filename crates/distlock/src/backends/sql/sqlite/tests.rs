@@ -423,41 +423,49 @@ async fn force_release_frees_and_keeps_fence() {
 #[tokio::test]
 async fn dropped_acquire_gives_the_lock_back() {
     let (_dir, b) = temp_backend();
-    let n = name("cancelled");
-    // Polled once (which starts the blocking task), then dropped.
-    let cancelled = tokio::time::timeout(
-        Duration::ZERO,
-        b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE)),
-    )
-    .await;
-    assert!(
-        cancelled.is_err(),
-        "the attempt should not have finished in its first poll"
-    );
-    // The orphaned acquisition commits (fence 1) and is then undone in the background.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        match b
-            .acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE))
-            .await
-            .unwrap()
-        {
-            Attempt::Acquired { fence } => {
-                assert_eq!(
-                    fence, 2,
-                    "the cancelled attempt did acquire, then gave back"
-                );
-                break;
+    // The orphaned attempt runs as its own task, so a later attempt may reach the connection
+    // first (fence 1; the orphan then finds the lock busy). Such a round shows nothing and is
+    // repeated on a fresh key; a round where the orphan won must see it give the lock back.
+    for round in 0..20 {
+        let n = name(&format!("cancelled-{round}"));
+        // Polled once (which starts the attempt's task), then dropped.
+        let cancelled = tokio::time::timeout(
+            Duration::ZERO,
+            b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE)),
+        )
+        .await;
+        assert!(
+            cancelled.is_err(),
+            "the attempt should not have finished in its first poll"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let (token, fence) = loop {
+            let token = Token::random();
+            match b
+                .acquire(&AcquireRequest::new(n.clone(), token, LEASE))
+                .await
+                .unwrap()
+            {
+                Attempt::Acquired { fence } => break (token, fence),
+                Attempt::Busy { .. } => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the cancelled attempt kept the lock"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
-            Attempt::Busy { .. } => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the lock stayed held"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        };
+        if fence == 2 {
+            return; // the orphan acquired (fence 1) and gave the lock back
         }
+        assert_eq!(fence, 1, "only the orphan can have taken a fence before");
+        // Let the orphan run to its end; it must find the lock held and leave it so.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(b.extend(&n, token, LEASE).await.unwrap(), "still ours");
+        b.release(&n, token).await.unwrap();
     }
+    panic!("in 20 rounds the cancelled attempt never reached the database first");
 }
 
 #[tokio::test]
