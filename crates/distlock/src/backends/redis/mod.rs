@@ -550,9 +550,11 @@ impl Backend for RedisBackend {
                 b"PX",
                 lease_ms.as_bytes(),
             ];
-            let incr: &[&[u8]] = match &self.scripts.fence_floored {
-                Some(lua) => &[b"EVALSHA", lua.sha.as_bytes(), b"1", fence_key.as_bytes()],
-                None => &[b"INCR", fence_key.as_bytes()],
+            let lua = &self.scripts.fence_floored;
+            let incr: &[&[u8]] = if self.scripts.floored {
+                &[b"EVALSHA", lua.sha.as_bytes(), b"1", fence_key.as_bytes()]
+            } else {
+                &[b"INCR", fence_key.as_bytes()]
             };
             let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
             // Checked only once taken: a busy attempt wrote nothing that matters.
@@ -564,20 +566,18 @@ impl Backend for RedisBackend {
                 Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
                     return Ok(Attempt::Acquired { fence: f as u64 })
                 }
-                // Taken, but the fence counter must be seeded first: the script does that.
+                // Taken, but the fence counter was missing (the key's first lock since the
+                // counter expired or the data was lost), or the node does not know the fence
+                // script yet (Cluster): the script seeds the counter from the server clock,
+                // and `eval` loads it by `EVAL` for next time. The lock is ours meanwhile.
                 Ok([Reply::Simple(_), Reply::Int(_)]) => {}
-                // Taken, but the node does not know the fence script yet (Cluster): sent
-                // again by `eval`, whose `EVAL` also loads it for next time.
-                Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {
-                    if let Some(lua) = &self.scripts.fence_floored {
-                        let f = self.eval_replicated(lua, &[&fence_key], &[]).await?;
-                        if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
-                            return Ok(Attempt::Acquired { fence: f as u64 });
-                        }
-                    }
-                }
+                Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {}
                 Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
                 r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
+            }
+            let f = self.eval_replicated(lua, &[&fence_key], &[]).await?;
+            if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
+                return Ok(Attempt::Acquired { fence: f as u64 });
             }
         }
         self.acquire_script(&key, &fence_key, token, &hex, &lease_ms, mode, true)

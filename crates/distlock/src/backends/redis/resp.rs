@@ -3,6 +3,7 @@
 //! through a driver task and back, which is most of a lock cycle's client-side CPU; here there
 //! is nothing between the caller and the socket.
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -186,22 +188,40 @@ impl From<io::Error> for RespError {
     }
 }
 
+impl RespError {
+    /// The same error for another request of a batch (`io::Error` is not `Clone`).
+    fn copy(&self) -> RespError {
+        let io = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            RespError::Io(e) => RespError::Io(io(e)),
+            RespError::Unsent(e) => RespError::Unsent(io(e)),
+            RespError::Server(s) => RespError::Server(s.clone()),
+        }
+    }
+}
+
 struct Conn {
     /// The pool's generation when the connection was opened; see [`Pool::clear`].
     generation: u64,
     stream: Stream,
-    out: Vec<u8>,
     buf: Vec<u8>,
     start: usize,
 }
 
 /// Connections to one server: at most [`MAX_OPEN`] in use at once, all kept once opened.
+///
+/// A request that finds every connection in use waits in [`Line`], and goes out with the
+/// others waiting there in one write, on the next connection that comes free: under load the
+/// server reads and answers a batch of requests per system call instead of one, which is most
+/// of what a request costs it. A request that finds a connection free is written at once by
+/// its own task, as before.
 pub(crate) struct Pool {
     info: ConnInfo,
     idle: Mutex<Vec<Conn>>,
-    /// A permit per connection in use. Without a bound, a burst of concurrent requests (a
-    /// registry acquiring 100,000 keys at once) would open a connection for each.
-    open: tokio::sync::Semaphore,
+    /// Connections in use, and the requests waiting for one. Without a bound, a burst of
+    /// concurrent requests (a registry acquiring 100,000 keys at once) would open a
+    /// connection for each.
+    line: Mutex<Line>,
     /// With Sentinel: the master the last connection went to.
     master: Mutex<Option<String>>,
     /// Counts [`Pool::clear`]s: a connection opened before the last one is not kept.
@@ -210,60 +230,141 @@ pub(crate) struct Pool {
 
 const MAX_IDLE: usize = MAX_OPEN;
 const MAX_OPEN: usize = 32;
+/// The most requests one batch carries, so that its reply, and so each caller's, stays prompt.
+const MAX_BATCH: usize = 256;
+
+#[derive(Default)]
+struct Line {
+    /// Connections in use (or being opened), at most [`MAX_OPEN`].
+    busy: usize,
+    /// Requests waiting for a connection, first come first sent.
+    waiting: VecDeque<Waiting>,
+}
+
+/// A request in [`Line`]: its commands, encoded, and where its outcome goes.
+struct Waiting {
+    request: Request,
+    to: oneshot::Sender<Turn>,
+}
+
+/// Encoded commands and how many replies they get.
+struct Request {
+    out: Vec<u8>,
+    count: usize,
+}
+
+/// What a waiting request is told.
+enum Turn {
+    /// Another request's task sent it along with its own: these are its replies.
+    Answered(Result<Vec<Reply>, RespError>),
+    /// A connection came free (`None`: a slot to open one in): send the request, with
+    /// whatever else waits, and pass the connection on.
+    Lead(Option<Conn>, Request),
+}
 
 impl Pool {
     pub(crate) fn new(info: ConnInfo) -> Self {
         Pool {
             info,
             idle: Mutex::new(Vec::new()),
-            open: tokio::sync::Semaphore::new(MAX_OPEN),
+            line: Mutex::new(Line::default()),
             master: Mutex::new(None),
             generation: AtomicU64::new(0),
         }
     }
 
     /// Sends each command of `cmds` in one write and returns their replies in order. Error
-    /// replies are returned as [`Reply::Error`]; only the transport fails the call.
+    /// replies are returned as [`Reply::Error`]; only the transport fails the call. Waiting
+    /// for a connection is not part of the response timeout.
     pub(crate) async fn pipeline<'a, C: AsRef<[&'a [u8]]>>(
         &self,
         cmds: &[C],
     ) -> Result<Vec<Reply>, RespError> {
-        // Fair (FIFO) and never closed; waiting for it is not part of the response timeout.
-        let _permit = self
-            .open
-            .acquire()
-            .await
-            .map_err(|_| RespError::Io(io::Error::other("connection pool closed")))?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let reused = idle.is_some();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => self.connect().await.map_err(unsent)?,
-        };
-        let timeout = self.info.response_timeout;
-        let no_reply = || io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
-        let replies = match tokio::time::timeout(timeout, conn.exchange(cmds)).await {
-            Ok(Err(RespError::Unsent(e))) if reused => {
-                // An idle connection can go stale (its runtime was shut down, the server
-                // closed it): nothing was sent, so the request goes out on a new one.
-                tracing::debug!(error = %e, "idle connection unusable; reconnecting");
-                self.clear();
-                conn = self.connect().await.map_err(unsent)?;
-                tokio::time::timeout(timeout, conn.exchange(cmds))
-                    .await
-                    .map_err(|_| no_reply())??
-            }
-            r => r.map_err(|_| no_reply())??,
-        };
-        // Only a connection whose replies were all read goes back: it is in step again. One
-        // opened before a `clear` may go to a node that is no longer the one to use.
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < MAX_IDLE && conn.generation == self.generation.load(Ordering::Acquire) {
-            idle.push(conn);
+        let size = cmds
+            .iter()
+            .map(|c| 16 + c.as_ref().iter().map(|a| a.len() + 16).sum::<usize>())
+            .sum();
+        let mut out = Vec::with_capacity(size);
+        for cmd in cmds {
+            encode(&mut out, cmd.as_ref());
         }
-        Ok(replies)
+        let request = Request {
+            out,
+            count: cmds.len(),
+        };
+        // Decided under the lock, waited for after it (a `MutexGuard` is not `Send`).
+        let queued = {
+            let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
+            if line.busy < MAX_OPEN {
+                line.busy += 1;
+                Err(request)
+            } else {
+                let (to, from) = oneshot::channel();
+                line.waiting.push_back(Waiting { request, to });
+                Ok(from)
+            }
+        };
+        let (conn, request) = match queued {
+            Err(request) => {
+                let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                (idle, request)
+            }
+            Ok(from) => {
+                let mut turn = TurnGuard { pool: self, from };
+                match (&mut turn.from).await {
+                    Ok(Turn::Answered(replies)) => return replies,
+                    Ok(Turn::Lead(conn, request)) => (conn, request),
+                    // Never dropped unanswered but by a batch dropped mid-exchange.
+                    Err(_) => {
+                        return Err(RespError::Io(io::Error::other(
+                            "the batch carrying this request was abandoned",
+                        )))
+                    }
+                }
+            }
+        };
+        let mut batch = Batch {
+            pool: self,
+            done: false,
+            conn,
+            own: request.count,
+            out: request.out,
+            count: request.count,
+            others: Vec::new(),
+        };
+        batch.take_waiting();
+        batch.send().await
     }
 
+    /// Passes a connection that is done with (`None`: lost) to the first request waiting,
+    /// else keeps it idle and frees its slot.
+    fn pass_on(&self, mut conn: Option<Conn>) {
+        loop {
+            let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(w) = line.waiting.pop_front() else {
+                line.busy -= 1;
+                drop(line);
+                // Only a connection whose replies were all read comes here: it is in step.
+                // One opened before a `clear` may go to a node that is no longer the one to use.
+                if let Some(c) = conn {
+                    let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                    if idle.len() < MAX_IDLE
+                        && c.generation == self.generation.load(Ordering::Acquire)
+                    {
+                        idle.push(c);
+                    }
+                }
+                return;
+            };
+            drop(line);
+            match w.to.send(Turn::Lead(conn, w.request)) {
+                Ok(()) => return,
+                // Its caller gave up: the next one.
+                Err(Turn::Lead(c, _)) => conn = c,
+                Err(Turn::Answered(_)) => unreachable!("a lead comes back as sent"),
+            }
+        }
+    }
     /// The cluster node id its connections check, if any.
     pub(crate) fn node_id(&self) -> Option<&str> {
         self.info.node_id.as_deref()
@@ -404,6 +505,111 @@ impl Pool {
     }
 }
 
+/// The requests one connection carries in one write: its own task's first (`own` replies),
+/// then those it took from the line, whose tasks wait for their replies.
+struct Batch<'p> {
+    pool: &'p Pool,
+    /// Set once the connection is passed on; a batch dropped before (its caller gave up
+    /// mid-exchange) frees its slot, and its connection, out of step, is closed.
+    done: bool,
+    conn: Option<Conn>,
+    own: usize,
+    out: Vec<u8>,
+    count: usize,
+    others: Vec<(usize, oneshot::Sender<Turn>)>,
+}
+
+impl Batch<'_> {
+    /// Takes requests waiting in the line, up to [`MAX_BATCH`] in all; not those whose
+    /// callers gave up (nothing of theirs is sent).
+    fn take_waiting(&mut self) {
+        let mut line = self.pool.line.lock().unwrap_or_else(|e| e.into_inner());
+        while self.others.len() + 1 < MAX_BATCH {
+            let Some(w) = line.waiting.pop_front() else {
+                break;
+            };
+            if w.to.is_closed() {
+                continue;
+            }
+            self.out.extend_from_slice(&w.request.out);
+            self.count += w.request.count;
+            self.others.push((w.request.count, w.to));
+        }
+    }
+
+    /// Sends the batch, answers the others, passes the connection on and returns the own
+    /// replies.
+    async fn send(mut self) -> Result<Vec<Reply>, RespError> {
+        let result = self.exchange().await.map(|mut replies| {
+            let mut rest = replies.split_off(self.own);
+            for (count, to) in self.others.drain(..).rev() {
+                let theirs = rest.split_off(rest.len() - count);
+                let _ = to.send(Turn::Answered(Ok(theirs)));
+            }
+            replies
+        });
+        if let Err(e) = &result {
+            for (_, to) in self.others.drain(..) {
+                let _ = to.send(Turn::Answered(Err(e.copy())));
+            }
+        }
+        self.done = true;
+        self.pool.pass_on(self.conn.take());
+        result
+    }
+
+    async fn exchange(&mut self) -> Result<Vec<Reply>, RespError> {
+        let pool = self.pool;
+        let reused = self.conn.is_some();
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => pool.connect().await.map_err(unsent)?,
+        };
+        let timeout = pool.info.response_timeout;
+        let no_reply = || io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
+        let replies = match tokio::time::timeout(timeout, conn.send(&self.out, self.count)).await {
+            Ok(Err(RespError::Unsent(e))) if reused => {
+                // An idle connection can go stale (its runtime was shut down, the server
+                // closed it): nothing was sent, so the request goes out on a new one.
+                tracing::debug!(error = %e, "idle connection unusable; reconnecting");
+                pool.clear();
+                conn = pool.connect().await.map_err(unsent)?;
+                tokio::time::timeout(timeout, conn.send(&self.out, self.count))
+                    .await
+                    .map_err(|_| no_reply())??
+            }
+            r => r.map_err(|_| no_reply())??,
+        };
+        // Only a connection whose replies were all read goes on: it is in step again.
+        self.conn = Some(conn);
+        Ok(replies)
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pool.pass_on(None);
+        }
+    }
+}
+
+/// A place in [`Line`], for a request whose caller may give up: a connection handed to it
+/// after that is passed on, never lost with its slot.
+struct TurnGuard<'p> {
+    pool: &'p Pool,
+    from: oneshot::Receiver<Turn>,
+}
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        self.from.close();
+        if let Ok(Turn::Lead(conn, _)) = self.from.try_recv() {
+            self.pool.pass_on(conn);
+        }
+    }
+}
+
 /// Fails unless the server behind `conn` is cluster node `id`. An I/O error, so that the
 /// pool reports the request unsent and the cluster client reads the slot map again.
 async fn check_node_id(
@@ -456,7 +662,6 @@ async fn open(
     let mut conn = Conn {
         generation: 0,
         stream,
-        out: Vec::with_capacity(512),
         buf: Vec::with_capacity(512),
         start: 0,
     };
@@ -540,16 +745,21 @@ impl Conn {
         &mut self,
         cmds: &[C],
     ) -> Result<Vec<Reply>, RespError> {
-        self.out.clear();
+        let mut out = Vec::new();
         for cmd in cmds {
-            encode(&mut self.out, cmd.as_ref());
+            encode(&mut out, cmd.as_ref());
         }
+        self.send(&out, cmds.len()).await
+    }
+
+    /// Writes `out`, encoded commands, and reads `count` replies.
+    async fn send(&mut self, out: &[u8], count: usize) -> Result<Vec<Reply>, RespError> {
         self.stream
-            .write_all(&self.out)
+            .write_all(out)
             .await
             .map_err(RespError::Unsent)?;
-        let mut replies = Vec::with_capacity(cmds.len());
-        while replies.len() < cmds.len() {
+        let mut replies = Vec::with_capacity(count);
+        while replies.len() < count {
             replies.push(self.read_reply().await?);
         }
         Ok(replies)
@@ -834,6 +1044,172 @@ mod tests {
                 at += used;
             }
             prop_assert_eq!(parsed, replies);
+        }
+    }
+
+    #[cfg(feature = "testkit")]
+    mod line {
+        use super::super::*;
+        use crate::testkit::redis::RedisServer;
+
+        fn pool(server: &RedisServer) -> Arc<Pool> {
+            Arc::new(Pool::new(ConnInfo {
+                addr: format!("127.0.0.1:{}", server.port()),
+                user: None,
+                password: None,
+                db: 0,
+                connect_timeout: Duration::from_secs(5),
+                response_timeout: Duration::from_secs(30),
+                sentinel: None,
+                node_id: None,
+                tls: None,
+            }))
+        }
+
+        fn busy(pool: &Pool) -> (usize, usize) {
+            let line = pool.line.lock().unwrap();
+            (line.busy, line.waiting.len())
+        }
+
+        /// Holds every connection of `pool` for about `secs` (a `BLPOP` on a list nobody
+        /// fills), and returns once they are all in use.
+        async fn occupy(pool: &Arc<Pool>, secs: &str) -> Vec<tokio::task::JoinHandle<()>> {
+            let tasks: Vec<_> = (0..MAX_OPEN)
+                .map(|_| {
+                    let (p, secs) = (pool.clone(), secs.to_owned());
+                    tokio::spawn(async move {
+                        let cmd: [&[u8]; 3] = [b"BLPOP", b"nothing", secs.as_bytes()];
+                        p.pipeline(&[cmd]).await.unwrap();
+                    })
+                })
+                .collect();
+            while busy(pool).0 < MAX_OPEN {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tasks
+        }
+
+        /// Thousands of concurrent requests: each gets its own replies, in order, no more
+        /// than `MAX_OPEN` connections are opened for them, and the server reads them in
+        /// batches (far fewer reads than requests).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn concurrent_requests_get_their_own_replies_over_few_connections() {
+            let server = RedisServer::start().expect("redis-server must be installed");
+            let pool = pool(&server);
+            let tasks: Vec<_> = (0..5000)
+                .map(|i| {
+                    let pool = pool.clone();
+                    tokio::spawn(async move {
+                        let (key, value) = (format!("k{i}"), format!("v{i}"));
+                        let set: [&[u8]; 3] = [b"SET", key.as_bytes(), value.as_bytes()];
+                        let get: [&[u8]; 2] = [b"GET", key.as_bytes()];
+                        let replies = pool.pipeline(&[&set[..], &get[..]]).await.unwrap();
+                        assert_eq!(
+                            replies,
+                            vec![
+                                Reply::Simple("OK".into()),
+                                Reply::Bulk(Some(value.into_bytes()))
+                            ]
+                        );
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            let info = server.cli(&["INFO"]).unwrap();
+            let stat = |name: &str| -> usize {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("{name} in INFO"))
+            };
+            // The pool's connections and `redis-cli`'s own.
+            let connected = stat("connected_clients");
+            assert!(connected <= MAX_OPEN + 1, "{connected} connections");
+            let reads = stat("total_reads_processed");
+            assert!(reads < 2500, "{reads} reads for 5000 requests");
+            assert_eq!(busy(&pool), (0, 0));
+        }
+
+        /// A request whose caller gives up while it waits in line is never sent, and its
+        /// place is gone; the connections come back once their requests are answered.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn requests_given_up_in_line_are_never_sent() {
+            let server = RedisServer::start().expect("redis-server must be installed");
+            let pool = pool(&server);
+            let holders = occupy(&pool, "1").await;
+            for _ in 0..10 {
+                let incr: [&[u8]; 2] = [b"INCR", b"given-up"];
+                let waited =
+                    tokio::time::timeout(Duration::from_millis(20), pool.pipeline(&[incr])).await;
+                assert!(waited.is_err(), "every connection is in use");
+            }
+            assert_eq!(
+                busy(&pool),
+                (MAX_OPEN, 10),
+                "the places stay until a batch looks"
+            );
+            for h in holders {
+                h.await.unwrap();
+            }
+            let get: [&[u8]; 2] = [b"GET", b"given-up"];
+            assert_eq!(
+                pool.pipeline(&[get]).await.unwrap(),
+                vec![Reply::Bulk(None)]
+            );
+            assert_eq!(busy(&pool), (0, 0));
+        }
+
+        /// A batch whose own caller gives up mid-exchange answers the requests it carried
+        /// with an error and frees its slot: nothing waits forever, nothing leaks.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_batch_given_up_mid_exchange_answers_its_riders_and_frees_its_slot() {
+            let server = RedisServer::start().expect("redis-server must be installed");
+            let pool = pool(&server);
+            let holders = occupy(&pool, "1").await;
+            // Queued first: its task leads the next batch, whose first command blocks.
+            let lead = {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let cmd: [&[u8]; 3] = [b"BLPOP", b"nothing", b"10"];
+                    pool.pipeline(&[cmd]).await
+                })
+            };
+            while busy(&pool).1 < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let rider = {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let cmd: [&[u8]; 1] = [b"PING"];
+                    pool.pipeline(&[cmd]).await
+                })
+            };
+            while busy(&pool).1 < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            for h in holders {
+                h.await.unwrap();
+            }
+            // The holders' connections went to the lead (which took the rider along) and
+            // back to idle.
+            while busy(&pool).0 > 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            lead.abort();
+            assert!(lead.await.unwrap_err().is_cancelled());
+            let answer = tokio::time::timeout(Duration::from_secs(5), rider)
+                .await
+                .expect("the rider is answered")
+                .unwrap();
+            assert!(answer.is_err(), "{answer:?}");
+            assert_eq!(busy(&pool), (0, 0));
+            let ping: [&[u8]; 1] = [b"PING"];
+            assert_eq!(
+                pool.pipeline(&[ping]).await.unwrap(),
+                vec![Reply::Simple("PONG".into())]
+            );
         }
     }
 

@@ -815,8 +815,11 @@ pub(super) struct Scripts {
     pub(super) kind_acquire: Lua,
     pub(super) kind_release: Lua,
     pub(super) kind_extend: Lua,
-    /// With floored fences: what the uncontended acquisition sends instead of `INCR`.
-    pub(super) fence_floored: Option<Lua>,
+    /// [`FENCE_FLOORED`]. With floored fences, what the uncontended acquisition sends
+    /// instead of `INCR`; elsewhere it seeds a counter the acquisition's `INCR` found missing.
+    pub(super) fence_floored: Lua,
+    /// Whether fences are floored at the server clock (Sentinel, Cluster).
+    pub(super) floored: bool,
 }
 
 impl Scripts {
@@ -834,7 +837,8 @@ impl Scripts {
             kind_acquire: Lua::with_kinds_after(KIND_ACQUIRE_FAST, KIND_ACQUIRE, floored),
             kind_release: Lua::with_kinds_after(KIND_RELEASE_FAST, KIND_RELEASE, floored),
             kind_extend: Lua::new(KIND_EXTEND),
-            fence_floored: floored.then(|| Lua::new(FENCE_FLOORED)),
+            fence_floored: Lua::new(FENCE_FLOORED),
+            floored,
         }
     }
 }
