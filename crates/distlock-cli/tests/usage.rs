@@ -107,13 +107,26 @@ fn passwords_do_not_leak_into_errors() {
     let home = Home::new();
     let out = home.run(&[
         "--backend",
-        "redis://user:hunter2@127.0.0.1:1",
+        "redis://user:hunter2@127.0.0.1:1?allow_insecure_auth=true",
         "status",
         "k",
     ]);
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(!out.stderr.contains("hunter2"), "{out:?}");
     one_stderr_line(&out);
+    // Without the opt-in, a password over plain TCP is refused before anything is sent.
+    let out = home.run(&[
+        "--backend",
+        "redis://user:hunter2@127.0.0.1:1",
+        "status",
+        "k",
+    ]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(!out.stderr.contains("hunter2"), "{out:?}");
+    assert!(
+        one_stderr_line(&out).contains("allow_insecure_auth"),
+        "{out:?}"
+    );
 }
 
 #[test]

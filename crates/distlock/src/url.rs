@@ -25,8 +25,32 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// The URL with any password replaced by `***`, for messages.
+/// The URL with any password replaced by `***`, for messages: the user info's, and the value
+/// of any query parameter whose name says it is one (`sentinel_password=…`).
 pub fn redact(url: &str) -> String {
+    let url = redact_user_info(url);
+    let Some((base, query)) = url.split_once('?') else {
+        return url;
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if is_secret_param(name) => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", pairs.join("&"))
+}
+
+/// Whether a query parameter carries a secret, by its name.
+fn is_secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token"]
+        .iter()
+        .any(|s| name.contains(s))
+}
+
+fn redact_user_info(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));
@@ -146,7 +170,7 @@ impl<'a> RawUrl<'a> {
 /// The user info of a URL, percent-decoded.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct UserInfo {
-    /// The user name, never empty.
+    /// The user name; empty only from [`UserInfo::parse_any_user`].
     pub(crate) user: String,
     /// The password; `None` when the user info has no `:`.
     pub(crate) password: Option<String>,
@@ -175,6 +199,27 @@ impl UserInfo {
         if user.is_empty() {
             return Err("the user name is empty".into());
         }
+        Self::with_password(user, password, decode)
+    }
+
+    /// As [`parse`](Self::parse), but an empty user name is kept (Redis: `:password@` logs in
+    /// as the default user).
+    pub(crate) fn parse_any_user(raw: &str, decode: Decode) -> std::result::Result<Self, String> {
+        let (user, password) = match raw.split_once(':') {
+            Some((u, p)) => (u, Some(p)),
+            None => (raw, None),
+        };
+        let user = decode
+            .apply(user)
+            .ok_or("the user name is badly percent-encoded")?;
+        Self::with_password(user, password, decode)
+    }
+
+    fn with_password(
+        user: String,
+        password: Option<&str>,
+        decode: Decode,
+    ) -> std::result::Result<Self, String> {
         let password = password
             .map(|p| {
                 decode
@@ -567,6 +612,19 @@ mod tests {
                 if m.contains("unknown query parameter \"typo\"") && m.contains("good, other")),
             "{e}"
         );
+    }
+
+    #[test]
+    fn redact_hides_user_info_and_password_parameters() {
+        assert_eq!(redact("redis://u:pw@h:1/0?a=1"), "redis://u:***@h:1/0?a=1");
+        let sentinel = "redis+sentinel://:pw@h:1,h:2/m?sentinel_password=spw&min_replicas=1";
+        let shown = redact(sentinel);
+        assert!(!shown.contains("pw@") && !shown.contains("=spw"), "{shown}");
+        assert!(
+            shown.contains("sentinel_password=***&min_replicas=1"),
+            "{shown}"
+        );
+        assert_eq!(redact("memory://"), "memory://");
     }
 
     #[test]

@@ -134,7 +134,36 @@ async fn wrong_password_is_a_permanent_error_and_hides_the_password() {
         ..Default::default()
     })
     .expect("redis-server must be installed");
-    let url = format!("redis://:wrong-secret@{}", server.addr());
+    // Over plain TCP a password is refused unless the URL opts in: nothing reaches the server.
+    let connections = || server.cli(&["INFO", "stats"]).unwrap();
+    let received = |info: String| {
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .map(|n| n.trim().parse::<u64>().unwrap())
+            .unwrap()
+    };
+    let before = received(connections());
+    let err = RedisBackend::connect(&format!("redis://:right-secret@{}", server.addr()))
+        .await
+        .expect_err("a password over plain TCP without the opt-in");
+    assert!(
+        matches!(&err, Error::InvalidConfig(m) if m.contains("allow_insecure_auth")),
+        "{err:?}"
+    );
+    assert!(
+        !format!("{err} {err:?}").contains("right-secret"),
+        "{err:?}"
+    );
+    // The next INFO's own connection is the only one since.
+    assert_eq!(
+        received(connections()),
+        before + 1,
+        "the refused URL connected"
+    );
+    let url = format!(
+        "redis://:wrong-secret@{}?allow_insecure_auth=true",
+        server.addr()
+    );
     let err = RedisBackend::connect(&url)
         .await
         .expect_err("wrong password accepted");
@@ -144,7 +173,11 @@ async fn wrong_password_is_a_permanent_error_and_hides_the_password() {
         !format!("{err} {err:?}").contains("wrong-secret"),
         "password leaked: {err}"
     );
-    let ok = RedisBackend::connect(&format!("redis://:right-secret@{}", server.addr())).await;
+    let ok = RedisBackend::connect(&format!(
+        "redis://:right-secret@{}?allow_insecure_auth=true",
+        server.addr()
+    ))
+    .await;
     let ok = ok.expect("right password works");
     assert!(
         !format!("{ok:?}").contains("right-secret"),

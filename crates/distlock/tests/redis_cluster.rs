@@ -502,6 +502,13 @@ async fn cluster_urls_give_clear_errors() {
         other => panic!("ca_file without TLS: expected a config error, got {other:?}"),
     }
     match distlock::connect("redis+cluster://u:s3cret@127.0.0.1:1").await {
+        Err(Error::InvalidConfig(msg)) => {
+            assert!(msg.contains("allow_insecure_auth"), "{msg}");
+            assert!(!msg.contains("s3cret"), "{msg}");
+        }
+        other => panic!("a password over plain TCP: expected a config error, got {other:?}"),
+    }
+    match distlock::connect("redis+cluster://u:s3cret@127.0.0.1:1?allow_insecure_auth=true").await {
         Err(e @ Error::Unavailable { .. }) => {
             assert!(!format!("{e} {e:?}").contains("s3cret"), "{e:?}")
         }
@@ -513,9 +520,11 @@ async fn cluster_urls_give_clear_errors() {
         Err(Error::InvalidConfig(msg)) => assert!(msg.contains("not a cluster node"), "{msg}"),
         other => panic!("a single server: expected a config error, got {other:?}"),
     }
-    let backend = distlock::connect(&format!("redis+cluster://u:s3cret@{hosts}"))
-        .await
-        .err();
+    let backend = distlock::connect(&format!(
+        "redis+cluster://u:s3cret@{hosts}?allow_insecure_auth=true"
+    ))
+    .await
+    .err();
     // The nodes have no password: AUTH fails, and the error names no secret.
     let e = backend.expect("AUTH against nodes without a password fails");
     assert!(!format!("{e} {e:?}").contains("s3cret"), "{e:?}");

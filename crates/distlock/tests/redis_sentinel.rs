@@ -358,3 +358,55 @@ async fn fences_stay_increasing_when_the_counter_is_rolled_back() {
         roll_back();
     }
 }
+
+/// Passwords on the data nodes and on the Sentinels themselves: the URL carries both and
+/// locks work through a failover (the replicas authenticate with `masterauth`); over plain
+/// TCP they are refused unless the URL opts in, and a wrong password of either kind is a
+/// permanent error that names no secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_of_the_sentinels_and_of_the_data_nodes_are_used() {
+    use distlock::testkit::redis::sentinel::SentinelOptions;
+    let set = tokio::task::block_in_place(|| {
+        SentinelSet::start_with(
+            2,
+            SentinelOptions {
+                password: Some("data-pw".into()),
+                sentinel_password: Some("sentinel-pw".into()),
+                ..SentinelOptions::default()
+            },
+        )
+    })
+    .expect("redis-server must be installed (scripts/test.sh installs it)");
+    let url = set.url();
+    assert!(url.contains(":data-pw@") && url.contains("sentinel_password=sentinel-pw"));
+    assert!(url.contains("allow_insecure_auth=true"), "{url}");
+    hold_across(&set, Duration::from_secs(15), |s| {
+        s.failover().expect("failover");
+    })
+    .await;
+
+    let refused = url.replace("&allow_insecure_auth=true", "");
+    match RedisBackend::connect(&refused).await {
+        Err(Error::InvalidConfig(m)) => {
+            assert!(m.contains("allow_insecure_auth"), "{m}");
+            assert!(!m.contains("data-pw") && !m.contains("sentinel-pw"), "{m}");
+        }
+        other => panic!("a password over plain TCP: expected a config error, got {other:?}"),
+    }
+    for (wrong, secret) in [
+        (url.replace(":data-pw@", ":nope-data@"), "nope-data"),
+        (
+            url.replace(
+                "sentinel_password=sentinel-pw",
+                "sentinel_password=nope-sentinel",
+            ),
+            "nope-sentinel",
+        ),
+    ] {
+        let e = RedisBackend::connect(&wrong)
+            .await
+            .expect_err("a wrong password was accepted");
+        assert!(matches!(e, Error::Backend { .. }), "{wrong}: {e:?}");
+        assert!(!format!("{e} {e:?}").contains(secret), "{e:?}");
+    }
+}

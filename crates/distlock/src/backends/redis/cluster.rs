@@ -77,7 +77,9 @@ use tokio::time::Instant;
 use super::keys::hash_slot;
 use super::resp::{ConnInfo, Pool, Reply, RespError};
 use super::scripts::Scripts;
-use super::transport::{map_err, resp_err, server_err, topology_scheme, NodeAccess};
+use super::transport::{
+    has_password, map_err, refuse_clear_password, resp_err, server_err, topology_scheme, NodeAccess,
+};
 use super::{RedisBackend, RedisOptions, KIND};
 use crate::backend::Renewal;
 use crate::error::{Error, Result};
@@ -724,7 +726,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     }
     let user = raw
         .userinfo
-        .map(|u| UserInfo::parse(u, crate::url::Decode::Lenient))
+        .map(|u| UserInfo::parse_any_user(u, crate::url::Decode::Lenient))
         .transpose()
         .map_err(bad)?;
     let mut params = Params::form("redis cluster", raw.query).unique()?;
@@ -734,12 +736,20 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         .unwrap_or(Duration::from_secs(1));
     let legacy = params.bool("spring_legacy_channel")?.unwrap_or(false);
     let ca_file = params.string("ca_file");
+    let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
     params.finish(&[
         "min_replicas",
         "replica_timeout",
         "spring_legacy_channel",
         "ca_file",
+        "allow_insecure_auth",
     ])?;
+    refuse_clear_password(
+        &format!("redis cluster URL {shown:?}"),
+        tls,
+        has_password(raw.userinfo),
+        allow_insecure_auth || options.allow_insecure_auth,
+    )?;
     let access = NodeAccess::new(
         &format!("redis cluster URL {shown:?}"),
         raw.userinfo,

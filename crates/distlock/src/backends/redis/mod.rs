@@ -48,7 +48,7 @@ use self::kinds::{disagreement, letter, KindAttempt};
 use self::notify::{Grants, PubSub};
 use self::resp::{ConnInfo, Pool, Reply};
 use self::scripts::{Lua, Scripts, FENCE_SEED};
-use self::transport::server_err;
+use self::transport::{refuse_clear_password, server_err};
 
 use crate::backend::{
     AcquireMode, AcquireRequest, Attempt, Backend, Capabilities, Fencing, ListedLock, LockInfo,
@@ -81,6 +81,10 @@ pub struct RedisOptions {
     /// `<prefix>-channel:<prefix>:<key>`, where later versions listen; the second message
     /// costs the server about 5% more per lock cycle.
     pub spring_legacy_channel: bool,
+    /// Send a password over plain TCP (`redis://`), where anyone on the path can read it
+    /// (default false: a URL with a password needs `rediss://`, or this set, by
+    /// `allow_insecure_auth=true` in the URL). Use it only on a network you trust.
+    pub allow_insecure_auth: bool,
 }
 
 impl Default for RedisOptions {
@@ -91,6 +95,7 @@ impl Default for RedisOptions {
             waiter_ttl: Duration::from_secs(2),
             tls_root_cert_pem: None,
             spring_legacy_channel: false,
+            allow_insecure_auth: false,
         }
     }
 }
@@ -152,7 +157,9 @@ impl RedisBackend {
     /// table, a root node) stays, as the next call would make it anyway.
     ///
     /// The URL's query may say `spring_legacy_channel=true` (see
-    /// [`RedisOptions::spring_legacy_channel`]); the rest of it goes to the `redis` crate.
+    /// [`RedisOptions::spring_legacy_channel`]) and `allow_insecure_auth=true` (see
+    /// [`RedisOptions::allow_insecure_auth`]; without it a password needs `rediss://`); the
+    /// rest of it goes to the `redis` crate.
     /// `redis+sentinel://` and `redis+cluster://` URLs take `min_replicas` and
     /// `replica_timeout` (replicas that must acknowledge an acquisition or extension with
     /// `WAIT`, default 1 when the masters have replicas; how long `WAIT` may take, default 1 s).
@@ -172,6 +179,10 @@ impl RedisBackend {
                         Some(("spring_legacy_channel", v)) => {
                             options.spring_legacy_channel =
                                 crate::url::parse_bool(KIND, "spring_legacy_channel", v)?;
+                        }
+                        Some(("allow_insecure_auth", v)) => {
+                            options.allow_insecure_auth =
+                                crate::url::parse_bool(KIND, "allow_insecure_auth", v)?;
                         }
                         _ => rest.push(pair),
                     }
@@ -225,6 +236,12 @@ impl RedisBackend {
                 crate::redact(url)
             )));
         }
+        refuse_clear_password(
+            &format!("redis URL {:?}", crate::redact(url)),
+            parsed.scheme() == "rediss",
+            parsed.password().is_some_and(|p| !p.is_empty()),
+            options.allow_insecure_auth,
+        )?;
         let path = parsed.path().trim_start_matches('/');
         if !path.is_empty() && path.parse::<u16>().is_err() {
             return Err(Error::config(format!(

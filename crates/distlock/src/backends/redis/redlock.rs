@@ -116,8 +116,12 @@ impl RedlockBackend {
         }
         let mut params = crate::url::Params::form("redlock", raw.query).unique()?;
         let ca_file = params.string("ca_file");
-        params.finish(&["ca_file"])?;
-        let mut options = RedisOptions::default();
+        let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
+        params.finish(&["ca_file", "allow_insecure_auth"])?;
+        let mut options = RedisOptions {
+            allow_insecure_auth,
+            ..RedisOptions::default()
+        };
         match (&ca_file, tls) {
             (Some(_), false) => return Err(bad("ca_file needs redlocks:// (TLS)".into())),
             (Some(path), true) => {

@@ -38,7 +38,9 @@ use tokio::sync::oneshot;
 
 use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
 use super::scripts::Scripts;
-use super::transport::{server_err, topology_scheme, NodeAccess};
+use super::transport::{
+    has_password, refuse_clear_password, server_err, topology_scheme, NodeAccess,
+};
 use super::{RedisBackend, RedisOptions, Reply, KIND};
 use crate::backend::ReleaseSignals;
 use crate::error::{Error, Result};
@@ -149,7 +151,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     }
     let user = raw
         .userinfo
-        .map(|u| UserInfo::parse(u, crate::url::Decode::Lenient))
+        .map(|u| UserInfo::parse_any_user(u, crate::url::Decode::Lenient))
         .transpose()
         .map_err(bad)?;
     let mut params = Params::form("redis sentinel", raw.query).unique()?;
@@ -161,6 +163,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     let sentinel_password = params.decoded("sentinel_password")?;
     let db = params.integer::<u16>("db")?.unwrap_or(0);
     let ca_file = params.string("ca_file");
+    let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
     params.finish(&[
         "min_replicas",
         "replica_timeout",
@@ -168,7 +171,14 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         "sentinel_password",
         "db",
         "ca_file",
+        "allow_insecure_auth",
     ])?;
+    refuse_clear_password(
+        &format!("redis sentinel URL {shown:?}"),
+        tls,
+        has_password(raw.userinfo) || sentinel_password.as_deref().is_some_and(|p| !p.is_empty()),
+        allow_insecure_auth || options.allow_insecure_auth,
+    )?;
     let access = NodeAccess::new(
         &format!("redis sentinel URL {shown:?}"),
         raw.userinfo,

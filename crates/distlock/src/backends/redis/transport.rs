@@ -352,6 +352,30 @@ impl RedisBackend {
     }
 }
 
+/// Refuses a URL whose password would cross the network in clear: with a password, plain TCP
+/// needs `allow_insecure_auth=true` (secure by default, as every backend). `what` names the URL.
+pub(super) fn refuse_clear_password(
+    what: &str,
+    tls: bool,
+    password: bool,
+    allowed: bool,
+) -> Result<()> {
+    if password && !tls && !allowed {
+        return Err(Error::config(format!(
+            "{what}: the password would cross the network in clear; use TLS (the rediss scheme), \
+             or add allow_insecure_auth=true to send it anyway"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether user info as written in a URL (`user:pass`, `:pass`, `user`) carries a password.
+pub(super) fn has_password(userinfo: Option<&str>) -> bool {
+    userinfo
+        .and_then(|u| u.split_once(':'))
+        .is_some_and(|(_, p)| !p.is_empty())
+}
+
 /// The scheme of a `redis+<topology>://` or `rediss+<topology>://` URL, lower-cased, and
 /// whether it asks for TLS; any other scheme is an error naming both.
 pub(super) fn topology_scheme(

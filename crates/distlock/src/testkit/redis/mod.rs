@@ -42,6 +42,11 @@ pub struct RedisServerOptions {
     pub acl_user: Option<(String, String)>,
     /// Start as a replica of the server on this loopback port (`--replicaof 127.0.0.1 PORT`).
     pub replica_of: Option<u16>,
+    /// The password of the master that this replica, or this Sentinel, follows (`masterauth`,
+    /// `sentinel auth-pass`). A server with a [`password`](Self::password) of its own also
+    /// takes it as `masterauth` when this is unset, so that it can follow any master of its
+    /// set after a failover.
+    pub master_password: Option<String>,
     /// Start as a Sentinel (`--sentinel`) that monitors the master on this loopback port under
     /// [`sentinel::MASTER`] with quorum 2 (see [`sentinel::SentinelSet`]).
     pub sentinel_of: Option<u16>,
@@ -189,7 +194,8 @@ impl RedisServer {
     }
 
     /// A URL for this server with explicit credentials, for tests of wrong or missing ones.
-    /// Both parts are percent-encoded.
+    /// Both parts are percent-encoded; with a password the URL says `allow_insecure_auth=true`
+    /// (the server listens on loopback only).
     pub fn url_with(&self, user: Option<&str>, password: Option<&str>) -> String {
         let userinfo = match (user, password) {
             (None, None) => String::new(),
@@ -200,7 +206,12 @@ impl RedisServer {
                 percent_encode(pass)
             ),
         };
-        format!("redis://{userinfo}127.0.0.1:{}", self.port)
+        let query = if password.is_some() {
+            "?allow_insecure_auth=true"
+        } else {
+            ""
+        };
+        format!("redis://{userinfo}127.0.0.1:{}{query}", self.port)
     }
 
     /// Starts `n` independent servers, the nodes of a Redlock (see [`redlock_url`](Self::redlock_url)).
@@ -366,7 +377,12 @@ impl RedisServer {
         if let Some(master) = self.options.sentinel_of {
             // A Sentinel rewrites its configuration file, so it gets one of its own.
             let conf = self.dir.path().join("sentinel.conf");
-            std::fs::write(&conf, sentinel::config(master)).map_err(failed)?;
+            let conf_text = sentinel::config(
+                master,
+                self.options.master_password.as_deref(),
+                self.options.password.as_deref(),
+            );
+            std::fs::write(&conf, conf_text).map_err(failed)?;
             command.arg(&conf).arg("--sentinel");
         }
         if self.options.cluster {
@@ -402,6 +418,14 @@ impl RedisServer {
         }
         if let Some(pass) = &self.options.password {
             command.arg("--requirepass").arg(pass);
+        }
+        let masterauth = self
+            .options
+            .master_password
+            .as_ref()
+            .or(self.options.password.as_ref());
+        if let (Some(pass), None) = (masterauth, self.options.sentinel_of) {
+            command.arg("--masterauth").arg(pass);
         }
         if let (Some(dir), Some(tls_port)) = (&self.options.tls, self.tls_port) {
             command
@@ -744,7 +768,10 @@ mod tests {
         assert_eq!(server.cli(&["ACL", "WHOAMI"]).unwrap(), "default");
         assert_eq!(
             server.url(),
-            format!("redis://:s3cret%2Fpw@127.0.0.1:{}", server.port())
+            format!(
+                "redis://:s3cret%2Fpw@127.0.0.1:{}?allow_insecure_auth=true",
+                server.port()
+            )
         );
     }
 
@@ -755,7 +782,10 @@ mod tests {
         assert_eq!(server.cli(&["SET", "k", "v"]).unwrap(), "OK");
         assert_eq!(
             server.url(),
-            format!("redis://alice:pw@127.0.0.1:{}", server.port())
+            format!(
+                "redis://alice:pw@127.0.0.1:{}?allow_insecure_auth=true",
+                server.port()
+            )
         );
         assert_eq!(
             server.url_with(None, None),

@@ -12,14 +12,34 @@ use super::{RedisServer, RedisServerOptions};
 pub const MASTER: &str = "mymaster";
 
 /// The Sentinel configuration for a master on `port`: quorum 2, down after 1 s of silence,
-/// failovers at most every 3 s.
-pub(super) fn config(port: u16) -> String {
-    format!(
+/// failovers at most every 3 s; with the data nodes' password (`auth-pass`) and the Sentinels'
+/// own (`sentinel-pass`, for their links to each other).
+pub(super) fn config(port: u16, data_password: Option<&str>, own: Option<&str>) -> String {
+    let mut conf = format!(
         "sentinel monitor {MASTER} 127.0.0.1 {port} 2\n\
          sentinel down-after-milliseconds {MASTER} 1000\n\
          sentinel failover-timeout {MASTER} 3000\n\
          sentinel parallel-syncs {MASTER} 1\n"
-    )
+    );
+    if let Some(p) = data_password {
+        conf.push_str(&format!("sentinel auth-pass {MASTER} {p}\n"));
+    }
+    if let Some(p) = own {
+        conf.push_str(&format!("sentinel sentinel-pass {p}\n"));
+    }
+    conf
+}
+
+/// How [`SentinelSet::start_with`] sets the servers up.
+#[derive(Debug, Clone, Default)]
+pub struct SentinelOptions {
+    /// TLS with the certificates in this directory, as [`SentinelSet::start_tls`].
+    pub tls: Option<std::path::PathBuf>,
+    /// The data nodes' password (`requirepass`, and `masterauth` for replication); the
+    /// Sentinels are told it.
+    pub password: Option<String>,
+    /// The Sentinels' own password (`requirepass` on each Sentinel).
+    pub sentinel_password: Option<String>,
 }
 
 /// One master, `replicas` replicas and three Sentinels. The servers are indexed from 0 (the
@@ -30,6 +50,7 @@ pub struct SentinelSet {
     pub servers: Vec<RedisServer>,
     /// The Sentinels.
     pub sentinels: Vec<RedisServer>,
+    options: SentinelOptions,
 }
 
 impl SentinelSet {
@@ -40,7 +61,7 @@ impl SentinelSet {
     ///
     /// Fails if a server does not start or the set does not settle within 30 s.
     pub fn start(replicas: usize) -> io::Result<SentinelSet> {
-        Self::start_with(replicas, None)
+        Self::start_with(replicas, SentinelOptions::default())
     }
 
     /// As [`start`](Self::start), with every server and Sentinel also listening for TLS with
@@ -51,12 +72,25 @@ impl SentinelSet {
     ///
     /// As for [`start`](Self::start).
     pub fn start_tls(replicas: usize, tls: &Path) -> io::Result<SentinelSet> {
-        Self::start_with(replicas, Some(tls))
+        Self::start_with(
+            replicas,
+            SentinelOptions {
+                tls: Some(tls.to_path_buf()),
+                ..SentinelOptions::default()
+            },
+        )
     }
 
-    fn start_with(replicas: usize, tls: Option<&Path>) -> io::Result<SentinelSet> {
+    /// As [`start`](Self::start), set up as `options` say; [`url`](Self::url) carries the
+    /// passwords (with `allow_insecure_auth=true` unless over TLS).
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start).
+    pub fn start_with(replicas: usize, options: SentinelOptions) -> io::Result<SentinelSet> {
         let base = RedisServerOptions {
-            tls: tls.map(Path::to_path_buf),
+            tls: options.tls.clone(),
+            password: options.password.clone(),
             ..Default::default()
         };
         let master = RedisServer::start_with(base.clone())?;
@@ -72,11 +106,17 @@ impl SentinelSet {
             .map(|_| {
                 RedisServer::start_with(RedisServerOptions {
                     sentinel_of: Some(port),
+                    password: options.sentinel_password.clone(),
+                    master_password: options.password.clone(),
                     ..base.clone()
                 })
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let set = SentinelSet { servers, sentinels };
+        let set = SentinelSet {
+            servers,
+            sentinels,
+            options,
+        };
         set.wait_until(Duration::from_secs(30), "the replicas are in sync", |s| {
             s.servers[0]
                 .cli(&["INFO", "replication"])
@@ -110,7 +150,25 @@ impl SentinelSet {
         } else {
             "redis+sentinel"
         };
-        format!("{scheme}://{}/{MASTER}", hosts.join(","))
+        let enc = super::percent_encode;
+        let userinfo = match &self.options.password {
+            Some(p) => format!(":{}@", enc(p)),
+            None => String::new(),
+        };
+        let mut query = Vec::new();
+        if let Some(p) = &self.options.sentinel_password {
+            query.push(format!("sentinel_password={}", enc(p)));
+        }
+        let secret = self.options.password.is_some() || self.options.sentinel_password.is_some();
+        if secret && self.options.tls.is_none() {
+            query.push("allow_insecure_auth=true".to_owned());
+        }
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", query.join("&"))
+        };
+        format!("{scheme}://{userinfo}{}/{MASTER}{query}", hosts.join(","))
     }
 
     /// The index in [`servers`](Self::servers) of the master the Sentinels name now.
