@@ -391,16 +391,18 @@ impl RedisServer {
                 .arg("--cluster-config-file")
                 .arg(self.dir.path().join("nodes.conf"))
                 .arg("--cluster-node-timeout")
-                .arg(cluster::NODE_TIMEOUT.as_millis().to_string())
-                // A replica's full sync starts at once instead of after 5 s spent waiting for
-                // more replicas to share it: a cluster forms, and a node rejoins, that much
-                // sooner.
-                .args(["--repl-diskless-sync-delay", "0"]);
+                .arg(cluster::NODE_TIMEOUT.as_millis().to_string());
         }
         if let Some(master) = self.options.replica_of {
             command
                 .args(["--replicaof", "127.0.0.1"])
                 .arg(master.to_string());
+        }
+        if self.options.sentinel_of.is_none() {
+            // A replica's full sync starts at once instead of after 5 s spent waiting for
+            // more replicas to share it: a Sentinel set or a cluster forms, a node rejoins,
+            // and a failover's new master serves its replicas that much sooner.
+            command.args(["--repl-diskless-sync-delay", "0"]);
         }
         command
             .arg("--bind")

@@ -40,6 +40,10 @@ pub struct SentinelOptions {
     pub password: Option<String>,
     /// The Sentinels' own password (`requirepass` on each Sentinel).
     pub sentinel_password: Option<String>,
+    /// Return once the replicas are in sync and every Sentinel names the master, without
+    /// waiting the seconds it takes the Sentinels to discover each other and the replicas
+    /// (their hello messages go every 2 s): enough for a client, not for a failover.
+    pub no_failover: bool,
 }
 
 /// One master, `replicas` replicas and three Sentinels. The servers are indexed from 0 (the
@@ -123,6 +127,19 @@ impl SentinelSet {
                 .map(|info| info.matches("state=online").count() == replicas)
                 .unwrap_or(false)
         })?;
+        if set.options.no_failover {
+            set.wait_until(
+                Duration::from_secs(30),
+                "the Sentinels name the master",
+                |s| {
+                    s.sentinels.iter().all(|sen| {
+                        sen.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
+                            .is_ok_and(|r| r.lines().nth(1) == Some(&port.to_string()))
+                    })
+                },
+            )?;
+            return Ok(set);
+        }
         set.wait_until(Duration::from_secs(30), "the Sentinels know the set", |s| {
             s.sentinels.iter().all(|sen| {
                 sen.cli(&["SENTINEL", "REPLICAS", MASTER])
