@@ -91,6 +91,8 @@ async fn critical_section(con: &mut MultiplexedConnection, key: &str) -> redis::
 
 /// The lock a variant takes: `default` the key's mutex, `shared` the read side of its
 /// read-write lock (readers share the key, so the harness's overlap check does not apply).
+/// `nolock` takes none: its workers run the critical section alone, the most any shared hold
+/// could reach in the same client (its rows fail the overlap check, as they must).
 fn handle(registry: &LockRegistry, variant: &str, key: &str) -> distlock::Lock {
     match variant {
         "shared" => registry
@@ -121,13 +123,17 @@ async fn worker(
         if t0 >= end_ns || (max_cycles > 0 && r.recs.len() as u64 >= max_cycles) {
             break;
         }
-        let guard = match lock.lock().await {
-            Ok(g) => g,
-            Err(e) => {
-                r.errors += 1;
-                r.first_error.get_or_insert(format!("acquire: {e}"));
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                continue;
+        let guard = if args.variant == "nolock" {
+            None
+        } else {
+            match lock.lock().await {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    r.errors += 1;
+                    r.first_error.get_or_insert(format!("acquire: {e}"));
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
             }
         };
         let t1 = mono_ns();
@@ -139,7 +145,10 @@ async fn worker(
             }
         }
         let t2 = mono_ns();
-        if let Err(e) = guard.release().await {
+        if let Some(Err(e)) = match guard {
+            Some(g) => Some(g.release().await),
+            None => None,
+        } {
             r.errors += 1;
             r.first_error.get_or_insert(format!("release: {e}"));
         }
@@ -216,9 +225,13 @@ async fn run(args: Args) -> Result<(), String> {
             first_error = r.first_error.clone();
         }
     }
-    let wait =
-        "local FIFO queue first; remote waiters woken by the release message on <prefix>-channel, \
-                jittered PTTL-bounded polling as fallback; 5 ms grace after a contended release";
+    let wait = if args.variant == "nolock" {
+        "no lock: the critical section alone"
+    } else {
+        "local FIFO queue first (bounded local hand-over); remote waiters queue in Redis and \
+         a release hands the lock to the first (its wake-up message carries the fence); \
+         jittered PTTL-bounded polling as fallback"
+    };
     let lib_version = format!("distlock {}", env!("CARGO_PKG_VERSION"));
     let summary = AdapterSummary {
         ev: "summary",
