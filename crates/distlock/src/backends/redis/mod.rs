@@ -45,7 +45,7 @@ use redis::AsyncConnectionConfig;
 
 use self::keys::{reader_prefix, sibling_key};
 use self::kinds::{disagreement, letter, KindAttempt};
-use self::notify::{Grants, PubSub};
+use self::notify::{Contended, Grants, PubSub};
 use self::resp::{ConnInfo, Pool, Reply};
 use self::scripts::{Lua, Scripts, FENCE_SEED};
 use self::transport::{refuse_clear_password, server_err};
@@ -114,6 +114,8 @@ pub struct RedisBackend {
     scripts: Scripts,
     signals: Arc<ReleaseSignals>,
     grants: Arc<Grants>,
+    /// Lock keys seen waited for (see [`Contended`]).
+    contended: Contended,
     pubsub: tokio::sync::Mutex<PubSub>,
     /// Set when the pub/sub connection dropped or a failover moved the master: the next
     /// attempt subscribes every channel again, on a node that serves now.
@@ -304,6 +306,7 @@ impl RedisBackend {
             scripts: Scripts::new(false),
             signals: Arc::new(ReleaseSignals::default()),
             grants: Arc::default(),
+            contended: Contended::default(),
             pubsub: tokio::sync::Mutex::new(PubSub::default()),
             relisten: Arc::default(),
             waiter_ttl_ms: ms(options.waiter_ttl),
@@ -395,6 +398,7 @@ impl RedisBackend {
                 Ok(Attempt::Acquired { fence })
             }
             Some(&[0, pttl, floor]) => {
+                self.contended.mark(key);
                 if fifo && mode == AcquireMode::Queue {
                     self.grants_busy(&token.to_hex_bytes(), floor);
                 }
@@ -579,7 +583,10 @@ impl Backend for RedisBackend {
                 self.check_replicated(acked)?;
             }
             match <[Reply; 2]>::try_from(replies) {
-                Ok([Reply::Bulk(None), _]) => return Ok(Attempt::Busy { retry_after: None }),
+                Ok([Reply::Bulk(None), _]) => {
+                    self.contended.mark(&key);
+                    return Ok(Attempt::Busy { retry_after: None });
+                }
                 Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
                     return Ok(Attempt::Acquired { fence: f as u64 })
                 }
@@ -605,9 +612,13 @@ impl Backend for RedisBackend {
     /// with its lease, took its fence and sent both in the wake-up message.
     /// Not with `min_replicas`: the release's hand-over is not known to be replicated, so the
     /// waiter confirms it with an attempt of its own, which waits for the replicas.
-    fn take_grant(&self, _name: &LockName, token: Token) -> Option<u64> {
+    fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
         let grant = self.grants.take(&token.to_hex_bytes());
-        grant.filter(|_| self.min_replicas == 0)
+        let grant = grant.filter(|_| self.min_replicas == 0);
+        if grant.is_some() {
+            self.contended.mark(&Self::lock_key(name));
+        }
+        grant
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
@@ -623,10 +634,30 @@ impl Backend for RedisBackend {
             });
         }
         let key = Self::lock_key(name);
-        let (queue, waiters) = Self::queue_keys(&key);
+        let queue = sibling_key(&key, "queue");
         let channel = Self::channel(name);
-        let wake = Self::wake_prefix(name);
         let token = token.to_hex_bytes();
+        // The wait queue already makes the hand-over fair: no grace period needed.
+        let released = |was_held| Released {
+            was_held,
+            contended: false,
+        };
+        if !self.contended.contains(&key) {
+            let published = format!("{channel}:{key}");
+            let mut args: Vec<&[u8]> = vec![&token, published.as_bytes()];
+            if self.spring_legacy_channel {
+                args.push(channel.as_bytes());
+            }
+            let r = self
+                .eval(&self.scripts.release_alone, &[&key, &queue], &args)
+                .await?;
+            match r.int() {
+                Some(2) => self.contended.mark(&key),
+                r => return Ok(released(r == Some(1))),
+            }
+        }
+        let wake = Self::wake_prefix(name);
+        let waiters = sibling_key(&key, "waiters");
         let r = self
             .eval(
                 &self.scripts.release,
@@ -634,11 +665,13 @@ impl Backend for RedisBackend {
                 &[&token, channel.as_bytes(), wake.as_bytes(), self.legacy()],
             )
             .await?;
-        // The wait queue already makes the hand-over fair: no grace period needed.
-        Ok(Released {
-            was_held: r.int() == Some(1),
-            contended: false,
-        })
+        match r.int() {
+            Some(1) => {
+                self.contended.unmark(&key);
+                Ok(released(true))
+            }
+            r => Ok(released(r == Some(3))),
+        }
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {

@@ -22,6 +22,39 @@ pub(super) struct PubSub {
     reader: Option<tokio::task::AbortHandle>,
 }
 
+/// Lock keys this backend saw waited for: an attempt found the lock busy, or a release
+/// found waiters queued. Their release goes straight to the `RELEASE` script, which hands the
+/// lock over; the others' to `RELEASE_ALONE`, which costs the server less and tells when
+/// waiters turned up after all. Bounded: cleared when full, which costs the contended keys
+/// one round trip each.
+#[derive(Default)]
+pub(super) struct Contended(Mutex<std::collections::HashSet<String>>);
+
+const MAX_CONTENDED: usize = 4096;
+
+impl Contended {
+    pub(super) fn contains(&self, key: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(key)
+    }
+
+    pub(super) fn mark(&self, key: &str) {
+        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !set.contains(key) {
+            if set.len() >= MAX_CONTENDED {
+                set.clear();
+            }
+            set.insert(key.to_owned());
+        }
+    }
+
+    pub(super) fn unmark(&self, key: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+}
+
 /// Locks handed to this backend's waiters by a release (token → fence), until the waiter
 /// takes them ([`Backend::take_grant`]) or stops waiting, and for each waiter the fence
 /// counter its last queued attempt found.

@@ -87,6 +87,7 @@ fn cluster_scripts_differ_from_single_node_ones_only_in_the_floored_fence() {
     let pairs = [
         (&one.acquire, &cluster.acquire, true),
         (&one.release, &cluster.release, true),
+        (&one.release_alone, &cluster.release_alone, false),
         (&one.force_release, &cluster.force_release, true),
         (&one.leave, &cluster.leave, true),
         (&one.inspect, &cluster.inspect, true),
