@@ -337,15 +337,18 @@ impl Pool {
     }
 
     /// Passes a connection that is done with (`None`: lost) to the first request waiting,
-    /// else keeps it idle and frees its slot.
-    fn pass_on(&self, mut conn: Option<Conn>) {
+    /// else keeps it idle and frees its slot. A connection opened before the last
+    /// [`clear`](Self::clear) goes no further (it may reach a node that is no longer the one
+    /// to use): the request gets the slot and opens a new one.
+    fn pass_on(&self, conn: Option<Conn>) {
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut conn = conn.filter(|c| c.generation == generation);
         loop {
             let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
             let Some(w) = line.waiting.pop_front() else {
                 line.busy -= 1;
                 drop(line);
                 // Only a connection whose replies were all read comes here: it is in step.
-                // One opened before a `clear` may go to a node that is no longer the one to use.
                 if let Some(c) = conn {
                     let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
                     if idle.len() < MAX_IDLE
@@ -1157,6 +1160,46 @@ mod tests {
             assert_eq!(
                 pool.pipeline(&[get]).await.unwrap(),
                 vec![Reply::Bulk(None)]
+            );
+            assert_eq!(busy(&pool), (0, 0));
+        }
+
+        /// A connection opened before a `clear` (a failover: it may reach the old master) is
+        /// not passed to a request waiting in line, which opens a new one.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_connection_from_before_a_clear_is_not_passed_on() {
+            let server = RedisServer::start().expect("redis-server must be installed");
+            let pool = pool(&server);
+            let id: [&[u8]; 2] = [b"CLIENT", b"ID"];
+            let holders: Vec<_> = (0..MAX_OPEN)
+                .map(|_| {
+                    let p = pool.clone();
+                    tokio::spawn(async move {
+                        let block: [&[u8]; 3] = [b"BLPOP", b"nothing", b"1"];
+                        let r = p.pipeline(&[&id[..], &block[..]]).await.unwrap();
+                        r[0].int().unwrap()
+                    })
+                })
+                .collect();
+            while busy(&pool).0 < MAX_OPEN {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let waiting = {
+                let p = pool.clone();
+                tokio::spawn(async move { p.pipeline(&[id]).await.unwrap()[0].int().unwrap() })
+            };
+            while busy(&pool).1 < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            pool.clear();
+            let mut old = Vec::new();
+            for h in holders {
+                old.push(h.await.unwrap());
+            }
+            let new = waiting.await.unwrap();
+            assert!(
+                !old.contains(&new),
+                "connection {new} was opened before the clear"
             );
             assert_eq!(busy(&pool), (0, 0));
         }
