@@ -189,17 +189,11 @@ impl UserInfo {
     /// Parses `user[:password]` (split at the first `:`). The error says which part is wrong,
     /// for the caller to prefix with the URL it shows.
     pub(crate) fn parse(raw: &str, decode: Decode) -> std::result::Result<Self, String> {
-        let (user, password) = match raw.split_once(':') {
-            Some((u, p)) => (u, Some(p)),
-            None => (raw, None),
-        };
-        let user = decode
-            .apply(user)
-            .ok_or("the user name is badly percent-encoded")?;
-        if user.is_empty() {
+        let info = Self::parse_any_user(raw, decode)?;
+        if info.user.is_empty() {
             return Err("the user name is empty".into());
         }
-        Self::with_password(user, password, decode)
+        Ok(info)
     }
 
     /// As [`parse`](Self::parse), but an empty user name is kept (Redis: `:password@` logs in
@@ -212,14 +206,6 @@ impl UserInfo {
         let user = decode
             .apply(user)
             .ok_or("the user name is badly percent-encoded")?;
-        Self::with_password(user, password, decode)
-    }
-
-    fn with_password(
-        user: String,
-        password: Option<&str>,
-        decode: Decode,
-    ) -> std::result::Result<Self, String> {
         let password = password
             .map(|p| {
                 decode

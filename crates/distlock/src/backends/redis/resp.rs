@@ -364,10 +364,11 @@ impl Pool {
                 Ok(()) => return,
                 // Its caller gave up: the next one.
                 Err(Turn::Lead(c, _)) => conn = c,
-                Err(Turn::Answered(_)) => unreachable!("a lead comes back as sent"),
+                Err(Turn::Answered(_)) => conn = None,
             }
         }
     }
+
     /// The cluster node id its connections check, if any.
     pub(crate) fn node_id(&self) -> Option<&str> {
         self.info.node_id.as_deref()
