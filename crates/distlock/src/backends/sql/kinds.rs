@@ -24,6 +24,11 @@ use crate::error::{Error, Result};
 pub(crate) const READ_MARK: &str = "shared:read";
 /// The `token` of a key's row while semaphore permits are held.
 pub(crate) const SEM_MARK: &str = "shared:semaphore";
+/// The start of a reader's id ([`share_owner`]). A key's row whose `token` is a reader's id
+/// is held by that reader alone: the common case of a read lock costs two writes of the row,
+/// as a mutex does, instead of two more in the holds table. A second reader moves the lone
+/// one into the holds table (same id, lease and fence) and marks the row [`READ_MARK`].
+pub(crate) const LONE_READER: &str = "r:";
 /// The `kind` of a read hold in the holds table.
 pub(crate) const READ: &str = "r";
 /// The `kind` of a semaphore permit in the holds table.
@@ -104,6 +109,30 @@ pub(crate) fn place(name: &LockName) -> Place {
     }
 }
 
+/// The owner of a shared hold: a permit's token in hex; a reader's id, [`LONE_READER`] and
+/// the token in base32 (28 characters: it fits MySQL's 32-character token column and tells
+/// itself from a hex token and from the share marks), the same in the key's row and in the
+/// holds table.
+pub(crate) fn share_owner(name: &LockName, token: Token) -> String {
+    if name.kind() != LockKind::Read {
+        return token.to_string();
+    }
+    const DIGITS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let v = token.as_u128();
+    let mut id = String::with_capacity(LONE_READER.len() + 26);
+    id.push_str(LONE_READER);
+    // 26 digits of 5 bits, the first one taking the top 3.
+    for i in (0..26).rev() {
+        id.push(char::from(DIGITS[((v >> (5 * i)) & 31) as usize]));
+    }
+    id
+}
+
+/// Whether a key row's `token` is a lone reader's id.
+pub(crate) fn is_lone_reader(token: &str) -> bool {
+    token.starts_with(LONE_READER)
+}
+
 /// The owner column's value for an exclusive hold of `name` (native layouts): the token's
 /// hex, upper case for a writer so that the row tells a writer from a mutex holder.
 pub(crate) fn row_owner(name: &LockName, token: Token) -> String {
@@ -150,6 +179,14 @@ impl HeldRow {
         let fence = fence_from(backend, self.fence)?;
         let kind = match self.token.as_str() {
             READ_MARK => Some(LockKind::Read),
+            t if is_lone_reader(t) => {
+                return Ok(Some(
+                    LockInfo::new(Some(fence), Some(millis(self.remaining_ms)))
+                        .with_kind(LockKind::Read)
+                        .with_holders(1)
+                        .with_waiters(u32::try_from(self.writers).unwrap_or(u32::MAX)),
+                ));
+            }
             SEM_MARK => Some(LockKind::Semaphore {
                 permits: self
                     .permits
@@ -379,6 +416,72 @@ pub(crate) mod checks {
             "mutex",
         );
         assert!(fence > second);
+    }
+
+    /// A lone reader (in the key's row where `lone_in_row`) is joined by a second one, leaves
+    /// first, and the owner checks hold all along; then the key goes back to a lone reader and
+    /// to a mutex, with fences increasing.
+    pub(crate) async fn a_lone_reader_is_joined_and_leaves_first(
+        b: &dyn Backend,
+        count: Count<'_>,
+        lone_in_row: bool,
+    ) {
+        let read = name("lone", LockKind::Read);
+        let mutex = name("lone", LockKind::Mutex);
+        let lone_holds = usize::from(!lone_in_row);
+        // The key's first use makes its row.
+        let m = Token::random();
+        taken(take(b, &mutex, m, 30_000, false).await, "first use");
+        assert!(b.release(&mutex, m).await.unwrap().was_held);
+        let (r1, r2, stranger) = (Token::random(), Token::random(), Token::random());
+        let f1 = taken(take(b, &read, r1, 30_000, false).await, "lone reader");
+        assert_eq!(count(false), lone_holds, "where the lone reader is kept");
+        let info = b.inspect(&read).await.unwrap().expect("held");
+        assert_eq!((info.kind, info.holders), (Some(LockKind::Read), Some(1)));
+        assert!(!b.release(&read, stranger).await.unwrap().was_held);
+        assert!(!b
+            .extend(&read, stranger, Duration::from_secs(30))
+            .await
+            .unwrap());
+        assert!(
+            !b.release(&mutex, r1).await.unwrap().was_held,
+            "a mutex release"
+        );
+        assert!(b.extend(&read, r1, Duration::from_secs(30)).await.unwrap());
+        busy(
+            take(b, &mutex, Token::random(), 30_000, false).await,
+            "mutex beside a lone reader",
+        );
+        // A repeated attempt (its reply was lost) is the same hold.
+        let again = taken(take(b, &read, r1, 30_000, false).await, "repeated attempt");
+        assert!(again > f1);
+        let f2 = taken(take(b, &read, r2, 30_000, false).await, "second reader");
+        assert!(f2 > again, "one fence counter for the key");
+        assert_eq!(count(false), 2, "both readers in the holds table");
+        let info = b.inspect(&read).await.unwrap().expect("held");
+        assert_eq!((info.kind, info.holders), (Some(LockKind::Read), Some(2)));
+        assert!(b.extend(&read, r1, Duration::from_secs(30)).await.unwrap());
+        assert!(b.release(&read, r1).await.unwrap().was_held);
+        assert!(
+            !b.release(&read, r1).await.unwrap().was_held,
+            "released twice"
+        );
+        assert!(!b.extend(&read, r1, Duration::from_secs(30)).await.unwrap());
+        busy(
+            take(b, &mutex, Token::random(), 30_000, false).await,
+            "mutex beside the second reader",
+        );
+        assert!(b.release(&read, r2).await.unwrap().was_held);
+        assert_eq!(b.inspect(&read).await.unwrap(), None);
+        assert_eq!(count(false), 0);
+        let r3 = Token::random();
+        let f3 = taken(take(b, &read, r3, 30_000, false).await, "lone again");
+        assert!(f3 > f2);
+        assert_eq!(count(false), lone_holds);
+        assert!(b.release(&read, r3).await.unwrap().was_held);
+        let f4 = taken(take(b, &mutex, m, 30_000, false).await, "mutex");
+        assert!(f4 > f3);
+        assert!(b.release(&mutex, m).await.unwrap().was_held);
     }
 
     /// Permit holders must agree on the number of permits; the semaphore admits that many, and

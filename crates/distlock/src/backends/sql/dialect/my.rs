@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use crate::backends::sql::kinds::{
-    holds_table, names_table, Share, PERMIT, READ, READ_MARK, SEM_MARK, WRITER, WRITER_PLACE_MS,
+    holds_table, names_table, Share, LONE_READER, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
+    WRITER_PLACE_MS,
 };
 
 /// MySQL / MariaDB statements, built per call.
@@ -28,6 +29,11 @@ pub(super) fn my_ms_floor() -> String {
 
 pub(super) fn my_ms_ceil() -> String {
     format!("(({MY_US} + 999) DIV 1000)")
+}
+
+/// Whether the `token` column `col` says that readers hold the key (a lone one or several).
+fn readers_hold(col: &str) -> String {
+    format!("({col} = '{READ_MARK}' OR {col} LIKE '{LONE_READER}%')")
 }
 
 /// A byte string as a MySQL hex literal: nothing in it can end the literal.
@@ -62,8 +68,8 @@ impl MyLock<'_> {
         assert!(
             self.token
                 .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b'-'),
-            "tokens are hex digits"
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b':'),
+            "tokens are hex digits, UUIDs or readers' ids"
         );
         self.token
     }
@@ -358,10 +364,11 @@ impl My {
                  expires_ms = IF({free}, {ceil} + {lease_ms}, expires_ms)
              WHERE {w} AND LAST_INSERT_ID(IF({free},
                  {fence} * 2 + IFNULL(wanted_ms > {floor}, 0),
-                 {BUSY} + IF(token = '{READ_MARK}', {SHARED}, 0)
+                 {BUSY} + IF({readers}, {SHARED}, 0)
                      + GREATEST({until} - {ceil}, 0))) > 0",
             BUSY = MyOutcome::BUSY,
             SHARED = MyOutcome::READ_SHARED,
+            readers = readers_hold("token"),
         )
     }
 
@@ -409,9 +416,10 @@ impl My {
                  created_ms = IF({free}, VALUES(created_ms), created_ms),
                  token = IF({free}, VALUES(token), token),
                  expires_ms = IF({free}, VALUES(expires_ms), expires_ms);
-             SELECT token = '{tok}', fence, expires_ms - {ceil}, token = '{READ_MARK}'
+             SELECT token = '{tok}', fence, expires_ms - {ceil}, {readers}
              FROM {t} WHERE {w}",
-            half = want_ms / 2
+            half = want_ms / 2,
+            readers = readers_hold("token"),
         )
     }
 
@@ -619,8 +627,43 @@ impl My {
         )
     }
 
+    /// A lone reader's hold in the key's row (native layout; see `kinds::LONE_READER`), as a
+    /// prepared statement: takes a free or expired row that no waiting writer keeps readers
+    /// out of (or renews the reader's own); one matched row when it did, with the new fence as
+    /// `LAST_INSERT_ID`. Nothing else is written: a busy row, or none, is left to
+    /// [`acquire_share`](Self::acquire_share). Its release and renewal are the mutex's
+    /// statements with the reader's id as the token.
+    pub(crate) fn acquire_lone_prepared(&self) -> Prepared {
+        let (t, h) = (&self.table, &self.side);
+        let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
+        let fence = format!("GREATEST(fence + 1, {MY_US})");
+        Prepared::new(&format!(
+            "UPDATE {t} SET
+                 fence = {fence}, created_ms = {ceil}, expires_ms = {ceil} + :lease, token = :tok
+             WHERE region = :region AND lock_key = :key
+               AND (token = :tok
+                    OR ((token IS NULL OR expires_ms <= {floor})
+                        AND NOT EXISTS (SELECT 1 FROM {h} x
+                                        WHERE x.region = :region AND x.lock_key = :key
+                                          AND x.kind = '{WRITER}' AND x.expires_ms > {floor})))
+               AND LAST_INSERT_ID({fence}) > 0"
+        ))
+    }
+
+    /// The statement of [`acquire_share`](Self::acquire_share)'s transaction whose outcome
+    /// the client reads.
+    pub(crate) fn share_outcome_at(share: Share) -> usize {
+        if share.is_read() {
+            4
+        } else {
+            1
+        }
+    }
+
     /// A read hold or a permit for `l.token` (native layout): one transaction in one round
-    /// trip. Its `UPDATE` of the key's row (statement 1, counting from 0) decides in its
+    /// trip. A reader first moves a lone reader in the key's row into the holds table
+    /// (statements 1 to 3, after which the row is marked shared). Its `UPDATE` of the key's row
+    /// (statement [`share_outcome_at`](Self::share_outcome_at), counting from 0) decides in its
     /// `WHERE` clause, with subqueries on the holds that refer to the row (so that the server
     /// reads them only after it read, and locked, the row; constant ones it may evaluate
     /// before), and keeps the outcome as `LAST_INSERT_ID(expr)` ([`MyShareOutcome`]), which
@@ -674,10 +717,28 @@ impl My {
                   AND {room}))"
         );
         let taken = format!("LAST_INSERT_ID() < {}", MyShareOutcome::DISAGREE);
+        let lone = if share.is_read() {
+            let w = self.where_lock(l);
+            let lone = format!("{w} AND token LIKE '{LONE_READER}%' AND expires_ms > {floor}");
+            // The row lock first: the INSERT's read of the row would otherwise take a shared
+            // lock that two transactions could each hold while waiting to write the row.
+            format!(
+                "SELECT 1 FROM {t} WHERE {w} FOR UPDATE;
+                 INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
+                 SELECT region, lock_key, token, '{READ}', 0, expires_ms, fence FROM {t}
+                 WHERE {lone}
+                 ON DUPLICATE KEY UPDATE kind = VALUES(kind), permits = VALUES(permits),
+                     expires_ms = VALUES(expires_ms), fence = VALUES(fence);
+                 UPDATE {t} SET token = '{READ_MARK}' WHERE {lone};"
+            )
+        } else {
+            String::new()
+        };
         // `expires_ms` is assigned first, so that it reads the row's own `token` and
         // `expires_ms` whether the server applies the assignments left to right or all at once.
         format!(
             "START TRANSACTION;
+             {lone}
              UPDATE {t} AS m SET
                  expires_ms = IF({taken},
                      IF(token = '{mark}' AND expires_ms > {floor},
@@ -842,10 +903,11 @@ impl My {
         format!(
             "INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
              SELECT region, lock_key, {tok}, '{WRITER}', 0, {} + {WRITER_PLACE_MS}, 0 FROM {t}
-             WHERE {} AND token = '{READ_MARK}' AND expires_ms > {}
+             WHERE {} AND {} AND expires_ms > {}
              ON DUPLICATE KEY UPDATE expires_ms = VALUES(expires_ms)",
             my_ms_ceil(),
             self.where_lock(l),
+            readers_hold("token"),
             my_ms_floor()
         )
     }
@@ -884,12 +946,13 @@ impl My {
             );
             format!(
                 "m.token IS NOT NULL AND m.expires_ms > {}
-                 AND NOT (m.token = '{READ_MARK}'
+                 AND NOT ({readers}
                           AND NOT EXISTS (SELECT 1 FROM {h} x WHERE {held} AND x.kind = '{WRITER}'))
                  AND NOT (m.token = '{SEM_MARK}'
                           AND (SELECT COUNT(*) FROM {h} x WHERE {held} AND x.kind = '{PERMIT}')
                               < (SELECT MAX(x.permits) FROM {h} x WHERE {held} AND x.kind = '{PERMIT}'))",
-                my_ms_floor()
+                my_ms_floor(),
+                readers = readers_hold("m.token"),
             )
         };
         let free = format!("NOT EXISTS (SELECT 1 FROM {t} m WHERE {w} AND {live})");

@@ -1,8 +1,13 @@
 //! PostgreSQL statements: prepared once per connection, with `$n` parameters.
 
 use crate::backends::sql::kinds::{
-    holds_table, names_table, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
+    holds_table, names_table, LONE_READER, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
 };
+
+/// Whether the `token` column `col` says that readers hold the key (a lone one or several).
+fn readers_hold(col: &str) -> String {
+    format!("({col} = '{READ_MARK}' OR {col} LIKE '{LONE_READER}%')")
+}
 
 /// The SQL text of one backend instance.
 #[derive(Debug, Clone)]
@@ -45,6 +50,9 @@ pub(crate) struct PgKinds {
     pub(crate) commit: &'static str,
     /// `$1` region, `$2` key: creates the key's row (free) if missing, and locks it.
     pub(crate) lock_row: String,
+    /// A lone reader's hold in the key's row (see `kinds::LONE_READER`); its release and
+    /// renewal are the mutex statements with the reader's id as the token.
+    pub(crate) acquire_lone: String,
     /// The share statements after `lock_row`, and on their own (`_now`, see
     /// [`acquire_share`]).
     pub(crate) acquire_share: String,
@@ -88,6 +96,7 @@ impl Pg {
         let free = format!(
             "(l.token IS NULL OR l.token = excluded.token OR l.expires_ms <= {PG_MS_FLOOR})"
         );
+        let readers = readers_hold("token");
         let mut create = Vec::new();
         if let Some(s) = schema {
             create.push(format!("CREATE SCHEMA IF NOT EXISTS {}", pg_ident(s)));
@@ -130,7 +139,10 @@ impl Pg {
             // Returns (ours, fence, remaining ms, readers hold it).
             acquire_existing: Some(acquire_existing(
                 &t,
-                &format!("token = $3, fence, expires_ms - {PG_MS_CEIL}, token = '{READ_MARK}'"),
+                &format!(
+                    "token = $3, fence, expires_ms - {PG_MS_CEIL}, {}",
+                    readers_hold("token")
+                ),
             )),
             // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms.
             // Takes a free, expired or own row; on a busy row only (re)stamps `wanted_ms` when
@@ -148,7 +160,7 @@ impl Pg {
                                       ELSE excluded.created_ms + $5::bigint END
                  WHERE {free} OR l.wanted_ms IS NULL
                     OR l.wanted_ms < excluded.created_ms + $5::bigint / 2
-                 RETURNING token = $3, fence, expires_ms - {PG_MS_CEIL}, token = '{READ_MARK}'"
+                 RETURNING token = $3, fence, expires_ms - {PG_MS_CEIL}, {readers}"
             ),
             // $1 region, $2 key, $3 token, $4 channel, $5 payload. Returns (contended) when
             // released; notifies listeners in the same statement when a waiter stamped the row.
@@ -323,8 +335,9 @@ fn acquire_existing(t: &str, returning: &str) -> String {
                               ELSE {PG_MS_CEIL} + $5::bigint END
          WHERE region = $1 AND lock_key = $2
            AND ({free_old} OR l.wanted_ms IS NULL
-                OR l.wanted_ms < {PG_MS_CEIL} + $5::bigint / 2 OR l.token = '{READ_MARK}')
-         RETURNING {returning}"
+                OR l.wanted_ms < {PG_MS_CEIL} + $5::bigint / 2 OR {readers})
+         RETURNING {returning}",
+        readers = readers_hold("l.token")
     )
 }
 
@@ -368,9 +381,11 @@ fn share_head(t: &str, cols: &str, now: bool) -> String {
 
 /// $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms, $6 kind ('r'/'s'), $7 permits
 /// (0 for readers), $8 the row's share mark. Takes a share when the token holds one already
-/// (a repeated attempt), or when the row is free, expired or marked for this kind and nothing
-/// keeps the attempt out: a live waiting writer keeps readers out, a full semaphore or holders
-/// with other permits keep permits out. Otherwise only stamps `wanted_ms`, as the mutex does.
+/// (a repeated attempt), or when the row is free, expired or marked for this kind (for a
+/// reader: or held by a lone reader) and nothing keeps the attempt out: a live waiting writer
+/// keeps readers out, a full semaphore or holders with other permits keep permits out. A lone
+/// reader in the row moves into the holds table then. Otherwise only stamps `wanted_ms`, as the
+/// mutex does.
 /// Always one row: (settled, taken, fence, other holders' permits, remaining ms of the row);
 /// see [`share_head`] for `settled`.
 fn acquire_share(t: &str, h: &str, now: bool) -> String {
@@ -382,12 +397,19 @@ fn acquire_share(t: &str, h: &str, now: bool) -> String {
              WHERE region = $1 AND lock_key = $2 AND expires_ms > {floor}
          ), v AS (
              SELECT
-                 EXISTS (SELECT 1 FROM h WHERE token = $3 AND kind = $6::text) AS mine,
+                 (EXISTS (SELECT 1 FROM h WHERE token = $3 AND kind = $6::text)
+                  OR COALESCE(m.token = $3 AND m.expires_ms > {floor}, false)) AS mine,
                  (SELECT max(permits) FROM h
                   WHERE kind = '{PERMIT}' AND permits <> $7::int AND token <> $3) AS other,
-                 (m.token IS NULL OR m.expires_ms <= {floor} OR m.token = $8::text) AS free,
+                 (m.token IS NULL OR m.expires_ms <= {floor} OR m.token = $8::text
+                  OR ($6::text = '{READ}' AND m.token LIKE '{LONE_READER}%')) AS free,
+                 COALESCE($6::text = '{READ}' AND m.token LIKE '{LONE_READER}%'
+                          AND m.expires_ms > {floor}, false) AS lone,
                  (SELECT count(*) FROM h WHERE kind = $6::text AND token <> $3) AS holders,
-                 (SELECT max(expires_ms) FROM h WHERE kind = $6::text AND token <> $3) AS until,
+                 GREATEST(
+                     (SELECT max(expires_ms) FROM h WHERE kind = $6::text AND token <> $3),
+                     CASE WHEN $6::text = '{READ}' AND m.token LIKE '{LONE_READER}%'
+                               AND m.token <> $3 THEN m.expires_ms END) AS until,
                  EXISTS (SELECT 1 FROM h WHERE kind = '{WRITER}') AS writer_waits,
                  GREATEST(m.fence + 1, {us}) AS next,
                  m.expires_ms - {ceil} AS remaining
@@ -400,6 +422,13 @@ fn acquire_share(t: &str, h: &str, now: bool) -> String {
          ), ins AS (
              INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
              SELECT $1, $2, $3, $6::text, $7::int, {ceil} + $4::bigint, next FROM d WHERE ok
+             ON CONFLICT (region, lock_key, token) DO UPDATE SET
+                 kind = excluded.kind, permits = excluded.permits,
+                 expires_ms = excluded.expires_ms, fence = excluded.fence
+         ), mig AS (
+             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
+             SELECT $1, $2, m.token, '{READ}', 0, m.expires_ms, m.fence FROM m, d
+             WHERE d.ok AND d.lone AND m.token <> $3
              ON CONFLICT (region, lock_key, token) DO UPDATE SET
                  kind = excluded.kind, permits = excluded.permits,
                  expires_ms = excluded.expires_ms, fence = excluded.fence
@@ -418,7 +447,7 @@ fn acquire_share(t: &str, h: &str, now: bool) -> String {
          ), prune AS (
              DELETE FROM {h}
              WHERE region = $1 AND lock_key = $2 AND expires_ms <= {floor} AND token <> $3
-               AND EXISTS (SELECT 1 FROM m)
+               AND token IS DISTINCT FROM (SELECT token FROM m) AND EXISTS (SELECT 1 FROM m)
          )
          SELECT EXISTS (SELECT 1 FROM m), d.ok, d.next, d.other::bigint, d.remaining
          FROM (SELECT 1) AS one LEFT JOIN d ON true"
@@ -478,6 +507,22 @@ fn native_kinds(t: &str, h: &str) -> PgKinds {
              VALUES ($1, $2, NULL, 0, 0, 0, NULL)
              ON CONFLICT (region, lock_key) DO UPDATE SET token = l.token WHERE false"
         ),
+        // $1 region, $2 key, $3 the reader's id, $4 lease ms. Takes a free or expired row
+        // that no waiting writer keeps readers out of (or renews the reader's own); returns
+        // (fence) when it did. Nothing else is written: a busy row is left to `acquire_share`.
+        acquire_lone: format!(
+            "UPDATE {t} AS l SET
+                 token = $3, fence = GREATEST(l.fence + 1, {us}), created_ms = {ceil},
+                 expires_ms = {ceil} + $4::bigint
+             WHERE region = $1 AND lock_key = $2
+               AND (l.token = $3
+                    OR ((l.token IS NULL OR l.expires_ms <= {floor})
+                        AND NOT EXISTS (SELECT 1 FROM {h} x
+                                        WHERE x.region = $1 AND x.lock_key = $2
+                                          AND x.kind = '{WRITER}' AND x.expires_ms > {floor})))
+             RETURNING fence",
+            us = PG_US,
+        ),
         acquire_share: acquire_share(t, h, false),
         acquire_share_now: acquire_share(t, h, true),
         release_share: release_share(t, h, false),
@@ -519,10 +564,11 @@ fn native_kinds(t: &str, h: &str) -> PgKinds {
         writer_place: format!(
             "INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
              SELECT $1, $2, $3, '{WRITER}', 0, {ceil} + {place}, 0 FROM {t}
-             WHERE region = $1 AND lock_key = $2 AND token = '{READ_MARK}' AND expires_ms > {floor}
+             WHERE region = $1 AND lock_key = $2 AND {readers} AND expires_ms > {floor}
              ON CONFLICT (region, lock_key, token) DO UPDATE SET expires_ms = excluded.expires_ms
              RETURNING 1",
             place = crate::backends::sql::kinds::WRITER_PLACE_MS,
+            readers = readers_hold("token"),
         ),
         // $1 region, $2 key, $3 the waiter's token: the place of a writer that acquired.
         unplace: format!(

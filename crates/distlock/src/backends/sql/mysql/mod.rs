@@ -28,7 +28,7 @@ use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
 use super::doorbell::{doorbell_name, Doorbells, Ring, HEAD_GRACE_MS, LISTEN_WAIT_S};
-use super::kinds::{disagreement, place, HeldRow, Place, Share, WriterPlaces};
+use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, scrub, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
@@ -271,6 +271,7 @@ impl MySqlBackend {
                 acquire_prepared: native.acquire_existing_prepared(None),
                 acquire_deferring: native.acquire_existing_prepared(Some(HEAD_GRACE_MS)),
                 release_prepared: native.release_prepared(),
+                acquire_lone: native.acquire_lone_prepared(),
                 options,
                 ready: tokio::sync::Mutex::new(false),
                 ready_fast: AtomicBool::new(false),
@@ -377,6 +378,7 @@ impl Inner {
     }
 
     /// A read hold or a permit: one transaction in one round trip (see `My::acquire_share`).
+    /// A reader first tries the key's row alone (`My::acquire_lone_prepared`).
     async fn take_share(
         &self,
         name: &LockName,
@@ -385,34 +387,54 @@ impl Inner {
         share: Share,
     ) -> Result<Attempt> {
         let (a, b) = self.row_key(name)?;
-        let owner = token.to_string();
+        let owner = share_owner(name, token);
         let lock = MyLock {
             region: &a,
             key: &b,
             token: &owner,
         };
         let (lease, want) = (lease_ms(lease), WANT_WINDOW_MS);
-        let sql = self.sql.acquire_share(&lock, share, lease, want);
-        let out = self.run_transaction("try_acquire", &sql, true).await?;
-        let outcome = match statement(&out, 1) {
-            (0, _) => {
-                // The key's first use: the transaction that creates its row.
-                let sql = self.sql.acquire_share_first(&lock, share, lease, want);
+        let unreported =
+            || Error::backend(KIND, "the server did not report the acquisition's outcome");
+        let mut outcome = None;
+        if share.is_read() {
+            let out = self
+                .run_prepared("try_acquire", &self.acquire_lone, &lock, lease, true)
+                .await?;
+            if out.affected > 0 {
+                let fence = out.last_insert_id.and_then(|f| i64::try_from(f).ok());
+                outcome = Some(MyShareOutcome::Acquired {
+                    fence: fence.ok_or_else(unreported)?,
+                });
+            }
+        }
+        let outcome = match outcome {
+            Some(o) => o,
+            None => {
+                let sql = self.sql.acquire_share(&lock, share, lease, want);
                 let out = self.run_transaction("try_acquire", &sql, true).await?;
-                let Some(row) = out.rows.first() else {
-                    return Err(Error::backend(KIND, "the acquisition returned no outcome"));
-                };
-                match (int(row, 0), int(row, 1)) {
-                    (Some(fence), _) => MyShareOutcome::Acquired { fence },
-                    (None, Some(permits)) => MyShareOutcome::Disagree { permits },
-                    _ => MyShareOutcome::Busy {
-                        remaining_ms: int(row, 2).unwrap_or(0),
-                    },
+                match statement(&out, My::share_outcome_at(share)) {
+                    (0, _) => {
+                        // The key's first use: the transaction that creates its row.
+                        let sql = self.sql.acquire_share_first(&lock, share, lease, want);
+                        let out = self.run_transaction("try_acquire", &sql, true).await?;
+                        let Some(row) = out.rows.first() else {
+                            return Err(Error::backend(
+                                KIND,
+                                "the acquisition returned no outcome",
+                            ));
+                        };
+                        match (int(row, 0), int(row, 1)) {
+                            (Some(fence), _) => MyShareOutcome::Acquired { fence },
+                            (None, Some(permits)) => MyShareOutcome::Disagree { permits },
+                            _ => MyShareOutcome::Busy {
+                                remaining_ms: int(row, 2).unwrap_or(0),
+                            },
+                        }
+                    }
+                    (_, v) => v.and_then(MyShareOutcome::decode).ok_or_else(unreported)?,
                 }
             }
-            (_, v) => v.and_then(MyShareOutcome::decode).ok_or_else(|| {
-                Error::backend(KIND, "the server did not report the acquisition's outcome")
-            })?,
         };
         match outcome {
             MyShareOutcome::Acquired { fence } => {
@@ -506,14 +528,29 @@ impl LockTable for Inner {
 
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.row_key(name)?;
-        if let Place::Shared(_) = place(name) {
+        if let Place::Shared(share) = place(name) {
             self.check_kind(name)?;
-            let owner = token.to_string();
-            let sql = self.sql.release_share(&MyLock {
+            let owner = share_owner(name, token);
+            let lock = MyLock {
                 region: &a,
                 key: &b,
                 token: &owner,
-            });
+            };
+            if share.is_read() {
+                // A lone reader's release is the mutex's; a reader that was joined is in the
+                // holds table.
+                let out = self
+                    .run_prepared("release", &self.release_prepared, &lock, 0, false)
+                    .await?;
+                if out.affected > 0 {
+                    self.signals.fire(&channel(name));
+                    return Ok(Released {
+                        was_held: true,
+                        contended: out.last_insert_id == Some(2),
+                    });
+                }
+            }
+            let sql = self.sql.release_share(&lock);
             let out = self.run_transaction("release", &sql, false).await?;
             let (matched, code) = statement(&out, 1);
             let code = code.unwrap_or(0);
@@ -565,17 +602,25 @@ impl LockTable for Inner {
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let (a, b) = self.row_key(name)?;
-        if let Place::Shared(_) = place(name) {
+        if let Place::Shared(share) = place(name) {
             self.check_kind(name)?;
-            let owner = token.to_string();
-            let sql = self.sql.extend_share(
-                &MyLock {
-                    region: &a,
-                    key: &b,
-                    token: &owner,
-                },
-                lease_ms(lease),
-            );
+            let owner = share_owner(name, token);
+            let lock = MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            };
+            // A lone reader's renewal is the mutex's.
+            if share.is_read()
+                && self
+                    .run("extend", &self.sql.extend(&lock, lease_ms(lease)), true)
+                    .await?
+                    .affected
+                    > 0
+            {
+                return Ok(true);
+            }
+            let sql = self.sql.extend_share(&lock, lease_ms(lease));
             let out = self.run_transaction("extend", &sql, true).await?;
             return Ok(statement(&out, 2).0 > 0);
         }

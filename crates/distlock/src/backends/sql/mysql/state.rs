@@ -35,6 +35,8 @@ pub(super) struct Inner {
     /// The same for a waiter that another process is ahead of (see `Doorbells::behind`).
     pub(super) acquire_deferring: Prepared,
     pub(super) release_prepared: Prepared,
+    /// A lone reader's hold in the key's row (see `My::acquire_lone_prepared`).
+    pub(super) acquire_lone: Prepared,
     /// Whether the side table (native: the holds; Spring: the key names) exists.
     pub(super) side_table: AtomicBool,
     pub(super) writers: WriterPlaces,

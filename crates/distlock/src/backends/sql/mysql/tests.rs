@@ -135,6 +135,16 @@ async fn a_crashed_share_ends_with_its_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_reader_is_joined_and_leaves_first() {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let count = holds_of(&db);
+    crate::backends::sql::kinds::checks::a_lone_reader_is_joined_and_leaves_first(&b, &count, true)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_must_agree() {
     let server = MariaDbServer::machine_or_start().expect("mariadb-server");
     let db = server.fresh_database().unwrap();

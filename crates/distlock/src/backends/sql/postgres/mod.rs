@@ -24,7 +24,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, Row};
 
 use super::dialect::Pg;
-use super::kinds::{disagreement, place, HeldRow, Place, Share, WriterPlaces};
+use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
@@ -310,7 +310,8 @@ impl Inner {
     }
 
     /// A read hold or a permit: one statement, or where that finds the key's row changing (or
-    /// missing), the transaction after the row lock (see `PgKinds`).
+    /// missing), the transaction after the row lock (see `PgKinds`). A reader first tries the
+    /// key's row alone (`PgKinds::acquire_lone`).
     async fn take_share(
         &self,
         name: &LockName,
@@ -319,7 +320,22 @@ impl Inner {
         share: Share,
     ) -> Result<Attempt> {
         let (a, b) = self.ident(name)?;
-        let (owner, lease) = (token.to_string(), lease_ms(lease));
+        let (owner, lease) = (share_owner(name, token), lease_ms(lease));
+        if share.is_read() {
+            let rows = self
+                .query(
+                    "try_acquire",
+                    Stmt::AcquireLone,
+                    &[&a, &b, &owner, &lease],
+                    true,
+                )
+                .await?;
+            if let Some(row) = rows.first() {
+                return Ok(Attempt::Acquired {
+                    fence: fence_from(KIND, row.get(0))?,
+                });
+            }
+        }
         let params: [&(dyn ToSql + Sync); 8] = [
             &a,
             &b,
@@ -434,10 +450,22 @@ impl LockTable for Inner {
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.ident(name)?;
         let payload = self.payload(name);
-        if let Place::Shared(_) = place(name) {
+        if let Place::Shared(share) = place(name) {
             self.check_kind(name)?;
-            let owner = token.to_string();
+            let owner = share_owner(name, token);
             let params: [&(dyn ToSql + Sync); 5] = [&a, &b, &owner, &self.listen_channel, &payload];
+            if share.is_read() {
+                // A lone reader's release is the mutex's; a reader that was joined is in the
+                // holds table.
+                let rows = self.query("release", Stmt::Release, &params, false).await?;
+                if let Some(row) = rows.first() {
+                    self.signals.fire(&channel(name));
+                    return Ok(Released {
+                        was_held: true,
+                        contended: row.get(0),
+                    });
+                }
+            }
             // Unsettled (the row changing, or missing), it changed nothing: again after the
             // row lock.
             let mut rows = self
@@ -480,15 +508,26 @@ impl LockTable for Inner {
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let (a, b) = self.ident(name)?;
+        let lease = lease_ms(lease);
         let (stmt, owner) = match place(name) {
             Place::Row => (Stmt::Extend, self.owner(name, token)),
-            Place::Shared(_) => {
+            Place::Shared(share) => {
                 self.check_kind(name)?;
-                (Stmt::ExtendShare, token.to_string())
+                let owner = share_owner(name, token);
+                if share.is_read() {
+                    // A lone reader's renewal is the mutex's.
+                    let rows = self
+                        .query("extend", Stmt::Extend, &[&a, &b, &owner, &lease], true)
+                        .await?;
+                    if !rows.is_empty() {
+                        return Ok(true);
+                    }
+                }
+                (Stmt::ExtendShare, owner)
             }
         };
         let rows = self
-            .query("extend", stmt, &[&a, &b, &owner, &lease_ms(lease)], true)
+            .query("extend", stmt, &[&a, &b, &owner, &lease], true)
             .await?;
         Ok(!rows.is_empty())
     }

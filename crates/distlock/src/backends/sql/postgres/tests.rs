@@ -129,6 +129,16 @@ async fn a_crashed_share_ends_with_its_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_reader_is_joined_and_leaves_first() {
+    let s = setup(2).await;
+    let count = holds_of(&s.db);
+    crate::backends::sql::kinds::checks::a_lone_reader_is_joined_and_leaves_first(
+        &s.b, &count, true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_must_agree() {
     let s = setup(2).await;
     crate::backends::sql::kinds::checks::permits_must_agree(&s.b).await;

@@ -590,6 +590,16 @@ async fn a_crashed_share_ends_with_its_lease() {
 }
 
 #[tokio::test]
+async fn a_lone_reader_is_joined_and_leaves_first() {
+    let (_dir, b) = temp_backend();
+    let count = holds_of(b.path().to_owned());
+    crate::backends::sql::kinds::checks::a_lone_reader_is_joined_and_leaves_first(
+        &b, &count, false,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn permits_must_agree() {
     let (_dir, b) = temp_backend();
     crate::backends::sql::kinds::checks::permits_must_agree(&b).await;
