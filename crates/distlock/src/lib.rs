@@ -140,7 +140,7 @@ mod metrics;
 mod multi;
 mod registry;
 mod renewal;
-#[cfg(any(feature = "zookeeper-tls", feature = "redis"))]
+#[cfg(any(feature = "zookeeper-tls", feature = "redis", feature = "postgres"))]
 mod tls;
 mod url;
 

@@ -11,7 +11,15 @@ use std::sync::Arc;
 
 /// ring, the provider distlock uses.
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(ring())
+}
+
+/// ring's provider. rustls 0.23.48 deprecates it for lacking post-quantum key exchange; the
+/// provider that has it (aws-lc-rs) needs a C toolchain and CMake to build, and distlock builds
+/// with the Rust toolchain alone.
+#[allow(deprecated)]
+fn ring() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
 }
 
 /// Installs ring as rustls's process default, unless a default is already installed. Only
@@ -20,6 +28,6 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 pub(crate) fn ensure_default_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race with another installer is fine: a default exists either way.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = ring().install_default();
     }
 }

@@ -233,6 +233,8 @@ async fn ring_becomes_the_process_default_provider() {
     let server = tls_server(&ca, false);
     lock_and_release(&url(&server, "", &root(), &ca, false)).await;
     let default = rustls::crypto::CryptoProvider::get_default().expect("a default provider");
+    // Deprecated since rustls 0.23.48 (no post-quantum key exchange), still what distlock uses.
+    #[allow(deprecated)]
     let ring = rustls::crypto::ring::default_provider();
     let suites = |p: &rustls::crypto::CryptoProvider| {
         p.cipher_suites

@@ -29,6 +29,9 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, Failure> {
             .map_err(|e| bad("the key", key, &e))?
             .ok_or_else(|| bad("the key", key, &"no PEM private key in it"))?
     };
+    // ring: deprecated since rustls 0.23.48 for lacking post-quantum key exchange, but the
+    // provider that has it (aws-lc-rs) needs a C toolchain, and distlock builds with Rust alone.
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

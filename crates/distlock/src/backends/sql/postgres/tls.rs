@@ -62,7 +62,7 @@ impl SslMode {
 }
 
 pub(super) fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    crate::tls::provider()
 }
 
 /// The TLS files named in the URL (libpq's parameter names).
