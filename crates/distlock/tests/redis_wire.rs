@@ -401,3 +401,158 @@ async fn force_release_deletes_any_holder_and_publishes() {
     assert!(next.fence() > fence, "the fence counter was kept");
     next.release().await.unwrap();
 }
+
+/// Waits until the key's wait queue has `n` members (a condition, not a delay).
+async fn queued(server: &RedisServer, key: &str, n: usize) {
+    let since = Instant::now();
+    while server
+        .cli(&["ZCARD", &format!("{{lock:{key}}}:queue")])
+        .unwrap()
+        != n.to_string()
+    {
+        assert!(since.elapsed() < Duration::from_secs(10), "never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `looper` gets the contended key `key` from the queue right after releasing it (its slice
+/// begins), with `waiter` queued behind it; returns the looper's guard and the waiter's task, which records when it
+/// got the lock.
+async fn a_slice_with_a_waiter(
+    server: &RedisServer,
+    looper: &LockRegistry,
+    waiter: &LockRegistry,
+    key: &'static str,
+) -> (
+    distlock::LockGuard,
+    tokio::task::JoinHandle<(Instant, u64)>,
+    Instant,
+) {
+    // The looper takes the key again right after a release (which hands it to the waiter):
+    // it takes the key in a loop, so its releases in the slice will reserve it.
+    let lock = looper.obtain(key).unwrap();
+    let g = lock.lock().await.unwrap();
+    let taking = waiter.obtain(key).unwrap();
+    let taking = tokio::spawn(async move { taking.lock().await.unwrap() });
+    queued(server, key, 1).await;
+    g.release().await.unwrap();
+    let started = Instant::now();
+    let looping = tokio::spawn(async move { lock.lock().await.unwrap() });
+    let first = taking.await.unwrap();
+    queued(server, key, 1).await;
+    first.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(10), looping)
+        .await
+        .expect("the looper is served")
+        .unwrap();
+    let lock = waiter.obtain(key).unwrap();
+    let waiting = tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let got = (Instant::now(), g.fence());
+        g.release().await.unwrap();
+        got
+    });
+    queued(server, key, 1).await;
+    (g, waiting, started)
+}
+
+/// Within its slice, a backend that got a contended lock and takes it again right after each
+/// release keeps it: each release leaves the key reserved for it (`~<instance>`), the waiter
+/// stays queued, and each acquisition still takes a new, higher fence. Once the looper stops,
+/// the waiter gets the lock when the reservation runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_holder_keeps_a_contended_lock_for_its_slice() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let slice = Duration::from_millis(900);
+    let looper = registry(&format!("{}?hold_slice=900ms", server.url())).await;
+    let waiter = registry(&server.url()).await;
+    let (mut g, waiting, started) = a_slice_with_a_waiter(&server, &looper, &waiter, "slice").await;
+    let lock = looper.obtain("slice").unwrap();
+    let mut cycles = 0;
+    // The slice began after `started`: half of it measured from there is surely inside it.
+    while started.elapsed() < slice / 2 {
+        let fence = g.fence();
+        g.release().await.unwrap();
+        let value = server.cli(&["GET", "lock:slice"]).unwrap();
+        assert!(
+            value.starts_with('~'),
+            "not reserved after a release: {value:?}"
+        );
+        g = lock.lock().await.unwrap();
+        assert!(g.fence() > fence, "fence {} after {fence}", g.fence());
+        cycles += 1;
+        assert!(!waiting.is_finished(), "the waiter got in within the slice");
+        assert_eq!(
+            server.cli(&["ZCARD", "{lock:slice}:queue"]).unwrap(),
+            "1",
+            "the waiter lost its place"
+        );
+    }
+    assert!(cycles >= 1, "no cycle within the slice");
+    let last = g.fence();
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (at, fence) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gets the lock once the reservation runs out")
+        .unwrap();
+    assert!(at > released && fence > last, "fence {fence} after {last}");
+}
+
+/// At the end of its slice the looper's release hands the lock to the waiter, and the
+/// looper's next acquisition queues behind it; with `hold_slice=0` that happens at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_its_slice_a_looping_holder_queues_behind_the_waiter() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    for (url, key) in [
+        (format!("{}?hold_slice=0ms", server.url()), "strict"),
+        (format!("{}?hold_slice=50ms", server.url()), "short"),
+    ] {
+        let looper = registry(&url).await;
+        let waiter = registry(&server.url()).await;
+        let (mut g, waiting, _) = a_slice_with_a_waiter(&server, &looper, &waiter, key).await;
+        let lock = looper.obtain(key).unwrap();
+        // The waiter's fence lies between the looper's last fence before it and the first
+        // after it: that tells in which cycle the lock went to the waiter.
+        let mut fences = vec![g.fence()];
+        let waiter_fence = loop {
+            g.release().await.unwrap();
+            g = tokio::time::timeout(Duration::from_secs(10), lock.lock())
+                .await
+                .expect("the looper gets the lock back")
+                .unwrap();
+            fences.push(g.fence());
+            if waiting.is_finished() {
+                break waiting.await.unwrap().1;
+            }
+            assert!(fences.len() < 100_000, "{key}: the waiter is never served");
+        };
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+        let cycle = fences.iter().position(|&f| f > waiter_fence);
+        assert!(
+            cycle.is_some_and(|c| c >= 1),
+            "{key}: waiter fence {waiter_fence} outside the looper's {fences:?}"
+        );
+        if key == "strict" {
+            assert_eq!(
+                cycle,
+                Some(1),
+                "without a slice the first release hands the lock over"
+            );
+        }
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_hold_slice_longer_than_half_the_waiter_ttl_is_refused() {
+    for q in ["hold_slice=1500ms", "hold_slice=soon"] {
+        let err = RedisBackend::connect(&format!("redis://127.0.0.1:1/?{q}"))
+            .await
+            .expect_err(q);
+        assert!(
+            matches!(err, distlock::Error::InvalidConfig(_)),
+            "{q}: {err}"
+        );
+    }
+}

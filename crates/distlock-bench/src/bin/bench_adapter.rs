@@ -165,7 +165,14 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let opts = RegistryOptions::default().with_lease(Duration::from_millis(args.ttl_ms));
-    let registry = LockRegistry::connect(&args.redis, opts)
+    // `strict`: every release hands a contended lock to the head of the queue (no slices).
+    let url = if args.variant == "strict" {
+        let sep = if args.redis.contains('?') { '&' } else { '?' };
+        format!("{}{sep}hold_slice=0ms", args.redis)
+    } else {
+        args.redis.clone()
+    };
+    let registry = LockRegistry::connect(&url, opts)
         .await
         .map_err(|e| e.to_string())?;
     let warm = handle(
@@ -227,10 +234,15 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let wait = if args.variant == "nolock" {
         "no lock: the critical section alone"
-    } else {
+    } else if args.variant == "strict" {
         "local FIFO queue first (bounded local hand-over); remote waiters queue in Redis and \
-         a release hands the lock to the first (its wake-up message carries the fence); \
+         every release hands the lock to the first (its wake-up message carries the fence); \
          jittered PTTL-bounded polling as fallback"
+    } else {
+        "local FIFO queue first (bounded local hand-over); remote waiters queue in Redis; a \
+         holder that takes the lock again at once keeps it for a 5 ms slice, then its release \
+         hands it to the first waiter (its wake-up message carries the fence); jittered \
+         PTTL-bounded polling as fallback"
     };
     let lib_version = format!("distlock {}", env!("CARGO_PKG_VERSION"));
     let summary = AdapterSummary {

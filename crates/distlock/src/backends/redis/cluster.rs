@@ -32,7 +32,8 @@
 //!
 //! Query parameters: `min_replicas` (replicas that must acknowledge an acquisition or an
 //! extension with `WAIT` before it counts; default 1 when every master has a replica at
-//! connect, else 0), `replica_timeout` (how long `WAIT` may take, default 1 s) and
+//! connect, else 0), `replica_timeout` (how long `WAIT` may take, default 1 s),
+//! `hold_slice` (see [`RedisOptions::hold_slice`](super::RedisOptions::hold_slice)) and
 //! `spring_legacy_channel`. `WAIT` follows the write on the same connection, also when an
 //! `ASK` sent the write to another node.
 //!
@@ -711,7 +712,7 @@ pub(super) async fn extend_by_slot(backend: &RedisBackend, batch: &[Renewal]) ->
 }
 
 /// Connects to the cluster named by `url`; see the module docs.
-pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
+pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<RedisBackend> {
     let shown = crate::redact(url);
     let bad = |what: String| Error::config(format!("redis cluster URL {shown:?}: {what}"));
     let raw = RawUrl::split(url)
@@ -737,12 +738,16 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     let legacy = params.bool("spring_legacy_channel")?.unwrap_or(false);
     let ca_file = params.string("ca_file");
     let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
+    if let Some(slice) = params.duration("hold_slice")? {
+        options.hold_slice = slice;
+    }
     params.finish(&[
         "min_replicas",
         "replica_timeout",
         "spring_legacy_channel",
         "ca_file",
         "allow_insecure_auth",
+        "hold_slice",
     ])?;
     refuse_clear_password(
         &format!("redis cluster URL {shown:?}"),

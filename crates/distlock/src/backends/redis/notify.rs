@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
@@ -27,31 +28,108 @@ pub(super) struct PubSub {
 /// lock over; the others' to `RELEASE_ALONE`, which costs the server less and tells when
 /// waiters turned up after all. Bounded: cleared when full, which costs the contended keys
 /// one round trip each.
+///
+/// For each such key it also keeps this backend's slice of the lock (see
+/// [`RedisOptions::hold_slice`](super::RedisOptions::hold_slice)): when the slice began, and
+/// whether the last release reserved the key for this backend's next acquisition.
 #[derive(Default)]
-pub(super) struct Contended(Mutex<std::collections::HashSet<String>>);
+pub(super) struct Contended(Mutex<HashMap<String, Slice>>);
+
+#[derive(Default)]
+pub(super) struct Slice {
+    /// The end of this backend's slice: until then a release made right before the next
+    /// acquisition asks for it reserves the lock for that acquisition.
+    until: Option<Instant>,
+    /// The last release reserved the key for this backend: an attempt must be the script,
+    /// which recognises the reservation (a plain `SET NX` finds it busy).
+    reserved: bool,
+    /// The head waiter was told that the slice holds the lock until its end.
+    told: bool,
+    /// When the last release of the key ended, until the next acquisition begins.
+    released_at: Option<Instant>,
+    /// The acquisition after the last release began within a slice of it: this backend takes
+    /// the key in a loop, and a reservation is likely to be used. A program that releases and
+    /// is done (or works a while first) leaves none, which its waiters would wait out.
+    quick: bool,
+}
 
 const MAX_CONTENDED: usize = 4096;
 
 impl Contended {
+    fn with<T>(&self, key: &str, f: impl FnOnce(&mut Slice) -> T) -> Option<T> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get_mut(key).map(f)
+    }
+
     pub(super) fn contains(&self, key: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(key)
+        self.with(key, |_| ()).is_some()
     }
 
     pub(super) fn mark(&self, key: &str) {
-        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if !set.contains(key) {
-            if set.len() >= MAX_CONTENDED {
-                set.clear();
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !map.contains_key(key) {
+            if map.len() >= MAX_CONTENDED {
+                map.clear();
             }
-            set.insert(key.to_owned());
+            map.insert(key.to_owned(), Slice::default());
         }
     }
 
     pub(super) fn unmark(&self, key: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+
+    /// An acquisition of `key` begins (its first attempt). Returns whether the key is reserved
+    /// for this backend.
+    pub(super) fn attempting(&self, key: &str, slice: Duration) -> bool {
+        self.with(key, |s| {
+            if let Some(at) = s.released_at.take() {
+                s.quick = at.elapsed() < slice;
+            }
+            s.reserved
+        })
+        .unwrap_or(false)
+    }
+
+    /// This backend holds `key` now: a slice begins, unless the lock came from this backend's
+    /// reservation (`reserved`), which is part of the slice that made it (also when taken
+    /// just after its end).
+    pub(super) fn acquired(&self, key: &str, slice: Duration, reserved: bool) {
+        self.with(key, |s| {
+            s.reserved = false;
+            s.released_at = None;
+            let now = Instant::now();
+            if !reserved || s.until.is_none() {
+                s.until = Some(now + slice);
+                s.told = false;
+            }
+        });
+    }
+
+    /// What the release of `key` asks for: `Some((ms, tell))` to reserve the key for this
+    /// backend's next acquisition for `ms` (the rest of the slice) and, with `tell`, to tell
+    /// the head waiter so; `None` to hand the lock over (or free it).
+    pub(super) fn reservation(&self, key: &str) -> Option<(u64, bool)> {
+        self.with(key, |s| {
+            let left = s.until?.checked_duration_since(Instant::now())?;
+            let ms = u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+            (s.quick && ms >= 1).then_some((ms, !s.told))
+        })
+        .flatten()
+    }
+
+    /// A release of `key` ended: the key is now reserved for this backend, or not.
+    pub(super) fn released(&self, key: &str, reserved: bool) {
+        self.with(key, |s| {
+            s.released_at = Some(Instant::now());
+            s.reserved = reserved;
+            if reserved {
+                s.told = true;
+            } else {
+                s.until = None;
+                s.quick = false;
+            }
+        });
     }
 }
 

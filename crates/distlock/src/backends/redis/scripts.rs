@@ -166,6 +166,11 @@ return f
 /// Only the head of the wait queue (or anyone, when nobody waits) may take a free lock; a
 /// held lock is busy without a look at the queue.
 ///
+/// A lock reserved for the caller's backend instance (`~<instance>:<grace>`, see [`RELEASE`])
+/// is taken as a free one is, without a look at the queue. Another instance's reservation is
+/// busy while its slice lasts (the reply's `PTTL` is what is left of the slice), and free for
+/// the head of the queue once the slice has ended.
+///
 /// A lock already held with the caller's token is the caller's: a release handed it over and
 /// the message was lost, or an earlier attempt succeeded but its reply was lost. That counts
 /// as acquired, with the lease set anew from now (the client counts it from this attempt) and
@@ -177,7 +182,7 @@ return f
 /// there, so it keeps increasing across data loss unless the clock steps back or the key saw
 /// more than a million acquisitions a second. [`FENCE_SEED`] is the bound both paths use.
 pub(super) const ACQUIRE: &str = r"
-local head, won = nil, false
+local head, won, retry = nil, false, nil
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] then
   won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -185,6 +190,19 @@ if holder == ARGV[1] then
 elseif not holder then
   head = ARGV[5] ~= '0' and purge() or nil
   won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+elseif type(holder) == 'string' and string.byte(holder) == 126 then
+  local by, grace = string.match(holder, '^~(%x+):(%d+)$')
+  if by == string.sub(ARGV[4], 34) then
+    won = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  elseif by then
+    local left = redis.call('PTTL', KEYS[1]) - tonumber(grace)
+    if left > 0 then
+      retry = left
+    else
+      head = ARGV[5] ~= '0' and purge() or nil
+      won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    end
+  end
 end
 if won then
   if head then
@@ -200,7 +218,7 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
 end
-return {0, redis.call('PTTL', KEYS[1]), fence_now()}
+return {0, retry or redis.call('PTTL', KEYS[1]), fence_now()}
 ";
 
 /// The smallest fence counter value that [`ACQUIRE`] accepts as seeded; below it the counter
@@ -208,9 +226,25 @@ return {0, redis.call('PTTL', KEYS[1]), fence_now()}
 pub(super) const FENCE_SEED: i64 = 1_000_000_000_000;
 
 /// KEYS: lock, fence, queue, waiter places. ARGV: token, channel, wake channel prefix, legacy
-/// channel (`1` or `0`). Returns 3 when released and handed to a waiter, 1 when released with
-/// nobody to hand it to, 0 when not held by token. The lock goes to the first distlock waiter,
-/// if any (see `pass_on`), else it is deleted and published.
+/// channel (`1` or `0`), and for a reservation its `PX` (the rest of the slice plus the
+/// grace), its value `~<instance>:<grace ms>` and whether to tell the head waiter (`1` or
+/// `0`). Returns 4 when reserved, 3 when released
+/// and handed to a waiter, 1 when released with nobody to hand it to, 0 when not held by
+/// token. The lock goes to the first distlock waiter, if any (see `pass_on`), else it is
+/// deleted and published.
+///
+/// A reservation (the rest of the releasing instance's slice, see
+/// [`RedisOptions::hold_slice`](super::RedisOptions::hold_slice)) is made only while
+/// somebody is queued: the lock key becomes `~<instance>:<grace>` with `PX` = the rest of the
+/// slice plus the grace, which [`ACQUIRE`] from that instance takes at once, so a program
+/// that takes the key in a loop keeps it without a hand-over (two process switches and a
+/// dozen calls from Lua) each time. The first reservation of a slice, made only when the head
+/// of the queue is a mutex waiter, tells it so (`<member>:~` on its wake channel, no fence:
+/// not a grant); its next attempt learns what is left of the slice and comes back then, in
+/// case the instance does not, and takes the lock. Until the grace (the waiter ttl) has also
+/// passed, the key stays taken for everybody else: a key with distlock waiters queued is
+/// never free for a plain `SET NX`, also not while the head waiter wakes up, and when every
+/// waiter is gone it is free again after as long as a crashed waiter holds up the queue.
 /// `pcall`: a hash at the key (a read-write lock or semaphore took it after this hold was
 /// lost) is simply not ours.
 ///
@@ -219,8 +253,37 @@ pub(super) const FENCE_SEED: i64 = 1_000_000_000_000;
 /// queue once, in `pass_on`: each call into the server from Lua costs about as much as a
 /// small command (1 to 2 µs), and a contended lock cycle is mostly such calls.
 pub(super) const RELEASE: &str = r"
+if ARGV[5] and redis.call('EXISTS', KEYS[3]) == 1 then
+  local head, lease, kind
+  if ARGV[7] == '1' then head, lease, kind = purge() end
+  if ARGV[7] ~= '1' or (head and kind == '') then
+    redis.call('SET', KEYS[1], ARGV[6], 'PX', ARGV[5])
+    if head then redis.call('PUBLISH', ARGV[3] .. string.sub(head, 34), head .. ':~') end
+    return 4
+  end
+end
 if pass_on(ARGV[2], ARGV[4], ARGV[3], ARGV[1]) then return 3 end
 return 1
+";
+
+/// KEYS: lock, queue. ARGV: token, reservation (`~<instance>:<grace ms>`), its `PX`. The
+/// release of a hold within its slice once the head waiter was told (see [`RELEASE`]): returns
+/// 0 when not held by token, 4 when reserved, and 2, having done nothing, when nobody is
+/// queued any more ([`RELEASE`] then frees the key). Three calls and no helpers to define.
+pub(super) const RESERVE: &str = r"
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 2 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 4
+";
+
+/// KEYS: lock, fence. ARGV: reservation (`~<instance>:<grace ms>`), token, lease ms. Takes the
+/// lock reserved for the caller's instance (see [`RELEASE`]): returns {1, fence}, or {0} when
+/// the key holds anything else ([`ACQUIRE`] then makes the attempt).
+pub(super) const TAKE: &str = r"
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return {0} end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {1, fence()}
 ";
 
 /// KEYS: lock, queue. ARGV: token, the release channel with the key (`<channel>:<lock key>`),
@@ -461,6 +524,14 @@ local t = redis.call('TYPE', KEYS[1])['ok']
 local mode = false
 if t == 'hash' then
   mode = redis.call('HGET', KEYS[1], 'mode') or 'foreign'
+elseif t == 'string' then
+  mode = 'string'
+  -- A mutex holder's reservation whose slice has ended (see RELEASE) is a free key.
+  local grace = string.match(redis.call('GET', KEYS[1]), '^~%x+:(%d+)$')
+  if grace and redis.call('PTTL', KEYS[1]) <= tonumber(grace) then
+    redis.call('DEL', KEYS[1])
+    mode = false
+  end
 elseif t ~= 'none' then
   mode = 'string'
 end
@@ -824,6 +895,8 @@ pub(super) struct Scripts {
     pub(super) acquire: Lua,
     pub(super) release: Lua,
     pub(super) release_alone: Lua,
+    pub(super) reserve: Lua,
+    pub(super) take: Lua,
     pub(super) force_release: Lua,
     pub(super) extend: Lua,
     pub(super) extend_many: Lua,
@@ -847,6 +920,12 @@ impl Scripts {
             acquire: Lua::with_queue(ACQUIRE, floored),
             release: Lua::with_queue_after(RELEASE_FAST, RELEASE, floored),
             release_alone: Lua::new(RELEASE_ALONE),
+            reserve: Lua::new(RESERVE),
+            take: Lua::new(&if floored {
+                format!("{}{TAKE}", floored_fence!())
+            } else {
+                format!("{}{TAKE}", counter_fence!())
+            }),
             force_release: Lua::with_kinds(FORCE_RELEASE, floored),
             leave: Lua::with_queue(LEAVE, floored),
             extend: Lua::new(EXTEND),

@@ -11,7 +11,8 @@
 //! Query parameters: `min_replicas` (replicas that must acknowledge an acquisition or an
 //! extension with `WAIT` before it counts; default 1 when the master has replicas, else 0),
 //! `replica_timeout` (how long `WAIT` may take, default 1 s), `sentinel_user` and
-//! `sentinel_password` (the Sentinels' own credentials), `db`, and with `rediss+sentinel://`
+//! `sentinel_password` (the Sentinels' own credentials), `db`, `hold_slice` (see
+//! [`RedisOptions::hold_slice`](super::RedisOptions::hold_slice)), and with `rediss+sentinel://`
 //! `ca_file` (PEM certificates of the authority that signed the servers' certificates; the
 //! Mozilla roots without it). Each certificate is verified for the host the Sentinels name,
 //! so the servers' certificates must carry the addresses they announce.
@@ -135,7 +136,7 @@ async fn follow_switches(
 }
 
 /// Connects through the Sentinels named by `url`; see the module docs.
-pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBackend> {
+pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<RedisBackend> {
     let shown = crate::redact(url);
     let bad = |what: String| Error::config(format!("redis sentinel URL {shown:?}: {what}"));
     let raw = RawUrl::split(url)
@@ -164,6 +165,9 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
     let db = params.integer::<u16>("db")?.unwrap_or(0);
     let ca_file = params.string("ca_file");
     let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
+    if let Some(slice) = params.duration("hold_slice")? {
+        options.hold_slice = slice;
+    }
     params.finish(&[
         "min_replicas",
         "replica_timeout",
@@ -172,6 +176,7 @@ pub(super) async fn connect(url: &str, options: RedisOptions) -> Result<RedisBac
         "db",
         "ca_file",
         "allow_insecure_auth",
+        "hold_slice",
     ])?;
     refuse_clear_password(
         &format!("redis sentinel URL {shown:?}"),
