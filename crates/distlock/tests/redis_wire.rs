@@ -492,6 +492,11 @@ async fn a_looping_holder_keeps_a_contended_lock_for_its_slice() {
     let last = g.fence();
     let released = Instant::now();
     g.release().await.unwrap();
+    // Reserved, or already the waiter's: never free for a client outside the queue.
+    let set = server
+        .cli(&["SET", "lock:slice", "foreign", "NX", "PX", "60000"])
+        .unwrap();
+    assert_ne!(set, "OK", "a SET NX client took the reserved lock");
     let (at, fence) = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .expect("the waiter gets the lock once the reservation runs out")
