@@ -218,7 +218,7 @@ impl Lock {
         // A backend with read-write locks also queues a waiting exclusive attempt, which
         // keeps new readers out until it is served.
         let queues = waits && (caps.fifo || (caps.read_write && self.kind().is_exclusive()));
-        let expect_busy = local.contended;
+        let expect_busy = local.contended || backend.expects_busy(name);
         let mut sub: Option<ReleaseSubscription> = None;
         // With notifications, polling only catches expiry and lost messages: start slower.
         let mut poll = if notifies {
@@ -251,7 +251,7 @@ impl Lock {
         }
         // The last acquisition of this key had to wait: expect to wait again and listen before
         // the first attempt, which saves the attempt that would follow a late subscription.
-        if waits && notifies && sub.is_none() && local.contended {
+        if waits && notifies && sub.is_none() && expect_busy {
             sub = backend.subscribe(name, token).await.ok();
         }
 

@@ -368,6 +368,16 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Whether the backend knows `name` to be held by somebody else now, as when its own last
+    /// release of it handed the lock to a queued waiter. No I/O. An acquisition that may wait
+    /// then listens and joins the queue with its first attempt instead of trying first, which
+    /// saves it a round trip (and, on one CPU, lets the new holder run before it); a `try_lock`
+    /// still makes its attempt. The default knows nothing.
+    fn expects_busy(&self, name: &LockName) -> bool {
+        let _ = name;
+        false
+    }
+
     /// The fence of a lock the backend has handed to the waiting `token`, if it has: a
     /// release passed the lock to the head of a wait queue and told that waiter so (Redis puts
     /// the fence in its wake-up message), which saves the waiter an attempt. Taken at most

@@ -221,7 +221,11 @@ async fn a_release_grants_the_lock_and_its_fence_to_the_head_waiter() {
         None,
         "nothing granted yet"
     );
+    assert!(!holder.expects_busy(&name), "nothing handed over yet");
     assert!(holder.release(&name, first).await.unwrap().was_held);
+    // The holder knows it gave the lock away: its next blocking acquisition queues at once.
+    assert!(holder.expects_busy(&name));
+    assert!(!waiter.expects_busy(&name));
     tokio::time::timeout(Duration::from_secs(5), sub.released())
         .await
         .expect("the waiter is woken");

@@ -711,6 +711,11 @@ impl Backend for RedisBackend {
         grant
     }
 
+    /// A mutex this backend's last release handed to a queued waiter.
+    fn expects_busy(&self, name: &LockName) -> bool {
+        name.kind() == LockKind::Mutex && self.contended.handed_over(&Self::lock_key(name))
+    }
+
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         self.grants.forget(&token.to_hex_bytes());
         self.leave_key(name, token, true).await
@@ -760,7 +765,7 @@ impl Backend for RedisBackend {
                 .await?;
             match r.int() {
                 Some(4) => {
-                    self.contended.released(&key, true);
+                    self.contended.released(&key, true, false);
                     return Ok(released(true));
                 }
                 Some(0) => return Ok(released(false)),
@@ -785,7 +790,7 @@ impl Backend for RedisBackend {
                 Ok(released(true))
             }
             r => {
-                self.contended.released(&key, r == Some(4));
+                self.contended.released(&key, r == Some(4), r == Some(3));
                 Ok(released(matches!(r, Some(3 | 4))))
             }
         }

@@ -51,6 +51,9 @@ pub(super) struct Slice {
     /// the key in a loop, and a reservation is likely to be used. A program that releases and
     /// is done (or works a while first) leaves none, which its waiters would wait out.
     quick: bool,
+    /// The last release handed the lock to a queued waiter, and this backend has not held it
+    /// since: it is somebody else's.
+    handed_over: bool,
 }
 
 const MAX_CONTENDED: usize = 4096;
@@ -91,12 +94,18 @@ impl Contended {
         .unwrap_or(false)
     }
 
+    /// The last release of `key` handed it to a waiter, and this backend has not held it since.
+    pub(super) fn handed_over(&self, key: &str) -> bool {
+        self.with(key, |s| s.handed_over).unwrap_or(false)
+    }
+
     /// This backend holds `key` now: a slice begins, unless the lock came from this backend's
     /// reservation (`reserved`), which is part of the slice that made it (also when taken
     /// just after its end).
     pub(super) fn acquired(&self, key: &str, slice: Duration, reserved: bool) {
         self.with(key, |s| {
             s.reserved = false;
+            s.handed_over = false;
             s.released_at = None;
             let now = Instant::now();
             if !reserved || s.until.is_none() {
@@ -118,11 +127,13 @@ impl Contended {
         .flatten()
     }
 
-    /// A release of `key` ended: the key is now reserved for this backend, or not.
-    pub(super) fn released(&self, key: &str, reserved: bool) {
+    /// A release of `key` ended: the key is now reserved for this backend, or handed to a
+    /// waiter, or neither.
+    pub(super) fn released(&self, key: &str, reserved: bool, handed_over: bool) {
         self.with(key, |s| {
             s.released_at = Some(Instant::now());
             s.reserved = reserved;
+            s.handed_over = handed_over;
             if reserved {
                 s.told = true;
             } else {
