@@ -164,12 +164,7 @@ async fn a_release_hands_the_lock_to_the_first_waiter_not_to_a_later_arrival() {
         let first_fence = g.fence();
         let lock = waiter.obtain("handoff").unwrap();
         let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
-        // Queued once the queue has a member (a condition, not a delay).
-        let queued = Instant::now();
-        while server.cli(&["ZCARD", "{lock:handoff}:queue"]).unwrap() != "1" {
-            assert!(queued.elapsed() < Duration::from_secs(10), "never queued");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        queued(&server, "handoff", 1).await;
         g.release().await.unwrap();
         let set = server
             .cli(&["SET", "lock:handoff", "foreign", "NX", "PX", "60000"])

@@ -45,7 +45,7 @@ use redis::AsyncConnectionConfig;
 
 use self::keys::{reader_prefix, sibling_key};
 use self::kinds::{disagreement, letter, KindAttempt};
-use self::notify::{Contended, Grants, PubSub};
+use self::notify::{Contended, Grants, Left, PubSub};
 use self::resp::{ConnInfo, Pool, Reply};
 use self::scripts::{Lua, Scripts, FENCE_SEED};
 use self::transport::{refuse_clear_password, server_err};
@@ -440,28 +440,30 @@ impl RedisBackend {
         }
     }
 
-    /// A mutex attempt on `key`, and whether it took this backend's reservation: the pipelined
-    /// `SET NX PX` and `INCR` for a try, unless the key is reserved for this backend (see
-    /// [`RedisOptions::hold_slice`]); else the script.
+    /// A mutex attempt on `key`: the pipelined `SET NX PX` and `INCR` for a try, unless the
+    /// key is reserved for this backend (see [`RedisOptions::hold_slice`]), which `TAKE`
+    /// takes; else the script. An acquisition of a contended key begins or continues a slice.
     async fn acquire_mutex(
         &self,
         key: &str,
         token: Token,
         lease: Duration,
         mode: AcquireMode,
-    ) -> (Result<Attempt>, bool) {
-        let reserved = self.contended.attempting(key, self.hold_slice);
+    ) -> Result<Attempt> {
+        let seen = self.contended.attempting(key, self.hold_slice);
+        let reserved = seen == Some(true);
         if reserved {
-            match self.take_reserved(key, token, lease).await {
-                Ok(Some(fence)) => return (Ok(Attempt::Acquired { fence }), true),
-                Ok(None) => {}
-                Err(e) => return (Err(e), false),
+            if let Some(fence) = self.take_reserved(key, token, lease).await? {
+                self.contended.acquired(key, self.hold_slice, true);
+                return Ok(Attempt::Acquired { fence });
             }
         }
-        (
-            self.attempt_mutex(key, token, lease, mode, reserved).await,
-            false,
-        )
+        let attempt = self.attempt_mutex(key, token, lease, mode, reserved).await;
+        // A key not seen contended has no slice to begin.
+        if let (Ok(Attempt::Acquired { .. }), Some(_)) = (&attempt, seen) {
+            self.contended.acquired(key, self.hold_slice, false);
+        }
+        attempt
     }
 
     /// Takes the key reserved for this backend: its fence, or `None` when the reservation is
@@ -688,12 +690,8 @@ impl Backend for RedisBackend {
                 KindAttempt::Disagree { permits } => Err(disagreement(name, permits)),
             };
         }
-        let key = Self::lock_key(name);
-        let (attempt, reserved) = self.acquire_mutex(&key, token, lease, mode).await;
-        if let Ok(Attempt::Acquired { .. }) = attempt {
-            self.contended.acquired(&key, self.hold_slice, reserved);
-        }
-        attempt
+        self.acquire_mutex(&Self::lock_key(name), token, lease, mode)
+            .await
     }
 
     /// A release that found this waiter at the head of the queue set the lock key to its token
@@ -765,7 +763,7 @@ impl Backend for RedisBackend {
                 .await?;
             match r.int() {
                 Some(4) => {
-                    self.contended.released(&key, true, false);
+                    self.contended.released(&key, Left::Reserved);
                     return Ok(released(true));
                 }
                 Some(0) => return Ok(released(false)),
@@ -790,7 +788,12 @@ impl Backend for RedisBackend {
                 Ok(released(true))
             }
             r => {
-                self.contended.released(&key, r == Some(4), r == Some(3));
+                let left = match r {
+                    Some(4) => Left::Reserved,
+                    Some(3) => Left::HandedOver,
+                    _ => Left::Unknown,
+                };
+                self.contended.released(&key, left);
                 Ok(released(matches!(r, Some(3 | 4))))
             }
         }

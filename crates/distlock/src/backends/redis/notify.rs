@@ -40,9 +40,8 @@ pub(super) struct Slice {
     /// The end of this backend's slice: until then a release made right before the next
     /// acquisition asks for it reserves the lock for that acquisition.
     until: Option<Instant>,
-    /// The last release reserved the key for this backend: an attempt must be the script,
-    /// which recognises the reservation (a plain `SET NX` finds it busy).
-    reserved: bool,
+    /// What this backend's last release left, until it holds the key again.
+    left: Left,
     /// The head waiter was told that the slice holds the lock until its end.
     told: bool,
     /// When the last release of the key ended, until the next acquisition begins.
@@ -51,9 +50,19 @@ pub(super) struct Slice {
     /// the key in a loop, and a reservation is likely to be used. A program that releases and
     /// is done (or works a while first) leaves none, which its waiters would wait out.
     quick: bool,
-    /// The last release handed the lock to a queued waiter, and this backend has not held it
-    /// since: it is somebody else's.
-    handed_over: bool,
+}
+
+/// What a release of a contended key left at the key.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Left {
+    /// Nothing this backend knows of (it freed the key, or holds it now).
+    #[default]
+    Unknown,
+    /// A reservation for this backend: an attempt must be the script, which recognises it (a
+    /// plain `SET NX` finds it busy).
+    Reserved,
+    /// The lock of the waiter it was handed to: somebody else's.
+    HandedOver,
 }
 
 const MAX_CONTENDED: usize = 4096;
@@ -82,21 +91,21 @@ impl Contended {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
     }
 
-    /// An acquisition of `key` begins (its first attempt). Returns whether the key is reserved
-    /// for this backend.
-    pub(super) fn attempting(&self, key: &str, slice: Duration) -> bool {
+    /// An attempt on `key` begins. Returns `None` for a key not seen contended, else whether
+    /// it is reserved for this backend.
+    pub(super) fn attempting(&self, key: &str, slice: Duration) -> Option<bool> {
         self.with(key, |s| {
             if let Some(at) = s.released_at.take() {
                 s.quick = at.elapsed() < slice;
             }
-            s.reserved
+            s.left == Left::Reserved
         })
-        .unwrap_or(false)
     }
 
     /// The last release of `key` handed it to a waiter, and this backend has not held it since.
     pub(super) fn handed_over(&self, key: &str) -> bool {
-        self.with(key, |s| s.handed_over).unwrap_or(false)
+        self.with(key, |s| s.left == Left::HandedOver)
+            .unwrap_or(false)
     }
 
     /// This backend holds `key` now: a slice begins, unless the lock came from this backend's
@@ -104,8 +113,7 @@ impl Contended {
     /// just after its end).
     pub(super) fn acquired(&self, key: &str, slice: Duration, reserved: bool) {
         self.with(key, |s| {
-            s.reserved = false;
-            s.handed_over = false;
+            s.left = Left::Unknown;
             s.released_at = None;
             let now = Instant::now();
             if !reserved || s.until.is_none() {
@@ -127,18 +135,15 @@ impl Contended {
         .flatten()
     }
 
-    /// A release of `key` ended: the key is now reserved for this backend, or handed to a
-    /// waiter, or neither.
-    pub(super) fn released(&self, key: &str, reserved: bool, handed_over: bool) {
+    /// A release of `key` ended, leaving `left`.
+    pub(super) fn released(&self, key: &str, left: Left) {
         self.with(key, |s| {
             s.released_at = Some(Instant::now());
-            s.reserved = reserved;
-            s.handed_over = handed_over;
-            if reserved {
+            s.left = left;
+            if left == Left::Reserved {
                 s.told = true;
             } else {
                 s.until = None;
-                s.quick = false;
             }
         });
     }
