@@ -129,6 +129,9 @@
 //! - **Reentrancy.** The async API is not reentrant: locking a key whose guard the same task
 //!   holds waits for itself. [`blocking::Lock`] is reentrant per thread.
 #![warn(missing_docs, unreachable_pub, rustdoc::broken_intra_doc_links)]
+// docs.rs builds with `--cfg docsrs` on nightly (see `[package.metadata.docs.rs]`), so that each
+// item behind a cargo feature carries that feature's badge; stable builds never see this.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod backend;
