@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The torture harness of DESIGN §6: per backend, several worker processes take one lock and do
+# The torture harness (docs/SAFETY.md): per backend, several worker processes take one lock and do
 # a fenced read-modify-write on a checker store while a nemesis pauses (SIGSTOP) and kills
 # holders, stalls and cuts their connections, restarts servers and kills ensemble leaders.
 # See docs/SAFETY.md for what is measured and how to read the report.

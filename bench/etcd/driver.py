@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""distlock's etcd backend measured by the method of ../shared/bench/other-backends (read-only,
+"""distlock's etcd backend measured by the method of the other-backends harness ($DISTLOCK_OTHER_BACKENDS_HARNESS) (read-only,
 imported, not changed), in the same run as its baselines and its etcd recipes, against one
 throwaway etcd started by the harness's servers.py (same flags: fsync on, default snapshots).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """distlock's PostgreSQL and MariaDB backends measured by the method of
-../shared/bench/other-backends (read-only, imported, not changed), in the same run as its
+the other-backends harness ($DISTLOCK_OTHER_BACKENDS_HARNESS) (read-only, imported, not changed), in the same run as its
 baselines and its Spring-style lease-table recipe, against the same kind of throwaway servers.
 
 Per backend, one private server (the harness's servers.py: same settings, same pinning):

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # distlock's PostgreSQL and MariaDB backends beside the established recipes of
-# ../shared/bench/other-backends, by that harness's method (its servers, workers and statistics,
+# the other-backends harness ($DISTLOCK_OTHER_BACKENDS_HARNESS), by that harness's method (its servers, workers and statistics,
 # imported unchanged), in one run.
 #   bench/sql/run.sh                       # both databases (about 3 minutes)
 #   bench/sql/run.sh --backends pg --s2-s 4
-# Needs the packages of the shared harness (postgresql, mariadb-server, libmariadb-dev,
+# Needs the packages of that harness (postgresql, mariadb-server, libmariadb-dev,
 # pkg-config, python3-venv); makes target/bench-venv and builds the release worker (crate distlock-bench).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:-$root/../shared/bench/other-backends}
+harness=${DISTLOCK_OTHER_BACKENDS_HARNESS:?set it to a checkout of the other-backends lock benchmark harness}
 export DISTLOCK_OTHER_BACKENDS_HARNESS=$harness
 venv=$root/target/bench-venv
 if [ ! -x "$venv/bin/python" ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""distlock's ZooKeeper backend measured by the method of ../shared/bench/other-backends
+"""distlock's ZooKeeper backend measured by the method of the other-backends harness ($DISTLOCK_OTHER_BACKENDS_HARNESS)
 (read-only, imported, not changed), in the same run as that harness's kazoo Lock baseline,
 against one throwaway server started by the harness's servers.py (same settings, same pinning).
 

@@ -1,12 +1,12 @@
 //! What distlock's benchmark processes share: the shared clock, the JSON lines they print, and
 //! for the workers of `bench/{sql,zookeeper,etcd}` (`sql_bench_worker`, `zk_bench_worker`,
-//! `etcd_bench_worker`) the worker protocol of `../shared/bench/other-backends` (a ready line,
+//! `etcd_bench_worker`) the worker protocol of the other-backends harness (a ready line,
 //! a common start instant on stdin, one result line) with its flags and its two measured loops.
-//! `bench_adapter` speaks the adapter contract of `../shared/bench/peers` instead; it uses the
+//! `bench_adapter` speaks the adapter contract of the Redis lock harness instead; it uses the
 //! clock and [`AdapterCycle`] / [`AdapterSummary`] from here.
 //!
 //! Every protocol line is a `Serialize` struct printed by serde_json; the field names and their
-//! order are the ones the shared harnesses parse.
+//! order are the ones the external harnesses parse.
 
 #[cfg(feature = "scale")]
 pub mod spawn;
@@ -55,7 +55,7 @@ pub fn print_line<T: Serialize>(line: &T) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The adapter contract of `../shared/bench/peers` (`bench_adapter`)
+// The adapter contract of the Redis lock harness (`bench_adapter`)
 
 /// `{"ev":"cycle",...}`: one acquire/release cycle of worker `w`, the instants `t0..t3`.
 #[derive(Debug, Serialize)]
@@ -93,7 +93,7 @@ pub struct AdapterSummary<'a> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The worker protocol of `../shared/bench/other-backends` (the three workers)
+// The worker protocol of the other-backends harness (the three workers)
 
 /// `{"ev":"ready",...}`: warmed up, waiting for the start line.
 #[derive(Debug, Serialize)]

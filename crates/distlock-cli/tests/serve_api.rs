@@ -1,4 +1,4 @@
-//! `distlock serve` over a real HTTP client: every row of DESIGN §5, bad input, tokens, an
+//! `distlock serve` over a real HTTP client: every row of docs/SERVE.md, bad input, tokens, an
 //! unreachable backend, caller-owned leases, events and shutdown; shared holds and permits
 //! (on `memory://`, the one backend with every kind on this branch), and the list.
 

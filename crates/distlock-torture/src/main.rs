@@ -1,4 +1,4 @@
-//! The distlock torture harness (DESIGN §6 "Torture"; docs/SAFETY.md).
+//! The distlock torture harness (docs/SAFETY.md).
 //!
 //! `distlock-torture [driver] [--backends LIST] [--duration DUR] [--report FILE] [--quick]
 //! [--workers N] [--lease DUR] [--logs DIR]` runs the driver; `distlock-torture worker ...` is

@@ -1,4 +1,4 @@
-//! distlock's adapter for the Redis lock benchmark harness (`../shared/bench/peers/`): speaks
+//! distlock's adapter for the Redis lock benchmark harness (`$DISTLOCK_PEERS_HARNESS`): speaks
 //! its adapter contract (flags in, JSON lines out) so distlock is measured beside other lock
 //! libraries in the same run. Registered in `bench/peers.json`; run with `scripts/bench-peers.sh`.
 //!

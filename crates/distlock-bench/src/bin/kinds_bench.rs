@@ -5,7 +5,7 @@
 //!    the read and write sides of its read-write lock and a permit of a 4-permit semaphore, in
 //!    alternating rounds of `--seconds` (median cycles/s per kind, and read / mutex);
 //! 2. **16 tasks** of one registry on one key, with an empty critical section: the mutex (local
-//!    hand-overs) beside readers (who share one remote hold); the shared harness's S3 run of
+//!    hand-overs) beside readers (who share one remote hold); the Redis lock harness's S3 run of
 //!    `distlock-read` is the Redis figure with a critical section;
 //! 3. **a semaphore of 4 permits and 8 processes** (this program started again as children):
 //!    each child takes a permit, marks itself inside with a file, counts the marks (more than 4

@@ -1,5 +1,5 @@
 //! One measuring process for the SQL lock benchmark (`bench/sql/run.sh`), speaking the worker
-//! protocol of `../shared/bench/other-backends/worker.py` so that the shared harness's analysis
+//! protocol of `worker.py` of the other-backends harness so that its analysis
 //! applies unchanged:
 //!
 //! 1. connect, warm up on a private key, print `{"ev":"ready",...}`;

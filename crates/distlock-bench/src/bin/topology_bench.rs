@@ -1,6 +1,6 @@
 //! distlock on the Redis topologies beside the raw cycle each is measured against, in the same
 //! run, alternating rounds. One client, one key, acquire + release back to back (the shape of
-//! the shared harness's S1).
+//! the Redis lock harness's S1).
 //!
 //! - `redlock`: three independent `redis-server`s; raw = parallel `SET key token NX PX` to every
 //!   node, then a parallel compare-and-delete (redsync's cycle).

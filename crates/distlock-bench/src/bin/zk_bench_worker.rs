@@ -1,5 +1,5 @@
 //! One measuring process for `bench/zookeeper` (run through `bench/zookeeper/run.sh`): the
-//! worker protocol of `../shared/bench/other-backends/worker.py`, with distlock's ZooKeeper
+//! worker protocol of `worker.py` of the other-backends harness, with distlock's ZooKeeper
 //! backend in place of kazoo.
 //!
 //! 1. connect, warm up (private key, not measured), print `{"ev":"ready",...}`;

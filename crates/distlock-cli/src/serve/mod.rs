@@ -1,4 +1,4 @@
-//! `distlock serve`: the configured backend over HTTP/1.1 (DESIGN §5), with a live page.
+//! `distlock serve`: the configured backend over HTTP/1.1 (docs/SERVE.md), with a live page.
 //!
 //! - `routes`: the router, authentication, bad input;
 //! - `holds`: holds taken over HTTP, each a lease its caller owns; `expiry`: when their

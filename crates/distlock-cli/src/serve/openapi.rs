@@ -1,4 +1,4 @@
-//! `GET /v1/openapi.json`: the OpenAPI 3 description of DESIGN §5, written by hand.
+//! `GET /v1/openapi.json`: the OpenAPI 3 description of docs/SERVE.md, written by hand.
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,4 @@
-//! The HTTP surface of DESIGN §5: one router, thin handlers that call the holds, the board and
+//! The HTTP surface of docs/SERVE.md: one router, thin handlers that call the holds, the board and
 //! the library; bad input becomes 400 with `{"error"}` before anything is taken.
 
 use std::sync::Arc;
