@@ -150,6 +150,37 @@ if [[ $quick -eq 0 ]]; then
 
     step "docs"
     run env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
+
+    step "packaging"
+    # The two published crates must package as crates.io would take them: every file they
+    # need inside the crate, a manifest cargo can rewrite, the metadata crates.io asks for.
+    # `--no-verify`: verifying would build both again from the packaged sources, every
+    # dependency included, in a target directory of its own (minutes on 2 CPUs) to prove what
+    # the builds above prove already, since neither crate reads a file outside its directory.
+    run cargo package -p distlock -p distlock-cli --no-verify --quiet
+    cargo metadata --format-version 1 --no-deps |
+        python3 scripts/check-manifests.py --published distlock distlock-cli
+
+    step "minimum Rust version"
+    # `rust-version` (root Cargo.toml) is the oldest toolchain we promise. Only one toolchain
+    # runs here, so two checks stand in for building with that one: clippy's `incompatible_msrv`
+    # lint (on by default, denied above) rejects standard-library items newer than it in our
+    # code, and no dependency a fresh clone resolves may declare a newer `rust-version`. No
+    # Cargo.lock is kept in git, so the dependencies are resolved afresh (resolver 3 prefers
+    # versions that support our `rust-version`) and this checkout's lock is put back after.
+    lock_saved=$(mktemp)
+    cp Cargo.lock "$lock_saved" 2>/dev/null || : >"$lock_saved"
+    restore_lock() {
+        if [[ -s $lock_saved ]]; then cp "$lock_saved" Cargo.lock; else rm -f Cargo.lock; fi
+        rm -f "$lock_saved"
+    }
+    trap restore_lock EXIT
+    run cargo generate-lockfile --quiet
+    cargo metadata --format-version 1 --all-features --locked >"$lock_saved.json"
+    run python3 scripts/check-manifests.py --msrv <"$lock_saved.json"
+    rm -f "$lock_saved.json"
+    restore_lock
+    trap - EXIT
 fi
 
 step "tests"

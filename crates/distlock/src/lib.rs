@@ -128,7 +128,13 @@
 //!   [`LockGuard::release`], which reports whether the lock was still held.
 //! - **Reentrancy.** The async API is not reentrant: locking a key whose guard the same task
 //!   holds waits for itself. [`blocking::Lock`] is reentrant per thread.
+//!
+//! The full contract, with what each backend keeps, its limits and what is not done yet, is
+//! `docs/GUARANTEES.md` in the repository.
 #![warn(missing_docs, unreachable_pub, rustdoc::broken_intra_doc_links)]
+// On by default; named because `rust-version` is only checked this way (scripts/test.sh): it
+// rejects standard-library items newer than the version users are promised.
+#![warn(clippy::incompatible_msrv)]
 // docs.rs builds with `--cfg docsrs` on nightly (see `[package.metadata.docs.rs]`), so that each
 // item behind a cargo feature carries that feature's badge; stable builds never see this.
 #![cfg_attr(docsrs, feature(doc_cfg))]
