@@ -157,7 +157,9 @@ if [[ $quick -eq 0 ]]; then
     # `--no-verify`: verifying would build both again from the packaged sources, every
     # dependency included, in a target directory of its own (minutes on 2 CPUs) to prove what
     # the builds above prove already, since neither crate reads a file outside its directory.
-    run cargo package -p distlock -p distlock-cli --no-verify --quiet
+    # `--allow-dirty`: this checks the packaging of the working tree, edits not yet committed
+    # included; a release is made from a clean checkout anyway.
+    run cargo package -p distlock -p distlock-cli --no-verify --allow-dirty --quiet
     cargo metadata --format-version 1 --no-deps |
         python3 scripts/check-manifests.py --published distlock distlock-cli
 
