@@ -52,8 +52,9 @@ pub const SCHEMES: &[&str] = &[
 ///
 /// Every backend reads its URL with the same rules: user and password are percent-decoded, a
 /// host list is `h1:p1,h2:p2` with IPv6 addresses in brackets, a boolean parameter is `true`,
-/// `1`, `yes`, `on` or `false`, `0`, `no`, `off`, and a duration is `500ms`, `5s`, `1m` or
-/// plain seconds.
+/// `1`, `yes`, `on` or `false`, `0`, `no`, `off`, and a duration follows the rule of
+/// [`duration::parse_duration`](crate::duration::parse_duration) (`500ms`, `5s`, `1h`, `1m30s`,
+/// or a number of seconds), the same as the `distlock` command's options.
 ///
 /// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong, and so is an
 /// unknown query parameter (named; a `redis://` query is left to the `redis` crate) and an
