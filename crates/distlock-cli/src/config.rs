@@ -79,6 +79,21 @@ impl Global {
         Ok(options)
     }
 
+    /// For the commands that only look (`status`, `list`, `unlock`): `None` when the backend is
+    /// the default SQLite file and it does not exist yet, so that looking creates neither the
+    /// directory nor the database; every lock of a database that does not exist is free.
+    pub async fn registry_if_any(&self) -> Result<Option<LockRegistry>, Failure> {
+        if matches!(self.backend.as_deref().map(str::trim), Some(url) if !url.is_empty()) {
+            return self.registry().await.map(Some);
+        }
+        self.options()?;
+        if !default_path()?.exists() {
+            tracing::debug!("no database yet: nothing is held");
+            return Ok(None);
+        }
+        self.registry().await.map(Some)
+    }
+
     /// Connects to the backend and builds a registry.
     pub async fn registry(&self) -> Result<LockRegistry, Failure> {
         let options = self.options()?;
@@ -101,8 +116,23 @@ pub fn parse_key(key: &str) -> Result<String, String> {
     Ok(key.to_owned())
 }
 
+/// The backend kind of the default URL, for what the looking commands print without one.
+pub const DEFAULT_KIND: &str = "sqlite";
+
 /// `sqlite:///<data dir>/distlock.db`, creating the directory.
 fn default_url() -> Result<String, Failure> {
+    let db = default_path()?;
+    if let Some(dir) = db.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Failure {
+            code: EXIT_BACKEND,
+            message: format!("cannot create the data directory {}: {e}", dir.display()),
+        })?;
+    }
+    Ok(sqlite_url(&db))
+}
+
+/// `<data dir>/distlock.db`, as an absolute path; creates nothing.
+fn default_path() -> Result<PathBuf, Failure> {
     let dir = data_dir(
         std::env::var_os("DISTLOCK_HOME"),
         std::env::var_os("XDG_DATA_HOME"),
@@ -124,11 +154,7 @@ fn default_url() -> Result<String, Failure> {
             })?
             .join(dir)
     };
-    std::fs::create_dir_all(&dir).map_err(|e| Failure {
-        code: EXIT_BACKEND,
-        message: format!("cannot create the data directory {}: {e}", dir.display()),
-    })?;
-    Ok(sqlite_url(&dir.join("distlock.db")))
+    Ok(dir.join("distlock.db"))
 }
 
 /// `$DISTLOCK_HOME`, else `$XDG_DATA_HOME/distlock` (only if absolute, as the XDG spec says),

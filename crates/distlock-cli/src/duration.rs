@@ -1,91 +1,12 @@
-//! Durations on the command line: `500ms`, `30s`, `2m`, `1h`, `1.5s`, `1m30s`.
-//!
-//! Kept instead of `humantime::parse_duration`, which also accepts `5 s`, `1sec`, `1M` (a month)
-//! and `1y`: this parser takes only the five short units the help shows, so `1M` is never read
-//! as a month where `1m` was meant (`rejects_garbage` pins the refusals).
+//! Durations on the command line, with the library's one rule ([`distlock::duration`]):
+//! `500ms`, `30s`, `2m`, `1h`, `1d`, `1.5s`, `1m30s`, or a number of seconds; the same as in
+//! backend URLs (`?connect_timeout=1h`).
 
 use std::time::Duration;
 
-/// Nanoseconds per unit, longest suffix first so that `ms` is not read as `m`.
-const UNITS: &[(&str, u128)] = &[
-    ("ms", 1_000_000),
-    ("s", 1_000_000_000),
-    ("m", 60_000_000_000),
-    ("h", 3_600_000_000_000),
-    ("d", 86_400_000_000_000),
-];
-
-const EXAMPLES: &str = "write it like 500ms, 30s, 2m or 1h";
-
-/// Parses a duration: one or more `<number><unit>` groups with units `ms`, `s`, `m`, `h`, `d`;
-/// the number may have a decimal fraction (`1.5s`). A bare number is refused because its unit
-/// would be a guess.
+/// Parses a duration (a clap value parser): the library's rule, its message as the error.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let s = text.trim();
-    if s.is_empty() {
-        return Err(format!("empty duration; {EXAMPLES}"));
-    }
-    let mut rest = s;
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let digits_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number = &rest[..digits_end];
-        rest = &rest[digits_end..];
-        if number.is_empty() {
-            return Err(format!(
-                "invalid duration {s:?}: expected a number; {EXAMPLES}"
-            ));
-        }
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_end];
-        rest = &rest[unit_end..];
-        if unit.is_empty() {
-            return Err(format!(
-                "invalid duration {s:?}: the unit is missing; {EXAMPLES}"
-            ));
-        }
-        let Some(&(_, per_unit)) = UNITS.iter().find(|(u, _)| *u == unit) else {
-            return Err(format!(
-                "invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
-            ));
-        };
-        let nanos = number_to_nanos(number, per_unit).ok_or_else(|| {
-            format!("invalid duration {s:?}: {number:?} is not a number or too large")
-        })?;
-        total = total
-            .checked_add(nanos)
-            .ok_or_else(|| format!("invalid duration {s:?}: too large"))?;
-    }
-    let nanos = u64::try_from(total).map_err(|_| format!("invalid duration {s:?}: too large"))?;
-    Ok(Duration::from_nanos(nanos))
-}
-
-/// `12` or `1.25` times `per_unit` nanoseconds; `None` when malformed or overflowing.
-fn number_to_nanos(number: &str, per_unit: u128) -> Option<u128> {
-    let (int, frac) = match number.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (number, ""),
-    };
-    if (int.is_empty() && frac.is_empty()) || frac.contains('.') || number.ends_with('.') {
-        return None;
-    }
-    if int.len() > 30 {
-        return None;
-    }
-    let int_value: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    let mut nanos = int_value.checked_mul(per_unit)?;
-    // Fraction digits beyond nanosecond precision are dropped.
-    let mut scale = per_unit;
-    for c in frac.chars() {
-        scale /= 10;
-        let digit = u128::from(c.to_digit(10)?);
-        nanos = nanos.checked_add(digit * scale)?;
-    }
-    Some(nanos)
+    distlock::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A duration that must be a positive lease within the library's bounds.
@@ -138,49 +59,19 @@ mod tests {
     }
 
     #[test]
-    fn parses_each_unit() {
-        assert_eq!(parse_duration("500ms"), Ok(ms(500)));
-        assert_eq!(parse_duration("30s"), Ok(ms(30_000)));
-        assert_eq!(parse_duration("2m"), Ok(ms(120_000)));
-        assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
-        assert_eq!(parse_duration("1d"), Ok(ms(86_400_000)));
-        assert_eq!(parse_duration(" 0s "), Ok(Duration::ZERO));
-    }
-
-    #[test]
-    fn parses_fractions_and_compounds() {
-        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
-        assert_eq!(parse_duration(".25s"), Ok(ms(250)));
-        assert_eq!(parse_duration("0.5m"), Ok(ms(30_000)));
-        assert_eq!(parse_duration("1m30s"), Ok(ms(90_000)));
-        assert_eq!(parse_duration("1h2m3s4ms"), Ok(ms(3_723_004)));
-        assert_eq!(parse_duration("1.0000000001s"), Ok(Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn rejects_garbage() {
-        for bad in [
-            "",
-            " ",
-            "30",
-            "s",
-            "ms",
-            "abc",
-            "10x",
-            "1.2.3s",
-            "1.s",
-            "5 s",
-            "-1s",
-            "+1s",
-            "1S",
-            "1sec",
-            "1m30",
-            "1e3ms",
-            "9999999999999999999999999999999999h",
-            "300000000000h",
+    fn the_rule_of_backend_urls() {
+        // `--lease 1h` and `?connect_timeout=1h` mean the same; so do `10` and `10s`.
+        for (text, expected) in [
+            ("1h", ms(3_600_000)),
+            ("1m30s", ms(90_000)),
+            ("1.5s", ms(1500)),
+            ("10", ms(10_000)),
         ] {
+            assert_eq!(parse_duration(text), Ok(expected), "{text}");
+        }
+        for bad in ["", "1M", "5 s", "1m30", "-1s"] {
             let err = parse_duration(bad).expect_err(bad);
-            assert!(!err.contains('\n'), "one line: {err}");
+            assert!(!err.contains('\n') && err.contains("500ms"), "{err}");
         }
     }
 

@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! distlock [--backend URL] [--prefix P] [-v] COMMAND
-//!   run --key K [--key K2 ...] [--shared | --permits N] [--lease DUR] [--wait DUR | --no-wait] -- CMD [ARGS...]
+//!   run --key K [--key K2 ...] [--shared | --write | --permits N] [--lease DUR] [--wait DUR | --no-wait] -- CMD [ARGS...]
 //!   status K [--json]
 //!   list [--json]
 //!   unlock K --force
 //!   demo [--workers N] [--hold DUR] [--key K]
 //!   serve [--listen ADDR] [--token-file FILE] [--tls-cert PEM --tls-key PEM]
+//!   completions bash|zsh|fish|elvish|powershell
+//!   man
 //! ```
 //!
 //! `run` starts CMD in a process group of its own and stops that group before the lease can
@@ -21,6 +23,7 @@ mod demo;
 mod duration;
 mod group;
 mod list;
+mod manual;
 mod run;
 mod serve;
 mod signals;
@@ -31,7 +34,7 @@ mod watcher;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
 use config::{Failure, Global, EXIT_USAGE};
 use duration::{parse_duration, parse_lease};
@@ -48,17 +51,18 @@ etcd://host:port[,host:port], etcds://...[?ca_file=/path/ca.pem]. Without one, l
 distlock.db in $DISTLOCK_HOME, else $XDG_DATA_HOME/distlock, else ~/.local/share/distlock.
 
 run: options come before CMD; CMD starts after -- or at the first word that is not an
-option, and an unknown option is a usage error. Without --shared or --permits, run holds K
-exclusively; --shared holds it shared with other --shared holders (the read side of K's
-read-write lock: flock -s beside flock -x); --permits N takes one of N permits of the
-semaphore K. Several --key are held together, all or nothing, taken in key order so that
+option, and an unknown option is a usage error. Without --shared, --write or --permits, run
+holds K exclusively (K's mutex); --shared holds it shared with other --shared holders (the
+read side of K's read-write lock: flock -s beside flock -x); --write holds the write side of
+that lock, alone (on ZooKeeper, Curator's readers wait for it, not for the mutex); --permits
+N takes one of N permits of the semaphore K. Several --key are held together, all or nothing, taken in key order so that
 two such runs cannot deadlock. CMD runs in a process group of its own (given the terminal
 when distlock has it), gets DISTLOCK_KEY and DISTLOCK_FENCE (of the first key given; with
 several keys also DISTLOCK_FENCES, a JSON object of key to fence) but not DISTLOCK_BACKEND; SIGINT, SIGTERM and SIGHUP to distlock are passed on to CMD's group, and
 the lock is released once the whole group is gone. If distlock dies, even by SIGKILL, a
 watcher process kills CMD's group.
 
-Stopping CMD (grace: DISTLOCK_KILL_GRACE, in ms or like 2s; default 5000): if renewals fail,
+Stopping CMD (grace: DISTLOCK_KILL_GRACE, a duration; default 5s): if renewals fail,
 CMD's group gets SIGTERM when the lease left is grace + margin, and SIGKILL when it is margin
 (margin: a tenth of the lease, 50ms to 1s), so it is gone before the lease can end. The
 grace must fit in a third of the lease minus the margin; a longer one is cut to that for
@@ -71,7 +75,11 @@ Exit status of run: CMD's own (128+N if signal N ended it); 75 lock not acquired
 76 lock lost while CMD ran, or CMD stopped because it was about to be lost; 127 CMD not
 found; 2 usage error; 1 backend error.
 status: 0 held, 3 free, 1 backend unreachable. list: 0, 1 backend unreachable.
-unlock --force: 0 removed, 3 nothing held, 1 backend unreachable.";
+unlock --force: 0 removed, 3 nothing held, 1 backend unreachable.
+status, list and unlock create nothing: without a database they find every lock free.
+
+Durations: 500ms, 30s, 2m, 1h, 1d, 1.5s, 1m30s, or a number of seconds (10); the same in
+URL parameters such as ?connect_timeout=10s.";
 
 /// Distributed locks from the command line.
 #[derive(Debug, Parser)]
@@ -113,6 +121,17 @@ enum Command {
     Demo(DemoArgs),
     /// Serve the backend over HTTP, with a live page (see docs/SERVE.md)
     Serve(ServeArgs),
+    /// Print the shell completion script for SHELL (bash: `source <(distlock completions bash)`)
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff: `distlock man | man -l -`)
+    Man,
+}
+
+#[derive(Debug, Args)]
+struct CompletionsArgs {
+    /// The shell
+    #[arg(value_name = "SHELL")]
+    shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -141,8 +160,12 @@ struct RunArgs {
     keys: Vec<String>,
 
     /// Hold K shared with other --shared holders (the read side of K's read-write lock)
-    #[arg(long, conflicts_with = "permits")]
+    #[arg(long, conflicts_with_all = ["permits", "write"])]
     shared: bool,
+
+    /// Hold K alone as the write side of K's read-write lock (excludes --shared holders)
+    #[arg(long, conflicts_with = "permits")]
+    write: bool,
 
     /// Take one of N permits of the semaphore K
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
@@ -223,6 +246,11 @@ fn real_main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
     };
+    match &cli.command {
+        Command::Completions(args) => return manual::completions(Cli::command(), args.shell),
+        Command::Man => return manual::man(Cli::command()),
+        _ => {}
+    }
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -258,10 +286,11 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
                 (Some(d), false) => WaitMode::For(d),
                 (None, false) => WaitMode::Forever,
             };
-            let kind = match (args.shared, args.permits) {
-                (true, _) => HoldKind::Shared,
-                (false, Some(n)) => HoldKind::Permit(n),
-                (false, None) => HoldKind::Exclusive,
+            let kind = match (args.shared, args.write, args.permits) {
+                (true, _, _) => HoldKind::Shared,
+                (_, true, _) => HoldKind::Write,
+                (_, _, Some(n)) => HoldKind::Permit(n),
+                (false, false, None) => HoldKind::Exclusive,
             };
             let request = run::RunRequest {
                 keys: args.keys,
@@ -299,6 +328,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
             };
             serve::serve(global, request).await
         }
+        Command::Completions(_) | Command::Man => Ok(0),
     }
 }
 
@@ -315,10 +345,17 @@ fn clap_error(e: clap::Error) -> i32 {
             EXIT_USAGE
         }
         _ => {
-            util::say(&format!(
-                "{} (see --help)",
-                clap_message(&e.render().to_string())
-            ));
+            let mut message = clap_message(&e.render().to_string());
+            // clap quotes the refused value whole: a 100 kB key would make a 100 kB line.
+            if let Some(clap::error::ContextValue::String(value)) =
+                e.get(clap::error::ContextKind::InvalidValue)
+            {
+                let short = distlock::ShortKey(value).to_string();
+                if short.len() < value.len() {
+                    message = message.replace(&format!("'{value}'"), &short);
+                }
+            }
+            util::say(&format!("{message} (see --help)"));
             EXIT_USAGE
         }
     }
@@ -362,7 +399,6 @@ fn init_tracing(verbose: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
@@ -420,6 +456,19 @@ mod tests {
                 "true",
             ],
             &["run", "--key", "k", "--permits", "0", "--", "true"],
+            &["run", "--key", "k", "--shared", "--write", "--", "true"],
+            &[
+                "run",
+                "--key",
+                "k",
+                "--write",
+                "--permits",
+                "2",
+                "--",
+                "true",
+            ],
+            &["completions"],
+            &["completions", "tcsh"],
             &["unlock"],
             &["list", "extra"],
         ] {
@@ -476,6 +525,11 @@ mod tests {
             panic!("run expected")
         };
         assert_eq!(run.permits, Some(4));
+        let cli = parse(&["run", "--key", "w", "--write", "true"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run expected")
+        };
+        assert!(run.write && !run.shared && run.permits.is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Lock, LockRegistry, MultiGuard, MultiLock};
+use distlock::{Lock, LockRegistry, MultiGuard, MultiLock, ShortKey};
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
@@ -46,6 +46,10 @@ pub enum HoldKind {
     Exclusive,
     /// `--shared`: the read side of the key's read-write lock, beside other shared holders.
     Shared,
+    /// `--write`: the write side of the key's read-write lock, alone. Where the mutex and the
+    /// read-write lock are one lock this is the same as [`HoldKind::Exclusive`]; on ZooKeeper
+    /// only this side keeps Curator's readers out.
+    Write,
     /// `--permits N`: one of N permits of the semaphore of the key.
     Permit(u32),
 }
@@ -55,6 +59,7 @@ pub fn handle(registry: &LockRegistry, key: &str, kind: HoldKind) -> distlock::R
     match kind {
         HoldKind::Exclusive => registry.obtain(key),
         HoldKind::Shared => Ok(registry.read_write(key)?.read().clone()),
+        HoldKind::Write => Ok(registry.read_write(key)?.write().clone()),
         HoldKind::Permit(n) => registry.semaphore(key, n),
     }
 }
@@ -97,11 +102,15 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
         Acquired::Guard(guard) => guard,
         Acquired::Failed(distlock::Error::NotAcquired { key: busy, .. }) => {
             let why = match req.wait {
-                WaitMode::No => format!("lock {busy:?} is busy (--no-wait)"),
+                WaitMode::No => format!("lock {} is busy (--no-wait)", ShortKey(&busy)),
                 WaitMode::For(d) => {
-                    format!("lock {busy:?} was not acquired within {}", human(d))
+                    format!(
+                        "lock {} was not acquired within {}",
+                        ShortKey(&busy),
+                        human(d)
+                    )
                 }
-                WaitMode::Forever => format!("lock {busy:?} was not acquired"),
+                WaitMode::Forever => format!("lock {} was not acquired", ShortKey(&busy)),
             };
             say(&why);
             return Ok(EXIT_NOT_ACQUIRED);
@@ -179,24 +188,20 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     }
 }
 
-/// `DISTLOCK_KILL_GRACE`: milliseconds, or a duration such as `2s`.
+/// `DISTLOCK_KILL_GRACE`: a duration such as `2s` or `500ms` (a number alone is seconds).
 fn kill_grace() -> Result<Duration, Failure> {
     match std::env::var("DISTLOCK_KILL_GRACE") {
         Ok(v) if !v.trim().is_empty() => {
-            let v = v.trim();
-            v.parse::<u64>()
-                .map(Duration::from_millis)
-                .or_else(|_| parse_duration(v))
-                .map_err(|e| Failure::usage(format!("DISTLOCK_KILL_GRACE: {e}")))
+            parse_duration(&v).map_err(|e| Failure::usage(format!("DISTLOCK_KILL_GRACE: {e}")))
         }
         _ => Ok(DEFAULT_KILL_GRACE),
     }
 }
 
-/// The keys of a run as messages name them: `"a"`, or `"a", "b"`.
+/// The keys of a run as messages name them: `"a"`, or `"a", "b"` (a long key shortened).
 fn label(keys: &[String]) -> String {
     keys.iter()
-        .map(|k| format!("{k:?}"))
+        .map(|k| ShortKey(k).to_string())
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -290,7 +295,7 @@ async fn report_waiting(
                 Err(_) => "state unknown: the backend did not answer".to_owned(),
             };
             states.push(if locks.len() > 1 {
-                format!("{:?}: {state}", lock.key())
+                format!("{}: {state}", ShortKey(lock.key()))
             } else {
                 state
             });

@@ -4,7 +4,7 @@
 use distlock::LockInfo;
 use serde::Serialize;
 
-use crate::config::{Failure, Global};
+use crate::config::{Failure, Global, DEFAULT_KIND};
 use crate::run::describe_holder;
 use crate::util::{holder_fence, out};
 
@@ -13,10 +13,13 @@ pub const EXIT_FREE: i32 = 3;
 
 /// Prints the lock's state; exit 0 when held, 3 when free.
 pub async fn status(global: &Global, key: &str, json: bool) -> Result<i32, Failure> {
-    let registry = global.registry().await?;
-    let lock = registry.obtain(key)?;
-    let info = lock.inspect().await?;
-    let backend = registry.backend().kind();
+    let (info, backend) = match global.registry_if_any().await? {
+        Some(registry) => {
+            let info = registry.obtain(key)?.inspect().await?;
+            (info, registry.backend().kind())
+        }
+        None => (None, DEFAULT_KIND),
+    };
     if json {
         out(&to_json(
             key,

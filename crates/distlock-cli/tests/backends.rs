@@ -76,6 +76,40 @@ fn zookeeper_mutual_exclusion_across_processes() {
     assert_eq!(status.code, Some(3), "free at the end: {status:?}");
 }
 
+/// On ZooKeeper `--write` is Curator's read-write lock's write side (a `__WRIT__` node, which
+/// Curator's readers wait for), not the mutex (a `lock-` node, which they ignore).
+#[test]
+fn zookeeper_write_is_the_read_write_locks_write_side() {
+    use distlock::testkit::zookeeper::ZooKeeperServer;
+    let server = ZooKeeperServer::start().expect("ZooKeeper (apt-get install zookeeper)");
+    let url = server.url();
+    let home = Home::new();
+    let (writer, _) = home.hold(&["--backend", &url], "w", &["--write"]);
+    let dump = server.four_letter("dump").unwrap();
+    let nodes: Vec<&str> = dump.lines().filter(|l| l.contains("/lock/w/")).collect();
+    assert_eq!(nodes.len(), 1, "one contender node: {dump}");
+    assert!(
+        nodes[0].contains("/lock/w/_c_") && nodes[0].contains("-__WRIT__"),
+        "Curator's writer layout: {dump}"
+    );
+    let status = home.run(&["--backend", &url, "status", "w", "--json"]);
+    assert_eq!(
+        json_field(status.stdout.trim(), "kind"),
+        "\"write\"",
+        "{status:?}"
+    );
+    stop_holder(writer);
+    // The default stays the mutex.
+    let (mutex, _) = home.hold(&["--backend", &url], "m", &[]);
+    let dump = server.four_letter("dump").unwrap();
+    assert!(
+        dump.lines()
+            .any(|l| l.contains("/lock/m/_c_") && l.contains("-lock-")),
+        "Curator's mutex layout: {dump}"
+    );
+    stop_holder(mutex);
+}
+
 #[test]
 fn redis_prefix_names_the_key() {
     let server = RedisServer::start().expect("redis-server");

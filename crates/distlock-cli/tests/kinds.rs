@@ -1,4 +1,4 @@
-//! `run --shared`, `run --permits N`, several `--key`, `list` and `unlock --force` from the
+//! `run --shared`, `run --write`, `run --permits N`, several `--key`, `list` and `unlock --force` from the
 //! command line, on every backend a `distlock` process can share with another: the default
 //! SQLite file, Redis, PostgreSQL, MariaDB, ZooKeeper and etcd.
 
@@ -67,6 +67,41 @@ fn shared_holders_exclude_exclusive_runs(home: &Home, pre: &[&str]) {
         Some(75),
         "a shared run beside a writer: {busy:?}"
     );
+    stop_holder(w);
+}
+
+/// `--write` is the write side of the key's read-write lock: shared holders keep it out, and
+/// it keeps them (and another writer) out.
+fn the_write_side_excludes_shared_holders(home: &Home, pre: &[&str]) {
+    let (r, _) = home.hold(pre, "wr", &["--shared"]);
+    let busy = home.run(&args(
+        pre,
+        &[
+            "run",
+            "--key",
+            "wr",
+            "--write",
+            "--no-wait",
+            "--",
+            "echo",
+            "ran",
+        ],
+    ));
+    assert_eq!(busy.code, Some(75), "a writer beside a reader: {busy:?}");
+    assert_eq!(busy.stdout, "");
+    stop_holder(r);
+    let (w, _) = home.hold(pre, "wr", &["--write"]);
+    let status = home.run(&args(pre, &["status", "wr", "--json"]));
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_holds(status.stdout.trim(), "write", 1);
+    for extra in [&["--shared"][..], &["--write"]] {
+        let mut run = vec!["run", "--key", "wr"];
+        run.extend(extra);
+        run.extend(["--no-wait", "--", "echo", "ran"]);
+        let busy = home.run(&args(pre, &run));
+        assert_eq!(busy.code, Some(75), "{extra:?} beside a writer: {busy:?}");
+        assert_eq!(busy.stdout, "");
+    }
     stop_holder(w);
 }
 
@@ -226,6 +261,7 @@ fn list_and_unlock(home: &Home, pre: &[&str]) {
 fn every_kind(pre: &[&str]) {
     let home = Home::new();
     shared_holders_exclude_exclusive_runs(&home, pre);
+    the_write_side_excludes_shared_holders(&home, pre);
     permits_admit_n_holders(&home, pre);
     several_keys_are_all_or_nothing(&home, pre);
     list_and_unlock(&home, pre);

@@ -53,7 +53,7 @@ fn lost_lock_kills_a_command_that_ignores_sigterm() {
             "sh",
             marker.to_str().unwrap(),
         ])
-        .env("DISTLOCK_KILL_GRACE", "700"),
+        .env("DISTLOCK_KILL_GRACE", "700ms"),
     );
     wait_for_file(&marker, &mut proc);
     assert_eq!(server.cli(&["DEL", "lock:stubborn"]).unwrap(), "1");
@@ -168,7 +168,7 @@ fn failing_renewals_stop_the_group_before_the_lease_ends_on_the_server() {
             "sh",
             pids.to_str().unwrap(),
         ])
-        .env("DISTLOCK_KILL_GRACE", "500"),
+        .env("DISTLOCK_KILL_GRACE", "500ms"),
     );
     wait_for_file(&pids, &mut proc);
     let group = KillOnDrop(read_pids(&pids));

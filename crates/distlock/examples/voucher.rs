@@ -88,12 +88,29 @@ impl Instances {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() {
     let url = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "memory://".to_owned());
-    println!("backend: {}", distlock::redact(&url));
-    let instances = Instances::connect(&url).await?;
+    if let Err(e) = run(&url).await {
+        eprintln!("{}", failure_line(e.as_ref()));
+        std::process::exit(1);
+    }
+}
+
+/// What a user reads when the example fails (say, the backend is down): one line, the error's
+/// `Display`, not its `Debug` form.
+fn failure_line(e: &dyn std::error::Error) -> String {
+    let text = e.to_string();
+    format!(
+        "voucher: {}",
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    )
+}
+
+async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    println!("backend: {}", distlock::redact(url));
+    let instances = Instances::connect(url).await?;
     let store = Arc::new(VoucherStore::default());
 
     // --- 1. Twenty concurrent requests, one voucher -------------------------------------------
@@ -203,4 +220,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     assert_eq!(store.writes().len(), 2);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_backend_reads_as_one_line() {
+        // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+        let e = run("redis://127.0.0.1:1")
+            .await
+            .expect_err("nothing listens on port 1");
+        let line = failure_line(e.as_ref());
+        assert!(line.starts_with("voucher: redis unavailable"), "{line}");
+        assert!(
+            !line.contains('\n') && !line.contains("Unavailable {"),
+            "{line}"
+        );
+        let multi = Error::InvalidConfig("first\nsecond".into());
+        assert_eq!(
+            failure_line(&multi),
+            "voucher: invalid configuration: first second"
+        );
+    }
 }

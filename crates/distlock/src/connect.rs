@@ -52,12 +52,14 @@ pub const SCHEMES: &[&str] = &[
 ///
 /// Every backend reads its URL with the same rules: user and password are percent-decoded, a
 /// host list is `h1:p1,h2:p2` with IPv6 addresses in brackets, a boolean parameter is `true`,
-/// `1`, `yes`, `on` or `false`, `0`, `no`, `off`, and a duration is `500ms`, `5s`, `1m` or
-/// plain seconds.
+/// `1`, `yes`, `on` or `false`, `0`, `no`, `off`, and a duration follows the rule of
+/// [`duration::parse_duration`](crate::duration::parse_duration) (`500ms`, `5s`, `1h`, `1m30s`,
+/// or a number of seconds), the same as the `distlock` command's options.
 ///
 /// A malformed URL is an [`Error::InvalidConfig`] naming the part that is wrong, and so is an
-/// unknown query parameter (named; a `redis://` query is left to the `redis` crate); a scheme this build does not support is an
-/// [`Error::Unsupported`]. Passwords never appear in errors.
+/// unknown query parameter (named; a `redis://` query is left to the `redis` crate) and an
+/// unknown scheme (named, with the known ones). A scheme whose backend this build leaves out
+/// (its cargo feature is off) is an [`Error::Unsupported`]. Passwords never appear in errors.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
@@ -75,15 +77,21 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         Some((s, _)) if !s.is_empty() => s.to_ascii_lowercase(),
         _ => {
             return Err(Error::config(format!(
-                "backend URL {:?} has no scheme; expected one of {}",
-                crate::url::redact(url),
-                SCHEMES.join(", ")
+                "backend URL {}: no scheme (known: {})",
+                shown_url(url),
+                known_schemes()
             )))
         }
     };
     match scheme.as_str() {
         #[cfg(feature = "memory")]
-        "memory" => Ok(Arc::new(crate::backends::memory::MemoryBackend::new())),
+        "memory" => match url.split_once("://") {
+            Some((_, "")) => Ok(Arc::new(crate::backends::memory::MemoryBackend::new())),
+            _ => Err(Error::config(format!(
+                "memory URL {}: memory:// takes no host, path or parameters",
+                shown_url(url)
+            ))),
+        },
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(crate::backends::sqlite::SqliteBackend::from_url(
             url,
@@ -113,12 +121,122 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         "etcd" | "etcds" => Ok(Arc::new(
             crate::backends::etcd::EtcdBackend::connect(url).await?,
         )),
-        other => Err(Error::Unsupported {
-            backend: "url",
-            what: format!(
-                "scheme {other:?} (this build supports {})",
-                SCHEMES.join(", ")
-            ),
+        other => Err(match FEATURES.iter().find(|(s, _)| *s == other) {
+            Some((_, feature)) => Error::Unsupported {
+                backend: "url",
+                what: format!("scheme {other:?} (this build lacks the cargo feature {feature:?})"),
+            },
+            None => Error::config(format!(
+                "backend URL {}: unknown scheme {} (known: {})",
+                shown_url(url),
+                crate::ShortKey(other),
+                known_schemes()
+            )),
         }),
+    }
+}
+
+/// Every scheme distlock knows, with the cargo feature that builds its backend.
+const FEATURES: &[(&str, &str)] = &[
+    ("memory", "memory"),
+    ("sqlite", "sqlite"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redis+sentinel", "redis"),
+    ("rediss+sentinel", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
+    ("redlock", "redis"),
+    ("redlocks", "redis"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+    ("zk", "zookeeper"),
+    ("zookeeper", "zookeeper"),
+    ("zks", "zookeeper-tls"),
+    ("etcd", "etcd"),
+    ("etcds", "etcd-tls"),
+];
+
+/// The schemes of this build, for a short message (the forms are in [`SCHEMES`]).
+fn known_schemes() -> String {
+    FEATURES
+        .iter()
+        .filter(|(scheme, _)| built(scheme))
+        .map(|(scheme, _)| *scheme)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether this build connects to `scheme` (of [`FEATURES`]).
+fn built(scheme: &str) -> bool {
+    match scheme {
+        "memory" => cfg!(feature = "memory"),
+        "sqlite" => cfg!(feature = "sqlite"),
+        "postgres" | "postgresql" => cfg!(feature = "postgres"),
+        "mysql" | "mariadb" => cfg!(feature = "mysql"),
+        "zk" | "zookeeper" => cfg!(feature = "zookeeper"),
+        "zks" => cfg!(feature = "zookeeper-tls"),
+        "etcd" => cfg!(feature = "etcd"),
+        "etcds" => cfg!(feature = "etcd-tls"),
+        _ => cfg!(feature = "redis"),
+    }
+}
+
+/// A URL as an error message shows it: without its password, and shortened as keys are.
+fn shown_url(url: &str) -> String {
+    crate::ShortKey(&crate::url::redact(url)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_error(url: &str) -> String {
+        match futures_util::FutureExt::now_or_never(connect(url)) {
+            Some(Err(Error::InvalidConfig(m))) => m,
+            Some(Err(e)) => panic!("{url}: {e:?}"),
+            Some(Ok(_)) => panic!("{url}: connected"),
+            None => panic!("{url}: did not answer at once"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_scheme_is_a_short_configuration_error() {
+        let m = config_error("foo://bar");
+        assert!(m.contains("unknown scheme \"foo\""), "{m}");
+        assert!(m.len() < 300, "{} characters: {m}", m.len());
+        for scheme in FEATURES.iter().map(|(s, _)| *s).filter(|s| built(s)) {
+            assert!(m.contains(scheme), "{scheme} missing: {m}");
+        }
+        let m = config_error("no-scheme-at-all");
+        assert!(m.contains("no scheme") && m.len() < 300, "{m}");
+        let m = config_error(&format!("{}://x", "y".repeat(10_000)));
+        assert!(m.len() < 400, "{} characters", m.len());
+        let m = config_error("foo://u:hunter2@bar");
+        assert!(!m.contains("hunter2"), "{m}");
+        if cfg!(feature = "memory") {
+            let m = config_error("memory://?x=1");
+            assert!(m.contains("memory://"), "{m}");
+        }
+    }
+
+    #[test]
+    fn every_known_scheme_has_its_form_listed() {
+        for (scheme, _) in FEATURES.iter().filter(|(s, _)| built(s)) {
+            let canonical = match *scheme {
+                "postgresql" => "postgres",
+                "mariadb" => "mysql",
+                "zookeeper" => "zk",
+                s => s,
+            };
+            assert!(
+                SCHEMES
+                    .iter()
+                    .any(|f| f.starts_with(&format!("{canonical}://"))),
+                "{scheme}"
+            );
+        }
     }
 }

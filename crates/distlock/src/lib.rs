@@ -143,6 +143,7 @@ mod acquire;
 mod backend;
 pub mod blocking;
 mod connect;
+pub mod duration;
 mod error;
 mod guard;
 mod metrics;
@@ -154,7 +155,7 @@ mod tls;
 mod url;
 
 pub use backend::*;
-pub use error::{Error, Result};
+pub use error::{Error, Result, ShortKey};
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "testkit")]

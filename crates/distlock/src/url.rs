@@ -67,46 +67,28 @@ fn redact_user_info(url: &str) -> String {
 /// Decodes `%XX` escapes of a URL part; `None` for a broken escape or a result that is not
 /// UTF-8. A `+` stays a `+`.
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    // `percent_decode_str` keeps a broken escape as it is; here it is an error.
+    let escapes_are_whole = s.split('%').skip(1).all(|after| {
+        after
+            .as_bytes()
+            .get(..2)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !escapes_are_whole {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(Into::into)
 }
 
 /// Decodes `%XX` escapes as the drivers of Redis and etcd do: a `%` that starts no valid escape
 /// is kept as it is, bytes that are not UTF-8 become U+FFFD, and a `+` stays a `+`.
 pub(crate) fn percent_decode_lenient(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| s.get(i + 1..i + 3))
-            .flatten()
-            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match escaped {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// How the user info of a URL is percent-decoded.
@@ -306,29 +288,14 @@ pub(crate) fn parse_bool(kind: &str, param: &str, value: &str) -> Result<bool> {
     }
 }
 
-/// A duration parameter of a `kind` URL: `500ms`, `5s`, `2m`, or plain seconds.
-///
-/// Kept instead of `humantime` because a bare number means seconds here (as in libpq's
-/// `connect_timeout`), which humantime refuses, and because it accepts only `ms`, `s` and `m`,
-/// so every URL that parses today means the same with every version.
+/// A duration parameter of a `kind` URL, with the rule of [`crate::duration`] (`500ms`, `5s`,
+/// `1h`, `1m30s`, or a number of seconds as libpq's `connect_timeout=10`).
 pub(crate) fn parse_duration(kind: &str, param: &str, value: &str) -> Result<Duration> {
-    let bad = || {
+    crate::duration::parse_duration(value).map_err(|e| {
         Error::config(format!(
-            "{kind} URL: the query parameter '{param}' must be a duration like 500ms, 5s or 1m, \
-             got {value:?}"
+            "{kind} URL: the query parameter '{param}' must be a duration: {e}"
         ))
-    };
-    let split = value
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(value.len());
-    let (digits, unit) = value.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
-        _ => Err(bad()),
-    }
+    })
 }
 
 /// The error for a query parameter that `kind` URLs do not know.
@@ -472,8 +439,18 @@ mod tests {
             parse_duration("x", "p", "2m").unwrap(),
             Duration::from_secs(120)
         );
-        assert!(parse_duration("x", "p", "1h").is_err());
-        assert!(parse_duration("x", "p", "").is_err());
+        // The rule of the command line's `--lease 1h`, not a narrower one.
+        assert_eq!(
+            parse_duration("x", "p", "1h").unwrap(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            parse_duration("x", "p", "1m30s").unwrap(),
+            Duration::from_secs(90)
+        );
+        let e = parse_duration("x", "p", "").unwrap_err().to_string();
+        assert!(e.contains("'p'") && e.contains("500ms"), "{e}");
+        assert!(parse_duration("x", "p", "1M").is_err());
     }
 
     #[test]
@@ -482,8 +459,12 @@ mod tests {
         assert_eq!(percent_decode("x%zz"), None);
         assert_eq!(percent_decode("x%4"), None);
         assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+        assert_eq!(percent_decode("x%"), None);
+        assert_eq!(percent_decode("%%41"), None);
+        assert_eq!(percent_decode("%41%42").as_deref(), Some("AB"));
         assert_eq!(percent_decode_lenient("p%40ss+x%zz%4"), "p@ss+x%zz%4");
         assert_eq!(percent_decode_lenient("%C3%BC"), "ü");
+        assert_eq!(percent_decode_lenient("%ff%"), "\u{fffd}%");
     }
 
     #[test]
