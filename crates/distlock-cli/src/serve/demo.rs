@@ -1,15 +1,61 @@
-//! The articles' demonstration inside the service: the workers of `distlock demo`, each with
-//! its own registry, take the key in turn; the board shows them waiting and holding.
+//! The articles' demonstration inside the service (`POST /demo`): the workers of
+//! `distlock demo` take the key in turn; the board shows them waiting and holding.
+//!
+//! Each worker has a registry of its own, so each queues and contends on the backend as a
+//! separate instance of a service would; the registries share the service's backend (its
+//! connections), so a demonstration opens no connection. It is bounded: at most
+//! [`MAX_WORKERS`] workers holding at most [`MAX_HOLD`] each, and one demonstration at a time.
+//! At shutdown its workers stop, the holder releases, and the service waits for that.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock::LockRegistry;
+use serde::{Deserialize, Serialize};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::events::{Board, Name, WaiterTicket};
+use super::events::{millis, Board, DemoReport, Holder, WaiterTicket};
 use super::{ApiError, Service};
-use crate::demo::{registries, worker, Report, Step};
+use crate::demo::{worker, Report, Step};
+
+/// Most workers a demonstration may have.
+pub const MAX_WORKERS: u32 = 10;
+/// Longest hold a demonstration's worker may have.
+pub const MAX_HOLD: Duration = Duration::from_secs(5);
+/// Shortest hold: below it the gaps would show the machine's scheduling, not the lock.
+pub const MIN_HOLD: Duration = Duration::from_millis(10);
+const DEFAULT_HOLD: Duration = Duration::from_secs(3);
+
+/// The body of `POST /demo`; every field is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DemoRequest {
+    /// Default `demo`.
+    pub key: Option<String>,
+    /// Default (and at most) [`MAX_WORKERS`].
+    pub workers: Option<u32>,
+    /// Default 3 s, at most [`MAX_HOLD`].
+    pub hold_ms: Option<u64>,
+}
+
+/// What `POST /demo` answers (202): the demonstration's id, which its events carry as `demo`.
+#[derive(Debug, Serialize)]
+pub struct Started {
+    pub demo: u64,
+    pub key: String,
+    pub workers: u32,
+    pub hold_ms: u64,
+}
+
+/// The demonstration running, if any.
+#[derive(Default)]
+pub struct Demos {
+    running: Mutex<Option<(String, JoinHandle<()>)>>,
+    next_id: AtomicU64,
+}
 
 /// Where each worker is on the board.
 #[derive(Default)]
@@ -18,46 +64,150 @@ struct Shown {
     hold: Option<u64>,
 }
 
-/// Connects the workers' registries, then starts them and returns.
-///
-/// # Cancel safety
-/// Cancel safe: dropped while connecting, nothing has started; once it returns the workers run
-/// on their own.
-pub async fn start(
-    service: &Service,
+impl Demos {
+    /// Starts a demonstration and returns; a second one while the first runs is refused (409).
+    pub fn start(&self, service: &Service, req: DemoRequest) -> Result<Started, ApiError> {
+        let key = req.key.unwrap_or_else(|| "demo".into());
+        distlock::validate_key(&key)?;
+        let workers = req.workers.unwrap_or(MAX_WORKERS);
+        if !(1..=MAX_WORKERS).contains(&workers) {
+            return Err(ApiError::bad_request(format!(
+                "workers must be 1 to {MAX_WORKERS}"
+            )));
+        }
+        let hold = req.hold_ms.map_or(DEFAULT_HOLD, Duration::from_millis);
+        if hold < MIN_HOLD || hold > MAX_HOLD {
+            return Err(ApiError::bad_request(format!(
+                "hold_ms must be {} to {}",
+                millis(MIN_HOLD),
+                millis(MAX_HOLD)
+            )));
+        }
+        let backend = service.holds.registry().backend().clone();
+        let registries = (0..workers)
+            .map(|_| LockRegistry::from_backend(backend.clone(), service.options.clone()))
+            .collect::<distlock::Result<Vec<_>>>()?;
+
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((key, task)) = running.as_ref() {
+            if !task.is_finished() {
+                return Err(ApiError::conflict(format!(
+                    "a demonstration (of lock {key:?}) is running: one at a time"
+                )));
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let report = DemoReport {
+            workers,
+            hold_ms: millis(hold),
+            acquisitions: None,
+            min_gap_ms: None,
+            max_gap_ms: None,
+            stopped: false,
+        };
+        service
+            .board
+            .demonstration("demo_started", &key, id, report.clone());
+        let task = tokio::spawn(run(
+            id,
+            registries,
+            key.clone(),
+            hold,
+            service.board.clone(),
+            service.stopping.clone(),
+            report,
+        ));
+        *running = Some((key.clone(), task));
+        Ok(Started {
+            demo: id,
+            key,
+            workers,
+            hold_ms: millis(hold),
+        })
+    }
+
+    /// At shutdown, once `stopping` is set: waits up to `bound` for the running
+    /// demonstration's workers to stop and its holder to release.
+    pub async fn finish(&self, bound: Duration) {
+        let task = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((_, task)) = task {
+            if tokio::time::timeout(bound, task).await.is_err() {
+                tracing::debug!("the demonstration did not stop within the drain time");
+            }
+        }
+    }
+}
+
+/// The workers, one task each, then the closing `demo_ended` event.
+async fn run(
+    id: u64,
+    registries: Vec<LockRegistry>,
     key: String,
-    workers: u32,
     hold: Duration,
-) -> Result<(), ApiError> {
-    let first = service.holds.registry().backend().clone();
-    let registries = registries(first, &service.backend_url, &service.options, workers).await?;
-    let board = service.board.clone();
+    board: Board,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    mut report: DemoReport,
+) {
     let shown: Arc<Mutex<HashMap<usize, Shown>>> = Arc::default();
-    let report: Report = Arc::new(move |n, key, step| show(&board, &shown, n, key, step));
+    let steps: Report = {
+        let board = board.clone();
+        Arc::new(move |n, key, step| show(&board, &shown, id, n, key, step))
+    };
     let start = Instant::now();
+    let mut workers = JoinSet::new();
     for (i, registry) in registries.into_iter().enumerate() {
-        let run = worker(
+        workers.spawn(worker(
             i + 1,
             registry,
             key.clone(),
             hold,
             start,
-            service.stopping.clone(),
-            report.clone(),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = run.await {
-                tracing::debug!(error = %e, "demo worker failed");
-            }
-        });
+            stopping.clone(),
+            steps.clone(),
+        ));
     }
-    Ok(())
+    let mut acquired = Vec::new();
+    while let Some(joined) = workers.join_next().await {
+        match joined {
+            Ok(Ok(Some(at))) => acquired.push(at),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "demo worker failed"),
+            Err(e) => tracing::debug!(error = %e, "demo worker panicked"),
+        }
+    }
+    let (min, max) = gaps(&mut acquired);
+    report.acquisitions = u32::try_from(acquired.len()).ok();
+    report.min_gap_ms = min.map(|d| d.as_secs_f64() * 1000.0);
+    report.max_gap_ms = max.map(|d| d.as_secs_f64() * 1000.0);
+    report.stopped = *stopping.borrow();
+    board.demonstration("demo_ended", &key, id, report);
 }
 
-fn show(board: &Board, shown: &Mutex<HashMap<usize, Shown>>, n: usize, key: &str, step: Step) {
+/// The shortest and longest time between consecutive acquisitions (sorts `times`).
+fn gaps(times: &mut [Duration]) -> (Option<Duration>, Option<Duration>) {
+    times.sort();
+    let gaps = times.windows(2).map(|w| w[1] - w[0]);
+    (gaps.clone().min(), gaps.max())
+}
+
+fn show(
+    board: &Board,
+    shown: &Mutex<HashMap<usize, Shown>>,
+    demo: u64,
+    n: usize,
+    key: &str,
+    step: Step,
+) {
     let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
     let entry = shown.entry(n).or_default();
-    let holder = Name::from(format!("demo worker {n}").as_str());
+    let holder = Holder {
+        name: format!("demo worker {n}").as_str().into(),
+        demo: Some(demo),
+    };
     match step {
         Step::Waiting => entry.waiting = Some(board.waiting(key, &holder)),
         Step::Acquired { fence, hold, .. } => {
@@ -76,5 +226,18 @@ fn show(board: &Board, shown: &Mutex<HashMap<usize, Shown>>, n: usize, key: &str
                 board.ended(id, kind, None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_between_consecutive_acquisitions() {
+        let ms = Duration::from_millis;
+        let mut times = [ms(610), ms(0), ms(300)];
+        assert_eq!(gaps(&mut times), (Some(ms(300)), Some(ms(310))));
+        assert_eq!(gaps(&mut [ms(5)]), (None, None));
     }
 }

@@ -1,4 +1,5 @@
-//! `GET /v1/openapi.json`: the OpenAPI 3 description of DESIGN §5, written by hand.
+//! `GET /v1/openapi.json`: the OpenAPI 3 description of the API (docs/SERVE.md), written by
+//! hand.
 
 use serde_json::{json, Value};
 
@@ -68,6 +69,7 @@ pub fn document() -> Value {
     let common = json!({
         "400": error_answer("Bad input"),
         "401": error_answer("Missing or wrong bearer token"),
+        "403": error_answer("Host is not an address the service listens on (nor a name given with --allow-host), or a state-changing request from another site (Origin, Sec-Fetch-Site)"),
         "503": error_answer("The backend is unreachable, or the service is shutting down"),
     });
     let with = |extra: Value| {
@@ -96,6 +98,7 @@ pub fn document() -> Value {
                         "200": {"description": "Acquired", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Granted"}}}},
                         "400": error_answer("Bad input: also shared and permits together, permits outside 1..=1000000, or permits other than the semaphore's holders use"),
                         "409": error_answer("Not acquired in time"),
+                        "415": error_answer("A body without Content-Type: application/json"),
                         "501": error_answer("The backend has no locks of this kind (read-write locks or semaphores); nothing was taken"),
                     })),
                 },
@@ -112,6 +115,7 @@ pub fn document() -> Value {
                     "responses": with(json!({
                         "200": {"description": "Extended", "content": {"application/json": {"schema": {"type": "object", "properties": {"remaining_ms": {"type": "integer"}}}}}},
                         "410": error_answer("The hold is gone"),
+                        "415": error_answer("A body without Content-Type: application/json"),
                     })),
                 },
                 "delete": {
@@ -130,19 +134,19 @@ pub fn document() -> Value {
             },
             "/v1/events": {
                 "get": {
-                    "summary": "Server-sent events: acquired (with lock_kind and, for a permit, permits), extended, released, lost, waiting, stopped_waiting",
+                    "summary": "Server-sent events: acquired (with lock_kind and, for a permit, permits), extended, released, lost, waiting, stopped_waiting, demo_started, demo_ended (with demonstration)",
                     "responses": with(json!({"200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})),
                 },
             },
             "/demo": {
-                "get": {
-                    "summary": "Starts the demonstration: workers hold the key in turn",
-                    "parameters": [
-                        {"name": "key", "in": "query", "schema": {"type": "string", "default": "demo"}},
-                        {"name": "workers", "in": "query", "schema": {"type": "integer", "default": 10, "minimum": 1, "maximum": 100}},
-                        {"name": "hold", "in": "query", "schema": {"type": "string", "default": "3s"}},
-                    ],
-                    "responses": with(json!({"200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}})),
+                "post": {
+                    "summary": "Starts the demonstration: workers hold the key in turn (one demonstration at a time)",
+                    "requestBody": json_body("DemoRequest"),
+                    "responses": with(json!({
+                        "202": {"description": "Started", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DemoStarted"}}}},
+                        "409": error_answer("A demonstration is running"),
+                        "415": error_answer("A body without Content-Type: application/json"),
+                    })),
                 },
             },
             "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
@@ -157,6 +161,15 @@ pub fn document() -> Value {
                     "wait_ms": {"type": "integer", "minimum": 0, "maximum": 3_600_000},
                     "shared": {"type": "boolean", "default": false, "description": "a shared hold: the read side of the key's read-write lock (with other shared holds, never with an exclusive one)"},
                     "permits": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "description": "one permit of the key's semaphore of this many permits; not with shared"},
+                }},
+                "DemoRequest": {"type": "object", "additionalProperties": false, "properties": {
+                    "key": {"type": "string", "default": "demo"},
+                    "workers": {"type": "integer", "minimum": 1, "maximum": 10, "default": 10},
+                    "hold_ms": {"type": "integer", "minimum": 10, "maximum": 5000, "default": 3000},
+                }},
+                "DemoStarted": {"type": "object", "properties": {
+                    "demo": {"type": "integer", "description": "its id: the demo field of its events"},
+                    "key": {"type": "string"}, "workers": {"type": "integer"}, "hold_ms": {"type": "integer"},
                 }},
                 "ExtendRequest": {"type": "object", "additionalProperties": false, "properties": {
                     "lease_ms": {"type": "integer", "minimum": 10, "default": 30000},

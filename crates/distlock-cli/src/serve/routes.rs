@@ -1,11 +1,10 @@
-//! The HTTP surface of DESIGN §5: one router, thin handlers that call the holds, the board and
-//! the library; bad input becomes 400 with `{"error"}` before anything is taken.
+//! The HTTP surface (docs/SERVE.md): one router, thin handlers that call the holds, the board
+//! and the library; bad input becomes 400 with `{"error"}` before anything is taken.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -13,11 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::{page, ApiError, Service};
-use crate::duration::parse_duration;
 
 /// Largest request body accepted: the bodies are a few small numbers.
 const MAX_BODY: usize = 16 * 1024;
@@ -29,7 +26,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/page.js", get(page::script))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
-        .route("/demo", get(demo))
+        .route("/demo", axum::routing::post(demo))
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/events", get(events))
         .route("/v1/locks", get(list))
@@ -39,15 +36,21 @@ pub fn router(service: Arc<Service>) -> Router {
             axum::routing::put(extend).delete(release),
         )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(service.clone(), gate))
         .with_state(service)
 }
 
-/// Bearer token (or `access_token` in the query, for the page's `EventSource`, which cannot
-/// set headers), refusal while stopping, and the request counter.
+/// Requests from other sites (see `sites`), the bearer token (or `access_token` in the query,
+/// for the page's `EventSource`, which cannot set headers), refusal while stopping, and the
+/// request counter.
 async fn gate(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
-    let response = if !authorized(&service, request.headers(), request.uri().query()) {
+    let response = if let Err(refused) = service.sites.check(&request) {
+        refused.into_response()
+    } else if !authorized(&service, request.headers(), request.uri().query()) {
         let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
             .into_response();
         r.headers_mut().insert(
@@ -173,34 +176,11 @@ async fn events(State(service): State<Arc<Service>>) -> Response {
     service.board.stream().into_response()
 }
 
-/// `GET /demo?key=K[&workers=N][&hold=DUR]`.
-#[derive(Debug, Deserialize)]
-struct DemoQuery {
-    key: Option<String>,
-    workers: Option<u32>,
-    hold: Option<String>,
-}
-
-async fn demo(
-    State(service): State<Arc<Service>>,
-    query: Result<Query<DemoQuery>, QueryRejection>,
-) -> Result<&'static str, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let key = q.key.unwrap_or_else(|| "demo".into());
-    distlock::validate_key(&key)?;
-    let workers = q.workers.unwrap_or(10);
-    if !(1..=100).contains(&workers) {
-        return Err(ApiError::bad_request("workers must be 1 to 100"));
-    }
-    let hold = match q.hold.as_deref() {
-        None => Duration::from_secs(3),
-        Some(h) => parse_duration(h).map_err(ApiError::bad_request)?,
-    };
-    if hold > Duration::from_secs(600) {
-        return Err(ApiError::bad_request("hold must be at most 10m"));
-    }
-    super::demo::start(&service, key, workers, hold).await?;
-    Ok("OK\n")
+/// `POST /demo` with `{"key", "workers", "hold_ms"}` (all optional): 202 once it started.
+async fn demo(State(service): State<Arc<Service>>, bytes: Bytes) -> Result<Response, ApiError> {
+    let req = body(&bytes)?;
+    let started = service.demos.start(&service, req)?;
+    Ok((StatusCode::ACCEPTED, Json(started)).into_response())
 }
 
 async fn openapi() -> Response {
