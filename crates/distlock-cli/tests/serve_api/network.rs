@@ -130,11 +130,23 @@ async fn a_host_the_service_does_not_listen_on_is_refused() {
 #[test]
 fn listening_beyond_loopback_needs_a_token_or_open() {
     for listen in ["0.0.0.0:0", "[::]:0"] {
-        let out = std::process::Command::new(BIN)
+        let mut child = std::process::Command::new(BIN)
             .args(["--backend", "memory://", "serve", "--listen", listen])
             .env_remove("RUST_LOG")
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve --listen {listen} without a token kept running");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{listen}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
