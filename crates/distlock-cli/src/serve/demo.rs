@@ -53,8 +53,16 @@ pub struct Started {
 /// The demonstration running, if any.
 #[derive(Default)]
 pub struct Demos {
-    running: Mutex<Option<(String, JoinHandle<()>)>>,
+    running: Mutex<Running>,
     next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct Running {
+    /// The key and task of the last demonstration started.
+    last: Option<(String, JoinHandle<()>)>,
+    /// Set at shutdown: no demonstration starts after the service waited for the last one.
+    closed: bool,
 }
 
 /// Where each worker is on the board.
@@ -89,7 +97,10 @@ impl Demos {
             .collect::<distlock::Result<Vec<_>>>()?;
 
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((key, task)) = running.as_ref() {
+        if running.closed {
+            return Err(ApiError::shutting_down());
+        }
+        if let Some((key, task)) = running.last.as_ref() {
             if !task.is_finished() {
                 return Err(ApiError::conflict(format!(
                     "a demonstration (of lock {key:?}) is running: one at a time"
@@ -117,7 +128,7 @@ impl Demos {
             service.stopping.clone(),
             report,
         ));
-        *running = Some((key.clone(), task));
+        running.last = Some((key.clone(), task));
         Ok(Started {
             demo: id,
             key,
@@ -127,13 +138,14 @@ impl Demos {
     }
 
     /// At shutdown, once `stopping` is set: waits up to `bound` for the running
-    /// demonstration's workers to stop and its holder to release.
+    /// demonstration's workers to stop and its holder to release; none starts afterwards
+    /// (503), so none is left running when the process exits.
     pub async fn finish(&self, bound: Duration) {
-        let task = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let task = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            running.closed = true;
+            running.last.take()
+        };
         if let Some((_, task)) = task {
             if tokio::time::timeout(bound, task).await.is_err() {
                 tracing::debug!("the demonstration did not stop within the drain time");
