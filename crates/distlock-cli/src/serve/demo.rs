@@ -5,7 +5,8 @@
 //! separate instance of a service would; the registries share the service's backend (its
 //! connections), so a demonstration opens no connection. It is bounded: at most
 //! [`MAX_WORKERS`] workers holding at most [`MAX_HOLD`] each, and one demonstration at a time.
-//! At shutdown its workers stop, the holder releases, and the service waits for that.
+//! At shutdown the holder releases at once, each waiting worker takes the key in turn and
+//! gives it back at once, and the service waits for that.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 
 use super::events::{millis, Board, DemoReport, Holder, WaiterTicket};
 use super::{ApiError, Service};
-use crate::demo::{worker, Report, Step};
+use crate::demo::{Report, Step};
 
 /// Most workers a demonstration may have.
 pub const MAX_WORKERS: u32 = 10;
@@ -197,6 +198,58 @@ async fn run(
     report.max_gap_ms = max.map(|d| d.as_secs_f64() * 1000.0);
     report.stopped = *stopping.borrow();
     board.demonstration("demo_ended", &key, id, report);
+}
+
+/// One worker: wait for the key, hold it for `hold` (less once the service stops), release
+/// it. Returns when it got the key, or `None` when the service stopped first.
+///
+/// A waiting worker is not cancelled at shutdown: a wait dropped while its attempt is in
+/// flight may still acquire, and the library then gives the key back from a task of its own,
+/// which the exiting process would cut off, leaving the key held for its lease. So a waiter
+/// finishes its wait (the holder has released by then) and releases at once; the service
+/// waits for that, up to its drain time.
+async fn worker(
+    n: usize,
+    registry: LockRegistry,
+    key: String,
+    hold: Duration,
+    start: Instant,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    report: Report,
+) -> distlock::Result<Option<Duration>> {
+    let lock = registry.obtain(&key)?;
+    report(n, &key, Step::Waiting);
+    let guard = match lock.lock().await {
+        Ok(guard) => guard,
+        Err(e) => {
+            report(n, &key, Step::Done);
+            return Err(e);
+        }
+    };
+    let at = start.elapsed();
+    let stopped = *stopping.borrow();
+    let mut lost = false;
+    if !stopped {
+        report(
+            n,
+            &key,
+            Step::Acquired {
+                at,
+                fence: guard.fence(),
+                hold,
+            },
+        );
+        tokio::select! {
+            () = tokio::time::sleep(hold) => {}
+            () = guard.lost() => lost = true,
+            _ = stopping.wait_for(|s| *s) => {}
+        }
+    }
+    report(n, &key, if lost { Step::Lost } else { Step::Done });
+    match guard.release().await {
+        Ok(()) | Err(distlock::Error::LockLost { .. }) => Ok((!stopped).then_some(at)),
+        Err(e) => Err(e),
+    }
 }
 
 /// The shortest and longest time between consecutive acquisitions (sorts `times`).
