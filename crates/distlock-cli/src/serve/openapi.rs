@@ -204,10 +204,12 @@ pub fn document() -> Value {
                     "key": {"type": "string"}, "kind": kind_schema(),
                     "permits": {"type": "integer", "description": "semaphores only"},
                     "holder": {"type": "string"}, "fence": {"type": "integer"}, "lease_ms": {"type": "integer"},
+                    "demo": {"type": "integer", "description": "the demonstration whose worker holds it"},
                     "expires_at_ms": {"type": "integer", "description": "when its lease ends, ms since the Unix epoch"},
                 }},
                 "Waiter": {"type": "object", "properties": {
                     "waiter": {"type": "integer"}, "key": {"type": "string"}, "holder": {"type": "string"},
+                    "demo": {"type": "integer", "description": "the demonstration whose worker waits"},
                     "since_ms": {"type": "integer"},
                 }},
                 "List": {"type": "object", "required": ["complete", "locks", "holds", "waiters", "seq", "now_ms"], "properties": {
