@@ -9,7 +9,7 @@
 //! gives it back at once, and the service waits for that.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,10 +60,18 @@ pub struct Demos {
 
 #[derive(Default)]
 struct Running {
-    /// The key and task of the last demonstration started.
-    last: Option<(String, JoinHandle<()>)>,
+    /// The last demonstration started.
+    last: Option<Last>,
     /// Set at shutdown: no demonstration starts after the service waited for the last one.
     closed: bool,
+}
+
+struct Last {
+    key: String,
+    task: JoinHandle<()>,
+    /// Set just before `demo_ended` is published, so that a caller who saw that event can
+    /// start the next demonstration at once.
+    ended: Arc<AtomicBool>,
 }
 
 /// Where each worker is on the board.
@@ -101,10 +109,11 @@ impl Demos {
         if running.closed {
             return Err(ApiError::shutting_down());
         }
-        if let Some((key, task)) = running.last.as_ref() {
-            if !task.is_finished() {
+        if let Some(last) = running.last.as_ref() {
+            if !last.ended.load(Ordering::Acquire) {
                 return Err(ApiError::conflict(format!(
-                    "a demonstration (of lock {key:?}) is running: one at a time"
+                    "a demonstration (of lock {:?}) is running: one at a time",
+                    last.key
                 )));
             }
         }
@@ -120,16 +129,21 @@ impl Demos {
         service
             .board
             .demonstration("demo_started", &key, id, report.clone());
+        let ended = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn(run(
             id,
+            ended.clone(),
             registries,
             key.clone(),
-            hold,
             service.board.clone(),
             service.stopping.clone(),
             report,
         ));
-        running.last = Some((key.clone(), task));
+        running.last = Some(Last {
+            key: key.clone(),
+            task,
+            ended,
+        });
         Ok(Started {
             demo: id,
             key,
@@ -147,24 +161,27 @@ impl Demos {
             running.closed = true;
             running.last.take()
         };
-        if let Some((_, task)) = task {
-            if tokio::time::timeout(bound, task).await.is_err() {
+        if let Some(last) = task {
+            if tokio::time::timeout(bound, last.task).await.is_err() {
                 tracing::debug!("the demonstration did not stop within the drain time");
             }
         }
     }
 }
 
-/// The workers, one task each, then the closing `demo_ended` event.
+/// The workers, one task each (each holding for `report.hold_ms`), then the closing
+/// `demo_ended` event.
 async fn run(
     id: u64,
+    ended: Arc<AtomicBool>,
     registries: Vec<LockRegistry>,
     key: String,
-    hold: Duration,
     board: Board,
     stopping: tokio::sync::watch::Receiver<bool>,
     mut report: DemoReport,
 ) {
+    // Whole milliseconds: the hold was given in them.
+    let hold = Duration::from_millis(report.hold_ms);
     let shown: Arc<Mutex<HashMap<usize, Shown>>> = Arc::default();
     let steps: Report = {
         let board = board.clone();
@@ -197,6 +214,7 @@ async fn run(
     report.min_gap_ms = min.map(|d| d.as_secs_f64() * 1000.0);
     report.max_gap_ms = max.map(|d| d.as_secs_f64() * 1000.0);
     report.stopped = *stopping.borrow();
+    ended.store(true, Ordering::Release);
     board.demonstration("demo_ended", &key, id, report);
 }
 
