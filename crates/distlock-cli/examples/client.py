@@ -9,11 +9,13 @@ and releases it. A 410 on extend means the lease ended: stop, someone else may h
 import json, sys, time, urllib.error, urllib.parse, urllib.request
 
 base, key = sys.argv[1], urllib.parse.quote(sys.argv[2], safe="")
-auth = {"Authorization": "Bearer " + sys.argv[3]} if len(sys.argv) > 3 else {}
+headers = {"Content-Type": "application/json"}  # the service refuses other bodies (415)
+if len(sys.argv) > 3:
+    headers["Authorization"] = "Bearer " + sys.argv[3]
 
 def call(method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method, headers=auth)
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req) as r:
             return r.status, json.loads(r.read() or b"null")

@@ -151,6 +151,16 @@ struct ServeArgs {
     /// The PEM private key of --tls-cert
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+
+    /// Accept requests that name NAME as their Host (any port), besides the addresses listened
+    /// on (repeatable; e.g. the name of a proxy in front)
+    #[arg(long = "allow-host", value_name = "NAME", action = ArgAction::Append)]
+    allow_hosts: Vec<String>,
+
+    /// Listen beyond loopback without --token-file: the service is meant to be open to
+    /// everyone who can reach it
+    #[arg(long)]
+    open: bool,
 }
 
 #[derive(Debug, Args)]
@@ -325,6 +335,8 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
                 token_file: args.token_file,
                 tls_cert: args.tls_cert,
                 tls_key: args.tls_key,
+                allow_hosts: args.allow_hosts,
+                open: args.open,
             };
             serve::serve(global, request).await
         }

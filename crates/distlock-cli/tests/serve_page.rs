@@ -220,6 +220,27 @@ async fn a_held_key_appears_on_the_page_and_its_countdown_moves() {
     .unwrap();
 }
 
+/// The text of the timeline's lines of `kind` for demonstration `demo`, oldest first.
+fn demo_lines(kind: &str, demo: u64) -> String {
+    format!(
+        "[...document.querySelectorAll('#timeline li[data-kind=\"{kind}\"][data-demo=\"{demo}\"]')]\
+         .reverse().map(li => li.textContent)"
+    )
+}
+
+/// The seconds after `marker` in `line` (`... +1.234 s ...`).
+fn seconds_after(line: &str, marker: &str) -> f64 {
+    let rest = line
+        .split(marker)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {marker:?} in {line:?}"));
+    rest.split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{line:?}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
     const WORKERS: usize = 10;
@@ -238,13 +259,16 @@ async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
         assert_eq!(status, 200);
     }
     let url = served.url(&format!(
-        "/?demo=1&key=demo&workers={WORKERS}&hold={}ms",
+        "/?demo=1&key=demo&workers={WORKERS}&hold_ms={}",
         hold.as_millis()
     ));
     let acquisitions =
-        "[...document.querySelectorAll('#timeline li[data-kind=\"acquired\"][data-key=\"demo\"]')]\
+        "[...document.querySelectorAll('#timeline li[data-kind=\"acquired\"][data-demo=\"1\"]')]\
          .map(li => Number(li.dataset.at))";
-    let times = tokio::task::spawn_blocking(move || {
+    let most_waited = "Math.max(...[...document.querySelectorAll('#waiters tr')]\
+                       .map(r => parseFloat(r.cells[2].textContent)))";
+    let runtime = tokio::runtime::Handle::current();
+    let (times, summary, second) = tokio::task::spawn_blocking(move || {
         let mut page = Browser::open(&url);
         // Midway: a holder, waiters, a countdown.
         page.until(BOUND, acquisitions, |v| {
@@ -255,13 +279,35 @@ async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
             waiting.as_u64().is_some_and(|n| n >= 1),
             "waiters shown: {waiting}"
         );
+        // A waiter shows how long it has waited, a time that grows (not a time left).
+        let header = page.eval(
+            "document.getElementById('waiters').closest('table').tHead.rows[0].cells[2].textContent",
+        );
+        assert_eq!(header, json!("waited"));
+        let first = page.eval(most_waited).as_f64().expect("a waiter's time");
+        page.until(BOUND, most_waited, |v| v.as_f64().is_some_and(|s| s > first));
         if let Ok(path) = std::env::var("DISTLOCK_SCREENSHOT") {
             page.screenshot(&path);
         }
         let bound = hold * u32::try_from(WORKERS).unwrap() + BOUND;
-        page.until(bound, acquisitions, |v| {
+        let times = page.until(bound, acquisitions, |v| {
             v.as_array().is_some_and(|a| a.len() == WORKERS)
-        })
+        });
+        let summary = page.until(BOUND, &demo_lines("demo_ended", 1), |v| {
+            v.as_array().is_some_and(|a| a.len() == 1)
+        });
+        // A second demonstration of the same key: its timeline is its own.
+        let (status, started) = runtime.block_on(post_demo(
+            &http,
+            &served,
+            json!({"key": "demo", "workers": 2, "hold_ms": 100}),
+        ));
+        assert_eq!(status, 202, "{started}");
+        let demo = started["demo"].as_u64().unwrap();
+        page.until(BOUND, &demo_lines("demo_ended", demo), |v| {
+            v.as_array().is_some_and(|a| a.len() == 1)
+        });
+        (times, summary, page.eval(&demo_lines("acquired", demo)))
     })
     .await
     .unwrap();
@@ -282,6 +328,35 @@ async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
             "gap {gap} ms, hold {hold_ms} ms, slack {slack_ms} ms: {times:?}"
         );
     }
+    // The closing line, as the CLI's: the acquisitions and the shortest and longest gap.
+    let summary = summary[0].as_str().unwrap();
+    assert!(
+        summary.contains("10 acquisitions, one at a time"),
+        "{summary}"
+    );
+    let (min, max) = (
+        seconds_after(summary, "min "),
+        seconds_after(summary, "max "),
+    );
+    let (hold_s, slack_s) = (hold.as_secs_f64(), slack.as_secs_f64());
+    assert!(
+        min >= hold_s - 0.001 && min <= max && max <= hold_s + slack_s + 0.001,
+        "{summary}"
+    );
+    // The second run's acquisitions are timed from its own start: the first one is not the
+    // gap since the first run's last acquisition.
+    let second: Vec<&str> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(second.len(), 2, "{second:?}");
+    let marker = " +";
+    let first_at = seconds_after(second[0], marker);
+    let next_at = seconds_after(second[1], marker);
+    assert!(first_at <= slack_s, "{second:?}");
+    assert!(next_at >= 0.1 - 0.001 && next_at >= first_at, "{second:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

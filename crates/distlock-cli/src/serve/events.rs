@@ -42,6 +42,23 @@ impl std::ops::Deref for Name {
     }
 }
 
+/// Who holds or waits, as the board shows it: a name, and the demonstration it works for.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub name: Name,
+    /// The demonstration (`POST /demo`) whose worker this is.
+    pub demo: Option<u64>,
+}
+
+impl From<&str> for Holder {
+    fn from(s: &str) -> Self {
+        Holder {
+            name: Name::from(s),
+            demo: None,
+        }
+    }
+}
+
 impl Serialize for Name {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&self.0)
@@ -52,7 +69,8 @@ impl Serialize for Name {
 /// (`Arc`) between the timeline and the subscribers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
-    /// `acquired`, `extended`, `released`, `lost`, `waiting` or `stopped_waiting`.
+    /// `acquired`, `extended`, `released`, `lost`, `waiting`, `stopped_waiting`,
+    /// `demo_started` or `demo_ended`.
     pub kind: &'static str,
     pub key: Name,
     /// The hold's id on the board (not its token: tokens stay with their caller).
@@ -74,6 +92,12 @@ pub struct Event {
     pub lease_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The demonstration the event belongs to: its workers' events and its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demo: Option<u64>,
+    /// What `demo_started` and `demo_ended` tell of their demonstration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demonstration: Option<DemoReport>,
     /// Wall-clock time of the event, milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// Its place in the order of events (from 1): a page that loads the list while following
@@ -94,10 +118,31 @@ impl Event {
             permits: None,
             lease_ms: None,
             reason: None,
+            demo: None,
+            demonstration: None,
             at_ms: epoch_ms(SystemTime::now()),
             seq: 0,
         }
     }
+}
+
+/// A demonstration as its `demo_started` and `demo_ended` events tell it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    pub workers: u32,
+    pub hold_ms: u64,
+    /// `demo_ended`: how many workers got the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquisitions: Option<u32>,
+    /// `demo_ended`: the shortest and longest time between two consecutive acquisitions
+    /// (absent with fewer than two acquisitions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_gap_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_gap_ms: Option<f64>,
+    /// `demo_ended`: the service stopped it (shutdown) before every worker had its turn.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// A hold as listed by `GET /v1/locks` and drawn by the page.
@@ -113,6 +158,9 @@ pub struct ShownHold {
     #[serde(skip)]
     pub lock_kind: LockKind,
     pub holder: Name,
+    /// The demonstration whose worker holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demo: Option<u64>,
     pub fence: u64,
     pub lease_ms: u64,
     /// When the caller's lease ends, milliseconds since the Unix epoch.
@@ -125,6 +173,9 @@ pub struct ShownWaiter {
     pub waiter: u64,
     pub key: Name,
     pub holder: Name,
+    /// The demonstration whose worker waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demo: Option<u64>,
     pub since_ms: u64,
 }
 
@@ -203,7 +254,7 @@ impl Board {
     pub fn acquired(
         &self,
         key: &str,
-        holder: &Name,
+        holder: &Holder,
         kind: LockKind,
         fence: u64,
         lease: Duration,
@@ -221,7 +272,8 @@ impl Board {
             kind: kind.name(),
             permits,
             lock_kind: kind,
-            holder: holder.clone(),
+            holder: holder.name.clone(),
+            demo: holder.demo,
             fence,
             lease_ms: millis(lease),
             expires_at_ms: epoch_ms(SystemTime::now() + lease),
@@ -232,6 +284,7 @@ impl Board {
         event.lock_kind = Some(shown.kind);
         event.permits = permits;
         event.lease_ms = Some(shown.lease_ms);
+        event.demo = holder.demo;
         let mut state = self.state();
         state.holds.insert(id, shown);
         Self::publish(&mut state, &self.inner.sender, event);
@@ -263,25 +316,28 @@ impl Board {
         event.hold = Some(id);
         event.fence = Some(shown.fence);
         event.holder = Some(shown.holder);
+        event.demo = shown.demo;
         event.reason = reason;
         Self::publish(&mut state, &self.inner.sender, event);
     }
 
     /// A caller starts waiting for `key`; it is on the board until the ticket is dropped.
-    pub fn waiting(&self, key: &str, holder: &Name) -> WaiterTicket {
+    pub fn waiting(&self, key: &str, holder: &Holder) -> WaiterTicket {
         let id = self.next_id();
         let now = SystemTime::now();
         let key = Name::from(key);
         let mut event = Event::new("waiting", &key);
         event.waiter = Some(id);
-        event.holder = Some(holder.clone());
+        event.holder = Some(holder.name.clone());
+        event.demo = holder.demo;
         let mut state = self.state();
         state.waiters.insert(
             id,
             ShownWaiter {
                 waiter: id,
                 key,
-                holder: holder.clone(),
+                holder: holder.name.clone(),
+                demo: holder.demo,
                 since_ms: epoch_ms(now),
             },
         );
@@ -297,8 +353,18 @@ impl Board {
         if let Some(w) = state.waiters.remove(&id) {
             let mut event = Event::new("stopped_waiting", &w.key);
             event.waiter = Some(id);
+            event.demo = w.demo;
             Self::publish(&mut state, &self.inner.sender, event);
         }
+    }
+
+    /// A demonstration of `key` started (`demo_started`) or ended (`demo_ended`).
+    pub fn demonstration(&self, kind: &'static str, key: &str, demo: u64, report: DemoReport) {
+        let mut event = Event::new(kind, &Name::from(key));
+        event.demo = Some(demo);
+        event.demonstration = Some(report);
+        let mut state = self.state();
+        Self::publish(&mut state, &self.inner.sender, event);
     }
 
     /// Holds and waiters on the board, ordered by key, and the `seq` of the last event they
@@ -372,7 +438,7 @@ mod tests {
     #[test]
     fn the_board_follows_holds_and_waiters_and_numbers_its_events() {
         let board = Board::default();
-        let http = Name::from("http");
+        let http = Holder::from("http");
         let ticket = board.waiting("k", &http);
         let id = board.acquired("k", &http, LockKind::Read, 1024, Duration::from_secs(5));
         drop(ticket);
@@ -407,7 +473,7 @@ mod tests {
         for i in 0..TIMELINE_LEN + 10 {
             let id = board.acquired(
                 &format!("k{i}"),
-                &Name::from("http"),
+                &Holder::from("http"),
                 LockKind::Mutex,
                 1,
                 Duration::from_secs(1),

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{millis, Board, Name};
+use super::events::{millis, Board, Holder};
 use super::expiry::{Expiries, Slot};
 use super::ApiError;
 use crate::run::HoldKind;
@@ -105,7 +105,7 @@ pub struct Holds {
     /// When the holds' leases end; one task ends them (see `new`).
     expiries: Expiries,
     /// The holder name of HTTP holds on the board.
-    http: Name,
+    http: Holder,
     /// Turns true at shutdown: waiting requests stop, new ones are refused.
     stopping: watch::Receiver<bool>,
 }
@@ -132,7 +132,7 @@ impl Holds {
             board,
             table: Arc::new(Mutex::new(HashMap::new())),
             expiries: Expiries::default(),
-            http: Name::from("http"),
+            http: Holder::from("http"),
             stopping,
         };
         let reaper = holds.clone();

@@ -1,18 +1,20 @@
 //! `distlock serve`: the configured backend over HTTP/1.1 (docs/SERVE.md), with a live page.
 //!
-//! - `routes`: the router, authentication, bad input;
+//! - `routes`: the router, authentication, bad input; `sites`: the `Host`, `Origin` and
+//!   content-type checks that keep other sites' pages out;
 //! - `holds`: holds taken over HTTP, each a lease its caller owns; `expiry`: when their
 //!   leases end;
 //! - `events`: what the page shows, the timeline and the server-sent events;
 //! - `listing`: `GET /v1/locks`, the backend's list with this service's holds beside it;
-//! - `demo`: the articles' demonstration, started from the page or `GET /demo`;
+//! - `demo`: the articles' demonstration, started from the page or `POST /demo`;
 //! - `page`, `openapi`, `metrics`, `tls`: the page's assets, `/v1/openapi.json`, `/metrics`,
 //!   the certificate files.
 //!
 //! # Shutdown
 //! On SIGTERM, SIGINT or SIGHUP the service stops accepting connections, answers 503 to
 //! requests still arriving on open ones, ends the waits of waiting requests (503), releases
-//! every open hold on the backend (a `released` event each), ends the event streams and gives
+//! every open hold on the backend (a `released` event each), stops the demonstration (its
+//! holder releases, and the service waits for it), ends the event streams and gives
 //! requests in flight up to [`DRAIN`] to finish. A caller's next request for a hold it had
 //! then answers 410 (the token is unknown, to this process and to the next one): its lock is
 //! free and somebody else may have it.
@@ -26,6 +28,7 @@ mod metrics;
 mod openapi;
 mod page;
 mod routes;
+mod sites;
 mod tls;
 
 use std::net::SocketAddr;
@@ -58,6 +61,10 @@ pub struct ServeRequest {
     pub token_file: Option<PathBuf>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Host names requests may name besides the addresses listened on.
+    pub allow_hosts: Vec<String>,
+    /// Listen beyond loopback without a token, on purpose.
+    pub open: bool,
 }
 
 /// What every handler shares.
@@ -65,8 +72,9 @@ pub struct Service {
     holds: Holds,
     board: Board,
     token: Option<String>,
+    sites: sites::Sites,
+    demos: demo::Demos,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
-    backend_url: String,
     options: distlock::RegistryOptions,
     stopping: watch::Receiver<bool>,
 }
@@ -138,11 +146,18 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
         Some(path) => Some(read_token(path)?),
         None => None,
     };
+    if token.is_none() && !req.listen.ip().is_loopback() && !req.open {
+        return Err(Failure::usage(format!(
+            "refusing to listen on {} without --token-file: anyone who can reach it could take and release locks (give --token-file FILE, or --open if it is meant to be open)",
+            req.listen
+        )));
+    }
     let tls = match (&req.tls_cert, &req.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         (None, None) => None,
         _ => return Err(Failure::usage("--tls-cert and --tls-key go together")),
     };
+    let sites = sites::Sites::new(&req.allow_hosts, tls.is_some()).map_err(Failure::usage)?;
     let metrics = metrics::install()?;
     let options = global.options()?;
     let url = global.backend_url()?;
@@ -169,8 +184,9 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
         holds: Holds::new(registry, board.clone(), stopping.clone()),
         board,
         token,
+        sites,
+        demos: demo::Demos::default(),
         metrics,
-        backend_url: url,
         options,
         stopping,
     });
@@ -194,7 +210,13 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                     }
                 };
                 let _ = tcp.set_nodelay(true);
-                let service = TowerToHyperService::new(router.clone());
+                // The address the client reached: what an address in its `Host` must be.
+                let arrived = sites::Arrived(tcp.local_addr().unwrap_or(local));
+                let routed = TowerToHyperService::new(router.clone());
+                let service = hyper::service::service_fn(move |mut request| {
+                    request.extensions_mut().insert(arrived);
+                    hyper::service::Service::call(&routed, request)
+                });
                 let watcher = graceful.watcher();
                 let tls = tls.clone();
                 tokio::spawn(async move {
@@ -230,7 +252,7 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
     }
     drop(listener);
     let _ = stop.send(true);
-    service.holds.release_all().await;
+    tokio::join!(service.holds.release_all(), service.demos.finish(DRAIN));
     service.board.close();
     if tokio::time::timeout(DRAIN, graceful.shutdown())
         .await

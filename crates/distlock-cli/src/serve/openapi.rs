@@ -1,6 +1,11 @@
-//! `GET /v1/openapi.json`: the OpenAPI 3 description of docs/SERVE.md, written by hand.
+//! `GET /v1/openapi.json`: the OpenAPI 3 description of the API (docs/SERVE.md). Its paths and
+//! methods come from the router's own list of routes ([`Route::ALL`]), each described by an
+//! exhaustive match; the schemas of the bodies are written here, and tests check them against
+//! the fields of the types the handlers read and write.
 
 use serde_json::{json, Value};
+
+use super::routes::Route;
 
 fn error_answer(description: &str) -> Value {
     json!({
@@ -63,11 +68,90 @@ fn listed_properties() -> Value {
     properties
 }
 
+/// The operation of `route`, or `None` for what is not part of the API (the page, this
+/// document). The match is exhaustive: a new route needs its description here.
+fn operation(route: Route, with: &dyn Fn(Value) -> Value) -> Option<Value> {
+    Some(match route {
+        Route::Page | Route::Script | Route::OpenApi => return None,
+        Route::Acquire => json!({
+        "parameters": [key_param()],
+                "summary": "Acquire the key's mutex, a shared (read) hold, or one permit of its semaphore: one attempt, or wait up to wait_ms",
+                "requestBody": json_body("AcquireRequest"),
+                "responses": with(json!({
+                    "200": {"description": "Acquired", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Granted"}}}},
+                    "400": error_answer("Bad input: also shared and permits together, permits outside 1..=1000000, or permits other than the semaphore's holders use"),
+                    "409": error_answer("Not acquired in time"),
+                    "415": error_answer("A body without Content-Type: application/json"),
+                    "501": error_answer("The backend has no locks of this kind (read-write locks or semaphores); nothing was taken"),
+                })),
+            }),
+        Route::Status => json!({
+        "parameters": [key_param()],
+                "summary": "The lock's state on the backend (the object of `distlock status --json`)",
+                "responses": with(json!({"200": {"description": "State", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}}})),
+            }),
+        Route::Extend => json!({
+        "parameters": [key_param(), token_param()],
+                "summary": "Extend: the lease becomes lease_ms from now",
+                "requestBody": json_body("ExtendRequest"),
+                "responses": with(json!({
+                    "200": {"description": "Extended", "content": {"application/json": {"schema": {"type": "object", "properties": {"remaining_ms": {"type": "integer"}}}}}},
+                    "410": error_answer("The hold is gone"),
+                    "415": error_answer("A body without Content-Type: application/json"),
+                })),
+            }),
+        Route::Release => json!({
+        "parameters": [key_param(), token_param()],
+                "summary": "Release",
+                "responses": with(json!({
+                    "204": {"description": "Released"},
+                    "410": error_answer("The hold was already gone"),
+                })),
+            }),
+        Route::List => json!({
+            "summary": "Every lock under the prefix, as `distlock list --json` (complete: true), with this service's holds and waiters; where the backend cannot list, this service's holds only (complete: false)",
+            "responses": with(json!({"200": {"description": "Locks", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/List"}}}}})),
+        }),
+        Route::Events => json!({
+            "summary": "Server-sent events: acquired (with lock_kind and, for a permit, permits), extended, released, lost, waiting, stopped_waiting, demo_started, demo_ended (with demonstration)",
+            "responses": with(json!({"200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})),
+        }),
+        Route::Demo => json!({
+            "summary": "Starts the demonstration: workers hold the key in turn (one demonstration at a time)",
+            "requestBody": json_body("DemoRequest"),
+            "responses": with(json!({
+                "202": {"description": "Started", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DemoStarted"}}}},
+                "409": error_answer("A demonstration is running"),
+                "415": error_answer("A body without Content-Type: application/json"),
+            })),
+        }),
+        Route::Health => {
+            json!({"summary": "Liveness", "responses": {"200": {"description": "ok"}}})
+        }
+        Route::Metrics => {
+            json!({"summary": "Prometheus text", "responses": {"200": {"description": "Metrics"}}})
+        }
+    })
+}
+
+/// `paths`: every route of [`Route::ALL`] that is part of the API, under its path and method.
+fn paths(with: &dyn Fn(Value) -> Value) -> Value {
+    let mut paths = serde_json::Map::new();
+    for route in Route::ALL {
+        if let Some(op) = operation(route, with) {
+            let entry = paths.entry(route.path()).or_insert_with(|| json!({}));
+            entry[route.method().as_str().to_ascii_lowercase()] = op;
+        }
+    }
+    Value::Object(paths)
+}
+
 /// The document.
 pub fn document() -> Value {
     let common = json!({
         "400": error_answer("Bad input"),
         "401": error_answer("Missing or wrong bearer token"),
+        "403": error_answer("Host is not an address the service listens on (nor a name given with --allow-host), or a state-changing request from another site (Origin, Sec-Fetch-Site)"),
         "503": error_answer("The backend is unreachable, or the service is shutting down"),
     });
     let with = |extra: Value| {
@@ -86,68 +170,7 @@ pub fn document() -> Value {
                 without PUT or DELETE it ends with its lease."
         },
         "security": [{"bearer": []}],
-        "paths": {
-            "/v1/locks/{key}": {
-                "parameters": [key_param()],
-                "post": {
-                    "summary": "Acquire the key's mutex, a shared (read) hold, or one permit of its semaphore: one attempt, or wait up to wait_ms",
-                    "requestBody": json_body("AcquireRequest"),
-                    "responses": with(json!({
-                        "200": {"description": "Acquired", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Granted"}}}},
-                        "400": error_answer("Bad input: also shared and permits together, permits outside 1..=1000000, or permits other than the semaphore's holders use"),
-                        "409": error_answer("Not acquired in time"),
-                        "501": error_answer("The backend has no locks of this kind (read-write locks or semaphores); nothing was taken"),
-                    })),
-                },
-                "get": {
-                    "summary": "The lock's state on the backend (the object of `distlock status --json`)",
-                    "responses": with(json!({"200": {"description": "State", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}}})),
-                },
-            },
-            "/v1/locks/{key}/{token}": {
-                "parameters": [key_param(), token_param()],
-                "put": {
-                    "summary": "Extend: the lease becomes lease_ms from now",
-                    "requestBody": json_body("ExtendRequest"),
-                    "responses": with(json!({
-                        "200": {"description": "Extended", "content": {"application/json": {"schema": {"type": "object", "properties": {"remaining_ms": {"type": "integer"}}}}}},
-                        "410": error_answer("The hold is gone"),
-                    })),
-                },
-                "delete": {
-                    "summary": "Release",
-                    "responses": with(json!({
-                        "204": {"description": "Released"},
-                        "410": error_answer("The hold was already gone"),
-                    })),
-                },
-            },
-            "/v1/locks": {
-                "get": {
-                    "summary": "Every lock under the prefix, as `distlock list --json` (complete: true), with this service's holds and waiters; where the backend cannot list, this service's holds only (complete: false)",
-                    "responses": with(json!({"200": {"description": "Locks", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/List"}}}}})),
-                },
-            },
-            "/v1/events": {
-                "get": {
-                    "summary": "Server-sent events: acquired (with lock_kind and, for a permit, permits), extended, released, lost, waiting, stopped_waiting",
-                    "responses": with(json!({"200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})),
-                },
-            },
-            "/demo": {
-                "get": {
-                    "summary": "Starts the demonstration: workers hold the key in turn",
-                    "parameters": [
-                        {"name": "key", "in": "query", "schema": {"type": "string", "default": "demo"}},
-                        {"name": "workers", "in": "query", "schema": {"type": "integer", "default": 10, "minimum": 1, "maximum": 100}},
-                        {"name": "hold", "in": "query", "schema": {"type": "string", "default": "3s"}},
-                    ],
-                    "responses": with(json!({"200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}})),
-                },
-            },
-            "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
-            "/metrics": {"get": {"summary": "Prometheus text", "responses": {"200": {"description": "Metrics"}}}},
-        },
+        "paths": paths(&with),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
@@ -157,6 +180,15 @@ pub fn document() -> Value {
                     "wait_ms": {"type": "integer", "minimum": 0, "maximum": 3_600_000},
                     "shared": {"type": "boolean", "default": false, "description": "a shared hold: the read side of the key's read-write lock (with other shared holds, never with an exclusive one)"},
                     "permits": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "description": "one permit of the key's semaphore of this many permits; not with shared"},
+                }},
+                "DemoRequest": {"type": "object", "additionalProperties": false, "properties": {
+                    "key": {"type": "string", "default": "demo"},
+                    "workers": {"type": "integer", "minimum": 1, "maximum": 10, "default": 10},
+                    "hold_ms": {"type": "integer", "minimum": 10, "maximum": 5000, "default": 3000},
+                }},
+                "DemoStarted": {"type": "object", "properties": {
+                    "demo": {"type": "integer", "description": "its id: the demo field of its events"},
+                    "key": {"type": "string"}, "workers": {"type": "integer"}, "hold_ms": {"type": "integer"},
                 }},
                 "ExtendRequest": {"type": "object", "additionalProperties": false, "properties": {
                     "lease_ms": {"type": "integer", "minimum": 10, "default": 30000},
@@ -172,10 +204,12 @@ pub fn document() -> Value {
                     "key": {"type": "string"}, "kind": kind_schema(),
                     "permits": {"type": "integer", "description": "semaphores only"},
                     "holder": {"type": "string"}, "fence": {"type": "integer"}, "lease_ms": {"type": "integer"},
+                    "demo": {"type": "integer", "description": "the demonstration whose worker holds it"},
                     "expires_at_ms": {"type": "integer", "description": "when its lease ends, ms since the Unix epoch"},
                 }},
                 "Waiter": {"type": "object", "properties": {
                     "waiter": {"type": "integer"}, "key": {"type": "string"}, "holder": {"type": "string"},
+                    "demo": {"type": "integer", "description": "the demonstration whose worker waits"},
                     "since_ms": {"type": "integer"},
                 }},
                 "List": {"type": "object", "required": ["complete", "locks", "holds", "waiters", "seq", "now_ms"], "properties": {
@@ -191,4 +225,89 @@ pub fn document() -> Value {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
+
+    use super::*;
+
+    /// A deserializer that only learns which fields a struct reads.
+    struct FieldsOf(Vec<&'static str>);
+
+    impl<'de> Deserializer<'de> for &mut FieldsOf {
+        type Error = de::value::Error;
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            self.0 = fields.to_vec();
+            Err(de::Error::custom("only the fields were wanted"))
+        }
+
+        fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    fn fields_of<'de, T: Deserialize<'de>>() -> Vec<String> {
+        let mut probe = FieldsOf(Vec::new());
+        let _ = T::deserialize(&mut probe);
+        let mut fields: Vec<String> = probe.0.iter().map(|f| (*f).to_owned()).collect();
+        fields.sort();
+        fields
+    }
+
+    fn properties_of(schema: &str) -> Vec<String> {
+        let doc = document();
+        let properties = doc["components"]["schemas"][schema]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no schema {schema}"));
+        let mut names: Vec<String> = properties.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn keys_of(value: impl serde::Serialize) -> Vec<String> {
+        let value = serde_json::to_value(value).unwrap();
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn the_body_schemas_have_the_fields_the_handlers_read_and_write() {
+        use super::super::demo::{DemoRequest, Started};
+        use super::super::holds::{AcquireRequest, ExtendRequest, Granted};
+        assert_eq!(
+            properties_of("AcquireRequest"),
+            fields_of::<AcquireRequest>()
+        );
+        assert_eq!(properties_of("ExtendRequest"), fields_of::<ExtendRequest>());
+        assert_eq!(properties_of("DemoRequest"), fields_of::<DemoRequest>());
+        let granted = Granted {
+            key: "k".into(),
+            token: "t".into(),
+            fence: 1,
+            lease_ms: 1,
+        };
+        assert_eq!(properties_of("Granted"), keys_of(granted));
+        let started = Started {
+            demo: 1,
+            key: "k".into(),
+            workers: 1,
+            hold_ms: 1,
+        };
+        assert_eq!(properties_of("DemoStarted"), keys_of(started));
+    }
 }

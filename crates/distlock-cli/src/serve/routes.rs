@@ -1,53 +1,134 @@
-//! The HTTP surface of docs/SERVE.md: one router, thin handlers that call the holds, the board and
-//! the library; bad input becomes 400 with `{"error"}` before anything is taken.
+//! The HTTP surface (docs/SERVE.md): one router, thin handlers that call the holds, the board
+//! and the library; bad input becomes 400 with `{"error"}` before anything is taken.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::{page, ApiError, Service};
-use crate::duration::parse_duration;
 
 /// Largest request body accepted: the bodies are a few small numbers.
 const MAX_BODY: usize = 16 * 1024;
 
+/// The routes, one variant each. The router and the OpenAPI document are both made from
+/// [`Route::ALL`], and the matches on a route are exhaustive, so a route cannot be served
+/// without being described, nor described without being served (a variant left out of `ALL`
+/// is never constructed, which the compiler reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Page,
+    Script,
+    Health,
+    Metrics,
+    Demo,
+    OpenApi,
+    Events,
+    List,
+    Status,
+    Acquire,
+    Extend,
+    Release,
+}
+
+impl Route {
+    pub const ALL: [Route; 12] = [
+        Route::Page,
+        Route::Script,
+        Route::Health,
+        Route::Metrics,
+        Route::Demo,
+        Route::OpenApi,
+        Route::Events,
+        Route::List,
+        Route::Status,
+        Route::Acquire,
+        Route::Extend,
+        Route::Release,
+    ];
+
+    /// The path, in the syntax of both axum and OpenAPI.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Page => "/",
+            Route::Script => "/page.js",
+            Route::Health => "/healthz",
+            Route::Metrics => "/metrics",
+            Route::Demo => "/demo",
+            Route::OpenApi => "/v1/openapi.json",
+            Route::Events => "/v1/events",
+            Route::List => "/v1/locks",
+            Route::Status | Route::Acquire => "/v1/locks/{key}",
+            Route::Extend | Route::Release => "/v1/locks/{key}/{token}",
+        }
+    }
+
+    pub fn method(self) -> Method {
+        match self {
+            Route::Demo | Route::Acquire => Method::POST,
+            Route::Extend => Method::PUT,
+            Route::Release => Method::DELETE,
+            Route::Page
+            | Route::Script
+            | Route::Health
+            | Route::Metrics
+            | Route::OpenApi
+            | Route::Events
+            | Route::List
+            | Route::Status => Method::GET,
+        }
+    }
+
+    fn handler(self) -> MethodRouter<Arc<Service>> {
+        let filter = MethodFilter::try_from(self.method()).unwrap_or(MethodFilter::GET);
+        match self {
+            Route::Page => on(filter, page::index),
+            Route::Script => on(filter, page::script),
+            Route::Health => on(filter, || async { "ok\n" }),
+            Route::Metrics => on(filter, metrics),
+            Route::Demo => on(filter, demo),
+            Route::OpenApi => on(filter, openapi),
+            Route::Events => on(filter, events),
+            Route::List => on(filter, list),
+            Route::Status => on(filter, status),
+            Route::Acquire => on(filter, acquire),
+            Route::Extend => on(filter, extend),
+            Route::Release => on(filter, release),
+        }
+    }
+}
+
 /// The whole router over `service`.
 pub fn router(service: Arc<Service>) -> Router {
-    Router::new()
-        .route("/", get(page::index))
-        .route("/page.js", get(page::script))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
-        .route("/demo", get(demo))
-        .route("/v1/openapi.json", get(openapi))
-        .route("/v1/events", get(events))
-        .route("/v1/locks", get(list))
-        .route("/v1/locks/{key}", get(status).post(acquire))
-        .route(
-            "/v1/locks/{key}/{token}",
-            axum::routing::put(extend).delete(release),
-        )
+    Route::ALL
+        .into_iter()
+        .fold(Router::new(), |router, route| {
+            router.route(route.path(), route.handler())
+        })
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(service.clone(), gate))
         .with_state(service)
 }
 
-/// Bearer token (or `access_token` in the query, for the page's `EventSource`, which cannot
-/// set headers), refusal while stopping, and the request counter.
+/// Requests from other sites (see `sites`), the bearer token (or `access_token` in the query,
+/// for the page's `EventSource`, which cannot set headers), refusal while stopping, and the
+/// request counter.
 async fn gate(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
-    let response = if !authorized(&service, request.headers(), request.uri().query()) {
+    let response = if let Err(refused) = service.sites.check(&request) {
+        refused.into_response()
+    } else if !authorized(&service, request.headers(), request.uri().query()) {
         let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
             .into_response();
         r.headers_mut().insert(
@@ -173,34 +254,11 @@ async fn events(State(service): State<Arc<Service>>) -> Response {
     service.board.stream().into_response()
 }
 
-/// `GET /demo?key=K[&workers=N][&hold=DUR]`.
-#[derive(Debug, Deserialize)]
-struct DemoQuery {
-    key: Option<String>,
-    workers: Option<u32>,
-    hold: Option<String>,
-}
-
-async fn demo(
-    State(service): State<Arc<Service>>,
-    query: Result<Query<DemoQuery>, QueryRejection>,
-) -> Result<&'static str, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let key = q.key.unwrap_or_else(|| "demo".into());
-    distlock::validate_key(&key)?;
-    let workers = q.workers.unwrap_or(10);
-    if !(1..=100).contains(&workers) {
-        return Err(ApiError::bad_request("workers must be 1 to 100"));
-    }
-    let hold = match q.hold.as_deref() {
-        None => Duration::from_secs(3),
-        Some(h) => parse_duration(h).map_err(ApiError::bad_request)?,
-    };
-    if hold > Duration::from_secs(600) {
-        return Err(ApiError::bad_request("hold must be at most 10m"));
-    }
-    super::demo::start(&service, key, workers, hold).await?;
-    Ok("OK\n")
+/// `POST /demo` with `{"key", "workers", "hold_ms"}` (all optional): 202 once it started.
+async fn demo(State(service): State<Arc<Service>>, bytes: Bytes) -> Result<Response, ApiError> {
+    let req = body(&bytes)?;
+    let started = service.demos.start(&service, req)?;
+    Ok((StatusCode::ACCEPTED, Json(started)).into_response())
 }
 
 async fn openapi() -> Response {
@@ -248,9 +306,20 @@ mod tests {
     }
 
     #[test]
-    fn the_openapi_document_names_every_route() {
+    fn the_openapi_document_describes_the_routes_served() {
         let doc = super::super::openapi::document();
         assert_eq!(doc["openapi"], "3.0.3");
-        assert_eq!(doc["paths"].as_object().map(|p| p.len()), Some(7));
+        let mut described = 0;
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for method in operations.as_object().unwrap().keys() {
+                let served = Route::ALL
+                    .iter()
+                    .any(|r| r.path() == path && r.method().as_str().eq_ignore_ascii_case(method));
+                assert!(served, "{method} {path} is described but not served");
+                described += 1;
+            }
+        }
+        // Everything but the page and the document itself.
+        assert_eq!(described, Route::ALL.len() - 3);
     }
 }

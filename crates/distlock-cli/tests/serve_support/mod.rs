@@ -28,9 +28,14 @@ pub struct Served {
 impl Served {
     /// `distlock --backend BACKEND serve --listen 127.0.0.1:0 EXTRA...`.
     pub fn start(backend: &str, extra: &[&str]) -> Served {
+        Served::start_on(backend, "127.0.0.1:0", extra)
+    }
+
+    /// `distlock --backend BACKEND serve --listen LISTEN EXTRA...`.
+    pub fn start_on(backend: &str, listen: &str, extra: &[&str]) -> Served {
         let home = tempfile::tempdir().expect("temporary directory");
         let mut child = Command::new(BIN)
-            .args(["--backend", backend, "serve", "--listen", "127.0.0.1:0"])
+            .args(["--backend", backend, "serve", "--listen", listen])
             .args(extra)
             .env("DISTLOCK_HOME", home.path())
             .env_remove("DISTLOCK_BACKEND")
@@ -110,6 +115,76 @@ impl Drop for Served {
     }
 }
 
+/// The port the service listens on.
+pub fn port_of(served: &Served) -> u16 {
+    let port = served.base.rsplit(':').next().unwrap_or_default();
+    port.parse()
+        .unwrap_or_else(|_| panic!("no port in {}", served.base))
+}
+
+/// One HTTP/1.1 request written as is (`head` ends with the blank line, `Connection: close`
+/// included) to 127.0.0.1:`port`; the answer's status and body. For the headers a client
+/// library would not send as given (`Host`).
+pub fn raw(port: u16, head: &str, body: &str) -> (u16, String) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// `POST /demo` with `body`.
+pub async fn post_demo(
+    http: &reqwest::Client,
+    served: &Served,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    send(http.post(served.url("/demo")).json(&body)).await
+}
+
+/// Waits (at most `bound`) for the `demo_ended` event of demonstration `demo` in the list's
+/// timeline, and returns it.
+pub async fn demo_ended(
+    http: &reqwest::Client,
+    served: &Served,
+    demo: u64,
+    bound: Duration,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        let (status, list) = send(http.get(served.url("/v1/locks"))).await;
+        assert_eq!(status, 200, "{list}");
+        let ended = list["timeline"].as_array().and_then(|events| {
+            events
+                .iter()
+                .find(|e| e["kind"] == "demo_ended" && e["demo"] == demo)
+                .cloned()
+        });
+        if let Some(event) = ended {
+            return event;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "demonstration {demo} did not end within {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A `sqlite://` URL of a fresh file in `dir`.
 pub fn sqlite_in(dir: &std::path::Path) -> String {
     format!("sqlite://{}", dir.join("locks.db").display())
@@ -165,6 +240,28 @@ pub fn encode(key: &str) -> String {
         }
     }
     s
+}
+
+/// The number of waiters `GET /v1/locks` lists.
+pub async fn waiters(http: &reqwest::Client, served: &Served) -> usize {
+    let (_, list) = send(http.get(served.url("/v1/locks"))).await;
+    list["waiters"].as_array().map_or(0, Vec::len)
+}
+
+/// The locks `GET /v1/locks` lists, by key.
+pub async fn listed(http: &reqwest::Client, served: &Served) -> serde_json::Value {
+    let (status, list) = send(http.get(served.url("/v1/locks"))).await;
+    assert_eq!(status, 200, "{list}");
+    list
+}
+
+pub fn lock_of<'a>(list: &'a serde_json::Value, key: &str) -> &'a serde_json::Value {
+    list["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .find(|l| l["key"] == key)
+        .unwrap_or_else(|| panic!("{key} not listed: {list}"))
 }
 
 /// The keys `GET /v1/locks` lists.

@@ -126,24 +126,53 @@
     body.insertBefore(row, rows[lo] || null);
   }
 
+  // A demonstration's own timeline: its acquisitions are told as times since it started, so
+  // its first one never shows the gap since an earlier run.
+  const demoStarts = new Map(); // demo id -> at_ms of its demo_started
+  const seconds = (ms) => (ms / 1000).toFixed(3) + " s";
+  function demoText(e) {
+    const d = e.demonstration || {};
+    const head = "demonstration " + e.demo + " of " + JSON.stringify(e.key);
+    if (e.kind === "demo_started") {
+      demoStarts.set(e.demo, e.at_ms);
+      return head + " started: " + d.workers + " workers, each holding it " + seconds(d.hold_ms);
+    }
+    let text = head + (d.stopped ? " stopped: " : " ended: ") + d.acquisitions +
+      (d.acquisitions === 1 ? " acquisition" : " acquisitions") + ", one at a time";
+    if (d.min_gap_ms != null) {
+      text += "; gaps between consecutive acquisitions: min " + seconds(d.min_gap_ms) +
+        ", max " + seconds(d.max_gap_ms);
+    }
+    return text + " (hold " + seconds(d.hold_ms) + ")";
+  }
+
   function timeline(e) {
     const li = document.createElement("li");
     li.className = e.kind;
     li.dataset.kind = e.kind;
     li.dataset.key = e.key;
     li.dataset.at = e.at_ms;
-    let text = clock(e.at_ms) + " " + e.kind + " " + JSON.stringify(e.key);
-    if (e.lock_kind && e.lock_kind !== "mutex") text += " " + kindLabel(e.lock_kind, e.permits);
-    if (e.holder) text += " by " + e.holder;
-    if (e.fence != null) text += " fence " + e.fence;
-    // The gap since the key's previous acquisition: how long a handoff took, for the
-    // exclusive kinds (shared holds and permits overlap).
-    if (e.kind === "acquired" && (!e.lock_kind || e.lock_kind === "mutex" || e.lock_kind === "write")) {
-      const before = lastAcquired.get(e.key);
-      if (before != null) text += " (+" + ((e.at_ms - before) / 1000).toFixed(3) + " s)";
-      lastAcquired.set(e.key, e.at_ms);
+    if (e.demo != null) li.dataset.demo = e.demo;
+    let text = clock(e.at_ms) + " ";
+    if (e.kind === "demo_started" || e.kind === "demo_ended") {
+      text += demoText(e);
+    } else {
+      text += e.kind + " " + JSON.stringify(e.key);
+      if (e.lock_kind && e.lock_kind !== "mutex") text += " " + kindLabel(e.lock_kind, e.permits);
+      if (e.holder) text += " by " + e.holder;
+      if (e.fence != null) text += " fence " + e.fence;
+      if (e.kind === "acquired" && e.demo != null) {
+        const start = demoStarts.get(e.demo);
+        if (start != null) text += " (demonstration " + e.demo + " +" + seconds(e.at_ms - start) + ")";
+      } else if (e.kind === "acquired" && (!e.lock_kind || e.lock_kind === "mutex" || e.lock_kind === "write")) {
+        // The gap since the key's previous acquisition: how long a handoff took, for the
+        // exclusive kinds (shared holds and permits overlap).
+        const before = lastAcquired.get(e.key);
+        if (before != null) text += " (+" + seconds(e.at_ms - before) + " after the previous)";
+        lastAcquired.set(e.key, e.at_ms);
+      }
+      if (e.reason) text += " (" + e.reason + ")";
     }
-    if (e.reason) text += " (" + e.reason + ")";
     li.textContent = text;
     const list = $("timeline");
     list.insertBefore(li, list.firstChild);
@@ -219,6 +248,7 @@
     for (const w of [...waiters.keys()]) removeWaiter(w);
     $("timeline").textContent = "";
     lastAcquired.clear();
+    demoStarts.clear();
     for (const h of list.holds) addHold(h, false);
     for (const w of list.waiters) addWaiter(w);
     for (const e of list.timeline) if (e.seq <= list.seq && e.kind !== "stopped_waiting") timeline(e);
@@ -231,7 +261,8 @@
 
   function connect() {
     const source = new EventSource(withToken("v1/events"));
-    const kinds = ["acquired", "extended", "released", "lost", "waiting", "stopped_waiting"];
+    const kinds = ["acquired", "extended", "released", "lost", "waiting", "stopped_waiting",
+                   "demo_started", "demo_ended"];
     for (const kind of kinds) {
       source.addEventListener(kind, (m) => { pending.push(JSON.parse(m.data)); schedule(); });
     }
@@ -255,10 +286,15 @@
     schedule();
   });
   $("demo-run").addEventListener("click", async () => {
-    const q = new URLSearchParams({ key: $("demo-key").value || "demo" });
-    for (const name of ["workers", "hold"]) if (params.get(name)) q.set(name, params.get(name));
-    const r = await fetch(withToken("demo?" + q), { headers });
-    if (!r.ok) report(new Error("demo: " + (await r.text())));
+    const body = { key: $("demo-key").value || "demo" };
+    for (const name of ["workers", "hold_ms"]) if (params.get(name)) body[name] = Number(params.get(name));
+    const r = await fetch("demo", {
+      method: "POST",
+      headers: { ...headers, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (!r.ok) $("demo-note").textContent = "demonstration: " + ((await r.json()).error || r.status);
+    else $("demo-note").textContent = "";
   });
   if (params.get("key")) $("demo-key").value = params.get("key");
   // `?demo=1` starts the demonstration on load (how the browser test presses the button).
