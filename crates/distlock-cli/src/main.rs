@@ -7,7 +7,7 @@
 //!   list [--json]
 //!   unlock K --force
 //!   demo [--workers N] [--hold DUR] [--key K]
-//!   serve [--listen ADDR] [--token-file FILE] [--tls-cert PEM --tls-key PEM]
+//!   serve [--listen ADDR] [--token-file FILE] [--tls-cert PEM --tls-key PEM] [--allow-host NAME ...] [--open]
 //!   completions bash|zsh|fish|elvish|powershell
 //!   man
 //! ```
