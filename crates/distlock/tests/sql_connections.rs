@@ -158,8 +158,8 @@ async fn fill_connections(url: &str) -> Vec<mysql_async::Conn> {
 }
 
 /// A holder's release works when the server takes no new connections: contended holds (whose
-/// release also rings the waiters' doorbell) pass between two waiting registries after every
-/// free connection of the server was taken.
+/// release also rings the waiters' doorbell) pass between two waiting registries that started
+/// waiting after every free connection of the server was taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_contended_release_needs_no_new_connection() {
     let server =
@@ -168,11 +168,18 @@ async fn mariadb_contended_release_needs_no_new_connection() {
     let url = db.url().to_owned();
     let first = registry(my(&url).await, opts(30_000));
     let guard = first.obtain("k").unwrap().lock().await.unwrap();
-    let waiters: Vec<_> = (0..2)
-        .map(|_| {
-            let url = url.clone();
+    let mut registries = Vec::new();
+    for _ in 0..2 {
+        registries.push(registry(my(&url).await, opts(30_000)));
+    }
+    // Every registry is connected; the server takes no more connections from here on, so
+    // whatever a registry did not keep (a listener, a connection to hold doorbells on) it
+    // cannot have.
+    let fillers = fill_connections(&url).await;
+    let waiters: Vec<_> = registries
+        .into_iter()
+        .map(|reg| {
             tokio::spawn(async move {
-                let reg = registry(my(&url).await, opts(30_000));
                 let g = reg
                     .obtain("k")
                     .unwrap()
@@ -185,9 +192,8 @@ async fn mariadb_contended_release_needs_no_new_connection() {
             })
         })
         .collect();
-    // Both wait (and listen) before the server is full.
+    // Both wait before the first holder releases.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let fillers = fill_connections(&url).await;
     guard.release().await.expect("release with the server full");
     for w in waiters {
         let released = tokio::time::timeout(Duration::from_secs(30), w)
