@@ -317,25 +317,25 @@ async fn session(
                         .map_err(|error| Failed { error, sent: true }),
                     );
                 }
-                Some(Command::Run { job, mut reply }) => {
-                    if !reply.is_closed() {
-                        tokio::select! {
-                            out = bounded(limit, run(c, &job)) => {
-                                if let Err(e) = &out {
-                                    // A broken connection, or a transaction that may still
-                                    // be open.
-                                    failed = matches!(classify(e), Class::Connection)
-                                        || matches!(job, Job::Transaction(_));
-                                }
-                                let _ = reply.send(out.map_err(|error| Failed { error, sent: true }));
+                // A statement whose caller went away before it started is skipped.
+                Some(Command::Run { job, mut reply }) if !reply.is_closed() => {
+                    tokio::select! {
+                        out = bounded(limit, run(c, &job)) => {
+                            if let Err(e) = &out {
+                                // A broken connection, or a transaction that may still be
+                                // open.
+                                failed = matches!(classify(e), Class::Connection)
+                                    || matches!(job, Job::Transaction(_));
                             }
-                            // The caller ran out of time with the statement under way: close
-                            // the connection rather than wait for a server that may be stalled
-                            // while the backend's other statements queue behind it.
-                            () = reply.closed() => failed = true,
+                            let _ = reply.send(out.map_err(|error| Failed { error, sent: true }));
                         }
+                        // The caller ran out of time with the statement under way: close the
+                        // connection rather than wait for a server that may be stalled while
+                        // the backend's other statements queue behind it.
+                        () = reply.closed() => failed = true,
                     }
                 }
+                Some(Command::Run { .. }) => {}
                 Some(Command::Arm(n)) => queue.push_front(Command::Arm(n)),
                 None => {}
             }
