@@ -58,8 +58,9 @@
 //!   transactions between statements (MySQL's `LAST_INSERT_ID` value is the only thing a
 //!   statement leaves, and nothing reads it before the next statement sets it), so a pooled connection can never carry a lock (or
 //!   anything else) to its next borrower, and a connection killed by the server loses nothing:
-//!   the next statement runs on a new one. MySQL's doorbells live only on their own dedicated,
-//!   never pooled connections.
+//!   the next statement runs on a new one. MySQL's statement connections (sessions, never
+//!   lent to anybody else) hold the doorbells of the locks the backend holds, and take them
+//!   again after a reconnect.
 //! - **Transient errors** (deadlock victim `40P01`/1213, serialization failure `40001`, lock
 //!   wait timeout, a connection reset or killed) are retried a few times at once on a fresh
 //!   connection, then reported as the retryable [`Error::Unavailable`]; the registry retries
@@ -89,8 +90,8 @@
 //! above and the server's reply all count. A renewal is bounded by the lease it renews as well
 //! (the registry also stops waiting for it when the lease it protects ends). A call that runs
 //! out of time fails with the retryable [`Error::Unavailable`], and the connection it was
-//! using is closed, never handed back to the pool, where a stalled connection or a late reply
-//! would reach the next call. So with the network stalled, `try_lock_for(d)` returns after at
+//! using is closed, never used again (handed back to the pool, or to the next statement of a
+//! MySQL session), where a stalled connection or a late reply would reach the next call. So with the network stalled, `try_lock_for(d)` returns after at
 //! most about `max(d, request_timeout)`. The backend does not see the caller's own deadline
 //! (the [`Backend`](crate::Backend) methods carry none), which is why a call may outlast a
 //! `try_lock_for` wait shorter than `request_timeout`. MySQL's doorbell connections bound
@@ -354,7 +355,7 @@ impl SqlOptions {
         self
     }
 
-    /// Sets the most pooled connections open at once.
+    /// Sets the most statement connections open at once.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
