@@ -525,6 +525,59 @@ async fn tables_created_by_distlock_take_springs_statements() {
     }
 }
 
+/// A registry that turns Spring mode on and changes nothing else (default options, so the
+/// default prefix, and no region) meets a Spring application that changed nothing either:
+/// both use Spring's default region `DEFAULT`, in both directions. A prefix given explicitly
+/// is still the region.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_mode_defaults_to_springs_default_region() {
+    let (pg_db, my_db) = (pg_db(), my_db());
+    let pg_url = format!("{}?spring=true", pg_db.url());
+    let my_url = format!("{}?spring=true", my_db.url());
+    let cases = [
+        (
+            pg_boxed(&pg_url).await,
+            pg_boxed(&pg_url).await,
+            Spring::pg(pg_db.url(), Duration::from_secs(10)).await,
+        ),
+        (
+            my_boxed(&my_url).await,
+            my_boxed(&my_url).await,
+            Spring::my(my_db.url(), Duration::from_secs(10)).await,
+        ),
+    ];
+    for (backend, named_backend, java) in cases {
+        let ours = LockRegistry::from_backend(backend, RegistryOptions::default()).unwrap();
+        let key = "orders:7";
+        assert!(java.acquire(key).await);
+        assert!(
+            matches!(
+                ours.obtain(key).unwrap().try_lock().await,
+                Err(Error::NotAcquired { .. })
+            ),
+            "distlock acquired a lock Spring holds in region DEFAULT"
+        );
+        assert!(java.delete(key).await);
+        let guard = ours.obtain(key).unwrap().try_lock().await.unwrap();
+        assert!(
+            !java.acquire(key).await,
+            "Spring acquired a lock distlock holds"
+        );
+        guard.release().await.unwrap();
+
+        // An explicit prefix is a region of its own, apart from Spring's default one.
+        let named = LockRegistry::from_backend(
+            named_backend,
+            RegistryOptions::default().with_prefix("billing"),
+        )
+        .unwrap();
+        assert!(java.acquire(key).await);
+        let guard = named.obtain(key).unwrap().try_lock().await.unwrap();
+        guard.release().await.unwrap();
+        assert!(java.delete(key).await);
+    }
+}
+
 /// The critical section of the contention test: a read-modify-write of `counter` that
 /// overlaps with any other holder's, which `inside` detects.
 async fn critical_section(inside: &AtomicBool, counter: &AtomicU64, cycles: &AtomicU64) {

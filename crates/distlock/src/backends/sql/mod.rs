@@ -58,8 +58,9 @@
 //!   transactions between statements (MySQL's `LAST_INSERT_ID` value is the only thing a
 //!   statement leaves, and nothing reads it before the next statement sets it), so a pooled connection can never carry a lock (or
 //!   anything else) to its next borrower, and a connection killed by the server loses nothing:
-//!   the next statement runs on a new one. MySQL's doorbells live only on their own dedicated,
-//!   never pooled connections.
+//!   the next statement runs on a new one. MySQL's statement connections (sessions, never
+//!   lent to anybody else) hold the doorbells of the locks the backend holds, and take them
+//!   again after a reconnect.
 //! - **Transient errors** (deadlock victim `40P01`/1213, serialization failure `40001`, lock
 //!   wait timeout, a connection reset or killed) are retried a few times at once on a fresh
 //!   connection, then reported as the retryable [`Error::Unavailable`]; the registry retries
@@ -89,8 +90,8 @@
 //! above and the server's reply all count. A renewal is bounded by the lease it renews as well
 //! (the registry also stops waiting for it when the lease it protects ends). A call that runs
 //! out of time fails with the retryable [`Error::Unavailable`], and the connection it was
-//! using is closed, never handed back to the pool, where a stalled connection or a late reply
-//! would reach the next call. So with the network stalled, `try_lock_for(d)` returns after at
+//! using is closed, never used again (handed back to the pool, or to the next statement of a
+//! MySQL session), where a stalled connection or a late reply would reach the next call. So with the network stalled, `try_lock_for(d)` returns after at
 //! most about `max(d, request_timeout)`. The backend does not see the caller's own deadline
 //! (the [`Backend`](crate::Backend) methods carry none), which is why a call may outlast a
 //! `try_lock_for` wait shorter than `request_timeout`. MySQL's doorbell connections bound
@@ -151,7 +152,7 @@
 //! | column | value written by distlock |
 //! |---|---|
 //! | `LOCK_KEY CHAR(36)` | [`spring_lock_key`]: the key itself if it is a UUID, else `UUID.nameUUIDFromBytes(key UTF-8)` (an MD5, version 3 UUID), as Spring's `UUIDConverter` computes it |
-//! | `REGION VARCHAR(100)` | [`SqlOptions::region`], else the registry's prefix (Spring's default region is `DEFAULT`) |
+//! | `REGION VARCHAR(100)` | [`SqlOptions::region`], else the registry's prefix, except that the registry's default prefix `lock` becomes Spring's default region `DEFAULT` ([`SPRING_DEFAULT_REGION`]) |
 //! | `CLIENT_ID CHAR(36)` | the owner token written as a UUID |
 //! | `CREATED_DATE TIMESTAMP` | acquisition time, UTC, database clock |
 //! | `EXPIRED_AFTER TIMESTAMP` | end of the lease, UTC, database clock |
@@ -160,6 +161,12 @@
 //! to live); the layout of 6.x and earlier (no `EXPIRED_AFTER`, expiry computed from
 //! `CREATED_DATE` and a time to live every client must agree on) is not supported. If the table
 //! is missing, distlock creates it with Spring's own DDL.
+//!
+//! A registry that turns Spring mode on and changes nothing else shares its locks with a Spring
+//! application that changed nothing either: the registry's default prefix (`lock`, also the
+//! CLI's `--prefix` default) is written as Spring's default region `DEFAULT`. A region
+//! (`?region=`) or any other prefix is used as given. The default prefix cannot be told from a
+//! prefix `lock` given explicitly; write `?region=lock` for a region of that name.
 //!
 //! Spring deletes the row on release, so there is no column to keep a fence in: in this mode the
 //! fence is `CREATED_DATE` in microseconds, which increases from one holder to the next only as
@@ -181,10 +188,10 @@
 //! |---|---|---|
 //! | `table` | `distlock_locks` (`INT_LOCK` with `spring=true`) | the lease table |
 //! | `schema` | the connection's default | PostgreSQL schema / MySQL database of the table |
-//! | `region` | the registry's prefix | a fixed region for every lock |
+//! | `region` | the registry's prefix (`DEFAULT` for the default prefix `lock` with `spring=true`) | a fixed region for every lock |
 //! | `spring` | `false` | Spring `INT_LOCK` layout |
 //! | `create_table` | `true` | create the table on first use when it is missing |
-//! | `pool_size` | 8 | most connections opened at once (plus one listening connection on PostgreSQL) |
+//! | `pool_size` | 1 | statement connections (plus one listening connection while waiting): a registry needs two connections whatever the number of keys it holds or waits for; more let one process run statements in parallel |
 //! | `connect_timeout` | `5s` | per connection attempt; `500ms`, `5s`, `1m` or plain seconds |
 //! | `request_timeout` | `5s` | per call, pool wait, connecting, retries and reply included (see [Deadlines](self#deadlines)) |
 //! | `allow_insecure_auth` | `false` | send a password even in a readable form or to an unverified server (see [Passwords and TLS](self#passwords-and-tls)) |
@@ -225,8 +232,14 @@ pub mod sqlite;
 pub const DEFAULT_TABLE: &str = "distlock_locks";
 /// Spring Integration's table (`DefaultLockRepository`'s prefix `INT_` + `LOCK`).
 pub const SPRING_TABLE: &str = "INT_LOCK";
+/// The region of Spring mode when neither a region nor a prefix other than the registry's
+/// default is given: Spring's `DefaultLockRepository`'s default region.
+pub const SPRING_DEFAULT_REGION: &str = "DEFAULT";
+/// The registry's default prefix ([`RegistryOptions`](crate::RegistryOptions)' and the CLI's),
+/// which Spring mode reads as "no prefix given".
+const REGISTRY_DEFAULT_PREFIX: &str = "lock";
 /// Default of [`SqlOptions::pool_size`].
-pub const DEFAULT_POOL_SIZE: usize = 8;
+pub const DEFAULT_POOL_SIZE: usize = 1;
 /// Default of [`SqlOptions::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`SqlOptions::request_timeout`].
@@ -270,7 +283,8 @@ pub struct SqlOptions {
     pub spring: bool,
     /// Create the table on first use when it is missing (default true).
     pub create_table: bool,
-    /// Most pooled connections open at once (default [`DEFAULT_POOL_SIZE`]).
+    /// Most statement connections open at once (default [`DEFAULT_POOL_SIZE`]); waiters use
+    /// one more, whatever the number of keys they wait for.
     pub pool_size: usize,
     /// Limit of one connection attempt (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
@@ -341,7 +355,7 @@ impl SqlOptions {
         self
     }
 
-    /// Sets the most pooled connections open at once.
+    /// Sets the most statement connections open at once.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
@@ -404,7 +418,17 @@ impl SqlOptions {
 
     /// The region a lock lives in.
     pub(crate) fn region_of<'a>(&'a self, name: &'a LockName) -> &'a str {
-        self.region.as_deref().unwrap_or(name.prefix())
+        self.region_for(name.prefix())
+    }
+
+    /// The region of the locks under `prefix`: the configured region, else the prefix, except
+    /// that Spring mode maps the registry's default prefix to Spring's default region.
+    pub(crate) fn region_for<'a>(&'a self, prefix: &'a str) -> &'a str {
+        match &self.region {
+            Some(region) => region,
+            None if self.spring && prefix == REGISTRY_DEFAULT_PREFIX => SPRING_DEFAULT_REGION,
+            None => prefix,
+        }
     }
 }
 
@@ -676,121 +700,4 @@ pub(crate) fn scrub(message: String, secret: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn spring_keys_match_java() {
-        // Values of java.util.UUID.nameUUIDFromBytes(s.getBytes(StandardCharsets.UTF_8)).
-        assert_eq!(
-            spring_lock_key("foo"),
-            "acbd18db-4cc2-385c-adef-654fccc4a4d8"
-        );
-        assert_eq!(spring_lock_key(""), "d41d8cd9-8f00-3204-a980-0998ecf8427e");
-        assert_eq!(
-            spring_lock_key("voucher:42").len(),
-            36,
-            "always the 36-character form"
-        );
-        let upper = "0A1B2C3D-4E5F-6071-8293-A4B5C6D7E8F9";
-        assert_eq!(spring_lock_key(upper), upper.to_ascii_lowercase());
-        assert_ne!(
-            spring_lock_key("0A1B2C3D4E5F60718293A4B5C6D7E8F9").len(),
-            32
-        );
-    }
-
-    #[test]
-    fn token_as_uuid() {
-        let t = Token::from(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef_u128);
-        assert_eq!(token_uuid(t), "01234567-89ab-cdef-0123-456789abcdef");
-    }
-
-    #[test]
-    fn urls_parse_and_name_the_bad_part() {
-        let p = parse_url(
-            "postgres",
-            &["postgres", "postgresql"],
-            "postgres://u:p%40ss@db.example:6543/app?table=t1&schema=s&pool_size=3&connect_timeout=250ms&sslmode=require",
-        )
-        .unwrap();
-        assert_eq!(p.host, "db.example");
-        assert_eq!(p.port, Some(6543));
-        assert_eq!(p.user.as_deref(), Some("u"));
-        assert_eq!(p.password.as_deref(), Some("p@ss"));
-        assert_eq!(p.database.as_deref(), Some("app"));
-        assert_eq!(p.options.table, "t1");
-        assert_eq!(p.options.schema.as_deref(), Some("s"));
-        assert_eq!(p.options.pool_size, 3);
-        assert_eq!(p.options.connect_timeout, Duration::from_millis(250));
-        assert_eq!(p.rest, vec![("sslmode".to_owned(), "require".to_owned())]);
-        assert!(!format!("{p:?}").contains("p@ss"));
-
-        let p = parse_url(
-            "mysql",
-            &["mysql"],
-            "mysql://h/db?request_timeout=1500ms&allow_insecure_auth=true",
-        )
-        .unwrap();
-        assert_eq!(p.options.request_timeout, Duration::from_millis(1500));
-        assert!(p.options.allow_insecure_auth);
-        let d = parse_url("mysql", &["mysql"], "mysql://h/db")
-            .unwrap()
-            .options;
-        assert_eq!(d.request_timeout, DEFAULT_REQUEST_TIMEOUT);
-        assert!(!d.allow_insecure_auth, "insecure authentication is opt-in");
-        assert_eq!(
-            d.renewal_timeout(Duration::from_secs(2)),
-            Duration::from_secs(2)
-        );
-        assert_eq!(
-            d.renewal_timeout(Duration::from_secs(60)),
-            DEFAULT_REQUEST_TIMEOUT
-        );
-
-        let spring = parse_url("mysql", &["mysql"], "mysql://h/db?spring=true").unwrap();
-        assert_eq!(spring.options.table, SPRING_TABLE);
-        assert!(spring.options.spring);
-
-        for (url, part) in [
-            ("postgres://", "host"),
-            ("postgres:///db", "host"),
-            ("postgres://h:99999/db", "malformed"),
-            ("postgres://h/db?table=bad-name", "table"),
-            ("postgres://h/db?pool_size=0", "pool_size"),
-            ("postgres://h/db?pool_size=x", "pool_size"),
-            ("postgres://h/db?connect_timeout=soon", "connect_timeout"),
-            ("postgres://h/db?request_timeout=0", "request_timeout"),
-            (
-                "postgres://h/db?allow_insecure_auth=maybe",
-                "allow_insecure_auth",
-            ),
-            ("postgres://h/db?spring=maybe", "spring"),
-            ("postgres://h/db?table=a&table=b", "repeated"),
-            ("postgres://h/a/b", "database"),
-            ("redis://h/db", "scheme"),
-        ] {
-            match parse_url("postgres", &["postgres", "postgresql"], url) {
-                Err(Error::InvalidConfig(m)) => assert!(m.contains(part), "{url}: {m}"),
-                Err(other) => panic!("{url}: {other:?}"),
-                Ok(p) => panic!("{url}: accepted {p:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn leases_round_up() {
-        assert_eq!(lease_ms(Duration::from_micros(1)), 1);
-        assert_eq!(lease_ms(Duration::from_millis(30_000)), 30_000);
-        assert_eq!(lease_ms(Duration::MAX), MAX_LEASE_MS);
-    }
-
-    #[test]
-    fn secrets_are_scrubbed() {
-        assert_eq!(
-            scrub("password p@ss! was wrong p%40ss%21".into(), Some("p@ss!")),
-            "password *** was wrong ***"
-        );
-    }
-}
+mod tests;

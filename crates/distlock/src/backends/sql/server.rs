@@ -61,10 +61,10 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
         }
     }
 
-    /// The region whose locks `list(prefix)` shows: the configured region, else the prefix.
+    /// The region whose locks `list(prefix)` shows (see [`SqlOptions::region_for`]).
     fn list_region(&self, prefix: &str) -> Result<String> {
         let o = self.options();
-        let region = o.region.as_deref().unwrap_or(prefix);
+        let region = o.region_for(prefix);
         check_region(Self::KIND, o.spring, region)?;
         Ok(region.to_owned())
     }

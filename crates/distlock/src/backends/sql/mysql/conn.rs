@@ -1,17 +1,16 @@
-//! Connections and statements: the `ssl-mode` choices, borrowing from the pool (and closing a
-//! connection whose statement was cut off), running text or prepared statements with the retry
+//! Statements: the `ssl-mode` choices, creating the table, running text or prepared statements
+//! on the sessions with the retry
 //! rules of `classify`, and turning driver errors into [`Error`]s. `mod.rs` keeps what the lock
 //! operations mean.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
+use super::session::{Failed, Job, Outcome};
 use super::state::{Inner, KIND};
 use crate::backends::sql::dialect::{MyLock, Prepared};
-use crate::backends::sql::doorbell::{outcome, Outcome};
 use crate::backends::sql::server::Server;
 use crate::backends::sql::{ATTEMPTS, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
@@ -67,22 +66,9 @@ pub(super) fn classify(e: &mysql_async::Error) -> Class {
     }
 }
 
-/// A pooled connection with a statement under way: dropped before the statement finished (the
-/// call ran out of time), it is closed, never handed back to the pool, where its late reply
-/// would reach the next borrower.
-pub(super) struct Borrowed(pub(super) Option<Conn>);
-
-impl Drop for Borrowed {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            discard(conn);
-        }
-    }
-}
-
 /// Closes a connection that may be stalled without waiting for it: `disconnect` marks it
 /// disconnected before it writes anything, so when the short wait for the goodbye ends, the
-/// socket is dropped and the pool (if it came from one) forgets the connection.
+/// socket is dropped.
 pub(in crate::backends::sql) fn discard(conn: Conn) {
     let close = async move {
         let _ = tokio::time::timeout(Duration::from_millis(100), conn.disconnect()).await;
@@ -160,27 +146,10 @@ impl Inner {
         }
     }
 
-    pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
-        match tokio::time::timeout(self.options.connect_timeout, self.pool.get_conn()).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(self.error(op, &e)),
-            Err(_) => Err(Error::unavailable(
-                KIND,
-                self.message(
-                    op,
-                    &format!(
-                        "no connection within the connect timeout of {:?}",
-                        self.options.connect_timeout
-                    ),
-                ),
-            )),
-        }
-    }
-
-    pub(super) async fn ensure_table(
-        &self,
-        conn: &mut Conn,
-    ) -> std::result::Result<(), mysql_async::Error> {
+    /// Creates the lease table (and the side table) unless they exist, once per backend; the
+    /// first call also opens the session's connection, so that a wrong address or password
+    /// is reported by `connect`.
+    pub(super) async fn ensure_table(&self) -> std::result::Result<(), Failed> {
         if self.ready_fast.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -188,18 +157,20 @@ impl Inner {
         if *ready {
             return Ok(());
         }
-        let exists: Option<(i64, i64)> = conn
-            .query_first(
-                self.sql
-                    .exists(self.options.schema.as_deref(), &self.options.table),
-            )
-            .await?;
-        let (table, side) = exists.unwrap_or((0, 0));
+        let exists = self
+            .sql
+            .exists(self.options.schema.as_deref(), &self.options.table);
+        let out = self.doorbells.run(Job::Text(exists)).await?;
+        let (table, side) = out
+            .rows
+            .first()
+            .map(|r| (int(r, 0).unwrap_or(0), int(r, 1).unwrap_or(0)))
+            .unwrap_or((0, 0));
         self.side_table.store(side > 0, Ordering::Release);
         if (table == 0 || side == 0) && self.options.create_table {
             // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
             // data dictionary serialises them and the losers only get a warning.
-            conn.query_drop(self.sql.create()).await?;
+            self.doorbells.run(Job::Text(self.sql.create())).await?;
             self.side_table.store(true, Ordering::Release);
         }
         *ready = true;
@@ -207,17 +178,13 @@ impl Inner {
         Ok(())
     }
 
-    pub(super) async fn run_once(
-        &self,
-        conn: &mut Conn,
-        sql: Sql<'_>,
-    ) -> std::result::Result<Outcome, mysql_async::Error> {
-        self.ensure_table(conn).await?;
-        match sql {
-            Sql::Text(text) | Sql::Transaction(text) => outcome(conn.query_iter(text).await?).await,
-            Sql::Prepared(p, values) => {
-                outcome(conn.exec_iter(p.sql.as_str(), values.to_vec()).await?).await
-            }
+    /// The release statement of the layout, without a doorbell.
+    pub(super) async fn release_plain(&self, lock: &MyLock<'_>) -> Result<Outcome> {
+        if self.options.spring {
+            self.run("release", &self.sql.release(lock), false).await
+        } else {
+            self.run_prepared("release", &self.release_prepared, lock, 0, false)
+                .await
         }
     }
 
@@ -279,42 +246,34 @@ impl Inner {
         loop {
             attempt += 1;
             let last = attempt >= ATTEMPTS;
-            let conn = match self.conn(op).await {
-                Ok(c) => c,
-                Err(e) if e.is_retryable() && !last => {
-                    tokio::time::sleep(Duration::from_millis(5 * attempt as u64)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
+            let job = match sql {
+                Sql::Text(t) => Job::Text(t.to_owned()),
+                Sql::Transaction(t) => Job::Transaction(t.to_owned()),
+                Sql::Prepared(p, values) => Job::Prepared(p.sql.clone(), values.to_vec()),
             };
-            // Should this call be cut off while the statement is under way, the guard closes
-            // the connection instead of giving it back to the pool.
-            let mut borrowed = Borrowed(Some(conn));
-            let result = self
-                .run_once(borrowed.0.as_mut().expect("borrowed"), sql)
-                .await;
-            let conn = borrowed.0.take().expect("borrowed");
+            let result = match self.ensure_table().await {
+                Ok(()) => self.doorbells.run(job).await,
+                Err(e) => Err(e),
+            };
             match result {
                 Ok(out) => return Ok(out),
-                Err(e) => {
+                Err(Failed { error: e, sent }) => {
                     let class = classify(&e);
-                    if matches!(class, Class::Connection) || matches!(sql, Sql::Transaction(_)) {
-                        // Do not hand a broken connection back to the pool.
-                        discard(conn);
-                    } else {
-                        drop(conn);
-                    }
                     if matches!(class, Class::NoTable) {
                         self.ready_fast.store(false, Ordering::Release);
                         *self.ready.lock().await = false;
                     }
                     let retry = match class {
                         Class::RolledBack | Class::NoTable => true,
-                        Class::Connection => idempotent,
+                        // Nothing was sent when no connection could be had.
+                        Class::Connection => idempotent || !sent,
                         Class::Permanent => false,
                     };
                     if retry && !last {
                         tracing::debug!(op, error = %e, "transient database error; retrying");
+                        if !sent {
+                            tokio::time::sleep(Duration::from_millis(5 * attempt as u64)).await;
+                        }
                         continue;
                     }
                     return Err(self.error(op, &e));

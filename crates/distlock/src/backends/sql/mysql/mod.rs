@@ -1,6 +1,6 @@
 //! MySQL / MariaDB backend: the lease table of the [`sql`](super) module over `mysql_async`.
 //! MySQL has no `NOTIFY`: waiters are woken through a `GET_LOCK` "doorbell" per lock that the
-//! holder's backend keeps on a dedicated connection (see the `doorbell` module), and
+//! holder's backend keeps on its statement connection (see the `doorbell` module), and
 //! poll as a fallback (the registry does that, jittered, backing off); releases made through
 //! this backend wake waiters of the same process at once.
 //!
@@ -15,19 +15,20 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every statement runs in autocommit mode and leaves no session state behind that matters
-//! (see the [module docs](super)), so connections go back to the pool without a reset round
-//! trip. The common acquisition and the release are one `UPDATE` each, whose outcome comes back
+//! Every statement runs in autocommit mode on one of the backend's `pool_size` sessions
+//! (default one), connections it opens on first use and keeps (see `session`); with the
+//! waiters' one listener, a backend uses two connections to the server by default, whatever
+//! the number of keys it holds or waits for. The common acquisition and the release are one `UPDATE` each, whose outcome comes back
 //! in the OK packet (matched rows and a `LAST_INSERT_ID(expr)` value), without a result set.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
+use mysql_async::{OptsBuilder, SslOpts};
 
 use super::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
-use super::doorbell::{doorbell_name, Doorbells, Ring, HEAD_GRACE_MS, LISTEN_WAIT_S};
+use super::doorbell::{doorbell_name, Doorbells, HEAD_GRACE_MS, LISTEN_WAIT_S};
 use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, scrub, SqlOptions, WANT_WINDOW_MS};
@@ -38,12 +39,14 @@ use crate::backend::{
 use crate::error::{Error, Result};
 
 mod conn;
+pub(in crate::backends::sql) mod session;
 mod state;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
 
 pub(super) use self::conn::discard;
-use self::conn::{classify, int, Borrowed, Class, SslMode};
+use self::conn::{classify, int, Class, SslMode};
+use self::session::{Failed, Ring};
 use self::state::{Inner, KIND};
 
 /// The URL schemes of this backend.
@@ -57,7 +60,7 @@ const BATCH: usize = 2500;
 
 /// Locks in a MySQL or MariaDB lease table; see the [module docs](self).
 ///
-/// Cloning is cheap and shares the pool. `Debug` never shows the password.
+/// Cloning is cheap and shares the connections. `Debug` never shows the password.
 #[derive(Clone)]
 pub struct MySqlBackend {
     inner: Arc<Inner>,
@@ -194,15 +197,15 @@ impl MySqlBackend {
                     }
                     builder = builder.ssl_opts(None);
                 }
-                // Other failures are reported by the first connection of the pool below.
+                // Other failures are reported by the first connection below.
                 _ => {}
             }
         }
         Self::connect_with(builder, user, parsed.password, target, parsed.options).await
     }
 
-    /// Connects with `mysql_async` options and explicit [`SqlOptions`]; the pool settings
-    /// (size, no reset on return, found-rows counting) are set from `options`.
+    /// Connects with `mysql_async` options and explicit [`SqlOptions`]; the number of
+    /// connections comes from `options`, and found-rows counting is set.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
@@ -232,19 +235,10 @@ impl MySqlBackend {
         #[cfg(feature = "zookeeper-tls")]
         crate::tls::ensure_default_provider();
         options.validate(KIND)?;
-        let constraints = PoolConstraints::new(0, options.pool_size)
-            .ok_or_else(|| Error::config("mysql: bad pool size"))?;
         let builder = builder
             .client_found_rows(true)
             .tcp_nodelay(true)
-            .prefer_socket(false)
-            .pool_opts(
-                PoolOpts::default()
-                    .with_constraints(constraints)
-                    // Idle connections stay for a minute (the default closes them at once).
-                    .with_inactive_connection_ttl(Duration::from_secs(60))
-                    .with_reset_connection(false),
-            );
+            .prefer_socket(false);
         let opts = mysql_async::Opts::from(builder.clone());
         let database = options
             .schema
@@ -257,13 +251,13 @@ impl MySqlBackend {
         let backend = MySqlBackend {
             inner: Arc::new(Inner {
                 qualified_table,
-                // A few holder's connections: contended operations of one lock queue on one.
+                // The statement connections (sessions), which also hold the doorbells.
                 doorbells: Doorbells::new(
                     opts,
-                    (options.pool_size / 2).clamp(1, 4),
+                    options.pool_size,
+                    options.connect_timeout,
                     options.request_timeout,
                 ),
-                pool: Pool::new(builder),
                 target,
                 user,
                 password,
@@ -290,13 +284,11 @@ impl MySqlBackend {
             context(&backend.inner, "connect"),
             Some(limit),
             async move {
-                let mut borrowed = Borrowed(Some(inner.conn("connect").await?));
-                let conn = borrowed.0.as_mut().expect("borrowed");
-                if let Err(e) = inner.ensure_table(conn).await {
-                    return Err(inner.error("create table", &e));
+                match inner.ensure_table().await {
+                    Ok(()) => Ok(()),
+                    Err(Failed { error, sent: false }) => Err(inner.error("connect", &error)),
+                    Err(Failed { error, .. }) => Err(inner.error("create table", &error)),
                 }
-                drop(borrowed.0.take());
-                Ok(())
             },
         )
         .await?;
@@ -331,7 +323,7 @@ fn held_row(row: &mysql_async::Row, at: usize) -> HeldRow {
 }
 
 /// The matched rows and `LAST_INSERT_ID` of statement `i` of a packet.
-fn statement(out: &super::doorbell::Outcome, i: usize) -> (u64, Option<u64>) {
+fn statement(out: &session::Outcome, i: usize) -> (u64, Option<u64>) {
     out.statements.get(i).copied().unwrap_or((0, None))
 }
 
@@ -573,15 +565,15 @@ impl LockTable for Inner {
         let out = if self.doorbells.is_armed(&doorbell) {
             // Release and ring in one round trip, on the connection that holds the doorbell.
             let sql = self.sql.release(&lock);
-            self.doorbells
-                .exec(&doorbell, sql, Ring::Disarm)
-                .await
-                .map_err(|e| self.error("release", &e))?
-        } else if self.options.spring {
-            self.run("release", &self.sql.release(&lock), false).await?
+            match self.doorbells.exec(&doorbell, sql, Ring::Disarm).await {
+                Ok(out) => out,
+                // Nothing was sent (no connection): the release's own retries, without the
+                // doorbell, which no connection holds any more.
+                Err(Failed { sent: false, .. }) => self.release_plain(&lock).await?,
+                Err(Failed { error, .. }) => return Err(self.error("release", &error)),
+            }
         } else {
-            self.run_prepared("release", &self.release_prepared, &lock, 0, false)
-                .await?
+            self.release_plain(&lock).await?
         };
         let (was_held, contended) = if self.options.spring {
             let row = out.rows.first();
@@ -764,9 +756,8 @@ impl MySqlBackend {
                 let defer = queued && inner.doorbells.behind(&doorbell);
                 let mut rung = None;
                 if queued && inner.doorbells.recently_contended(&doorbell) {
-                    // Take the doorbell in the same round trip, on the connection that will
-                    // give it back with the release; a failed connection falls back to the
-                    // pool (the statement is idempotent for the same token).
+                    // Take the doorbell in the same round trip, on the session that will give
+                    // it back with the release.
                     if let Some(sql) =
                         inner
                             .sql
@@ -786,10 +777,16 @@ impl MySqlBackend {
                                 armed = true;
                                 rung = Some(e);
                             }
-                            Err(e) if !matches!(classify(&e), Class::Permanent) => {
-                                tracing::debug!(error = %e, "doorbell connection failed; using the pool");
+                            Err(Failed { error, .. })
+                                if !matches!(classify(&error), Class::Permanent) =>
+                            {
+                                // The statement is idempotent for the same token: try it
+                                // again without the doorbell, with the usual retries.
+                                tracing::debug!(%error, "acquisition with the doorbell failed; again without");
                             }
-                            Err(e) => return Err(inner.error("try_acquire", &e)),
+                            Err(Failed { error, .. }) => {
+                                return Err(inner.error("try_acquire", &error))
+                            }
                         }
                     }
                 }

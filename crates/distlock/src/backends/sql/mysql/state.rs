@@ -6,8 +6,6 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use mysql_async::Pool;
-
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::{My, Prepared};
 use crate::backends::sql::doorbell::Doorbells;
@@ -18,7 +16,6 @@ use crate::backends::sql::SqlOptions;
 pub(super) const KIND: &str = "mysql";
 
 pub(super) struct Inner {
-    pub(super) pool: Pool,
     pub(super) target: String,
     pub(super) user: String,
     pub(super) password: Option<String>,
@@ -42,17 +39,6 @@ pub(super) struct Inner {
     pub(super) writers: WriterPlaces,
     /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
     pub(super) named: Mutex<HashSet<(String, String)>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let pool = self.pool.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = pool.disconnect().await;
-            });
-        }
-    }
 }
 
 // The shared operation plumbing of the server backends (see `sql::server`).
