@@ -12,7 +12,7 @@
 //! | waiting | a waiter watches only what it waits for: its predecessor, the exclusive contender before a reader, the `leases` folder; contenders are served in arrival order |
 //! | fence | the holder node's `czxid` (the zxid of the transaction that created it): one sequence for the whole ensemble, so it increases per key across every kind |
 //! | lease | the ZooKeeper session, sized to the lease (see below) |
-//! | `<root>` | the URL's path, else `/<prefix>` (`/lock` by default); Spring's registry uses `/SpringIntegration-LockRegistry` |
+//! | `<root>` | the URL's path, else `/SpringIntegration-LockRegistry` (Spring's default) with `spring=true`, else `/<prefix>` (`/lock` by default) |
 //!
 //! # Lock kinds on one key
 //!
@@ -33,7 +33,7 @@
 //!
 //! # URL
 //!
-//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&allow_insecure_auth=true]`
+//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&allow_insecure_auth=true&spring=true]`
 //!
 //! `zks://[user:password@]host:port[,host:port...][/root]?ca_file=ca.pem[&cert_file=client.pem&key_file=client.key]`
 //! (TLS, feature `zookeeper-tls`)
@@ -54,6 +54,10 @@
 //!   `allow_insecure_auth=true` (use it only on a network you trust); over `zks://` the server
 //!   is verified first and no opt-in is needed;
 //! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
+//! - `spring=true`: Spring Integration's layout with Spring's defaults, so that a
+//!   `ZookeeperLockRegistry` built without a root shares the locks: the root is
+//!   [`SPRING_ROOT`] (`/SpringIntegration-LockRegistry`) unless the URL's path (or
+//!   [`ZooKeeperOptions::root`]) gives one;
 //! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
 //!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
 //!   (below). `connect_timeout` (default 5 s: establishing a session), `request_timeout`
@@ -148,6 +152,9 @@ use crate::error::{Error, Result};
 use crate::url::percent_decode;
 
 const KIND: &str = "zookeeper";
+/// The root of Spring Integration's `ZookeeperLockRegistry` when it is given none (its
+/// `DEFAULT_ROOT`); a `zk://` URL with `spring=true` and no path uses it.
+pub const SPRING_ROOT: &str = "/SpringIntegration-LockRegistry";
 /// Curator's lock name of `InterProcessMutex` (and Spring's `ZookeeperLockRegistry`).
 const LOCK_NAME: &str = "lock-";
 /// Curator's lock names of `InterProcessReadWriteLock`'s readers and writers.
@@ -593,6 +600,15 @@ impl Backend for ZooKeeperBackend {
             .notifies_release(true)
             .fifo(true)
             .all_kinds()
+    }
+
+    /// The server's largest session timeout, when the session of
+    /// [`ZooKeeperOptions::session_timeout`] was granted less than asked (the server grants at
+    /// most its `maxSessionTimeout`): a hold's session is its lease.
+    fn longest_lease(&self) -> Option<Duration> {
+        let asked = self.inner.options.session_timeout;
+        let granted = self.inner.current(asked)?.client.session_timeout();
+        (granted < asked).then_some(granted)
     }
 
     /// Creates a contender node. A [`Try`](crate::AcquireMode::Try) attempt deletes it again
