@@ -3,7 +3,8 @@
 
 use super::kinds::{self, judge, key_of, value_of, Verdict};
 use super::options::{DELETE_RETRY, KIND};
-use super::queue::{ascending, before, every_before, lock_dir, with_values};
+use super::queue::{ascending, before, class_of, every_before, lock_dir, with_values};
+use super::session::Session;
 use super::state::{Contender, Entry, Phase, Shared, Slot, View, WatchTarget};
 use crate::backend::{Attempt, LockKind, LockName, Token};
 use std::sync::atomic::Ordering;
@@ -24,6 +25,25 @@ enum Step {
     Judged(Verdict),
     /// Somebody older holds, but the ranges raced with a change: look again.
     Unclear,
+}
+
+/// Records that the key of `e` is attached to `to`, keeping each session's count of keys
+/// attached to it but named after another (a session with such keys is not retired).
+fn attach(e: &mut Entry, to: Arc<Session>) {
+    detach(e);
+    if e.session.as_ref().is_none_or(|n| !Arc::ptr_eq(n, &to)) {
+        to.attached.fetch_add(1, Ordering::AcqRel);
+    }
+    e.attached = Some(to);
+}
+
+/// Forgets the session the key of `e` is attached to, and the count (see [`attach`]).
+fn detach(e: &mut Entry) {
+    if let Some(old) = e.attached.take() {
+        if e.session.as_ref().is_none_or(|n| !Arc::ptr_eq(n, &old)) {
+            old.attached.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Shared {
@@ -66,16 +86,22 @@ impl Shared {
             }
             let (mine, verdict) = if e.phase == Phase::New {
                 if e.session.as_ref().is_none_or(|s| s.is_dead()) {
+                    detach(e);
                     if let Some(old) = e.session.take() {
                         old.remove_user(&e.dir, token);
                     }
                     let s = self.session_for(&e.dir, token, lease).await?;
                     e.key = key_of(kind, &e.dir, s.id);
-                    e.attached = Some(s.clone());
                     e.session = Some(s);
                 }
-                let Some(attached) = e.attached.clone() else {
+                let Some(named) = e.session.clone() else {
                     return Err(Error::backend(KIND, "internal: no session for the key"));
+                };
+                // A queued key that finds older keys waits on the waiters' short lease, so
+                // that a waiter that dies leaves the queue within the waiter ttl.
+                let waiter = match queued {
+                    true => Some(self.waiter_session().await?),
+                    false => None,
                 };
                 let key = e.key.as_bytes();
                 // A permit reads the others' numbers of permits in their values.
@@ -83,12 +109,20 @@ impl Shared {
                     LockKind::Semaphore { .. } => with_values(ascending(&e.dir)),
                     _ => ascending(&e.dir),
                 };
+                let put = match &waiter {
+                    Some(w) => pb::op_txn(pb::txn(
+                        vec![pb::range_is_empty(
+                            e.dir.as_bytes(),
+                            pb::prefix_end(e.dir.as_bytes()),
+                        )],
+                        vec![pb::op_put(key, &e.value, named.id)],
+                        vec![pb::op_put(key, &e.value, w.id)],
+                    )),
+                    None => pb::op_put(key, &e.value, named.id),
+                };
                 let txn = pb::txn(
                     vec![pb::create_revision_is(key, 0)],
-                    vec![
-                        pb::op_put(key, &e.value, attached.id),
-                        pb::op_range(queue()),
-                    ],
+                    vec![put, pb::op_range(queue())],
                     vec![pb::op_range(pb::range_key(key)), pb::op_range(queue())],
                 );
                 e.maybe_created = true;
@@ -96,17 +130,38 @@ impl Shared {
                     Ok(r) => r,
                     Err(err) if is_lease_not_found(&err) => {
                         e.maybe_created = false;
-                        self.session_died(&attached);
+                        // One of the two leases is gone: a keep-alive finds out which (and
+                        // retires it), and the next round picks a live one.
+                        let t = self.opts.request_timeout;
+                        let _ = named.keep_alive_now(t).await;
+                        if let Some(w) = &waiter {
+                            let _ = w.keep_alive_now(t).await;
+                        }
                         continue;
                     }
                     Err(err) => return Err(map_err(err)),
                 };
                 let rev = if resp.succeeded {
+                    let on = match (&waiter, pb::txn_at(&resp, 0)) {
+                        (Some(w), Some(inner)) if !inner.succeeded => w.clone(),
+                        _ => named.clone(),
+                    };
+                    attach(e, on);
                     resp.header.as_ref().map_or(0, |h| h.revision)
                 } else {
                     let kv = pb::range_at(&resp, 0).and_then(|g| g.kvs.first());
                     match kv {
-                        Some(kv) if kv.value == e.value => kv.create_revision,
+                        Some(kv) if kv.value == e.value => {
+                            // Created by an attempt whose answer was lost: on whichever lease
+                            // it names (a key that is not on its holder's session moves there
+                            // before it holds).
+                            let on = self
+                                .session_by_id(kv.lease)
+                                .or(waiter.clone())
+                                .unwrap_or_else(|| named.clone());
+                            attach(e, on);
+                            kv.create_revision
+                        }
                         Some(_) => {
                             e.maybe_created = false;
                             return Err(Error::backend(
@@ -120,6 +175,9 @@ impl Shared {
                         // Deleted in between: try again.
                         None => continue,
                     }
+                };
+                let Some(attached) = e.attached.clone() else {
+                    return Err(Error::backend(KIND, "internal: no session for the key"));
                 };
                 e.maybe_created = false;
                 e.create_rev = rev;
@@ -210,6 +268,9 @@ impl Shared {
                 Step::Unclear => Some(None),
             };
             let Some(pred) = pred else {
+                if !self.on_holder_session(e, mine.rev, lease).await? {
+                    continue;
+                }
                 // The server keeps the key at least until the last confirmed keep-alive plus
                 // the TTL; make sure that covers the lease the registry counts from `sent`.
                 let Some(attached) = e.attached.clone() else {
@@ -268,6 +329,51 @@ impl Shared {
         }
     }
 
+    /// Makes sure the key of `e` (created at `rev`), about to hold, is attached to a session
+    /// of its lease: a key that waited on the waiters' short lease moves to the session it is
+    /// named after (a put keeps its name and create revision, so its place), or, when that
+    /// session is gone, to another one of the lease's length. `false` when the key is gone
+    /// (its waiter lease ran out) or a lease vanished: the caller looks again.
+    async fn on_holder_session(&self, e: &mut Entry, rev: i64, lease: Duration) -> Result<bool> {
+        let to = match e.session.clone() {
+            Some(s) if !s.is_dead() => s,
+            _ => {
+                let s = self
+                    .session_at_least(class_of(lease, self.opts.min_session_ttl))
+                    .await?;
+                // `attach` counts it.
+                s.attached.fetch_sub(1, Ordering::AcqRel);
+                s
+            }
+        };
+        if e.attached.as_ref().is_some_and(|a| Arc::ptr_eq(a, &to)) {
+            return Ok(true);
+        }
+        let key = e.key.as_bytes();
+        let txn = pb::txn(
+            vec![pb::create_revision_is(key, rev)],
+            vec![pb::op_put(key, &e.value, to.id)],
+            vec![],
+        );
+        match self.client.txn(txn).await {
+            Ok(r) if r.succeeded => {
+                attach(e, to);
+                Ok(true)
+            }
+            Ok(_) => {
+                tracing::debug!(key = %e.key, "own key gone at the head of the queue (waiter lease expired); queueing again");
+                e.phase = Phase::New;
+                e.create_rev = 0;
+                Ok(false)
+            }
+            Err(err) if is_lease_not_found(&err) => {
+                let _ = to.keep_alive_now(self.opts.request_timeout).await;
+                Ok(false)
+            }
+            Err(err) => Err(map_err(err)),
+        }
+    }
+
     /// A mutex's or writer's place, from the view of its queue.
     fn verdict_of(&self, view: View, mine: &Contender) -> Step {
         match view.holder {
@@ -309,6 +415,12 @@ impl Shared {
             vec![],
         );
         Ok(self.txn(txn).await?.succeeded)
+    }
+
+    /// The live session of this instance whose lease id is `id`.
+    fn session_by_id(&self, id: i64) -> Option<Arc<Session>> {
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.iter().find(|s| s.id == id && !s.is_dead()).cloned()
     }
 
     /// The key is gone from the server: free its name for other tokens of this instance.

@@ -18,6 +18,11 @@ use super::queue::class_of;
 use super::session::{run_keeper, Session};
 use super::state::Shared;
 
+/// The TTL (whole seconds, at least one) of the waiters' session.
+pub(super) fn waiter_class(ttl: Duration) -> i64 {
+    (ttl.as_secs_f64().ceil().max(1.0)).min(9e9) as i64
+}
+
 impl Shared {
     /// Picks (or grants) a session of the class of `lease` whose id no other token of this
     /// instance uses for `dir`, and registers `token` as its user for `dir`.
@@ -75,6 +80,31 @@ impl Shared {
         let _granting = self.granting.lock().await;
         let s = self.grant(class).await?;
         s.attached.fetch_add(1, Ordering::AcqRel);
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s.clone());
+        Ok(s)
+    }
+
+    /// The short session that waiting keys are attached to (TTL: the waiter ttl), so that a
+    /// waiter that dies leaves the queue within it. The caller counts the key in `attached`.
+    pub(super) async fn waiter_session(&self) -> Result<Arc<Session>> {
+        let class = waiter_class(self.opts.waiter_ttl);
+        let find = || {
+            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            pool.iter()
+                .find(|s| s.class == class && !s.is_dead())
+                .cloned()
+        };
+        if let Some(s) = find() {
+            return Ok(s);
+        }
+        let _granting = self.granting.lock().await;
+        if let Some(s) = find() {
+            return Ok(s);
+        }
+        let s = self.grant(class).await?;
         self.pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())

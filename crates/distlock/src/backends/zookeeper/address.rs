@@ -144,6 +144,7 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
             "session_timeout" => options.session_timeout = parse_duration(k, v)?,
             "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
             "request_timeout" => options.request_timeout = parse_duration(k, v)?,
+            "waiter_ttl" => options.waiter_ttl = parse_duration(k, v)?,
             // A bare `allow_insecure_auth` is a yes.
             "allow_insecure_auth" => insecure_auth = v.is_empty() || parse_bool("zk", k, v)?,
             "spring" => spring = v.is_empty() || parse_bool("zk", k, v)?,
@@ -155,6 +156,7 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
                         "session_timeout",
                         "connect_timeout",
                         "request_timeout",
+                        "waiter_ttl",
                         "allow_insecure_auth",
                         "spring",
                         "ca_file",
