@@ -33,6 +33,16 @@ impl Shared {
         lease: Duration,
     ) -> Result<Arc<Session>> {
         let class = class_of(lease, self.opts.min_session_ttl);
+        self.session_of_class(dir, token, class).await
+    }
+
+    /// [`session_for`](Self::session_for) by TTL class (whole seconds).
+    pub(super) async fn session_of_class(
+        &self,
+        dir: &str,
+        token: Token,
+        class: i64,
+    ) -> Result<Arc<Session>> {
         if let Some(s) = self.pick_session(dir, token, class) {
             return Ok(s);
         }
@@ -80,31 +90,6 @@ impl Shared {
         let _granting = self.granting.lock().await;
         let s = self.grant(class).await?;
         s.attached.fetch_add(1, Ordering::AcqRel);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
-        Ok(s)
-    }
-
-    /// The short session that waiting keys are attached to (TTL: the waiter ttl), so that a
-    /// waiter that dies leaves the queue within it. The caller counts the key in `attached`.
-    pub(super) async fn waiter_session(&self) -> Result<Arc<Session>> {
-        let class = waiter_class(self.opts.waiter_ttl);
-        let find = || {
-            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            pool.iter()
-                .find(|s| s.class == class && !s.is_dead())
-                .cloned()
-        };
-        if let Some(s) = find() {
-            return Ok(s);
-        }
-        let _granting = self.granting.lock().await;
-        if let Some(s) = find() {
-            return Ok(s);
-        }
-        let s = self.grant(class).await?;
         self.pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -9,7 +9,7 @@
 //! it. Either also waits for the semaphore permits of the key that are older than it (see
 //! `semaphore.rs`).
 
-use super::waiters::Mark;
+use super::waiters::{follow, Mark};
 use super::*;
 
 /// The token as a UUID (8-4-4-4-12 hex digits), the `<uuid>` of Curator's protected names.
@@ -541,12 +541,18 @@ impl Inner {
         let signals = Arc::downgrade(&self.signals);
         let weak = Arc::downgrade(self);
         let watched = key.clone();
+        let node = match &what {
+            Watch::Node(path) => Some((conn.client.clone(), path.clone())),
+            Watch::Children { .. } => None,
+        };
         let task = tokio::spawn(async move {
-            let event = match mark {
-                Some(m) => tokio::select! { e = watcher.changed() => e, e = m.changed() => e },
-                None => watcher.changed().await,
-            };
-            tracing::trace!(?event, "watch fired");
+            match node {
+                Some((client, path)) => follow(client, path, watcher, mark).await,
+                None => {
+                    let event = watcher.changed().await;
+                    tracing::trace!(?event, "watch fired");
+                }
+            }
             if let Some(inner) = weak.upgrade() {
                 if let Some(n) = inner.lock_nodes().get_mut(&token) {
                     if n.watching.as_deref() == Some(watched.as_str()) {

@@ -174,6 +174,44 @@ impl Inner {
     }
 }
 
+/// Waits until the watched predecessor `path` asks its waiter to look again: the node deleted,
+/// its mark gone, the session's end. A change of the node's data alone (its waiter marking it,
+/// or clearing the mark as it goes on to hold) re-arms the watches instead, so that the
+/// successor of a new holder is not woken for nothing.
+pub(super) async fn follow(
+    client: Client,
+    path: String,
+    mut watcher: zookeeper_client::OneshotWatcher,
+    mut mark: Option<zookeeper_client::OneshotWatcher>,
+) {
+    loop {
+        let event = match mark.take() {
+            Some(m) => tokio::select! {
+                e = watcher.changed() => e,
+                e = m.changed() => {
+                    tracing::trace!(?e, "mark watch fired");
+                    return;
+                }
+            },
+            None => watcher.changed().await,
+        };
+        tracing::trace!(?event, "watch fired");
+        if event.event_type != zookeeper_client::EventType::NodeDataChanged {
+            return;
+        }
+        let Ok((data, _, w)) = client.get_and_watch_data(&path).await else {
+            return;
+        };
+        watcher = w;
+        if let Some(m) = mark_of(&data) {
+            match client.check_and_watch_stat(m).await {
+                Ok((Some(_), w)) => mark = Some(w),
+                _ => return,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
