@@ -20,7 +20,7 @@ use super::state::Shared;
 
 /// The TTL (whole seconds, at least one) of the waiters' session.
 pub(super) fn waiter_class(ttl: Duration) -> i64 {
-    (ttl.as_secs_f64().ceil().max(1.0)).min(9e9) as i64
+    ttl.as_secs_f64().ceil().clamp(1.0, 9e9) as i64
 }
 
 impl Shared {
