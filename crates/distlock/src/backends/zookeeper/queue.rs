@@ -772,7 +772,9 @@ impl Inner {
             let blocker = match place(&sort_contenders(&children), &own) {
                 Place::Gone => {
                     // Our node is gone (deleted underneath): join the queue again.
-                    self.forget(token);
+                    if self.forget(token).is_some_and(|n| n.marked.is_some()) {
+                        self.forget_marks();
+                    }
                     continue;
                 }
                 Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),

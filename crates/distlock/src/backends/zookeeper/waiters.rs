@@ -80,6 +80,13 @@ impl Inner {
         ))
     }
 
+    /// Forgets which marks exist, after a marked node was deleted as a dead waiter's although
+    /// its waiter lives: its mark may be gone with the session still alive (deleted by hand),
+    /// and the next waiter creates it again instead of marking nodes with a missing mark.
+    pub(super) fn forget_marks(&self) {
+        self.marks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Marks `token`'s node at `path` (a waiter's, under the key's node `parent`) with the
     /// waiter session's mark, once. A failure leaves it unmarked: its lease bounds it then.
     pub(super) async fn mark_node(
