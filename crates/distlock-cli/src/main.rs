@@ -181,9 +181,10 @@ struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
     permits: Option<u32>,
 
-    /// Lease of the lock, renewed while CMD runs
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_lease)]
-    lease: Duration,
+    /// Lease of the lock, renewed while CMD runs [default: 30s, or the longest the backend
+    /// grants when that is shorter]
+    #[arg(long, value_name = "DUR", value_parser = parse_lease)]
+    lease: Option<Duration>,
 
     /// Wait at most DUR for the lock (default: wait without limit)
     #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_wait")]
@@ -433,7 +434,7 @@ mod tests {
         assert_eq!(run.keys, ["k"]);
         assert!(!run.shared && run.permits.is_none());
         assert_eq!(run.wait, Some(Duration::from_secs(2)));
-        assert_eq!(run.lease, Duration::from_secs(30));
+        assert_eq!(run.lease, None);
         assert_eq!(run.command, ["echo", "--flag", "x"].map(OsString::from));
         assert_eq!(cli.prefix, "lock");
     }

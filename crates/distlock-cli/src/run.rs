@@ -70,7 +70,8 @@ pub struct RunRequest {
     /// At least one; the first is the one `DISTLOCK_KEY` names.
     pub keys: Vec<String>,
     pub kind: HoldKind,
-    pub lease: Duration,
+    /// `None`: the registry's default (which fits what the backend grants).
+    pub lease: Option<Duration>,
     pub wait: WaitMode,
     pub command: Vec<OsString>,
 }
@@ -87,8 +88,14 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     let locks = req
         .keys
         .iter()
-        .map(|k| handle(&registry, k, req.kind)?.with_lease(req.lease))
+        .map(|k| match req.lease {
+            Some(lease) => handle(&registry, k, req.kind)?.with_lease(lease),
+            None => handle(&registry, k, req.kind),
+        })
         .collect::<distlock::Result<Vec<_>>>()?;
+    let lease = locks
+        .first()
+        .map_or(registry.options().lease(), |l| l.lease());
     let locks = MultiLock::new(locks)?;
     let first = req.keys[0].as_str();
     let key = label(&req.keys);
@@ -127,13 +134,13 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     let fence = guard.fence(first).unwrap_or_default();
     tracing::debug!(key, fence, "lock acquired; starting the command");
 
-    let plan = KillPlan::new(req.lease, grace);
+    let plan = KillPlan::new(lease, grace);
     if plan.cut {
         tracing::info!(
             "DISTLOCK_KILL_GRACE {} does not fit a lease of {}: if renewals fail, the command gets \
              SIGTERM {} and SIGKILL {} before the lease ends",
             human(grace),
-            human(req.lease),
+            human(lease),
             human(plan.early_grace + plan.margin),
             human(plan.margin)
         );

@@ -225,3 +225,38 @@ fn etcds_mutual_exclusion() {
             .count()
     });
 }
+
+/// A ZooKeeper server with `tickTime=1000` and its default session bounds grants no session
+/// longer than 20 s: a `run` without `--lease` takes that (and says so with `-v`), while an
+/// explicit `--lease 30s` it cannot grant stays a configuration error.
+#[test]
+fn zookeeper_run_without_a_lease_takes_the_longest_session() {
+    use distlock::testkit::zookeeper::ZooKeeperServer;
+    let server = ZooKeeperServer::start_with_tick(Duration::from_secs(1))
+        .expect("ZooKeeper (apt-get install zookeeper)");
+    let url = server.url();
+    let home = Home::new();
+    let out = home.run(&["--backend", &url, "-v", "run", "--key", "k", "--", "true"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("longest the backend grants") && out.stderr.contains("20s"),
+        "{out:?}"
+    );
+    let out = home.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--key",
+        "k",
+        "--lease",
+        "30s",
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        out.code,
+        Some(2),
+        "an explicit lease the server cannot grant: {out:?}"
+    );
+    assert!(out.stderr.contains("lease"), "{out:?}");
+}

@@ -378,6 +378,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// The longest lease this backend is known to grant, when it is shorter than the default
+    /// lease may be: a registry whose lease was not set explicitly takes this one instead of
+    /// failing on every acquisition. No I/O. The default knows no limit.
+    fn longest_lease(&self) -> Option<Duration> {
+        None
+    }
+
     /// The fence of a lock the backend has handed to the waiting `token`, if it has: a
     /// release passed the lock to the head of a wait queue and told that waiter so (Redis puts
     /// the fence in its wake-up message), which saves the waiter an attempt. Taken at most

@@ -39,6 +39,7 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 pub struct RegistryOptions {
     prefix: String,
     lease: Duration,
+    lease_explicit: bool,
     renew: bool,
     max_local_handoffs: u32,
     max_cached_locks: usize,
@@ -52,6 +53,7 @@ impl Default for RegistryOptions {
         RegistryOptions {
             prefix: "lock".into(),
             lease: Duration::from_secs(30),
+            lease_explicit: false,
             renew: true,
             max_local_handoffs: 32,
             max_cached_locks: 10_000,
@@ -68,9 +70,12 @@ impl RegistryOptions {
         self.prefix = prefix.into();
         self
     }
-    /// Default lease of a remote hold (default 30 s); a [`Lock`] may override it.
+    /// Default lease of a remote hold (default 30 s, or the backend's
+    /// [`longest_lease`](Backend::longest_lease) when that is shorter); a [`Lock`] may override
+    /// it. A lease set here is kept as it is, and one the backend cannot grant fails.
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self.lease_explicit = true;
         self
     }
     /// Renew leases while guards live (default true). Without renewal a hold ends with its lease.
@@ -119,6 +124,10 @@ impl RegistryOptions {
     /// The default lease.
     pub fn lease(&self) -> Duration {
         self.lease
+    }
+    /// Whether the lease was set with [`with_lease`](Self::with_lease).
+    pub fn lease_is_explicit(&self) -> bool {
+        self.lease_explicit
     }
     /// Whether leases are renewed while guards live.
     pub fn renew(&self) -> bool {
@@ -348,8 +357,15 @@ impl LockRegistry {
     }
 
     /// A registry over a shared backend.
-    pub fn from_backend(backend: Arc<dyn Backend>, options: RegistryOptions) -> Result<Self> {
+    pub fn from_backend(backend: Arc<dyn Backend>, mut options: RegistryOptions) -> Result<Self> {
         options.validate()?;
+        match backend.longest_lease() {
+            Some(max) if !options.lease_explicit && max < options.lease && max >= MIN_LEASE => {
+                tracing::info!(lease = ?max, default = ?options.lease, "no lease given: using the longest the backend grants");
+                options.lease = max;
+            }
+            _ => {}
+        }
         let renewer = Arc::new(Renewer::new(backend.clone(), options.renew));
         let evict_at = options.max_cached_locks;
         Ok(LockRegistry {

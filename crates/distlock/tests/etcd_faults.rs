@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::etcd::*;
-use distlock::backends::etcd::EtcdBackend;
+use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
 use distlock::testkit::etcd::{EtcdCluster, EtcdServer};
+use distlock::testkit::proxy::FaultProxy;
 use distlock::testkit::timing::scheduling_slack;
 use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
 use distlock::{LockName, RegistryOptions, Token};
@@ -21,6 +22,56 @@ use tokio::time::Instant;
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {
     use super::*;
+
+    /// A waiter that dies while another holds (here: cut off behind a proxy that resets its
+    /// connections and refuses new ones, so that nothing of it reaches the server again, as
+    /// after SIGKILL) leaves the queue within the waiter ttl: after the holder's release the
+    /// next waiter gets the lock within the waiter ttl plus etcd's lease expiry check (500 ms)
+    /// and the machine's slack, not after the dead waiter's lease (30 s) or its session.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_waiter_leaves_the_queue_within_the_waiter_ttl() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let p = prefix();
+        let dir = format!("{p}/dw/");
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let holder = registry(&server.url(), &p, RegistryOptions::default()).await;
+        let doomed = registry(
+            &format!("etcd://{}", proxy.addr()),
+            &p,
+            RegistryOptions::default(),
+        )
+        .await;
+        let next = registry(&server.url(), &p, RegistryOptions::default()).await;
+        let g = holder.obtain("dw").unwrap().lock().await.unwrap();
+        let doomed_task = tokio::spawn(async move { doomed.obtain("dw").unwrap().lock().await });
+        eventually("the doomed waiter queued", Duration::from_secs(10), || {
+            server_keys(&server, &dir).len() == 2
+        })
+        .await;
+        let slack = scheduling_slack().await;
+        proxy.cut();
+        let died = Instant::now();
+        g.release().await.unwrap();
+        let expiry = EtcdOptions::default().waiter_ttl + Duration::from_millis(500);
+        let got = next
+            .obtain("dw")
+            .unwrap()
+            .try_lock_for(expiry + Duration::from_secs(10))
+            .await;
+        let waited = died.elapsed();
+        let g2 = got.expect("the lock, once the dead waiter's key is gone");
+        // A few round trips follow the key's end (the wake-up, the ranges, the move to the
+        // holder's session): twice the slack, measured before and after, at the worse of the
+        // two.
+        let slack = slack.max(scheduling_slack().await);
+        let bound = expiry + 2 * slack;
+        assert!(
+            waited < bound,
+            "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
+        );
+        g2.release().await.unwrap();
+        doomed_task.abort();
+    }
 
     /// A holder whose session lease is revoked underneath learns it at its next renewal, and the
     /// next holder gets a larger fence.

@@ -24,6 +24,72 @@ use tokio::time::{timeout, Instant};
 mod zookeeper {
     use super::*;
 
+    /// A distlock waiter that dies while another holds (here: its backend cut off behind a
+    /// proxy that resets its connections and refuses new ones, so that its sessions end on the
+    /// server as after SIGKILL) is taken out of the queue by the contender behind it once its
+    /// waiter session ends: the next waiter gets the lock within the waiter ttl plus a tick and
+    /// the machine's slack of the death, not after the dead waiter's lease (30 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_waiter_leaves_the_queue_within_the_waiter_ttl() {
+        let server = shared();
+        let r = root();
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let holder = backend(&format!("{}{r}", server.url())).await;
+        let doomed = backend(&format!("zk://{}{r}", proxy.addr())).await;
+        let next = backend(&format!("{}{r}", server.url())).await;
+        let waiter_ttl = doomed.options().waiter_ttl;
+        let g = registry(&holder, lease(30_000))
+            .obtain("dw")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let dreg = registry(&doomed, lease(30_000));
+        let doomed_task = tokio::spawn(async move { dreg.obtain("dw").unwrap().lock().await });
+        let client = holder.client().await.unwrap();
+        let path = format!("{r}/dw");
+        let started = Instant::now();
+        loop {
+            // Queued and marked as a waiting distlock node.
+            let children = client.list_children(&path).await.unwrap_or_default();
+            let marked = futures_util::future::join_all(
+                children
+                    .iter()
+                    .map(|c| client.get_data(&format!("{path}/{c}"))),
+            )
+            .await
+            .into_iter()
+            .any(|d| d.is_ok_and(|(data, _)| data.starts_with(b"distlock-waiting:")));
+            if children.len() == 2 && marked {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{children:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let slack = scheduling_slack().await;
+        proxy.cut();
+        let died = Instant::now();
+        g.release().await.unwrap();
+        let limit = waiter_ttl + TICK_TIME + Duration::from_secs(10);
+        let got = registry(&next, lease(30_000))
+            .obtain("dw")
+            .unwrap()
+            .try_lock_for(limit)
+            .await;
+        let waited = died.elapsed();
+        let g2 = got.expect("the lock, once the dead waiter's node is gone");
+        // A few round trips follow the mark's end (the wake-up, a listing, the deletion, the
+        // claim): twice the slack, measured before and after, at the worse of the two.
+        let slack = slack.max(scheduling_slack().await);
+        let bound = waiter_ttl + TICK_TIME + 2 * slack;
+        assert!(
+            waited < bound,
+            "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
+        );
+        g2.release().await.unwrap();
+        doomed_task.abort();
+    }
+
     /// The server dies while a lock is held and comes back: the holder is told it lost the lock
     /// once its lease runs out unconfirmed, its node is deleted when the server is back, and the
     /// next holder gets a larger fence. Never two holders at once.

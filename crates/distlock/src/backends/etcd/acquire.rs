@@ -3,7 +3,9 @@
 
 use super::kinds::{self, judge, key_of, value_of, Verdict};
 use super::options::{DELETE_RETRY, KIND};
-use super::queue::{ascending, before, every_before, lock_dir, with_values};
+use super::pool::waiter_class;
+use super::queue::{ascending, before, class_of, every_before, lock_dir, with_values};
+use super::session::Session;
 use super::state::{Contender, Entry, Phase, Shared, Slot, View, WatchTarget};
 use crate::backend::{Attempt, LockKind, LockName, Token};
 use std::sync::atomic::Ordering;
@@ -24,6 +26,25 @@ enum Step {
     Judged(Verdict),
     /// Somebody older holds, but the ranges raced with a change: look again.
     Unclear,
+}
+
+/// Records that the key of `e` is attached to `to`, keeping each session's count of keys
+/// attached to it but named after another (a session with such keys is not retired).
+fn attach(e: &mut Entry, to: Arc<Session>) {
+    detach(e);
+    if e.session.as_ref().is_none_or(|n| !Arc::ptr_eq(n, &to)) {
+        to.attached.fetch_add(1, Ordering::AcqRel);
+    }
+    e.attached = Some(to);
+}
+
+/// Forgets the session the key of `e` is attached to, and the count (see [`attach`]).
+fn detach(e: &mut Entry) {
+    if let Some(old) = e.attached.take() {
+        if e.session.as_ref().is_none_or(|n| !Arc::ptr_eq(n, &old)) {
+            old.attached.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Shared {
@@ -65,61 +86,142 @@ impl Shared {
                 return Ok(Attempt::Busy { retry_after: None });
             }
             let (mine, verdict) = if e.phase == Phase::New {
-                if e.session.as_ref().is_none_or(|s| s.is_dead()) {
+                // A queued key that finds older keys waits on a short waiter lease (named after
+                // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
+                // queue within the waiter ttl; a key that holds at once goes on a session of its
+                // lease. Both names are reserved until the transaction says which one it is.
+                let class = class_of(lease, self.opts.min_session_ttl);
+                if e.session
+                    .as_ref()
+                    .is_some_and(|s| s.is_dead() || s.class != class)
+                {
+                    detach(e);
                     if let Some(old) = e.session.take() {
                         old.remove_user(&e.dir, token);
                     }
-                    let s = self.session_for(&e.dir, token, lease).await?;
-                    e.key = key_of(kind, &e.dir, s.id);
-                    e.attached = Some(s.clone());
-                    e.session = Some(s);
                 }
-                let Some(attached) = e.attached.clone() else {
-                    return Err(Error::backend(KIND, "internal: no session for the key"));
+                let named = match e.session.clone() {
+                    Some(s) => s,
+                    None => {
+                        let s = self.session_for(&e.dir, token, lease).await?;
+                        e.session = Some(s.clone());
+                        s
+                    }
                 };
-                let key = e.key.as_bytes();
+                let wclass = waiter_class(self.opts.waiter_ttl);
+                // The waiter name a create whose answer was lost may have used is still ours.
+                let earlier = e.alt.as_ref().map(|(_, w)| w.clone());
+                let waiter = match (queued && class > wclass, earlier) {
+                    (false, _) => None,
+                    (true, Some(w)) if !w.is_dead() => Some(w),
+                    (true, _) => Some(self.session_of_class(&e.dir, token, wclass).await?),
+                };
+                let key_s = key_of(kind, &e.dir, named.id);
+                let key_w = waiter.as_ref().map(|w| key_of(kind, &e.dir, w.id));
                 // A permit reads the others' numbers of permits in their values.
                 let queue = || match kind {
                     LockKind::Semaphore { .. } => with_values(ascending(&e.dir)),
                     _ => ascending(&e.dir),
                 };
-                let txn = pb::txn(
-                    vec![pb::create_revision_is(key, 0)],
-                    vec![
-                        pb::op_put(key, &e.value, attached.id),
-                        pb::op_range(queue()),
-                    ],
-                    vec![pb::op_range(pb::range_key(key)), pb::op_range(queue())],
-                );
+                let mut absent = vec![pb::create_revision_is(key_s.as_bytes(), 0)];
+                let mut read = vec![pb::op_range(pb::range_key(key_s.as_bytes()))];
+                let put = match (&waiter, &key_w) {
+                    (Some(w), Some(kw)) => {
+                        absent.push(pb::create_revision_is(kw.as_bytes(), 0));
+                        read.push(pb::op_range(pb::range_key(kw.as_bytes())));
+                        pb::op_txn(pb::txn(
+                            vec![pb::range_is_empty(
+                                e.dir.as_bytes(),
+                                pb::prefix_end(e.dir.as_bytes()),
+                            )],
+                            vec![pb::op_put(key_s.as_bytes(), &e.value, named.id)],
+                            vec![pb::op_put(kw.as_bytes(), &e.value, w.id)],
+                        ))
+                    }
+                    _ => pb::op_put(key_s.as_bytes(), &e.value, named.id),
+                };
+                let n_read = read.len();
+                read.push(pb::op_range(queue()));
+                let txn = pb::txn(absent, vec![put, pb::op_range(queue())], read);
                 e.maybe_created = true;
                 let resp = match self.client.txn(txn).await {
                     Ok(r) => r,
                     Err(err) if is_lease_not_found(&err) => {
                         e.maybe_created = false;
-                        self.session_died(&attached);
+                        // One of the two leases is gone: a keep-alive finds out which (and
+                        // retires it), and the next round picks a live one.
+                        let t = self.opts.request_timeout;
+                        let _ = named.keep_alive_now(t).await;
+                        if let Some(w) = &waiter {
+                            let _ = w.keep_alive_now(t).await;
+                            w.remove_user(&e.dir, token);
+                        }
                         continue;
                     }
-                    Err(err) => return Err(map_err(err)),
+                    Err(err) => {
+                        // Either name may exist now: keep both for the clean-up.
+                        e.key = key_s;
+                        e.alt = waiter.zip(key_w).map(|(w, k)| (k, w));
+                        return Err(map_err(err));
+                    }
                 };
-                let rev = if resp.succeeded {
-                    resp.header.as_ref().map_or(0, |h| h.revision)
+                if let Some((_, w)) = e.alt.take() {
+                    if waiter.as_ref().is_none_or(|x| !Arc::ptr_eq(x, &w)) {
+                        w.remove_user(&e.dir, token);
+                    }
+                }
+                // Which of the two keys is ours: (its session, whether it is the waiter's).
+                let (rev, on_waiter) = if resp.succeeded {
+                    let waits = waiter.is_some()
+                        && pb::txn_at(&resp, 0).is_some_and(|inner| !inner.succeeded);
+                    (resp.header.as_ref().map_or(0, |h| h.revision), waits)
                 } else {
-                    let kv = pb::range_at(&resp, 0).and_then(|g| g.kvs.first());
-                    match kv {
-                        Some(kv) if kv.value == e.value => kv.create_revision,
+                    let found = (0..n_read).find_map(|i| {
+                        let kv = pb::range_at(&resp, i).and_then(|g| g.kvs.first())?;
+                        Some((i == 1, kv.clone()))
+                    });
+                    match found {
+                        Some((w, kv)) if kv.value == e.value => (kv.create_revision, w),
                         Some(_) => {
                             e.maybe_created = false;
+                            if let Some(w) = &waiter {
+                                w.remove_user(&e.dir, token);
+                            }
                             return Err(Error::backend(
                                 KIND,
                                 format!(
-                                    "key {} belongs to another owner (lease id collision)",
-                                    e.key
+                                    "key {key_s} belongs to another owner (lease id collision)"
                                 ),
                             ));
                         }
                         // Deleted in between: try again.
-                        None => continue,
+                        None => {
+                            if let Some(w) = &waiter {
+                                w.remove_user(&e.dir, token);
+                            }
+                            continue;
+                        }
                     }
+                };
+                match (on_waiter, waiter, key_w) {
+                    (true, Some(w), Some(kw)) => {
+                        detach(e);
+                        named.remove_user(&e.dir, token);
+                        e.key = kw;
+                        e.session = Some(w.clone());
+                        attach(e, w);
+                    }
+                    (_, w, _) => {
+                        if let Some(w) = w {
+                            w.remove_user(&e.dir, token);
+                        }
+                        e.key = key_s;
+                        attach(e, named);
+                    }
+                }
+                let asc_at = if resp.succeeded { 1 } else { n_read };
+                let Some(attached) = e.attached.clone() else {
+                    return Err(Error::backend(KIND, "internal: no session for the key"));
                 };
                 e.maybe_created = false;
                 e.create_rev = rev;
@@ -129,7 +231,7 @@ impl Shared {
                     rev,
                     lease: attached.id,
                 };
-                let Some(asc) = pb::range_at(&resp, 1) else {
+                let Some(asc) = pb::range_at(&resp, asc_at) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
                 let verdict = if shares {
@@ -210,6 +312,9 @@ impl Shared {
                 Step::Unclear => Some(None),
             };
             let Some(pred) = pred else {
+                if !self.on_holder_session(e, mine.rev, lease).await? {
+                    continue;
+                }
                 // The server keeps the key at least until the last confirmed keep-alive plus
                 // the TTL; make sure that covers the lease the registry counts from `sent`.
                 let Some(attached) = e.attached.clone() else {
@@ -268,6 +373,47 @@ impl Shared {
         }
     }
 
+    /// Makes sure the key of `e` (created at `rev`), about to hold, is attached to a session
+    /// at least as long as its lease's: a key that waited on the waiters' short lease moves to
+    /// one (a put keeps its name, which stays the waiter lease's id, and its create revision,
+    /// so its place). `false` when the key is gone (its waiter lease ran out) or a lease
+    /// vanished: the caller looks again.
+    async fn on_holder_session(&self, e: &mut Entry, rev: i64, lease: Duration) -> Result<bool> {
+        let class = class_of(lease, self.opts.min_session_ttl);
+        if e.attached
+            .as_ref()
+            .is_some_and(|a| a.class >= class && !a.is_dead())
+        {
+            return Ok(true);
+        }
+        let to = self.session_at_least(class).await?;
+        // `attach` counts it.
+        to.attached.fetch_sub(1, Ordering::AcqRel);
+        let key = e.key.as_bytes();
+        let txn = pb::txn(
+            vec![pb::create_revision_is(key, rev)],
+            vec![pb::op_put(key, &e.value, to.id)],
+            vec![],
+        );
+        match self.client.txn(txn).await {
+            Ok(r) if r.succeeded => {
+                attach(e, to);
+                Ok(true)
+            }
+            Ok(_) => {
+                tracing::debug!(key = %e.key, "own key gone at the head of the queue (waiter lease expired); queueing again");
+                e.phase = Phase::New;
+                e.create_rev = 0;
+                Ok(false)
+            }
+            Err(err) if is_lease_not_found(&err) => {
+                let _ = to.keep_alive_now(self.opts.request_timeout).await;
+                Ok(false)
+            }
+            Err(err) => Err(map_err(err)),
+        }
+    }
+
     /// A mutex's or writer's place, from the view of its queue.
     fn verdict_of(&self, view: View, mine: &Contender) -> Step {
         match view.holder {
@@ -299,6 +445,15 @@ impl Shared {
 
     /// Deletes the own key if it still holds what we wrote; returns whether it was there.
     pub(super) async fn delete_own(&self, e: &Entry, _token: Token) -> Result<bool> {
+        if let Some((alt, _)) = &e.alt {
+            let key = alt.as_bytes();
+            let txn = pb::txn(
+                vec![pb::value_is(key, &e.value)],
+                vec![pb::op_delete(key)],
+                vec![],
+            );
+            self.txn(txn).await?;
+        }
         if e.key.is_empty() {
             return Ok(false);
         }
@@ -313,6 +468,9 @@ impl Shared {
 
     /// The key is gone from the server: free its name for other tokens of this instance.
     pub(super) fn forget_key(&self, e: &mut Entry, token: Token) {
+        if let Some((_, w)) = e.alt.take() {
+            w.remove_user(&e.dir, token);
+        }
         let (named, attached) = (e.session.take(), e.attached.take());
         if let Some(a) = &attached {
             if named.as_ref().is_none_or(|n| !Arc::ptr_eq(a, n)) {

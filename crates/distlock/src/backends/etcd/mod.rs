@@ -3,12 +3,12 @@
 //!
 //! | what | layout |
 //! |---|---|
-//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, attached to that lease; value: the owner token (32 hex digits) |
+//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, named after the lease it is created on; value: the owner token (32 hex digits) |
 //! | reader, writer, permit | keys `<prefix>/<key>/read-<lease id>`, `…/write-<lease id>`, `…/sem-<lease id>` in the same directory, named after the session lease they are attached to (as the mutex's); value: the owner token (a permit's: `<token>;permits=<n>`) |
 //! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
 //! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
 //! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |
-//! | lease | one etcd lease per backend instance and lease length (a session, like `concurrency.Session`), kept alive in the background |
+//! | lease | one etcd lease per backend instance and lease length (a session, like `concurrency.Session`), kept alive in the background; a waiting key is attached to a short waiter lease until it reaches the head |
 //!
 //! `etcdctl lock lock/voucher:42` and `LockRegistry` with prefix `lock` on key `voucher:42`
 //! contend for the same lock. etcd has no standard read-write lock or semaphore; ours keep
@@ -39,7 +39,11 @@
 //!
 //! # Waiting
 //!
-//! A waiter's key stays in the queue (with its create revision, its place) while it waits. The
+//! A waiter's key stays in the queue (with its create revision, its place) while it waits,
+//! attached to a short lease of its own ([`EtcdOptions::waiter_ttl`], 2 s), so that a waiter
+//! that dies leaves the queue within that TTL whatever lease it asked for. When it reaches the
+//! head it puts its key again with a session lease of its lease's length (a put keeps the key's
+//! name and create revision, so its place) before it reports the lock acquired. The
 //! waiter watches the key created just before its own, starting at the server's current
 //! revision, and then checks once more that this key still exists: a watch started at an
 //! older revision would be delivered by etcd 3.4's catch-up loop, which runs only every

@@ -33,6 +33,11 @@ pub struct EtcdOptions {
     /// minimum, 1.5 × the election timeout). A process that dies holding a lock blocks
     /// others for up to its session TTL.
     pub min_session_ttl: Duration,
+    /// TTL of the lease a waiting key is attached to (default 2 s, whole seconds, at least
+    /// one; etcd raises shorter ones to its own minimum): a waiter that dies leaves the queue
+    /// this long after its last keep-alive, however long the lease it waited for. A waiter
+    /// that reaches the head moves its key to the session of its lease before it holds.
+    pub waiter_ttl: Duration,
     /// For `etcds://`: the PEM certificate(s) of the authority that signed the servers'
     /// certificates, when it is not a public one (the URL's `ca_file` does the same).
     pub tls_ca_pem: Option<Vec<u8>>,
@@ -47,6 +52,7 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             min_session_ttl: Duration::from_secs(2),
+            waiter_ttl: Duration::from_secs(2),
             tls_ca_pem: None,
             tls_client_identity_pem: None,
         }
@@ -59,6 +65,7 @@ impl fmt::Debug for EtcdOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("min_session_ttl", &self.min_session_ttl)
+            .field("waiter_ttl", &self.waiter_ttl)
             .field("tls_ca_pem", &self.tls_ca_pem.as_ref().map(|_| "…"))
             .field(
                 "tls_client_identity_pem",

@@ -73,6 +73,15 @@ pub(super) fn create_revision_is(key: &[u8], rev: i64) -> Compare {
     }
 }
 
+/// No key of the range `[key, range_end)` exists: etcd compares every key of the range, and an
+/// empty range compares as one missing key (create revision 0).
+pub(super) fn range_is_empty(key: &[u8], range_end: Vec<u8>) -> Compare {
+    Compare {
+        range_end,
+        ..create_revision_is(key, 0)
+    }
+}
+
 /// The key's value equals `value`.
 pub(super) fn value_is(key: &[u8], value: &[u8]) -> Compare {
     Compare {
@@ -99,6 +108,13 @@ pub(super) fn op_put(key: &[u8], value: &[u8], lease: i64) -> RequestOp {
             lease,
             ..PutRequest::default()
         })),
+    }
+}
+
+/// A transaction nested in another (etcd 3.3 and later).
+pub(super) fn op_txn(t: TxnRequest) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestTxn(t)),
     }
 }
 
@@ -129,6 +145,14 @@ pub(super) fn txn(
 pub(super) fn range_at(resp: &TxnResponse, i: usize) -> Option<&RangeResponse> {
     match resp.responses.get(i).and_then(|r| r.response.as_ref()) {
         Some(response_op::Response::ResponseRange(g)) => Some(g),
+        _ => None,
+    }
+}
+
+/// The answer of the `i`-th operation of a transaction, when it is a nested transaction.
+pub(super) fn txn_at(resp: &TxnResponse, i: usize) -> Option<&TxnResponse> {
+    match resp.responses.get(i).and_then(|r| r.response.as_ref()) {
+        Some(response_op::Response::ResponseTxn(t)) => Some(t),
         _ => None,
     }
 }

@@ -18,6 +18,11 @@ use super::queue::class_of;
 use super::session::{run_keeper, Session};
 use super::state::Shared;
 
+/// The TTL (whole seconds, at least one) of the waiters' session.
+pub(super) fn waiter_class(ttl: Duration) -> i64 {
+    ttl.as_secs_f64().ceil().clamp(1.0, 9e9) as i64
+}
+
 impl Shared {
     /// Picks (or grants) a session of the class of `lease` whose id no other token of this
     /// instance uses for `dir`, and registers `token` as its user for `dir`.
@@ -28,6 +33,16 @@ impl Shared {
         lease: Duration,
     ) -> Result<Arc<Session>> {
         let class = class_of(lease, self.opts.min_session_ttl);
+        self.session_of_class(dir, token, class).await
+    }
+
+    /// [`session_for`](Self::session_for) by TTL class (whole seconds).
+    pub(super) async fn session_of_class(
+        &self,
+        dir: &str,
+        token: Token,
+        class: i64,
+    ) -> Result<Arc<Session>> {
         if let Some(s) = self.pick_session(dir, token, class) {
             return Ok(s);
         }

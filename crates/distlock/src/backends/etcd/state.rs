@@ -122,6 +122,9 @@ pub(super) struct Entry {
     pub(super) create_rev: i64,
     /// A create request was sent without an answer: the key may exist.
     pub(super) maybe_created: bool,
+    /// While `maybe_created`: the other name that create may have used (a waiter's, on this
+    /// session), deleted with `key` and freed when the key is forgotten.
+    pub(super) alt: Option<(String, Arc<Session>)>,
     /// While held: when the registry's lease ends without renewal.
     pub(super) deadline: Option<Instant>,
     /// Last call by the registry.

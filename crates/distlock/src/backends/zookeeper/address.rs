@@ -128,6 +128,7 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
         options.root = Some(root.to_owned());
     }
     let mut insecure_auth = false;
+    let mut spring = false;
     let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -143,8 +144,10 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
             "session_timeout" => options.session_timeout = parse_duration(k, v)?,
             "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
             "request_timeout" => options.request_timeout = parse_duration(k, v)?,
+            "waiter_ttl" => options.waiter_ttl = parse_duration(k, v)?,
             // A bare `allow_insecure_auth` is a yes.
             "allow_insecure_auth" => insecure_auth = v.is_empty() || parse_bool("zk", k, v)?,
+            "spring" => spring = v.is_empty() || parse_bool("zk", k, v)?,
             other => {
                 return Err(unknown_parameter(
                     "zk",
@@ -153,7 +156,9 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
                         "session_timeout",
                         "connect_timeout",
                         "request_timeout",
+                        "waiter_ttl",
                         "allow_insecure_auth",
+                        "spring",
                         "ca_file",
                         "cert_file",
                         "key_file",
@@ -161,6 +166,11 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
                 ))
             }
         }
+    }
+    // Spring's registry keeps its locks under its own root unless told otherwise: a user who
+    // turns on Spring compatibility and sets nothing else meets an unchanged Spring service.
+    if spring && options.root.is_none() {
+        options.root = Some(SPRING_ROOT.to_owned());
     }
     if !tls && (ca_file.is_some() || cert_file.is_some() || key_file.is_some()) {
         return Err(err(
@@ -281,6 +291,30 @@ mod tests {
         }
         let e = parse_url("zk://u:hunter2@h:x", ZooKeeperOptions::default()).unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn spring_urls_default_to_springs_root() {
+        let root = |url: &str, opts: ZooKeeperOptions| parse_url(url, opts).unwrap().options.root;
+        let d = ZooKeeperOptions::default;
+        assert_eq!(
+            root("zk://h:1?spring=true", d()).as_deref(),
+            Some(SPRING_ROOT)
+        );
+        assert_eq!(root("zk://h:1/?spring", d()).as_deref(), Some(SPRING_ROOT));
+        assert_eq!(root("zk://h:1?spring=false", d()), None);
+        // A root given explicitly (in the URL or the options) wins.
+        assert_eq!(
+            root("zk://h:1/mine?spring=true", d()).as_deref(),
+            Some("/mine")
+        );
+        let mine = ZooKeeperOptions {
+            root: Some("/opts".into()),
+            ..d()
+        };
+        assert_eq!(root("zk://h:1?spring=true", mine).as_deref(), Some("/opts"));
+        let e = parse_url("zk://h:1?spring=maybe", d()).unwrap_err();
+        assert!(e.to_string().contains("spring"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! | waiting | a waiter watches only what it waits for: its predecessor, the exclusive contender before a reader, the `leases` folder; contenders are served in arrival order |
 //! | fence | the holder node's `czxid` (the zxid of the transaction that created it): one sequence for the whole ensemble, so it increases per key across every kind |
 //! | lease | the ZooKeeper session, sized to the lease (see below) |
-//! | `<root>` | the URL's path, else `/<prefix>` (`/lock` by default); Spring's registry uses `/SpringIntegration-LockRegistry` |
+//! | `<root>` | the URL's path, else `/SpringIntegration-LockRegistry` (Spring's default) with `spring=true`, else `/<prefix>` (`/lock` by default) |
 //!
 //! # Lock kinds on one key
 //!
@@ -33,7 +33,7 @@
 //!
 //! # URL
 //!
-//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&allow_insecure_auth=true]`
+//! `zk://[user:password@]host:port[,host:port...][/root][?session_timeout=30s&connect_timeout=5s&request_timeout=5s&waiter_ttl=2s&allow_insecure_auth=true&spring=true]`
 //!
 //! `zks://[user:password@]host:port[,host:port...][/root]?ca_file=ca.pem[&cert_file=client.pem&key_file=client.key]`
 //! (TLS, feature `zookeeper-tls`)
@@ -54,6 +54,10 @@
 //!   `allow_insecure_auth=true` (use it only on a network you trust); over `zks://` the server
 //!   is verified first and no opt-in is needed;
 //! - the path is the root of every lock (percent-decoded), replacing the default `/<prefix>`;
+//! - `spring=true`: Spring Integration's layout with Spring's defaults, so that a
+//!   `ZookeeperLockRegistry` built without a root shares the locks: the root is
+//!   [`SPRING_ROOT`] (`/SpringIntegration-LockRegistry`) unless the URL's path (or
+//!   [`ZooKeeperOptions::root`]) gives one;
 //! - `session_timeout` (default 30 s): the session of operations that hold nothing (status,
 //!   listing, [`client`](ZooKeeperBackend::client)); holds get sessions sized to their lease
 //!   (below). `connect_timeout` (default 5 s: establishing a session), `request_timeout`
@@ -99,6 +103,17 @@
 //! renewal to the leader, which then counts the session from the renewal before (at most a
 //! third of the lease earlier); there the fence is the protection.
 //!
+//! # Dead waiters
+//!
+//! A waiter's node lives in its lease's session. So that a waiter that dies does not block the
+//! lock for its lease, a distlock waiter marks its node with an ephemeral node of a short waiter
+//! session (`waiter_ttl`, 2 s, raised by the server to its `minSessionTimeout`), and the
+//! distlock contender behind it deletes the node once that mark is gone: within the waiter
+//! session's timeout plus a tick of the death. A waiter that holds clears the mark first; both
+//! writes are conditional on the node's version, so a holder's node is never deleted. Curator's
+//! waiters, and a distlock waiter that died before marking its node, keep their session bound.
+//! See `waiters.rs`.
+//!
 //! # Fences
 //!
 //! The fence is the holder node's `czxid`: 64 bits, the leader epoch in the high half and a
@@ -134,6 +149,7 @@ mod semaphore;
 mod session;
 mod tls;
 mod view;
+mod waiters;
 
 use address::parse_url;
 pub use address::{decode_key, encode_key};
@@ -148,6 +164,9 @@ use crate::error::{Error, Result};
 use crate::url::percent_decode;
 
 const KIND: &str = "zookeeper";
+/// The root of Spring Integration's `ZookeeperLockRegistry` when it is given none (its
+/// `DEFAULT_ROOT`); a `zk://` URL with `spring=true` and no path uses it.
+pub const SPRING_ROOT: &str = "/SpringIntegration-LockRegistry";
 /// Curator's lock name of `InterProcessMutex` (and Spring's `ZookeeperLockRegistry`).
 const LOCK_NAME: &str = "lock-";
 /// Curator's lock names of `InterProcessReadWriteLock`'s readers and writers.
@@ -183,6 +202,11 @@ pub struct ZooKeeperOptions {
     pub request_timeout: Duration,
     /// Root of every lock; `None` means `/<prefix>` (`/lock` with the default prefix).
     pub root: Option<String>,
+    /// Session timeout of the waiter session (default 2 s; the server raises it to its
+    /// `minSessionTimeout`, 2 `tickTime` by default): a distlock waiter that dies is taken out
+    /// of the queue by the distlock contender behind it about this long after its death, instead
+    /// of blocking the lock for its lease (see the module docs).
+    pub waiter_ttl: Duration,
 }
 
 impl Default for ZooKeeperOptions {
@@ -192,6 +216,7 @@ impl Default for ZooKeeperOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             root: None,
+            waiter_ttl: Duration::from_secs(2),
         }
     }
 }
@@ -228,6 +253,8 @@ struct Inner {
     nodes: Mutex<HashMap<Token, Node>>,
     /// Lock parents this backend has seen exist (saves their creation on later acquisitions).
     parents: Mutex<HashSet<String>>,
+    /// The waiter session's liveness marks that exist (see `waiters.rs`).
+    marks: Mutex<HashSet<String>>,
     /// Wake-ups of waiters, by token: the watch on a waiter's predecessor fires its token.
     signals: Arc<ReleaseSignals>,
 }
@@ -268,6 +295,9 @@ struct Node {
     slot: Duration,
     /// The session that created it: the node ends with that session.
     session: i64,
+    /// The data version of the contender node while it carries its waiter's liveness mark
+    /// (see `waiters.rs`).
+    marked: Option<i32>,
     /// The contender node (a permit's lease node).
     phase: Phase,
     /// A semaphore permit's node in the key's `locks` folder, while it takes or holds that
@@ -428,6 +458,7 @@ impl ZooKeeperBackend {
                 sessions: Mutex::new(HashMap::new()),
                 nodes: Mutex::new(HashMap::new()),
                 parents: Mutex::new(HashSet::new()),
+                marks: Mutex::new(HashSet::new()),
                 signals: Arc::new(ReleaseSignals::default()),
             }),
         };
@@ -593,6 +624,15 @@ impl Backend for ZooKeeperBackend {
             .notifies_release(true)
             .fifo(true)
             .all_kinds()
+    }
+
+    /// The server's largest session timeout, when the session of
+    /// [`ZooKeeperOptions::session_timeout`] was granted less than asked (the server grants at
+    /// most its `maxSessionTimeout`): a hold's session is its lease.
+    fn longest_lease(&self) -> Option<Duration> {
+        let asked = self.inner.options.session_timeout;
+        let granted = self.inner.current(asked)?.client.session_timeout();
+        (granted < asked).then_some(granted)
     }
 
     /// Creates a contender node. A [`Try`](crate::AcquireMode::Try) attempt deletes it again

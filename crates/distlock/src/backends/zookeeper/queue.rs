@@ -9,6 +9,7 @@
 //! it. Either also waits for the semaphore permits of the key that are older than it (see
 //! `semaphore.rs`).
 
+use super::waiters::{follow, Mark};
 use super::*;
 
 /// The token as a UUID (8-4-4-4-12 hex digits), the `<uuid>` of Curator's protected names.
@@ -503,12 +504,20 @@ impl Inner {
                 return Ok(true);
             }
         }
+        let mut mark = None;
         let watcher = match &what {
             Watch::Node(path) => match self
                 .timed("watch", conn.client.get_and_watch_data(path))
                 .await?
             {
-                Ok((_, _, w)) => w,
+                Ok((data, stat, w)) => {
+                    match self.predecessor_mark(conn, path, &data, &stat).await? {
+                        Mark::None => {}
+                        Mark::Alive(m) => mark = Some(m),
+                        Mark::Dead => return Ok(false),
+                    }
+                    w
+                }
                 Err(zookeeper_client::Error::NoNode) => return Ok(false),
                 Err(e) => return Err(zk_err(e)),
             },
@@ -532,9 +541,18 @@ impl Inner {
         let signals = Arc::downgrade(&self.signals);
         let weak = Arc::downgrade(self);
         let watched = key.clone();
+        let node = match &what {
+            Watch::Node(path) => Some((conn.client.clone(), path.clone())),
+            Watch::Children { .. } => None,
+        };
         let task = tokio::spawn(async move {
-            let event = watcher.changed().await;
-            tracing::trace!(?event, "watch fired");
+            match node {
+                Some((client, path)) => follow(client, path, watcher, mark).await,
+                None => {
+                    let event = watcher.changed().await;
+                    tracing::trace!(?event, "watch fired");
+                }
+            }
             if let Some(inner) = weak.upgrade() {
                 if let Some(n) = inner.lock_nodes().get_mut(&token) {
                     if n.watching.as_deref() == Some(watched.as_str()) {
@@ -621,6 +639,7 @@ impl Inner {
             dir,
             slot: conn.slot,
             session: conn.session,
+            marked: None,
             phase: if gate { Phase::Absent } else { Phase::Creating },
             gate: if gate { Phase::Creating } else { Phase::Absent },
             abandoned: false,
@@ -753,13 +772,20 @@ impl Inner {
             let blocker = match place(&sort_contenders(&children), &own) {
                 Place::Gone => {
                     // Our node is gone (deleted underneath): join the queue again.
-                    self.forget(token);
+                    if self.forget(token).is_some_and(|n| n.marked.is_some()) {
+                        self.forget_marks();
+                    }
                     continue;
                 }
                 Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
                 Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
             };
+            let own_path = format!("{parent}/{own}");
             let Some(blocker) = blocker else {
+                if !self.claim(&conn, token, &own_path).await? {
+                    self.forget(token); // deleted as a dead waiter's: join again
+                    continue;
+                }
                 let fence = u64::try_from(czxid).map_err(|_| {
                     Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
                 })?;
@@ -768,9 +794,8 @@ impl Inner {
             };
             if !queued {
                 // try_lock: leave at once.
-                let path = format!("{parent}/{own}");
                 match self
-                    .timed("delete", conn.client.delete(&path, None))
+                    .timed("delete", conn.client.delete(&own_path, None))
                     .await?
                 {
                     Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
@@ -780,6 +805,7 @@ impl Inner {
                 self.forget(token);
                 return Ok(Attempt::Busy { retry_after: None });
             }
+            self.mark_node(&conn, token, parent, &own_path).await;
             if !self.watch(&conn, token, blocker).await? {
                 continue; // what we wait for changed meanwhile: look again
             }
@@ -914,111 +940,5 @@ impl Drop for Unowned<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uuid_is_curator_shaped_and_unique_per_token() {
-        let t = Token::from(0x0123_4567_89ab_cdef_0011_2233_4455_6677u128);
-        assert_eq!(uuid_of(t), "01234567-89ab-cdef-0011-223344556677");
-        assert_eq!(
-            protected_prefix(t),
-            "_c_01234567-89ab-cdef-0011-223344556677-"
-        );
-    }
-
-    #[test]
-    fn contenders_sort_by_sequence_like_curator() {
-        let children: Vec<String> = [
-            "_c_b-lock-0000000010",
-            "_c_a-lock-0000000002",
-            "foreign",
-            "_c_c-lock-0000000003",
-            "x-lock-",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let names: Vec<&str> = sort_contenders(&children).iter().map(|c| c.name).collect();
-        assert_eq!(
-            names,
-            [
-                "_c_a-lock-0000000002",
-                "_c_c-lock-0000000003",
-                "_c_b-lock-0000000010"
-            ]
-        );
-    }
-
-    fn names(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn mutexes_readers_and_writers_share_one_order() {
-        let children = names(&[
-            "_c_w-__WRIT__0000000003",
-            "_c_r1-__READ__0000000001",
-            "_c_m-lock-0000000004",
-            "_c_r2-__READ__0000000002",
-            "_c_r3-__READ__0000000005",
-            "locks",
-            "leases",
-            "0a1b__lock__0000000000",
-        ]);
-        let sorted = sort_contenders(&children);
-        let order: Vec<(i64, Role)> = sorted.iter().map(|c| (c.seq, c.role)).collect();
-        assert_eq!(
-            order,
-            [
-                (1, Role::Read),
-                (2, Role::Read),
-                (3, Role::Write),
-                (4, Role::Mutex),
-                (5, Role::Read)
-            ]
-        );
-        // Readers before any exclusive contender hold together.
-        assert_eq!(place(&sorted, "_c_r1-__READ__0000000001"), Place::First);
-        assert_eq!(place(&sorted, "_c_r2-__READ__0000000002"), Place::First);
-        // A writer waits for the readers before it, the mutex for the writer, and a later
-        // reader for the nearest exclusive contender before it (writer preference).
-        assert_eq!(
-            place(&sorted, "_c_w-__WRIT__0000000003"),
-            Place::Behind("_c_r2-__READ__0000000002")
-        );
-        assert_eq!(
-            place(&sorted, "_c_m-lock-0000000004"),
-            Place::Behind("_c_w-__WRIT__0000000003")
-        );
-        assert_eq!(
-            place(&sorted, "_c_r3-__READ__0000000005"),
-            Place::Behind("_c_m-lock-0000000004")
-        );
-        assert_eq!(place(&sorted, "_c_gone-lock-0000000009"), Place::Gone);
-    }
-
-    #[test]
-    fn a_tie_counts_as_before() {
-        // Curator 5.5's downgrade: a non-sequential reader with its writer's sequence.
-        let children = names(&["_c_b-__WRIT__0000000007", "_c_a-__READ__0000000007"]);
-        let sorted = sort_contenders(&children);
-        assert_eq!(
-            place(&sorted, "_c_a-__READ__0000000007"),
-            Place::Behind("_c_b-__WRIT__0000000007")
-        );
-        assert_eq!(
-            place(&sorted, "_c_b-__WRIT__0000000007"),
-            Place::Behind("_c_a-__READ__0000000007")
-        );
-    }
-
-    #[test]
-    fn leases_sort_by_their_sequence() {
-        let children = names(&["_c_b-lease-0000000011", "_c_a-lease-0000000002", "foreign"]);
-        assert_eq!(
-            sort_leases(&children),
-            ["foreign", "_c_a-lease-0000000002", "_c_b-lease-0000000011"]
-        );
-    }
-}
+#[path = "queue_tests.rs"]
+mod tests;

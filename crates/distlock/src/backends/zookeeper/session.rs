@@ -44,8 +44,8 @@ impl Inner {
         };
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if full {
-            let keep = self.options.session_timeout;
-            sessions.retain(|k, _| *k == keep || *k == timeout || used.contains(k));
+            let keep = [self.options.session_timeout, self.waiter_slot(), timeout];
+            sessions.retain(|k, _| keep.contains(k) || used.contains(k));
         }
         sessions.entry(timeout).or_default().clone()
     }

@@ -40,6 +40,9 @@ pub(super) struct Member {
     pub(super) servers: Vec<String>,
     pub(super) dir: PathBuf,
     pub(super) child: Option<Child>,
+    /// A `tickTime` other than the testkit's, with ZooKeeper's own session bounds (2 and 20
+    /// ticks), as an unconfigured production server has them.
+    pub(super) stock_tick: Option<Duration>,
 }
 
 impl Member {
@@ -74,6 +77,13 @@ impl Member {
     pub(super) fn write_config(&self) -> io::Result<()> {
         let servers = &self.servers;
         std::fs::create_dir_all(self.data_dir())?;
+        let sessions = match self.stock_tick {
+            Some(_) => String::new(),
+            None => format!(
+                "minSessionTimeout=200\nmaxSessionTimeout={}\n",
+                MAX_SESSION.as_millis()
+            ),
+        };
         let mut cfg = format!(
             "tickTime={}\n\
              initLimit=100\n\
@@ -81,18 +91,16 @@ impl Member {
              dataDir={}\n\
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
-             minSessionTimeout=200\n\
-             maxSessionTimeout={}\n\
+             {sessions}\
              forceSync=no\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
              reconfigEnabled=false\n\
              standaloneEnabled=true\n",
-            TICK_TIME.as_millis(),
+            self.stock_tick.unwrap_or(TICK_TIME).as_millis(),
             SYNC_LIMIT,
             self.data_dir().display(),
             self.client_port,
-            MAX_SESSION.as_millis()
         );
         if let Some((port, tls)) = &self.tls {
             // One PEM file with the key and the certificate: ZooKeeper's PEM key store.
@@ -242,6 +250,7 @@ pub(super) fn plan(n: usize, dir: &Path, route: &dyn Fn(usize, usize, u16) -> u1
             servers: Vec::new(),
             dir: dir.join(format!("server{id}")),
             child: None,
+            stock_tick: None,
         })
         .collect();
     if n > 1 {
@@ -272,11 +281,19 @@ pub(super) struct StartError {
 }
 
 impl Members {
-    pub(super) fn launch(n: usize, dir: &Path, tls: Option<&ZooKeeperTls>) -> io::Result<Members> {
+    pub(super) fn launch(
+        n: usize,
+        dir: &Path,
+        tls: Option<&ZooKeeperTls>,
+        stock_tick: Option<Duration>,
+    ) -> io::Result<Members> {
         java()?;
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let mut members = plan(n, dir, &|_, _, port| port);
+            for m in &mut members {
+                m.stock_tick = stock_tick;
+            }
             if let Some(tls) = tls {
                 for m in &mut members {
                     m.tls = Some((free_port(), tls.clone()));

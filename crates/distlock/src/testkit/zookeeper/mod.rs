@@ -123,7 +123,24 @@ impl ZooKeeperServer {
     pub fn start() -> io::Result<ZooKeeperServer> {
         remove_leftover_dirs(DIR_PREFIX);
         let dir = TempDir::new(DIR_PREFIX)?;
-        let members = Members::launch(1, dir.path(), None)?;
+        let members = Members::launch(1, dir.path(), None, None)?;
+        Ok(ZooKeeperServer {
+            port: members.members[0].client_port,
+            inner: Mutex::new(members),
+            _dir: dir,
+        })
+    }
+
+    /// Starts a standalone server with `tickTime` `tick` and ZooKeeper's own session bounds
+    /// (`minSessionTimeout` 2 ticks, `maxSessionTimeout` 20), as a server whose configuration
+    /// sets only its tick has them: with a tick of 1 s no session is longer than 20 s.
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub fn start_with_tick(tick: Duration) -> io::Result<ZooKeeperServer> {
+        remove_leftover_dirs(DIR_PREFIX);
+        let dir = TempDir::new(DIR_PREFIX)?;
+        let members = Members::launch(1, dir.path(), None, Some(tick))?;
         Ok(ZooKeeperServer {
             port: members.members[0].client_port,
             inner: Mutex::new(members),
@@ -139,7 +156,7 @@ impl ZooKeeperServer {
     pub fn start_tls(tls: ZooKeeperTls) -> io::Result<ZooKeeperServer> {
         remove_leftover_dirs(DIR_PREFIX);
         let dir = TempDir::new(DIR_PREFIX)?;
-        let members = Members::launch(1, dir.path(), Some(&tls))?;
+        let members = Members::launch(1, dir.path(), Some(&tls), None)?;
         Ok(ZooKeeperServer {
             port: members.members[0].client_port,
             inner: Mutex::new(members),
@@ -259,7 +276,7 @@ impl ZooKeeperEnsemble {
         }
         remove_leftover_dirs(DIR_PREFIX);
         let dir = TempDir::new(DIR_PREFIX)?;
-        let members = Members::launch(n, dir.path(), None)?;
+        let members = Members::launch(n, dir.path(), None, None)?;
         Ok(ZooKeeperEnsemble {
             inner: Mutex::new(members),
             links: Vec::new(),
