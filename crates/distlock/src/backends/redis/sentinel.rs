@@ -37,6 +37,7 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
 
+use super::replicas::Replicas;
 use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
 use super::scripts::Scripts;
 use super::transport::{
@@ -86,6 +87,7 @@ async fn follow_switches(
     pool: Weak<Pool>,
     relisten: Weak<AtomicBool>,
     signals: Weak<ReleaseSignals>,
+    replicas: Weak<Replicas>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -123,6 +125,9 @@ async fn follow_switches(
                 tracing::debug!(event = %text, "+switch-master: following the new master");
                 pool.clear();
                 relisten.store(true, Ordering::Release);
+                if let Some(replicas) = replicas.upgrade() {
+                    replicas.topology_changed();
+                }
                 // Their next attempts reach the new master, the first one moves pub/sub there.
                 signals.fire_all();
             }
@@ -194,6 +199,7 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
     // found at run time (see `Mode::client`).
     let mut backend = RedisBackend::build(&format!("redis://{}/{db}", hosts[0]), options.clone())?;
     backend.scripts = Scripts::new(true);
+    backend.replicas = Arc::new(min_replicas.map_or_else(Replicas::automatic, Replicas::fixed));
     let sentinels: Vec<String> = hosts.iter().map(ToString::to_string).collect();
     backend.target = format!("{scheme}://{}/{master}", sentinels.join(","));
     let sentinel = SentinelInfo {
@@ -224,6 +230,7 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
         Arc::downgrade(&pool),
         Arc::downgrade(&backend.relisten),
         Arc::downgrade(&backend.signals),
+        Arc::downgrade(&backend.replicas),
         stop,
     ));
     backend.pool = Some(pool);
@@ -234,15 +241,15 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
     });
     backend.replica_timeout_ms = replica_timeout.as_millis().try_into().unwrap_or(u64::MAX);
     backend.ping().await?;
-    backend.min_replicas = match min_replicas {
-        Some(n) => n,
-        None => u32::from(connected_replicas(&backend).await? > 0),
-    };
+    if min_replicas.is_none() {
+        let n = connected_replicas(&backend).await?;
+        backend.replicas.decide(0, n > 0, &backend.target);
+    }
     Ok(backend)
 }
 
 /// How many replicas the master has now (`INFO replication`).
-async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
+pub(super) async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
     match backend.request(&[b"INFO", b"replication"]).await? {
         Reply::Bulk(Some(info)) => Ok(String::from_utf8_lossy(&info)
             .lines()
