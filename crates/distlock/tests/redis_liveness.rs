@@ -40,8 +40,8 @@ async fn a_lock_handed_to_a_dead_waiter_is_free_within_the_waiter_ttl() {
     acquired(&holder, &AcquireRequest::new(name.clone(), first, lease)).await;
     {
         let waiter = backend(&server).await;
-        let queued = AcquireRequest::new(name.clone(), Token::random(), lease)
-            .with_mode(AcquireMode::Queue);
+        let queued =
+            AcquireRequest::new(name.clone(), Token::random(), lease).with_mode(AcquireMode::Queue);
         assert!(matches!(
             waiter.acquire(&queued).await.unwrap(),
             Attempt::Busy { .. }
@@ -147,6 +147,10 @@ async fn the_status_shows_the_holders_fence_after_failed_tries() {
     let info = fresh.inspect(&name).await.unwrap().expect("held");
     assert_eq!(info.fence, Some(fence), "the holder's fence");
     assert!(holder.release(&name, token).await.unwrap().was_held);
-    let next = acquired(&other, &AcquireRequest::new(name.clone(), Token::random(), lease)).await;
+    let next = acquired(
+        &other,
+        &AcquireRequest::new(name.clone(), Token::random(), lease),
+    )
+    .await;
     assert!(next > fence, "fence {next} after {fence}");
 }

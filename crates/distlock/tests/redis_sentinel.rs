@@ -433,11 +433,21 @@ async fn min_replicas_is_decided_again_when_a_new_master_is_named() {
         .unwrap()
         .contains("connected_slaves:0")
     {
-        assert!(since.elapsed() < Duration::from_secs(10), "the replica stays");
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the replica stays"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let reg = registry(&set.url(), Duration::from_secs(10)).await;
-    reg.obtain("job").unwrap().lock().await.unwrap().release().await.unwrap();
+    reg.obtain("job")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     assert!(!waited_on(&set.servers[0]), "no replica to wait for");
     set.servers[1].restart().expect("the replica comes back");
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("in sync");

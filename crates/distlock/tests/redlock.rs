@@ -286,11 +286,15 @@ async fn a_mutex_that_waited_leaves_the_queue_when_it_gets_the_lock() {
     let g = holder.obtain("q").unwrap().lock().await.unwrap();
     let lock = waiter.obtain("q").unwrap();
     let waiting = tokio::spawn(async move { lock.lock().await });
-    eventually(Duration::from_secs(10), "the mutex queues on every node", || {
-        nodes
-            .iter()
-            .all(|n| n.cli(&["ZCARD", "{lock:q}:queue"]).ok().as_deref() == Some("1"))
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the mutex queues on every node",
+        || {
+            nodes
+                .iter()
+                .all(|n| n.cli(&["ZCARD", "{lock:q}:queue"]).ok().as_deref() == Some("1"))
+        },
+    )
     .await;
     g.release().await.unwrap();
     let w = tokio::time::timeout(Duration::from_secs(10), waiting)

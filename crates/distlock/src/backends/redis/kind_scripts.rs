@@ -1,8 +1,8 @@
 //! The scripts of the read-write lock and the semaphore (and the helpers they share), which
 //! `scripts.rs` assembles after the queue helpers.
 
-/// Helpers of the read-write lock and the semaphore, after the queue helpers (`scripts::QUEUE`). `KEYS[5]` is where the
-/// names of reader timeout keys start: `{<lock key>}`, or the lock key itself when it contains
+/// Helpers of the read-write lock and the semaphore, after the queue helpers
+/// (`scripts::QUEUE`). `KEYS[5]` is where the names of reader timeout keys start: `{<lock key>}`, or the lock key itself when it contains
 /// a `{` (Redisson's rule, see `keys::redisson_prefix`).
 ///
 /// - `ttl_key(field, k)`: the timeout key of a reader's `k`-th hold,

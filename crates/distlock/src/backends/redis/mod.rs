@@ -24,9 +24,9 @@
 
 mod cluster;
 mod keys;
-mod mutex;
 mod kind_scripts;
 mod kinds;
+mod mutex;
 mod notify;
 pub mod redlock;
 mod replicas;
@@ -54,8 +54,8 @@ use self::scripts::{Lua, Scripts};
 use self::transport::{refuse_clear_password, server_err};
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, Fencing, ListedLock, LockInfo,
-    LockKind, LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    AcquireRequest, Attempt, Backend, Capabilities, Fencing, ListedLock, LockInfo, LockKind,
+    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -503,10 +503,10 @@ impl Backend for RedisBackend {
             .all_kinds()
     }
 
-    /// With [`AcquireMode::Queue`](crate::AcquireMode::Queue) a busy attempt joins (or refreshes) the token's place in
+    /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
     /// the wait queue, which it keeps for [`RedisOptions::waiter_ttl`].
     ///
-    /// A [`AcquireMode::Try`](crate::AcquireMode::Try) attempt is the common protocol's `SET NX PX`, pipelined with
+    /// A [`AcquireMode::Try`] attempt is the common protocol's `SET NX PX`, pipelined with
     /// `scripts::FENCE_HELD`, which takes a fence only if the lock carries the caller's token
     /// (so a failed attempt leaves the counter at the holder's fence): one round trip. It need
     /// not look at the wait queue, because a lock with distlock waiters queued is never free:
@@ -516,11 +516,14 @@ impl Backend for RedisBackend {
     /// already run out on the server, and the script finds another token and takes none.
     ///
     /// A lock that already carries the caller's token (an earlier attempt's reply was lost)
-    /// looks busy to a try; the registry's next attempt, in [`AcquireMode::Queue`](crate::AcquireMode::Queue), is the
+    /// looks busy to a try; the registry's next attempt, in [`AcquireMode::Queue`], is the
     /// script, which recognises it.
     ///
     /// Read, write and permit holds are one script each (`scripts::KIND_ACQUIRE`), which
-    /// also keeps a place in the wait queue in [`AcquireMode::Queue`](crate::AcquireMode::Queue).
+    /// also keeps a place in the wait queue in [`AcquireMode::Queue`].
+    ///
+    /// [`AcquireMode::Queue`]: crate::AcquireMode::Queue
+    /// [`AcquireMode::Try`]: crate::AcquireMode::Try
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
         self.relisten_if_asked().await;
         let (name, token, lease, mode) =

@@ -1,5 +1,5 @@
 //! The mutex attempts: the uncontended `SET NX PX` with its fence, the scripted attempt that
-//! queues, and the take of a reservation (see [`RedisOptions::hold_slice`](super::RedisOptions::hold_slice)).
+//! queues, and the take of a reservation (see `RedisOptions::hold_slice`).
 
 use std::time::Duration;
 
@@ -64,8 +64,10 @@ impl RedisBackend {
     }
 
     /// A mutex attempt on `key`: the pipelined `SET NX PX` and fence for a try, unless the
-    /// key is reserved for this backend (see [`RedisOptions::hold_slice`](super::RedisOptions::hold_slice)), which `TAKE`
+    /// key is reserved for this backend (see [`RedisOptions::hold_slice`]), which `TAKE`
     /// takes; else the script. An acquisition of a contended key begins or continues a slice.
+    ///
+    /// [`RedisOptions::hold_slice`]: super::RedisOptions::hold_slice
     pub(super) async fn acquire_mutex(
         &self,
         key: &str,
@@ -91,7 +93,12 @@ impl RedisBackend {
 
     /// Takes the key reserved for this backend: its fence, or `None` when the reservation is
     /// gone.
-    pub(super) async fn take_reserved(&self, key: &str, token: Token, lease: Duration) -> Result<Option<u64>> {
+    pub(super) async fn take_reserved(
+        &self,
+        key: &str,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Option<u64>> {
         let (hex, lease_ms) = (token.to_hex_bytes(), ms(lease).to_string());
         let member = self.member(token);
         let args: &[&[u8]] = &[
@@ -182,8 +189,8 @@ impl RedisBackend {
             .await
     }
 
-    /// Records what a busy queued attempt saw of the fence counter (see [`Grants`](super::notify::Grants)), where
-    /// this backend takes grants at all.
+    /// Records what a busy queued attempt saw of the fence counter (see
+    /// [`Grants`](super::notify::Grants)), where this backend takes grants at all.
     pub(super) fn grants_busy(&self, token: &[u8; 32], floor: i64) {
         if self.replicas.get() == 0 {
             self.grants.busy(*token, u64::try_from(floor).unwrap_or(0));

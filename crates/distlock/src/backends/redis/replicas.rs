@@ -104,7 +104,10 @@ impl Replicas {
                  failover now may lose acquisitions; set min_replicas in the URL to require one"
             );
         } else if n > 0 && before == 0 && !first {
-            tracing::info!(server = target, "redis: a replica acknowledges writes again (WAIT on)");
+            tracing::info!(
+                server = target,
+                "redis: a replica acknowledges writes again (WAIT on)"
+            );
         }
     }
 
@@ -122,8 +125,11 @@ impl RedisBackend {
         if self.replicas.due(generation) {
             match &self.cluster {
                 Some(cluster) => {
-                    self.replicas
-                        .decide(generation, cluster.every_master_has_replicas(), &self.target);
+                    self.replicas.decide(
+                        generation,
+                        cluster.every_master_has_replicas(),
+                        &self.target,
+                    );
                 }
                 None => match super::sentinel::connected_replicas(self).await {
                     Ok(n) => self.replicas.decide(0, n > 0, &self.target),

@@ -74,6 +74,14 @@ impl Mode {
     }
 }
 
+/// What a master switch changes in the backend; the task ends when the backend is gone.
+struct Following {
+    pool: Weak<Pool>,
+    relisten: Weak<AtomicBool>,
+    signals: Weak<ReleaseSignals>,
+    replicas: Weak<Replicas>,
+}
+
 /// Listens to the Sentinels' `+switch-master` (one Sentinel at a time, the next one when it
 /// stops answering) and, when `master` moves, empties the pool so that no request goes to the
 /// old master, and asks the pub/sub side to move too (waiters are woken to re-check). Without
@@ -84,10 +92,7 @@ async fn follow_switches(
     sentinel: SentinelInfo,
     timeout: Duration,
     tls: Option<super::resp::Tls>,
-    pool: Weak<Pool>,
-    relisten: Weak<AtomicBool>,
-    signals: Weak<ReleaseSignals>,
-    replicas: Weak<Replicas>,
+    backend: Following,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -117,17 +122,18 @@ async fn follow_switches(
                 if text.split(' ').next() != Some(sentinel.master.as_str()) {
                     continue;
                 }
-                let (Some(pool), Some(relisten), Some(signals)) =
-                    (pool.upgrade(), relisten.upgrade(), signals.upgrade())
-                else {
+                let (Some(pool), Some(relisten), Some(signals), Some(replicas)) = (
+                    backend.pool.upgrade(),
+                    backend.relisten.upgrade(),
+                    backend.signals.upgrade(),
+                    backend.replicas.upgrade(),
+                ) else {
                     return;
                 };
                 tracing::debug!(event = %text, "+switch-master: following the new master");
                 pool.clear();
                 relisten.store(true, Ordering::Release);
-                if let Some(replicas) = replicas.upgrade() {
-                    replicas.topology_changed();
-                }
+                replicas.topology_changed();
                 // Their next attempts reach the new master, the first one moves pub/sub there.
                 signals.fire_all();
             }
@@ -227,10 +233,12 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
         sentinel,
         options.connect_timeout,
         access.resp_tls(),
-        Arc::downgrade(&pool),
-        Arc::downgrade(&backend.relisten),
-        Arc::downgrade(&backend.signals),
-        Arc::downgrade(&backend.replicas),
+        Following {
+            pool: Arc::downgrade(&pool),
+            relisten: Arc::downgrade(&backend.relisten),
+            signals: Arc::downgrade(&backend.signals),
+            replicas: Arc::downgrade(&backend.replicas),
+        },
         stop,
     ));
     backend.pool = Some(pool);

@@ -148,7 +148,15 @@ fn taking_its_own_reservation_leaves_the_queue() {
         server
             .cli(&["SET", lock, &reservation, "PX", "5000"])
             .unwrap();
-        let mut cmd = vec!["EVAL", script.body.as_str(), "4", lock, &fence, &queue, &waiters];
+        let mut cmd = vec![
+            "EVAL",
+            script.body.as_str(),
+            "4",
+            lock,
+            &fence,
+            &queue,
+            &waiters,
+        ];
         cmd.extend(args);
         let reply = server.cli(&cmd).unwrap();
         assert!(reply.starts_with("1\n"), "taken: {reply:?}");

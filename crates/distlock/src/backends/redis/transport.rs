@@ -284,10 +284,7 @@ impl RedisBackend {
         if n == 0 {
             return Ok((self.pipeline_refs(cmds).await?, None));
         }
-        let (n, timeout) = (
-            n.to_string(),
-            self.replica_timeout_ms.to_string(),
-        );
+        let (n, timeout) = (n.to_string(), self.replica_timeout_ms.to_string());
         let wait: &[&[u8]] = &[b"WAIT", n.as_bytes(), timeout.as_bytes()];
         if let Some(cluster) = &self.cluster {
             return cluster.run(cmds, Some(wait)).await;
