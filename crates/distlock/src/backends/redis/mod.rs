@@ -74,7 +74,10 @@ pub struct RedisOptions {
     pub response_timeout: Duration,
     /// How long a waiter keeps its place in a lock's wait queue without renewing it (default
     /// 2 s). Waiters renew it with every attempt, at least every 500 ms by default; a waiter
-    /// that crashed holds up the queue for at most this long.
+    /// that crashed holds up the queue for at most this long. A release that hands the lock to
+    /// the head of the queue grants it only for what is left of the head's place (or the
+    /// head's lease, if shorter; a longer lease the head claims with its next attempt), so a
+    /// lock handed to a waiter that died is free again within this time too.
     pub waiter_ttl: Duration,
     /// For `rediss://`: the PEM certificate(s) of the authority that signed the server's
     /// certificate, when it is not in the system's trust store (a private CA).
@@ -543,7 +546,10 @@ impl Backend for RedisBackend {
     }
 
     /// A release that found this waiter at the head of the queue set the lock key to its token
-    /// with its lease, took its fence and sent both in the wake-up message.
+    /// with its whole lease (its place in the queue lasted longer than that), took its fence
+    /// and sent it in the wake-up message. A grant shorter than the lease comes without a
+    /// fence and is no hold until the waiter's next attempt claims it: the registry's view of
+    /// the lease must never end after the server's.
     /// Not with `min_replicas`: the release's hand-over is not known to be replicated, so the
     /// waiter confirms it with an attempt of its own, which waits for the replicas.
     fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
