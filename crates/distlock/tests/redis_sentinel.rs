@@ -451,7 +451,18 @@ async fn min_replicas_is_decided_again_when_a_new_master_is_named() {
     assert!(!waited_on(&set.servers[0]), "no replica to wait for");
     set.servers[1].restart().expect("the replica comes back");
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("in sync");
-    let new = tokio::task::block_in_place(|| set.failover()).expect("failover");
+    // The Sentinels accept the restarted replica for promotion once they have seen it up.
+    let since = std::time::Instant::now();
+    let new = loop {
+        match tokio::task::block_in_place(|| set.failover()) {
+            Ok(new) => break new,
+            Err(e) if e.to_string().contains("NOGOODSLAVE") => {
+                assert!(since.elapsed() < Duration::from_secs(60), "{e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("failover: {e}"),
+        }
+    };
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("the old master follows");
     let g = take_when_replicated(&reg).await;
     assert!(

@@ -156,27 +156,43 @@ impl RedisBackend {
                 fence_key.as_bytes(),
                 &hex,
             ];
-            let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
-            // Checked only once taken: a busy attempt wrote nothing that matters.
-            if matches!(replies.first(), Some(Reply::Simple(_))) {
-                self.check_replicated(acked)?;
-            }
-            match <[Reply; 2]>::try_from(replies) {
-                Ok([Reply::Bulk(None), _]) => {
-                    self.contended.mark(key);
-                    return Ok(Attempt::Busy { retry_after: None });
+            // On Cluster the fence is asked for only once the `SET` won: while the slot
+            // migrates, the two keys can be on different nodes, which a busy attempt would
+            // otherwise meet as `TRYAGAIN` (the `WAIT` after the script also covers the `SET`,
+            // earlier in the master's replication stream).
+            if self.cluster.is_some() {
+                match self.request(set).await? {
+                    Reply::Bulk(None) => {
+                        self.contended.mark(key);
+                        return Ok(Attempt::Busy { retry_after: None });
+                    }
+                    Reply::Simple(_) => {}
+                    Reply::Error(e) => return Err(server_err(e)),
+                    r => return Err(Error::backend(KIND, format!("unexpected reply {r:?}"))),
                 }
-                Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
-                    return Ok(Attempt::Acquired { fence: f as u64 })
+            } else {
+                let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
+                // Checked only once taken: a busy attempt wrote nothing that matters.
+                if matches!(replies.first(), Some(Reply::Simple(_))) {
+                    self.check_replicated(acked)?;
                 }
-                // Taken, but the node does not know the fence script yet: `eval` loads it by
-                // `EVAL` for next time. The lock is ours meanwhile.
-                Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {}
-                // Taken and already lost (a lease shorter than the round trip): the script
-                // below decides.
-                Ok([Reply::Simple(_), Reply::Int(_)]) => {}
-                Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
-                r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
+                match <[Reply; 2]>::try_from(replies) {
+                    Ok([Reply::Bulk(None), _]) => {
+                        self.contended.mark(key);
+                        return Ok(Attempt::Busy { retry_after: None });
+                    }
+                    Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
+                        return Ok(Attempt::Acquired { fence: f as u64 })
+                    }
+                    // Taken, but the node does not know the fence script yet: `eval` loads it
+                    // by `EVAL` for next time. The lock is ours meanwhile.
+                    Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {}
+                    // Taken and already lost (a lease shorter than the round trip): the
+                    // script below decides.
+                    Ok([Reply::Simple(_), Reply::Int(_)]) => {}
+                    Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
+                    r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
+                }
             }
             let f = self
                 .eval_replicated(lua, &[key, &fence_key], &[&hex])
