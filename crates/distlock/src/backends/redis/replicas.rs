@@ -12,10 +12,10 @@ use super::RedisBackend;
 const RECHECK_OFF: Duration = Duration::from_secs(5);
 
 /// The `min_replicas` in force. Without one in the URL it is 1 when the master (on Cluster:
-/// every master) has a replica, else 0, decided when the backend connects and again after
-/// each topology change: a new master named by the Sentinels (`+switch-master`), a new slot
-/// map. While it is 0 it is also looked at again every [`RECHECK_OFF`]. Each time the
-/// decision leaves `WAIT` off, a warning says so: a failover may then lose acquisitions.
+/// every master) has a replica, else 0, decided when the backend connects and, while it is 0,
+/// again after each topology change (a new master named by the Sentinels, `+switch-master`;
+/// a new slot map) and every [`RECHECK_OFF`]. A connect that leaves `WAIT` off says so in a
+/// warning: a failover may then lose acquisitions.
 #[derive(Debug)]
 pub(super) struct Replicas {
     /// Given in the URL: never changes.
@@ -68,16 +68,12 @@ impl Replicas {
     /// Whether the number is to be decided again, given the slot map `generation` (0 where
     /// there is none).
     pub(super) fn due(&self, generation: u64) -> bool {
-        if self.fixed.is_some() {
+        if self.fixed.is_some() || self.get() > 0 {
             return false;
         }
-        if self.changed.load(Ordering::Acquire)
+        self.changed.load(Ordering::Acquire)
             || self.generation.load(Ordering::Acquire) != generation
-        {
-            return true;
-        }
-        self.get() == 0
-            && self
+            || self
                 .decided
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -85,7 +81,9 @@ impl Replicas {
     }
 
     /// Records the decision for the topology of `generation`: `has_replicas` says whether
-    /// the master (every master) has a replica now.
+    /// the master (every master) has a replica now. Once on, `WAIT` stays on: right after a
+    /// failover the new master has no replica yet, and writes that fail until one follows it
+    /// are safer than writes a second failover could lose.
     pub(super) fn decide(&self, generation: u64, has_replicas: bool, target: &str) {
         if self.fixed.is_some() {
             return;
@@ -95,18 +93,20 @@ impl Replicas {
         let mut decided = self.decided.lock().unwrap_or_else(|e| e.into_inner());
         let first = decided.is_none();
         *decided = Some(Instant::now());
-        let n = u32::from(has_replicas);
-        let before = self.current.swap(n, Ordering::AcqRel);
-        if n == 0 && (first || before > 0) {
+        let before = self
+            .current
+            .fetch_max(u32::from(has_replicas), Ordering::AcqRel);
+        if first && !has_replicas {
             tracing::warn!(
                 server = target,
-                "redis: no replica to acknowledge writes, WAIT is off (min_replicas 0): a \
-                 failover now may lose acquisitions; set min_replicas in the URL to require one"
+                "redis: no replica to acknowledge writes, WAIT is off (min_replicas 0) until one \
+                 is seen: a failover now may lose acquisitions; set min_replicas in the URL to \
+                 require one"
             );
-        } else if n > 0 && before == 0 && !first {
+        } else if has_replicas && before == 0 && !first {
             tracing::info!(
                 server = target,
-                "redis: a replica acknowledges writes again (WAIT on)"
+                "redis: a replica acknowledges writes now, WAIT is on (min_replicas 1)"
             );
         }
     }

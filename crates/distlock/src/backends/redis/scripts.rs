@@ -130,9 +130,9 @@ end
 ///   counter without taking one (floored likewise): every fence issued so far is at most it,
 ///   every later one exceeds it. A busy attempt reports it, so that a late hand-over message
 ///   can be told from a hand-over after the attempt (see `Grants` in `notify.rs`).
-/// - `purge()` returns the head of the queue, the lease it asked for, its kind (`''`,
-///   `'r'`, `'w'`, `'s'`) and when its place expires (server ms), after dropping waiters whose place expired. One ZRANGE when nobody
-///   waits.
+/// - `purge()` returns the head of the queue, the lease it asked for, its kind (`''`, `'r'`,
+///   `'w'`, `'s'`) and when its place expires (server ms), after dropping waiters whose place
+///   expired. One ZRANGE when nobody waits.
 /// - `hand_to(head, lease, wake, kind, expiry)` gives the lock to a mutex waiter (the lock key
 ///   is set to its token) or a writer (the lock key becomes a Redisson write hash with its
 ///   field), and takes it out of the queue. The grant lives only as long as the head's place
