@@ -410,3 +410,64 @@ async fn passwords_of_the_sentinels_and_of_the_data_nodes_are_used() {
         assert!(!format!("{e} {e:?}").contains(secret), "{e:?}");
     }
 }
+
+/// Whether `server` has run a `WAIT` since it started.
+fn waited_on(server: &distlock::testkit::redis::RedisServer) -> bool {
+    server
+        .cli(&["INFO", "commandstats"])
+        .unwrap()
+        .contains("cmdstat_wait:")
+}
+
+/// `min_replicas` is decided again when the topology changes, not once at connect: a backend
+/// that connected while the master's only replica was down (so no `WAIT`, with a warning)
+/// makes its acquisitions wait for a replica once a new master that has one is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_is_decided_again_when_a_new_master_is_named() {
+    let mut set = SentinelSet::start(1).expect("redis-server must be installed");
+    set.servers[1].kill();
+    let master = &set.servers[0];
+    let since = std::time::Instant::now();
+    while !master
+        .cli(&["INFO", "replication"])
+        .unwrap()
+        .contains("connected_slaves:0")
+    {
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the replica stays"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reg = registry(&set.url(), Duration::from_secs(10)).await;
+    reg.obtain("job")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(!waited_on(&set.servers[0]), "no replica to wait for");
+    set.servers[1].restart().expect("the replica comes back");
+    tokio::task::block_in_place(|| set.await_replicas(1)).expect("in sync");
+    // The Sentinels accept the restarted replica for promotion once they have seen it up.
+    let since = std::time::Instant::now();
+    let new = loop {
+        match tokio::task::block_in_place(|| set.failover()) {
+            Ok(new) => break new,
+            Err(e) if e.to_string().contains("NOGOODSLAVE") => {
+                assert!(since.elapsed() < Duration::from_secs(60), "{e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("failover: {e}"),
+        }
+    };
+    tokio::task::block_in_place(|| set.await_replicas(1)).expect("the old master follows");
+    let g = take_when_replicated(&reg).await;
+    assert!(
+        waited_on(&set.servers[new]),
+        "the acquisition on the new master waited for its replica"
+    );
+    g.release().await.unwrap();
+}

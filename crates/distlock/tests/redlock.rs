@@ -273,3 +273,43 @@ async fn a_permit_needs_one_slot_on_a_majority_so_holders_never_outnumber_permit
     assert!(g.is_held());
     g.release().await.unwrap();
 }
+
+/// A mutex that waited leaves its place in every node's queue when it gets the lock: a reader
+/// of the key is not kept out after the mutex is released (the place would otherwise stay for
+/// the waiter ttl, as if an exclusive waiter still waited).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_that_waited_leaves_the_queue_when_it_gets_the_lock() {
+    let nodes = nodes();
+    let url = RedisServer::redlock_url(&nodes);
+    let holder = registry(&url, RegistryOptions::default()).await;
+    let waiter = registry(&url, RegistryOptions::default()).await;
+    let g = holder.obtain("q").unwrap().lock().await.unwrap();
+    let lock = waiter.obtain("q").unwrap();
+    let waiting = tokio::spawn(async move { lock.lock().await });
+    eventually(
+        Duration::from_secs(10),
+        "the mutex queues on every node",
+        || {
+            nodes
+                .iter()
+                .all(|n| n.cli(&["ZCARD", "{lock:q}:queue"]).ok().as_deref() == Some("1"))
+        },
+    )
+    .await;
+    g.release().await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    for n in &nodes {
+        assert_eq!(n.cli(&["ZCARD", "{lock:q}:queue"]).unwrap(), "0");
+    }
+    w.release().await.unwrap();
+    let reader = holder.read_write("q").unwrap().read().try_lock().await;
+    reader
+        .expect("no exclusive waiter is left")
+        .release()
+        .await
+        .unwrap();
+}

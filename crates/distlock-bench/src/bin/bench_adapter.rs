@@ -165,10 +165,11 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let opts = RegistryOptions::default().with_lease(Duration::from_millis(args.ttl_ms));
-    // `strict`: every release hands a contended lock to the head of the queue (no slices).
-    let url = if args.variant == "strict" {
+    // `sliced`: hold slices of 5 ms (opt-in); the default hands a contended lock to the head
+    // of the queue at every release.
+    let url = if args.variant == "sliced" {
         let sep = if args.redis.contains('?') { '&' } else { '?' };
-        format!("{}{sep}hold_slice=0ms", args.redis)
+        format!("{}{sep}hold_slice=5ms", args.redis)
     } else {
         args.redis.clone()
     };
@@ -234,15 +235,15 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let wait = if args.variant == "nolock" {
         "no lock: the critical section alone"
-    } else if args.variant == "strict" {
+    } else if args.variant != "sliced" {
         "local FIFO queue first (bounded local hand-over); remote waiters queue in Redis and \
-         every release hands the lock to the first (its wake-up message carries the fence); \
-         jittered PTTL-bounded polling as fallback"
+         every release hands the lock to the first (for what is left of its place; it claims \
+         its whole lease with one attempt); jittered PTTL-bounded polling as fallback"
     } else {
         "local FIFO queue first (bounded local hand-over); remote waiters queue in Redis; a \
-         holder that takes the lock again at once keeps it for a 5 ms slice, then its release \
-         hands it to the first waiter (its wake-up message carries the fence); jittered \
-         PTTL-bounded polling as fallback"
+         holder that takes the lock again at once keeps it for a 5 ms slice (hold_slice=5ms), \
+         then its release hands it to the first waiter; jittered PTTL-bounded polling as \
+         fallback"
     };
     let lib_version = format!("distlock {}", env!("CARGO_PKG_VERSION"));
     let summary = AdapterSummary {

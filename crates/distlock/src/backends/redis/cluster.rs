@@ -16,7 +16,7 @@
 //! - `ASK slot host:port` (the slot is migrating and the key is no longer on the source): that
 //!   one command is sent to the target, after `ASKING`; the commands after it go to the slot's
 //!   master again, each where its key lives. Commands run in the order they were given, so the
-//!   fence `INCR` of an acquisition never runs before its `SET` took effect (one that ran
+//!   fence script of an acquisition never runs before its `SET` took effect (one that ran
 //!   early, on the source, only skipped a number).
 //! - `TRYAGAIN` (a script whose keys are split between source and target, or, because the
 //!   wait-queue keys of a lock nobody waits for do not exist, any script during the migration
@@ -76,6 +76,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::keys::hash_slot;
+use super::replicas::Replicas;
 use super::resp::{ConnInfo, Pool, Reply, RespError};
 use super::scripts::Scripts;
 use super::transport::{
@@ -302,6 +303,17 @@ impl Cluster {
         }));
         pools.insert(addr.to_owned(), pool.clone());
         pool
+    }
+
+    /// How many times the slot map was read: a new number is a new topology.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether every master of the slot map has a replica (the automatic `min_replicas` 1).
+    pub(super) fn every_master_has_replicas(&self) -> bool {
+        let t = self.topology();
+        !t.masters.is_empty() && t.masters.iter().all(|m| !m.replicas.is_empty())
     }
 
     fn topology(&self) -> Arc<Topology> {
@@ -819,91 +831,22 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
             }
         }
     }
-    backend.min_replicas = match min_replicas {
-        Some(n) => n,
-        None => u32::from(
-            !topology.masters.is_empty() && topology.masters.iter().all(|m| !m.replicas.is_empty()),
-        ),
-    };
+    backend.replicas = Arc::new(match min_replicas {
+        Some(n) => Replicas::fixed(n),
+        None => {
+            let replicas = Replicas::automatic();
+            replicas.decide(
+                cluster.generation(),
+                cluster.every_master_has_replicas(),
+                &backend.target,
+            );
+            replicas
+        }
+    });
     backend.cluster = Some(cluster);
     Ok(backend)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bulk(s: &str) -> Reply {
-        Reply::Bulk(Some(s.as_bytes().to_vec()))
-    }
-
-    fn node(host: &str, port: i64) -> Reply {
-        Reply::Array(Some(vec![bulk(host), Reply::Int(port), bulk("id")]))
-    }
-
-    #[test]
-    fn slot_maps_are_parsed_with_their_replicas() {
-        let reply = Reply::Array(Some(vec![
-            Reply::Array(Some(vec![
-                Reply::Int(0),
-                Reply::Int(5460),
-                node("127.0.0.1", 7000),
-                node("127.0.0.1", 7003),
-            ])),
-            Reply::Array(Some(vec![
-                Reply::Int(5461),
-                Reply::Int(16383),
-                node("", 7001),
-            ])),
-            Reply::Array(Some(vec![Reply::Int(9), Reply::Int(9), node("?", 7009)])),
-        ]));
-        let t = Topology::parse(&reply, "10.0.0.1:7001").unwrap();
-        assert_eq!(t.masters.len(), 2);
-        assert_eq!(t.masters[0].addr, "127.0.0.1:7000");
-        assert_eq!(t.masters[0].replicas, ["127.0.0.1:7003"]);
-        assert_eq!(
-            t.masters[1].addr, "10.0.0.1:7001",
-            "an empty host is the answering node's"
-        );
-        assert_eq!(t.slots[0], 0);
-        assert_eq!(t.slots[5460], 0);
-        assert_eq!(t.slots[16383], 1);
-        assert_eq!(t.served(), SLOTS);
-        let bad = Reply::Array(Some(vec![Reply::Array(Some(vec![
-            Reply::Int(5),
-            Reply::Int(16384),
-            node("h", 1),
-        ]))]));
-        assert!(Topology::parse(&bad, "x:1").is_none());
-        assert!(Topology::parse(&Reply::Int(1), "x:1").is_none());
-    }
-
-    #[test]
-    fn redirections_are_recognised() {
-        let r = redirect(&Reply::Error("MOVED 3999 127.0.0.1:6381".into()), "a:1");
-        assert!(matches!(r, Some(Redirect::Moved(3999, a)) if a == "127.0.0.1:6381"));
-        let r = redirect(&Reply::Error("ASK 3999 :6381".into()), "10.1.1.1:7000");
-        assert!(matches!(r, Some(Redirect::Ask(a)) if a == "10.1.1.1:6381"));
-        let r = redirect(&Reply::Error("MOVED 1 [::1]:7000".into()), "a:1");
-        assert!(matches!(r, Some(Redirect::Moved(1, a)) if a == "[::1]:7000"));
-        assert!(matches!(
-            redirect(&Reply::Error("TRYAGAIN Multiple keys".into()), "a:1"),
-            Some(Redirect::TryAgain)
-        ));
-        assert!(redirect(&Reply::Error("MOVED 99999 h:1".into()), "a:1").is_none());
-        assert!(redirect(&Reply::Error("ERR wrong".into()), "a:1").is_none());
-        assert!(redirect(&Reply::Int(1), "a:1").is_none());
-    }
-
-    #[test]
-    fn commands_are_routed_by_their_key() {
-        assert_eq!(command_key(&[b"SET", b"k", b"v"]), Some(b"k".as_slice()));
-        assert_eq!(
-            command_key(&[b"evalsha", b"sha", b"2", b"a", b"b", b"x"]),
-            Some(b"a".as_slice())
-        );
-        assert_eq!(command_key(&[b"EVAL", b"body", b"0"]), None);
-        assert_eq!(command_key(&[b"WAIT", b"1", b"100"]), None);
-        assert_eq!(command_key(&[b"PING"]), None);
-    }
-}
+#[path = "cluster_tests.rs"]
+mod tests;

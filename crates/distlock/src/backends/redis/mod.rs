@@ -4,7 +4,7 @@
 //! | what | layout |
 //! |---|---|
 //! | lock | STRING `<prefix>:<key>` holding the owner token, with a `PX` lease; taken by `SET NX PX` |
-//! | acquire | `SET NX PX` pipelined with the fence's `INCR` (a script once waiters queue) |
+//! | acquire | `SET NX PX` pipelined with a script that takes the fence if the `SET` won (a script once waiters queue) |
 //! | release | compare-and-delete script that hands the lock to the first queued distlock waiter, or deletes it and publishes `<prefix>:<key>` on `<prefix>-channel:<prefix>:<key>` (and, if asked, `<prefix>-channel`) |
 //! | fence | counter in the lock key's hash slot, seeded from the server's clock in µs |
 //! | wait queue | ZSET + HASH in the lock key's hash slot: FIFO order and each waiter's expiry and kind |
@@ -24,9 +24,12 @@
 
 mod cluster;
 mod keys;
+mod kind_scripts;
 mod kinds;
+mod mutex;
 mod notify;
 pub mod redlock;
+mod replicas;
 mod resp;
 mod scripts;
 mod sentinel;
@@ -47,12 +50,12 @@ use self::keys::{reader_prefix, sibling_key};
 use self::kinds::{disagreement, letter, KindAttempt};
 use self::notify::{Contended, Grants, Left, PubSub};
 use self::resp::{ConnInfo, Pool, Reply};
-use self::scripts::{Lua, Scripts, FENCE_SEED};
+use self::scripts::{Lua, Scripts};
 use self::transport::{refuse_clear_password, server_err};
 
 use crate::backend::{
-    AcquireMode, AcquireRequest, Attempt, Backend, Capabilities, Fencing, ListedLock, LockInfo,
-    LockKind, LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    AcquireRequest, Attempt, Backend, Capabilities, Fencing, ListedLock, LockInfo, LockKind,
+    LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -71,7 +74,10 @@ pub struct RedisOptions {
     pub response_timeout: Duration,
     /// How long a waiter keeps its place in a lock's wait queue without renewing it (default
     /// 2 s). Waiters renew it with every attempt, at least every 500 ms by default; a waiter
-    /// that crashed holds up the queue for at most this long.
+    /// that crashed holds up the queue for at most this long. A release that hands the lock to
+    /// the head of the queue grants it only for what is left of the head's place (or the
+    /// head's lease, if shorter; a longer lease the head claims with its next attempt), so a
+    /// lock handed to a waiter that died is free again within this time too.
     pub waiter_ttl: Duration,
     /// For `rediss://`: the PEM certificate(s) of the authority that signed the server's
     /// certificate, when it is not in the system's trust store (a private CA).
@@ -86,7 +92,7 @@ pub struct RedisOptions {
     /// `allow_insecure_auth=true` in the URL). Use it only on a network you trust.
     pub allow_insecure_auth: bool,
     /// How long a backend that got a contended lock may keep taking it back when it releases
-    /// and acquires again at once (default 5 ms; zero: every release hands the lock to the
+    /// and acquires again at once (default zero, off: every release hands the lock to the
     /// head of the queue). Within its slice such a release leaves the key reserved for this
     /// backend's next acquisition; the waiters queued keep their order and are served when the
     /// slice ends, or when the reservation runs out unused. This is what makes a key that
@@ -95,6 +101,10 @@ pub struct RedisOptions {
     /// switches and a dozen server calls per cycle. Go's `sync.Mutex` makes the same trade
     /// the other way round (barging until a waiter has waited 1 ms). At most half of
     /// `waiter_ttl`. URL: `hold_slice=5ms`.
+    ///
+    /// Opt-in, because a reservation is invisible to clients outside the queue: a plain
+    /// `SET NX` client (Spring, redis-py), and a distlock `try_lock`, find a released key busy
+    /// for the rest of the slice plus `waiter_ttl`, also when the looping program stopped.
     pub hold_slice: Duration,
 }
 
@@ -107,7 +117,7 @@ impl Default for RedisOptions {
             tls_root_cert_pem: None,
             spring_legacy_channel: false,
             allow_insecure_auth: false,
-            hold_slice: Duration::from_millis(5),
+            hold_slice: Duration::ZERO,
         }
     }
 }
@@ -135,7 +145,7 @@ pub struct RedisBackend {
     waiter_ttl_ms: u64,
     spring_legacy_channel: bool,
     /// Replicas that must acknowledge an acquisition or extension (`WAIT`), 0 for none.
-    min_replicas: u32,
+    replicas: Arc<replicas::Replicas>,
     replica_timeout_ms: u64,
     /// With Sentinel: how to reach the current master's pub/sub.
     sentinel: Option<sentinel::Mode>,
@@ -338,7 +348,7 @@ impl RedisBackend {
             relisten: Arc::default(),
             waiter_ttl_ms: ms(options.waiter_ttl),
             spring_legacy_channel: options.spring_legacy_channel,
-            min_replicas: 0,
+            replicas: Arc::default(),
             replica_timeout_ms: 1000,
             sentinel: None,
             cluster: None,
@@ -387,168 +397,6 @@ impl RedisBackend {
         m.push(b':');
         m.extend_from_slice(self.instance.as_bytes());
         m
-    }
-
-    /// The scripted attempt: joins the wait queue in [`AcquireMode::Queue`], takes over a lock
-    /// already held with `token`, seeds the fence counter. Without `fifo` (Redlock) the queue
-    /// only tells readers that an exclusive waiter waits.
-    #[allow(clippy::too_many_arguments)]
-    async fn acquire_script(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: Token,
-        hex: &[u8],
-        lease_ms: &str,
-        mode: AcquireMode,
-        fifo: bool,
-    ) -> Result<Attempt> {
-        let waiter_ttl_ms = match mode {
-            AcquireMode::Try => 0,
-            AcquireMode::Queue => self.waiter_ttl_ms,
-        };
-        let (queue, waiters) = Self::queue_keys(key);
-        let member = self.member(token);
-        let ttl = waiter_ttl_ms.to_string();
-        let args: &[&[u8]] = &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member, b"0"];
-        let reply = self
-            .eval_replicated(
-                &self.scripts.acquire,
-                &[key, fence_key, &queue, &waiters],
-                if fifo { &args[..4] } else { args },
-            )
-            .await?;
-        match reply.ints().as_deref() {
-            Some(&[1, fence]) => {
-                // A hand-over whose message came while this attempt ran is superseded by it.
-                self.grants.forget(&token.to_hex_bytes());
-                let fence = u64::try_from(fence)
-                    .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))?;
-                Ok(Attempt::Acquired { fence })
-            }
-            Some(&[0, pttl, floor]) => {
-                self.contended.mark(key);
-                if fifo && mode == AcquireMode::Queue {
-                    self.grants_busy(&token.to_hex_bytes(), floor);
-                }
-                // PTTL -1: a foreign client set the key without expiry; -2: free, but others
-                // are queued first (or it just vanished).
-                let retry_after = u64::try_from(pttl).ok().map(Duration::from_millis);
-                Ok(Attempt::Busy { retry_after })
-            }
-            _ => Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
-        }
-    }
-
-    /// A mutex attempt on `key`: the pipelined `SET NX PX` and `INCR` for a try, unless the
-    /// key is reserved for this backend (see [`RedisOptions::hold_slice`]), which `TAKE`
-    /// takes; else the script. An acquisition of a contended key begins or continues a slice.
-    async fn acquire_mutex(
-        &self,
-        key: &str,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-    ) -> Result<Attempt> {
-        let seen = self.contended.attempting(key, self.hold_slice);
-        let reserved = seen == Some(true);
-        if reserved {
-            if let Some(fence) = self.take_reserved(key, token, lease).await? {
-                self.contended.acquired(key, self.hold_slice, true);
-                return Ok(Attempt::Acquired { fence });
-            }
-        }
-        let attempt = self.attempt_mutex(key, token, lease, mode, reserved).await;
-        // A key not seen contended has no slice to begin.
-        if let (Ok(Attempt::Acquired { .. }), Some(_)) = (&attempt, seen) {
-            self.contended.acquired(key, self.hold_slice, false);
-        }
-        attempt
-    }
-
-    /// Takes the key reserved for this backend: its fence, or `None` when the reservation is
-    /// gone.
-    async fn take_reserved(&self, key: &str, token: Token, lease: Duration) -> Result<Option<u64>> {
-        let (hex, lease_ms) = (token.to_hex_bytes(), ms(lease).to_string());
-        let args: &[&[u8]] = &[self.reservation.as_bytes(), &hex, lease_ms.as_bytes()];
-        let fence_key = sibling_key(key, "fence");
-        let reply = self
-            .eval_replicated(&self.scripts.take, &[key, &fence_key], args)
-            .await?;
-        let Some(&[1, fence]) = reply.ints().as_deref() else {
-            return Ok(None);
-        };
-        self.grants.forget(&hex);
-        u64::try_from(fence)
-            .map(Some)
-            .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))
-    }
-
-    /// A mutex attempt without a reservation to take: see [`Self::acquire_mutex`].
-    async fn attempt_mutex(
-        &self,
-        key: &str,
-        token: Token,
-        lease: Duration,
-        mode: AcquireMode,
-        reserved: bool,
-    ) -> Result<Attempt> {
-        let fence_key = sibling_key(key, "fence");
-        let hex = token.to_hex_bytes();
-        let lease_ms = ms(lease).to_string();
-        // A reservation gone meanwhile (taken over at the end of the slice) is for the script.
-        if mode == AcquireMode::Try && !reserved {
-            let set: &[&[u8]] = &[
-                b"SET",
-                key.as_bytes(),
-                &hex,
-                b"NX",
-                b"PX",
-                lease_ms.as_bytes(),
-            ];
-            let lua = &self.scripts.fence_floored;
-            let incr: &[&[u8]] = if self.scripts.floored {
-                &[b"EVALSHA", lua.sha.as_bytes(), b"1", fence_key.as_bytes()]
-            } else {
-                &[b"INCR", fence_key.as_bytes()]
-            };
-            let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
-            // Checked only once taken: a busy attempt wrote nothing that matters.
-            if matches!(replies.first(), Some(Reply::Simple(_))) {
-                self.check_replicated(acked)?;
-            }
-            match <[Reply; 2]>::try_from(replies) {
-                Ok([Reply::Bulk(None), _]) => {
-                    self.contended.mark(key);
-                    return Ok(Attempt::Busy { retry_after: None });
-                }
-                Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
-                    return Ok(Attempt::Acquired { fence: f as u64 })
-                }
-                // Taken, but the fence counter was missing (the key's first lock since the
-                // counter expired or the data was lost), or the node does not know the fence
-                // script yet (Cluster): the script seeds the counter from the server clock,
-                // and `eval` loads it by `EVAL` for next time. The lock is ours meanwhile.
-                Ok([Reply::Simple(_), Reply::Int(_)]) => {}
-                Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {}
-                Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
-                r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
-            }
-            let f = self.eval_replicated(lua, &[&fence_key], &[]).await?;
-            if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
-                return Ok(Attempt::Acquired { fence: f as u64 });
-            }
-        }
-        self.acquire_script(key, &fence_key, token, &hex, &lease_ms, mode, true)
-            .await
-    }
-
-    /// Records what a busy queued attempt saw of the fence counter (see [`Grants`]), where
-    /// this backend takes grants at all.
-    pub(super) fn grants_busy(&self, token: &[u8; 32], floor: i64) {
-        if self.min_replicas == 0 {
-            self.grants.busy(*token, u64::try_from(floor).unwrap_or(0));
-        }
     }
 
     /// Renews `batch` on one node: one script call per chunk of [`RENEW_CHUNK`] holds of a
@@ -661,14 +509,14 @@ impl Backend for RedisBackend {
     /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
     /// the wait queue, which it keeps for [`RedisOptions::waiter_ttl`].
     ///
-    /// A [`AcquireMode::Try`] attempt is the common protocol's `SET NX PX`, pipelined with the
-    /// fence's `INCR`: one round trip and no script, which is most of what a lock cycle costs
-    /// the server. It need not look at the wait queue, because a lock with distlock waiters
-    /// queued is never free: a release hands it to the head of the queue (see
-    /// the `RELEASE` script). The `INCR` is not atomic with the `SET`, and need not be: it
-    /// runs after the `SET` on the same connection, so if another holder's `INCR` came
-    /// between the two, this holder's lease had already run out on the server before its own
-    /// `INCR` ran, and the reply arrives too late for the registry to make a guard of it.
+    /// A [`AcquireMode::Try`] attempt is the common protocol's `SET NX PX`, pipelined with
+    /// `scripts::FENCE_HELD`, which takes a fence only if the lock carries the caller's token
+    /// (so a failed attempt leaves the counter at the holder's fence): one round trip. It need
+    /// not look at the wait queue, because a lock with distlock waiters queued is never free:
+    /// a release hands it to the head of the queue (see the `RELEASE` script). The fence is
+    /// not atomic with the `SET`, and need not be: it runs after the `SET` on the same
+    /// connection, so if another holder's fence came between the two, this holder's lease had
+    /// already run out on the server, and the script finds another token and takes none.
     ///
     /// A lock that already carries the caller's token (an earlier attempt's reply was lost)
     /// looks busy to a try; the registry's next attempt, in [`AcquireMode::Queue`], is the
@@ -676,6 +524,9 @@ impl Backend for RedisBackend {
     ///
     /// Read, write and permit holds are one script each (`scripts::KIND_ACQUIRE`), which
     /// also keeps a place in the wait queue in [`AcquireMode::Queue`].
+    ///
+    /// [`AcquireMode::Queue`]: crate::AcquireMode::Queue
+    /// [`AcquireMode::Try`]: crate::AcquireMode::Try
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
         self.relisten_if_asked().await;
         let (name, token, lease, mode) =
@@ -695,12 +546,15 @@ impl Backend for RedisBackend {
     }
 
     /// A release that found this waiter at the head of the queue set the lock key to its token
-    /// with its lease, took its fence and sent both in the wake-up message.
+    /// with its whole lease (its place in the queue lasted longer than that), took its fence
+    /// and sent it in the wake-up message. A grant shorter than the lease comes without a
+    /// fence and is no hold until the waiter's next attempt claims it: the registry's view of
+    /// the lease must never end after the server's.
     /// Not with `min_replicas`: the release's hand-over is not known to be replicated, so the
     /// waiter confirms it with an attempt of its own, which waits for the replicas.
     fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
         let grant = self.grants.take(&token.to_hex_bytes());
-        let grant = grant.filter(|_| self.min_replicas == 0);
+        let grant = grant.filter(|_| self.replicas.get() == 0);
         if grant.is_some() {
             let key = Self::lock_key(name);
             self.contended.mark(&key);

@@ -37,6 +37,7 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
 
+use super::replicas::Replicas;
 use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
 use super::scripts::Scripts;
 use super::transport::{
@@ -73,6 +74,14 @@ impl Mode {
     }
 }
 
+/// What a master switch changes in the backend; the task ends when the backend is gone.
+struct Following {
+    pool: Weak<Pool>,
+    relisten: Weak<AtomicBool>,
+    signals: Weak<ReleaseSignals>,
+    replicas: Weak<Replicas>,
+}
+
 /// Listens to the Sentinels' `+switch-master` (one Sentinel at a time, the next one when it
 /// stops answering) and, when `master` moves, empties the pool so that no request goes to the
 /// old master, and asks the pub/sub side to move too (waiters are woken to re-check). Without
@@ -83,9 +92,7 @@ async fn follow_switches(
     sentinel: SentinelInfo,
     timeout: Duration,
     tls: Option<super::resp::Tls>,
-    pool: Weak<Pool>,
-    relisten: Weak<AtomicBool>,
-    signals: Weak<ReleaseSignals>,
+    backend: Following,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -115,14 +122,18 @@ async fn follow_switches(
                 if text.split(' ').next() != Some(sentinel.master.as_str()) {
                     continue;
                 }
-                let (Some(pool), Some(relisten), Some(signals)) =
-                    (pool.upgrade(), relisten.upgrade(), signals.upgrade())
-                else {
+                let (Some(pool), Some(relisten), Some(signals), Some(replicas)) = (
+                    backend.pool.upgrade(),
+                    backend.relisten.upgrade(),
+                    backend.signals.upgrade(),
+                    backend.replicas.upgrade(),
+                ) else {
                     return;
                 };
                 tracing::debug!(event = %text, "+switch-master: following the new master");
                 pool.clear();
                 relisten.store(true, Ordering::Release);
+                replicas.topology_changed();
                 // Their next attempts reach the new master, the first one moves pub/sub there.
                 signals.fire_all();
             }
@@ -194,6 +205,7 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
     // found at run time (see `Mode::client`).
     let mut backend = RedisBackend::build(&format!("redis://{}/{db}", hosts[0]), options.clone())?;
     backend.scripts = Scripts::new(true);
+    backend.replicas = Arc::new(min_replicas.map_or_else(Replicas::automatic, Replicas::fixed));
     let sentinels: Vec<String> = hosts.iter().map(ToString::to_string).collect();
     backend.target = format!("{scheme}://{}/{master}", sentinels.join(","));
     let sentinel = SentinelInfo {
@@ -221,9 +233,12 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
         sentinel,
         options.connect_timeout,
         access.resp_tls(),
-        Arc::downgrade(&pool),
-        Arc::downgrade(&backend.relisten),
-        Arc::downgrade(&backend.signals),
+        Following {
+            pool: Arc::downgrade(&pool),
+            relisten: Arc::downgrade(&backend.relisten),
+            signals: Arc::downgrade(&backend.signals),
+            replicas: Arc::downgrade(&backend.replicas),
+        },
         stop,
     ));
     backend.pool = Some(pool);
@@ -234,15 +249,15 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
     });
     backend.replica_timeout_ms = replica_timeout.as_millis().try_into().unwrap_or(u64::MAX);
     backend.ping().await?;
-    backend.min_replicas = match min_replicas {
-        Some(n) => n,
-        None => u32::from(connected_replicas(&backend).await? > 0),
-    };
+    if min_replicas.is_none() {
+        let n = connected_replicas(&backend).await?;
+        backend.replicas.decide(0, n > 0, &backend.target);
+    }
     Ok(backend)
 }
 
 /// How many replicas the master has now (`INFO replication`).
-async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
+pub(super) async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
     match backend.request(&[b"INFO", b"replication"]).await? {
         Reply::Bulk(Some(info)) => Ok(String::from_utf8_lossy(&info)
             .lines()

@@ -276,13 +276,15 @@ impl RedisBackend {
         cmds: &[&[&[u8]]],
         replicated: bool,
     ) -> Result<(Vec<Reply>, Option<Reply>)> {
-        if !replicated || self.min_replicas == 0 {
+        let n = if replicated {
+            self.replicas_in_force().await
+        } else {
+            0
+        };
+        if n == 0 {
             return Ok((self.pipeline_refs(cmds).await?, None));
         }
-        let (n, timeout) = (
-            self.min_replicas.to_string(),
-            self.replica_timeout_ms.to_string(),
-        );
+        let (n, timeout) = (n.to_string(), self.replica_timeout_ms.to_string());
         let wait: &[&[u8]] = &[b"WAIT", n.as_bytes(), timeout.as_bytes()];
         if let Some(cluster) = &self.cluster {
             return cluster.run(cmds, Some(wait)).await;
@@ -298,12 +300,12 @@ impl RedisBackend {
     /// `WAIT` was sent) passes.
     pub(super) fn check_replicated(&self, reply: Option<Reply>) -> Result<()> {
         match reply {
-            Some(Reply::Int(n)) if n >= i64::from(self.min_replicas) => Ok(()),
+            Some(Reply::Int(n)) if n >= i64::from(self.replicas.get()) => Ok(()),
             Some(Reply::Int(n)) => Err(Error::unavailable(
                 KIND,
                 format!(
                     "only {n} of the {} replicas asked for acknowledged the write within {} ms (min_replicas)",
-                    self.min_replicas, self.replica_timeout_ms
+                    self.replicas.get(), self.replica_timeout_ms
                 ),
             )),
             Some(Reply::Error(e)) => Err(server_err(e)),

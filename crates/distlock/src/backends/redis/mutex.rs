@@ -1,0 +1,215 @@
+//! The mutex attempts: the uncontended `SET NX PX` with its fence, the scripted attempt that
+//! queues, and the take of a reservation (see `RedisOptions::hold_slice`).
+
+use std::time::Duration;
+
+use super::keys::sibling_key;
+use super::resp::Reply;
+use super::scripts::FENCE_SEED;
+use super::transport::server_err;
+use super::{ms, RedisBackend, KIND};
+use crate::backend::{AcquireMode, Attempt, Token};
+use crate::error::{Error, Result};
+
+impl RedisBackend {
+    /// The scripted attempt: joins the wait queue in [`AcquireMode::Queue`], takes over a lock
+    /// already held with `token`, seeds the fence counter. Without `fifo` (Redlock) the queue
+    /// only tells readers that an exclusive waiter waits.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn acquire_script(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: Token,
+        hex: &[u8],
+        lease_ms: &str,
+        mode: AcquireMode,
+        fifo: bool,
+    ) -> Result<Attempt> {
+        let waiter_ttl_ms = match mode {
+            AcquireMode::Try => 0,
+            AcquireMode::Queue => self.waiter_ttl_ms,
+        };
+        let (queue, waiters) = Self::queue_keys(key);
+        let member = self.member(token);
+        let ttl = waiter_ttl_ms.to_string();
+        let args: &[&[u8]] = &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member, b"0"];
+        let reply = self
+            .eval_replicated(
+                &self.scripts.acquire,
+                &[key, fence_key, &queue, &waiters],
+                if fifo { &args[..4] } else { args },
+            )
+            .await?;
+        match reply.ints().as_deref() {
+            Some(&[1, fence]) => {
+                // A hand-over whose message came while this attempt ran is superseded by it.
+                self.grants.forget(&token.to_hex_bytes());
+                let fence = u64::try_from(fence)
+                    .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))?;
+                Ok(Attempt::Acquired { fence })
+            }
+            Some(&[0, pttl, floor]) => {
+                self.contended.mark(key);
+                if fifo && mode == AcquireMode::Queue {
+                    self.grants_busy(&token.to_hex_bytes(), floor);
+                }
+                // PTTL -1: a foreign client set the key without expiry; -2: free, but others
+                // are queued first (or it just vanished).
+                let retry_after = u64::try_from(pttl).ok().map(Duration::from_millis);
+                Ok(Attempt::Busy { retry_after })
+            }
+            _ => Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
+        }
+    }
+
+    /// A mutex attempt on `key`: the pipelined `SET NX PX` and fence for a try, unless the
+    /// key is reserved for this backend (see [`RedisOptions::hold_slice`]), which `TAKE`
+    /// takes; else the script. An acquisition of a contended key begins or continues a slice.
+    ///
+    /// [`RedisOptions::hold_slice`]: super::RedisOptions::hold_slice
+    pub(super) async fn acquire_mutex(
+        &self,
+        key: &str,
+        token: Token,
+        lease: Duration,
+        mode: AcquireMode,
+    ) -> Result<Attempt> {
+        let seen = self.contended.attempting(key, self.hold_slice);
+        let reserved = seen == Some(true);
+        if reserved {
+            if let Some(fence) = self.take_reserved(key, token, lease).await? {
+                self.contended.acquired(key, self.hold_slice, true);
+                return Ok(Attempt::Acquired { fence });
+            }
+        }
+        let attempt = self.attempt_mutex(key, token, lease, mode, reserved).await;
+        // A key not seen contended has no slice to begin.
+        if let (Ok(Attempt::Acquired { .. }), Some(_)) = (&attempt, seen) {
+            self.contended.acquired(key, self.hold_slice, false);
+        }
+        attempt
+    }
+
+    /// Takes the key reserved for this backend: its fence, or `None` when the reservation is
+    /// gone.
+    pub(super) async fn take_reserved(
+        &self,
+        key: &str,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Option<u64>> {
+        let (hex, lease_ms) = (token.to_hex_bytes(), ms(lease).to_string());
+        let member = self.member(token);
+        let args: &[&[u8]] = &[
+            self.reservation.as_bytes(),
+            &hex,
+            lease_ms.as_bytes(),
+            &member,
+        ];
+        let fence_key = sibling_key(key, "fence");
+        let (queue, waiters) = Self::queue_keys(key);
+        let reply = self
+            .eval_replicated(
+                &self.scripts.take,
+                &[key, &fence_key, &queue, &waiters],
+                args,
+            )
+            .await?;
+        let Some(&[1, fence]) = reply.ints().as_deref() else {
+            return Ok(None);
+        };
+        self.grants.forget(&hex);
+        u64::try_from(fence)
+            .map(Some)
+            .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))
+    }
+
+    /// A mutex attempt without a reservation to take: see [`Self::acquire_mutex`].
+    pub(super) async fn attempt_mutex(
+        &self,
+        key: &str,
+        token: Token,
+        lease: Duration,
+        mode: AcquireMode,
+        reserved: bool,
+    ) -> Result<Attempt> {
+        let fence_key = sibling_key(key, "fence");
+        let hex = token.to_hex_bytes();
+        let lease_ms = ms(lease).to_string();
+        // A reservation gone meanwhile (taken over at the end of the slice) is for the script.
+        if mode == AcquireMode::Try && !reserved {
+            let set: &[&[u8]] = &[
+                b"SET",
+                key.as_bytes(),
+                &hex,
+                b"NX",
+                b"PX",
+                lease_ms.as_bytes(),
+            ];
+            let lua = &self.scripts.fence_held;
+            let incr: &[&[u8]] = &[
+                b"EVALSHA",
+                lua.sha.as_bytes(),
+                b"2",
+                key.as_bytes(),
+                fence_key.as_bytes(),
+                &hex,
+            ];
+            // On Cluster the fence is asked for only once the `SET` won: while the slot
+            // migrates, the two keys can be on different nodes, which a busy attempt would
+            // otherwise meet as `TRYAGAIN` (the `WAIT` after the script also covers the `SET`,
+            // earlier in the master's replication stream).
+            if self.cluster.is_some() {
+                match self.request(set).await? {
+                    Reply::Bulk(None) => {
+                        self.contended.mark(key);
+                        return Ok(Attempt::Busy { retry_after: None });
+                    }
+                    Reply::Simple(_) => {}
+                    Reply::Error(e) => return Err(server_err(e)),
+                    r => return Err(Error::backend(KIND, format!("unexpected reply {r:?}"))),
+                }
+            } else {
+                let (replies, acked) = self.pipeline_then_wait(&[set, incr], true).await?;
+                // Checked only once taken: a busy attempt wrote nothing that matters.
+                if matches!(replies.first(), Some(Reply::Simple(_))) {
+                    self.check_replicated(acked)?;
+                }
+                match <[Reply; 2]>::try_from(replies) {
+                    Ok([Reply::Bulk(None), _]) => {
+                        self.contended.mark(key);
+                        return Ok(Attempt::Busy { retry_after: None });
+                    }
+                    Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
+                        return Ok(Attempt::Acquired { fence: f as u64 })
+                    }
+                    // Taken, but the node does not know the fence script yet: `eval` loads it
+                    // by `EVAL` for next time. The lock is ours meanwhile.
+                    Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {}
+                    // Taken and already lost (a lease shorter than the round trip): the
+                    // script below decides.
+                    Ok([Reply::Simple(_), Reply::Int(_)]) => {}
+                    Ok([Reply::Error(e), _] | [_, Reply::Error(e)]) => return Err(server_err(e)),
+                    r => return Err(Error::backend(KIND, format!("unexpected replies {r:?}"))),
+                }
+            }
+            let f = self
+                .eval_replicated(lua, &[key, &fence_key], &[&hex])
+                .await?;
+            if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
+                return Ok(Attempt::Acquired { fence: f as u64 });
+            }
+        }
+        self.acquire_script(key, &fence_key, token, &hex, &lease_ms, mode, true)
+            .await
+    }
+
+    /// Records what a busy queued attempt saw of the fence counter (see
+    /// [`Grants`](super::notify::Grants)), where this backend takes grants at all.
+    pub(super) fn grants_busy(&self, token: &[u8; 32], floor: i64) {
+        if self.replicas.get() == 0 {
+            self.grants.busy(*token, u64::try_from(floor).unwrap_or(0));
+        }
+    }
+}
