@@ -38,6 +38,26 @@ pub(crate) struct Section {
     pub(crate) held_after_write: bool,
 }
 
+/// One attempt of a worker process to take the lock, from the call to its end: the section
+/// `id` began, the timed attempt gave up (`abandoned`), or the process was killed.
+#[derive(Debug, Clone)]
+pub(crate) struct Wait {
+    pub(crate) id: SectionId,
+    pub(crate) role: Role,
+    pub(crate) start: u64,
+    /// `None` while it waits.
+    pub(crate) end: Option<u64>,
+    pub(crate) abandoned: bool,
+}
+
+/// What the checker recorded of a run: every section and wait (open ones ended at the end of
+/// the run), in order of start, and the counters.
+pub(crate) struct Log {
+    pub(crate) sections: Vec<Section>,
+    pub(crate) waits: Vec<Wait>,
+    pub(crate) counters: Counters,
+}
+
 /// The checker's counters, copied into the report.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Counters {
@@ -61,6 +81,7 @@ struct State {
     /// Which section each accepted fence came from.
     accepted_by: HashMap<u64, SectionId>,
     sections: HashMap<SectionId, Section>,
+    waits: HashMap<SectionId, Wait>,
     /// The open section of each worker slot, for the nemesis to aim at.
     open: HashMap<usize, SectionId>,
     /// Open sections whose write is on its way.
@@ -114,11 +135,40 @@ impl Checker {
         Ok(())
     }
 
-    fn handle(&self, request: Request) -> Option<Reply> {
+    /// Records a request as if a worker had sent it; the reply, for those that get one.
+    pub(crate) fn handle(&self, request: Request) -> Option<Reply> {
         let mut s = self.state();
         let mut accepted = false;
         match request {
+            Request::Waiting { id, t, role } => {
+                // The section may have been reported first: the two travel apart.
+                let end = s
+                    .sections
+                    .get(&id)
+                    .map(|sec| sec.start)
+                    .or_else(|| s.dead.get(&(id.worker, id.life)).copied());
+                s.waits.entry(id).or_insert(Wait {
+                    id,
+                    role,
+                    start: t,
+                    end: end.map(|e| e.max(t)),
+                    abandoned: false,
+                });
+                return None;
+            }
+            Request::Abandoned { id, t } => {
+                if let Some(wait) = s.waits.get_mut(&id) {
+                    if wait.end.is_none() {
+                        wait.end = Some(t.max(wait.start));
+                        wait.abandoned = true;
+                    }
+                }
+                return None;
+            }
             Request::Acquired { id, fence, t, role } => {
+                if let Some(wait) = s.waits.get_mut(&id) {
+                    wait.end = Some(wait.end.map_or(t, |e| e.min(t)).max(wait.start));
+                }
                 let died = s.dead.get(&(id.worker, id.life)).copied();
                 s.sections.insert(
                     id,
@@ -134,7 +184,8 @@ impl Checker {
                         held_after_write: false,
                     },
                 );
-                if died.is_none() {
+                // The foreign client is no worker process the nemesis could aim at.
+                if died.is_none() && role != Role::Foreign {
                     s.open.insert(id.worker, id);
                 }
             }
@@ -227,6 +278,28 @@ impl Checker {
         open.first().copied()
     }
 
+    /// The worker slot that has waited longest among those waiting and not in a section
+    /// (never the foreign client), if one is.
+    pub(crate) fn head_waiter(&self) -> Option<usize> {
+        let s = self.state();
+        s.waits
+            .values()
+            .filter(|w| w.end.is_none() && w.role != Role::Foreign)
+            .filter(|w| !s.open.contains_key(&w.id.worker))
+            .min_by_key(|w| w.start)
+            .map(|w| w.id.worker)
+    }
+
+    /// The open section of a worker slot, if it is in one.
+    pub(crate) fn open_section(&self, worker: usize) -> Option<SectionId> {
+        self.state().open.get(&worker).copied()
+    }
+
+    /// Whether a section has begun.
+    pub(crate) fn any_acquired(&self) -> bool {
+        !self.state().sections.is_empty()
+    }
+
     /// The worker slot whose write is on its way, if one's is.
     pub(crate) fn writer(&self) -> Option<usize> {
         self.state().writing.keys().next().copied()
@@ -237,6 +310,11 @@ impl Checker {
         let mut s = self.state();
         s.dead.insert((worker, life), t);
         s.writing.remove(&worker);
+        for wait in s.waits.values_mut() {
+            if (wait.id.worker, wait.id.life) == (worker, life) && wait.end.is_none() {
+                wait.end = Some(t.max(wait.start));
+            }
+        }
         if let Some(id) = s.open.remove(&worker) {
             if let Some(section) = s.sections.get_mut(&id) {
                 section.end.get_or_insert(t);
@@ -244,8 +322,8 @@ impl Checker {
         }
     }
 
-    /// Every section, open ones ended at `t`, in order of start; and the counters.
-    pub(crate) fn finish(&self, t: u64) -> (Vec<Section>, Counters) {
+    /// Every section and wait, open ones ended at `t`, in order of start; and the counters.
+    pub(crate) fn finish(&self, t: u64) -> Log {
         let s = self.state();
         let mut sections: Vec<Section> = s
             .sections
@@ -257,7 +335,21 @@ impl Checker {
             })
             .collect();
         sections.sort_by_key(|sec| (sec.start, sec.id.worker));
-        (sections, s.counters.clone())
+        let mut waits: Vec<Wait> = s
+            .waits
+            .values()
+            .cloned()
+            .map(|mut w| {
+                w.end.get_or_insert(t.max(w.start));
+                w
+            })
+            .collect();
+        waits.sort_by_key(|w| (w.start, w.id.worker));
+        Log {
+            sections,
+            waits,
+            counters: s.counters.clone(),
+        }
     }
 }
 
@@ -296,8 +388,8 @@ mod tests {
             role: Role::Exclusive,
         });
         assert_eq!(c.holder(), None);
-        let (sections, _) = c.finish(1_000_000);
-        assert_eq!(sections[0].end, Some(1_000));
+        let log = c.finish(1_000_000);
+        assert_eq!(log.sections[0].end, Some(1_000));
     }
 
     #[test]
@@ -310,7 +402,7 @@ mod tests {
         assert!(write(&c, new, 20, 0));
         // The old holder's write arrives late, with its old fence and its old base.
         assert!(!write(&c, old, 10, 0));
-        let (_, n) = c.finish(0);
+        let n = c.finish(0).counters;
         assert_eq!(n.stale_writes_rejected, 1);
         assert_eq!(n.stale_writes_accepted, 0);
         assert_eq!(n.lost_updates, 0);
@@ -327,7 +419,7 @@ mod tests {
         assert!(write(&c, a, 7, 0));
         // A store that compares numbers cannot tell b from a: accepted, and audited as stale.
         assert!(write(&c, b, 7, 0));
-        let (_, n) = c.finish(0);
+        let n = c.finish(0).counters;
         assert_eq!(n.stale_writes_accepted, 1);
         assert_eq!(n.lost_updates, 1);
     }

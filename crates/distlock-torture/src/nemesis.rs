@@ -10,57 +10,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::Rng;
-use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::driver::Fleet;
+use crate::faults::{Fault, FaultKind};
+use crate::fleet::Fleet;
 use crate::proto::now_ns;
-
-/// The faults the harness injects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum FaultKind {
-    /// `SIGSTOP` of the holder for longer than the lease, then `SIGCONT`.
-    Pause,
-    /// `SIGKILL` of the holder; a new worker process takes its place.
-    Kill,
-    /// The holder's connections to the backend stop carrying bytes (held, not dropped) for
-    /// longer than the lease, then carry on.
-    Stall,
-    /// The holder's connections to the backend are reset, and new ones refused, for a while.
-    Cut,
-    /// The server is killed (`SIGKILL`) and started again; Redis comes back empty.
-    ServerRestart,
-    /// The leader of the 3-node ensemble is killed and started again.
-    LeaderKill,
-}
-
-impl FaultKind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            FaultKind::Pause => "pause",
-            FaultKind::Kill => "kill",
-            FaultKind::Stall => "stall",
-            FaultKind::Cut => "cut",
-            FaultKind::ServerRestart => "server_restart",
-            FaultKind::LeaderKill => "leader_kill",
-        }
-    }
-}
-
-/// One injected fault: `[start, end]` is when it was in force (`CLOCK_MONOTONIC` ns).
-#[derive(Debug, Clone)]
-pub(crate) struct Fault {
-    pub(crate) kind: FaultKind,
-    /// The worker slot it hit, for faults aimed at one worker.
-    pub(crate) worker: Option<usize>,
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    /// For a pause: whether it hit the worker after its last check, with its write on the way.
-    pub(crate) at_write: bool,
-    /// For a server restart: whether the server came back without its data.
-    pub(crate) data_loss: bool,
-}
 
 /// Runs faults until `until`; returns what was injected and the errors of faults that could
 /// not be injected.
@@ -107,7 +61,46 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
     }
 }
 
+/// The worker that has waited longest, taken right after another worker entered its section:
+/// it is then surely waiting (the holder keeps it out for a while yet), and is the one the
+/// holder's release would hand the lock to.
+async fn waiter_to_kill(fleet: &Fleet, lease: Duration) -> Option<usize> {
+    let give_up = Instant::now() + lease * 3;
+    let first = fleet
+        .checker
+        .holder()
+        .and_then(|h| fleet.checker.open_section(h));
+    let mut fallback = None;
+    while Instant::now() < give_up {
+        if let Some(h) = fleet.checker.holder() {
+            let section = fleet.checker.open_section(h);
+            let waiter = fleet.checker.head_waiter().filter(|w| *w != h);
+            if section.is_some() && section != first && waiter.is_some() {
+                return waiter;
+            }
+            fallback = fallback.or(waiter);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    fallback
+}
+
 async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<Fault, String> {
+    if kind == FaultKind::WaiterKill {
+        let worker = waiter_to_kill(fleet, lease)
+            .await
+            .ok_or("no worker waited while another held")?;
+        let start = now_ns();
+        fleet.kill_and_respawn(worker)?;
+        return Ok(Fault {
+            kind,
+            at_write: false,
+            worker: Some(worker),
+            start,
+            end: start,
+            data_loss: false,
+        });
+    }
     // Half of the pauses wait for a holder whose write is on its way (past its last check),
     // the case only fences can catch.
     let mut at_write = false;
@@ -166,6 +159,9 @@ async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
+        }
+        FaultKind::WaiterKill | FaultKind::Abandon => {
+            return Err(format!("{} is not injected this way", kind.name()))
         }
     }
     Ok(Fault {
