@@ -278,16 +278,18 @@ impl Checker {
         open.first().copied()
     }
 
-    /// The worker slot that has waited longest among those waiting and not in a section
-    /// (never the foreign client), if one is.
-    pub(crate) fn head_waiter(&self) -> Option<usize> {
+    /// The worker slots waiting and not in a section (never the foreign client), the one
+    /// that has waited longest first.
+    pub(crate) fn waiters(&self) -> Vec<usize> {
         let s = self.state();
-        s.waits
+        let mut waits: Vec<&Wait> = s
+            .waits
             .values()
             .filter(|w| w.end.is_none() && w.role != Role::Foreign)
             .filter(|w| !s.open.contains_key(&w.id.worker))
-            .min_by_key(|w| w.start)
-            .map(|w| w.id.worker)
+            .collect();
+        waits.sort_by_key(|w| w.start);
+        waits.iter().map(|w| w.id.worker).collect()
     }
 
     /// The open section of a worker slot, if it is in one.

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::analysis::{self, BackendReport, ForeignReport};
 use crate::checker::Checker;
 use crate::faults::{Fault, FaultKind};
-use crate::fleet::{Fleet, LockMode};
+use crate::fleet::{self, Fleet, LockMode};
 use crate::proto::{now_ns, runtime, Role};
 use crate::servers::{Servers, ALL};
 use crate::{foreign, nemesis};
@@ -199,6 +199,9 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         fault_errors,
         &log,
         opts.lease,
+        &(0..opts.workers)
+            .map(|w| fleet::lease_of(opts.lease, w))
+            .collect::<Vec<_>>(),
         opts.lock.permits(),
         t0,
         t_end,

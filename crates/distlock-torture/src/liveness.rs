@@ -220,7 +220,9 @@ pub(crate) struct Run<'a> {
     pub(crate) waits: &'a [Wait],
     pub(crate) faults: &'a [Fault],
     pub(crate) bounds: Bounds,
+    /// The run's lease, and that of each worker slot (the run's for slots not listed).
     pub(crate) lease: Duration,
+    pub(crate) leases: &'a [Duration],
     /// How many may hold at once (1 but for semaphores).
     pub(crate) permits: u32,
     /// Where the analysis starts (the first acquisition) and ends; times are reported since
@@ -296,10 +298,14 @@ impl Run<'_> {
     /// How far each fault explains unavailability: `[start, until]`.
     fn explained(&self) -> Vec<(u64, u64, &Fault)> {
         let b = self.bounds;
-        let lease = self.lease;
         self.faults
             .iter()
             .map(|f| {
+                // A worker's allowances count with its own lease (its session, on ZooKeeper).
+                let lease = f
+                    .worker
+                    .and_then(|w| self.leases.get(w).copied())
+                    .unwrap_or(self.lease);
                 let until = match (f.kind, f.worker) {
                     // Listed with the stretches it precedes, but a live worker that stops
                     // waiting must leave nothing behind.

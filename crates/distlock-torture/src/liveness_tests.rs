@@ -64,6 +64,7 @@ fn figure(sections: &[Section], waits: &[Wait], faults: &[Fault]) -> Liveness {
         faults,
         bounds: TEST_BOUNDS,
         lease: LEASE,
+        leases: &[],
         permits: 1,
         // As the harness does: from the first acquisition.
         from: sections[0].start,
@@ -190,6 +191,7 @@ fn a_semaphore_with_a_free_permit_and_a_waiter_is_unavailable() {
             faults: &[],
             bounds: TEST_BOUNDS,
             lease: LEASE,
+            leases: &[],
             permits,
             from: 0,
             to: 10_000 * MS,
@@ -207,4 +209,34 @@ fn every_backend_has_its_allowances() {
     for backend in crate::servers::ALL {
         assert_ne!(bounds(backend), NO_ALLOWANCE, "{backend}");
     }
+}
+
+#[test]
+fn a_worker_s_allowances_count_with_its_own_lease() {
+    // w1 asks for 3 s leases: killed in its section at 300 ms, it explains to 3800 ms.
+    let sections = [section(1, 1, 100, 300), section(0, 1, 3700, 3800)];
+    let waits = [wait(0, 1, 150, 3700)];
+    let kill = [fault(FaultKind::Kill, Some(1), 300, 300)];
+    let run = |leases: &[Duration]| {
+        Run {
+            sections: &sections,
+            waits: &waits,
+            faults: &kill,
+            bounds: TEST_BOUNDS,
+            lease: LEASE,
+            leases,
+            permits: 1,
+            from: 0,
+            to: 10_000 * MS,
+            t0: 0,
+        }
+        .analyse()
+        .max_unexplained_unavailable_ms
+    };
+    assert_eq!(run(&[LEASE, Duration::from_secs(3)]), 0);
+    assert_eq!(
+        run(&[]),
+        1900,
+        "with the run's 1 s lease: explained to 1800 ms only"
+    );
 }

@@ -61,10 +61,20 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
     }
 }
 
-/// The worker that has waited longest, taken right after another worker entered its section:
-/// it is then surely waiting (the holder keeps it out for a while yet), and is the one the
-/// holder's release would hand the lock to.
+/// A waiting worker, taken right after another worker entered its section: it is then surely
+/// waiting (the holder keeps it out for a while yet). Half of the time the one that has waited
+/// longest (the one the holder's release would hand the lock to), else preferably the slot
+/// with the long lease, whose late grant would keep the lock longest.
 async fn waiter_to_kill(fleet: &Fleet, lease: Duration) -> Option<usize> {
+    let long = rand::rng().random_bool(0.5);
+    let pick = |waiters: Vec<usize>, holder: usize| {
+        let waiters: Vec<usize> = waiters.into_iter().filter(|w| *w != holder).collect();
+        waiters
+            .iter()
+            .copied()
+            .find(|w| long && *w == 1)
+            .or(waiters.first().copied())
+    };
     let give_up = Instant::now() + lease * 3;
     let first = fleet
         .checker
@@ -74,7 +84,7 @@ async fn waiter_to_kill(fleet: &Fleet, lease: Duration) -> Option<usize> {
     while Instant::now() < give_up {
         if let Some(h) = fleet.checker.holder() {
             let section = fleet.checker.open_section(h);
-            let waiter = fleet.checker.head_waiter().filter(|w| *w != h);
+            let waiter = pick(fleet.checker.waiters(), h);
             if section.is_some() && section != first && waiter.is_some() {
                 return waiter;
             }
