@@ -272,8 +272,13 @@ impl Checker {
 
     /// The worker slot's open section, if it is in one.
     pub(crate) fn holder(&self) -> Option<usize> {
+        self.holder_but(None)
+    }
+
+    /// The lowest worker slot other than `not` in an open section.
+    pub(crate) fn holder_but(&self, not: Option<usize>) -> Option<usize> {
         let s = self.state();
-        let mut open: Vec<usize> = s.open.keys().copied().collect();
+        let mut open: Vec<usize> = s.open.keys().copied().filter(|w| Some(*w) != not).collect();
         open.sort_unstable();
         open.first().copied()
     }
@@ -302,9 +307,10 @@ impl Checker {
         !self.state().sections.is_empty()
     }
 
-    /// The worker slot whose write is on its way, if one's is.
-    pub(crate) fn writer(&self) -> Option<usize> {
-        self.state().writing.keys().next().copied()
+    /// The worker slot other than `not` whose write is on its way, if one's is.
+    pub(crate) fn writer_but(&self, not: Option<usize>) -> Option<usize> {
+        let s = self.state();
+        s.writing.keys().copied().find(|w| Some(*w) != not)
     }
 
     /// Ends the open section of a worker that was killed at `t` (its own report never comes).

@@ -84,9 +84,13 @@ async fn run_all(opts: Arc<Options>) -> Vec<(String, Result<BackendReport, Strin
     let gate = Arc::new(tokio::sync::Semaphore::new(opts.parallel.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, backend) in opts.backends.iter().enumerate() {
-        let (opts, gate, backend) = (opts.clone(), gate.clone(), backend.clone());
+        // Turns are taken here, in order, so that backends start in the order given.
+        let Ok(turn) = gate.clone().acquire_owned().await else {
+            break;
+        };
+        let (opts, backend) = (opts.clone(), backend.clone());
         tasks.spawn(async move {
-            let _turn = gate.acquire_owned().await;
+            let _turn = turn;
             eprintln!("torture: {backend}: starting servers");
             let result = run_backend(&backend, &opts).await;
             match &result {

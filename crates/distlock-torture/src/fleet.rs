@@ -54,14 +54,17 @@ impl LockMode {
     }
 }
 
-/// How many times the run's lease worker slot 1 asks for: a grant that reaches it after it
+/// The worker slot with the long lease.
+pub(crate) const LONG_LEASE_SLOT: usize = 1;
+
+/// How many times the run's lease worker slot [`LONG_LEASE_SLOT`] asks for: a grant that reaches it after it
 /// died or stopped waiting then keeps the lock far longer than its place in the line would
 /// (which the other workers' short leases would hide).
 const LONG_LEASE_FACTOR: u32 = 5;
 
 /// The lease of worker slot `worker` in a run with lease `lease`.
 pub(crate) fn lease_of(lease: Duration, worker: usize) -> Duration {
-    if worker == 1 {
+    if worker == LONG_LEASE_SLOT {
         lease * LONG_LEASE_FACTOR
     } else {
         lease

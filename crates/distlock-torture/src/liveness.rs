@@ -146,9 +146,9 @@ const NO_ALLOWANCE: Bounds = Bounds {
     recovery: Span::ms(0),
 };
 
-/// A waiter counts as kept out by a holder only when that holder stays in its section this
-/// long after the fault: an attempt the waiter sent just before reaches the server by then,
-/// so a fault in a hand-over's instant counts as one of a holder.
+/// A fault this close to the end of a section may have hit a worker the lock was passing to:
+/// an attempt it sent just before reaches the server by then, so such a fault counts as one
+/// of a holder.
 const IN_FLIGHT_NS: u64 = 100_000_000;
 
 /// The stretches of the run in which the lock was unavailable without a fault to explain it.
@@ -265,34 +265,16 @@ impl Run<'_> {
         )
     }
 
-    /// Whether the worker `f` hit was kept out by others' sections at the fault, and for
-    /// [`IN_FLIGHT_NS`] after it, so that it could not have been taking the lock.
-    fn kept_out(&self, f: &Fault, worker: usize) -> bool {
-        let own = |s: &Section| s.id.worker == worker && s.role != Role::Foreign;
-        if self
-            .sections
-            .iter()
-            .any(|s| own(s) && s.start <= f.start && f.start <= end_of(s))
-        {
-            return false;
-        }
-        let role = self
-            .waits
-            .iter()
-            .find(|w| w.id.worker == worker && w.role != Role::Foreign)
-            .map_or(Role::Exclusive, |w| w.role);
-        let blockers = self
-            .sections
-            .iter()
-            .filter(|s| !own(s) && !s.role.shares_with(role))
-            .filter(|s| s.start <= f.start && held_until(s) >= f.start + IN_FLIGHT_NS)
-            .count();
-        let needed = if role == Role::Permit {
-            self.permits
-        } else {
-            1
-        };
-        blockers >= needed as usize
+    /// Whether the worker `f` hit may have held the lock: it was in a section, or a section
+    /// ended within [`IN_FLIGHT_NS`] of the fault, so that the lock may have been passing to
+    /// it. Otherwise it was waiting for a lock that somebody else held, or that had been
+    /// unavailable for a while already: then it is judged as a waiter.
+    fn may_have_held(&self, f: &Fault, worker: usize) -> bool {
+        self.sections.iter().any(|s| {
+            let own = s.id.worker == worker && s.role != Role::Foreign;
+            (own && s.start <= f.start && f.start <= end_of(s))
+                || end_of(s).abs_diff(f.start) <= IN_FLIGHT_NS
+        })
     }
 
     /// How far each fault explains unavailability: `[start, until]`.
@@ -313,8 +295,8 @@ impl Run<'_> {
                     (FaultKind::ServerRestart | FaultKind::LeaderKill, _) => {
                         f.end + b.recovery.ns(lease)
                     }
-                    (_, Some(w)) if self.kept_out(f, w) => f.start + b.waiter.ns(lease),
-                    _ => f.start + b.holder.ns(lease),
+                    (_, Some(w)) if self.may_have_held(f, w) => f.start + b.holder.ns(lease),
+                    _ => f.start + b.waiter.ns(lease),
                 };
                 (f.start, until, f)
             })

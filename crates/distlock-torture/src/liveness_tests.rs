@@ -133,6 +133,20 @@ fn a_killed_waiter_explains_only_the_waiter_allowance() {
 }
 
 #[test]
+fn a_fault_on_a_waiter_of_a_stuck_lock_explains_only_the_waiter_allowance() {
+    // Nobody holds after 300 ms (no fault to explain it); w2, waiting too, is killed at
+    // 1000 ms. Far from any release, it cannot have been taking the lock: 300 ms of waiter
+    // allowance (to 1300 ms), not a holder's 1.5 s.
+    let sections = [section(0, 1, 100, 300), section(1, 1, 3500, 3600)];
+    let waits = [wait(1, 1, 150, 3500), wait(2, 1, 160, 1000)];
+    let kill = [fault(FaultKind::Kill, Some(2), 1000, 1000)];
+    assert_eq!(
+        figure(&sections, &waits, &kill).max_unexplained_unavailable_ms,
+        2200
+    );
+}
+
+#[test]
 fn a_paused_holder_holds_nothing_but_its_pause_explains_its_lease() {
     // w0 is stopped from 200 to 2800 ms inside its section; w1 gets the lock at 1400 ms.
     let sections = [section(0, 1, 100, 3000), section(1, 1, 1400, 1500)];

@@ -13,7 +13,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::faults::{Fault, FaultKind};
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, LONG_LEASE_SLOT};
 use crate::proto::now_ns;
 
 /// Runs faults until `until`; returns what was injected and the errors of faults that could
@@ -72,7 +72,7 @@ async fn waiter_to_kill(fleet: &Fleet, lease: Duration) -> Option<usize> {
         waiters
             .iter()
             .copied()
-            .find(|w| long && *w == 1)
+            .find(|w| long && *w == LONG_LEASE_SLOT)
             .or(waiters.first().copied())
     };
     let give_up = Instant::now() + lease * 3;
@@ -112,24 +112,37 @@ async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<
         });
     }
     // Half of the pauses wait for a holder whose write is on its way (past its last check),
-    // the case only fences can catch.
+    // the case only fences can catch. The long-lease slot is spared: a holder lost for its
+    // lease would only keep the lock from everybody for long.
+    let spared = Some(LONG_LEASE_SLOT);
     let mut at_write = false;
     if kind == FaultKind::Pause && rand::rng().random_bool(0.5) {
         let give_up = Instant::now() + lease * 2;
         while Instant::now() < give_up && !at_write {
-            at_write = fleet.checker.writer().is_some();
+            at_write = fleet.checker.writer_but(spared).is_some();
             if !at_write {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
     }
     // Otherwise aim at the holder when there is one: that is where faults bite.
+    let give_up = Instant::now() + lease;
+    while fleet.checker.holder() == spared && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let worker = fleet
         .checker
-        .writer()
+        .writer_but(spared)
         .filter(|_| at_write)
-        .or_else(|| fleet.checker.holder())
-        .unwrap_or_else(|| rand::rng().random_range(0..fleet.workers()));
+        .or_else(|| fleet.checker.holder_but(spared))
+        .unwrap_or_else(|| {
+            let others: Vec<usize> = (0..fleet.workers())
+                .filter(|w| Some(*w) != spared)
+                .collect();
+            *others
+                .choose(&mut rand::rng())
+                .expect("two workers at least")
+        });
     let start = now_ns();
     let mut data_loss = false;
     let mut target = Some(worker);
