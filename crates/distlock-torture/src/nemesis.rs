@@ -42,7 +42,11 @@ pub(crate) async fn run(
             Some(k) => k,
             None => *kinds.choose(&mut rand::rng()).expect("at least one kind"),
         };
-        match inject(&fleet, kind, lease).await {
+        // The first waiter kill aims at the long lease, where a late grant shows most.
+        let long_first = faults
+            .iter()
+            .all(|f: &Fault| f.kind != FaultKind::WaiterKill);
+        match inject(&fleet, kind, lease, long_first).await {
             Ok(fault) => faults.push(fault),
             Err(e) => errors.push(format!("{}: {e}", kind.name())),
         }
@@ -62,11 +66,10 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
 }
 
 /// A waiting worker, taken right after another worker entered its section: it is then surely
-/// waiting (the holder keeps it out for a while yet). Half of the time the one that has waited
-/// longest (the one the holder's release would hand the lock to), else preferably the slot
-/// with the long lease, whose late grant would keep the lock longest.
-async fn waiter_to_kill(fleet: &Fleet, lease: Duration) -> Option<usize> {
-    let long = rand::rng().random_bool(0.5);
+/// waiting (the holder keeps it out for a while yet). With `long`, the slot with the long
+/// lease when it waits (a late grant to it would keep the lock longest), else the one that has
+/// waited longest (the one the holder's release would hand the lock to).
+async fn waiter_to_kill(fleet: &Fleet, lease: Duration, long: bool) -> Option<usize> {
     let pick = |waiters: Vec<usize>, holder: usize| {
         let waiters: Vec<usize> = waiters.into_iter().filter(|w| *w != holder).collect();
         waiters
@@ -95,9 +98,15 @@ async fn waiter_to_kill(fleet: &Fleet, lease: Duration) -> Option<usize> {
     fallback
 }
 
-async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<Fault, String> {
+async fn inject(
+    fleet: &Arc<Fleet>,
+    kind: FaultKind,
+    lease: Duration,
+    long_first: bool,
+) -> Result<Fault, String> {
     if kind == FaultKind::WaiterKill {
-        let worker = waiter_to_kill(fleet, lease)
+        let long = long_first || rand::rng().random_bool(0.5);
+        let worker = waiter_to_kill(fleet, lease, long)
             .await
             .ok_or("no worker waited while another held")?;
         let start = now_ns();
