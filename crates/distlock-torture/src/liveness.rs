@@ -146,9 +146,8 @@ const NO_ALLOWANCE: Bounds = Bounds {
     recovery: Span::ms(0),
 };
 
-/// A fault this close to the end of a section may have hit a worker the lock was passing to:
-/// an attempt it sent just before reaches the server by then, so such a fault counts as one
-/// of a holder.
+/// How long an attempt a worker sent just before a fault may take to reach the server: a
+/// fault this close to the end of a section may have hit a worker the lock was passing to.
 const IN_FLIGHT_NS: u64 = 100_000_000;
 
 /// The stretches of the run in which the lock was unavailable without a fault to explain it.
@@ -265,16 +264,42 @@ impl Run<'_> {
         )
     }
 
-    /// Whether the worker `f` hit may have held the lock: it was in a section, or a section
-    /// ended within [`IN_FLIGHT_NS`] of the fault, so that the lock may have been passing to
-    /// it. Otherwise it was waiting for a lock that somebody else held, or that had been
-    /// unavailable for a while already: then it is judged as a waiter.
+    /// Whether the worker `f` hit may have held the lock. Yes when it was in a section. No when
+    /// others' sections kept it out from the fault to [`IN_FLIGHT_NS`] after it (an attempt it
+    /// sent before has reached the server by then and found the lock held). Otherwise yes when
+    /// a section ended within [`IN_FLIGHT_NS`] of the fault, so that the lock may have been
+    /// passing to it; no when the lock had been unavailable for a while already.
     fn may_have_held(&self, f: &Fault, worker: usize) -> bool {
-        self.sections.iter().any(|s| {
-            let own = s.id.worker == worker && s.role != Role::Foreign;
-            (own && s.start <= f.start && f.start <= end_of(s))
-                || end_of(s).abs_diff(f.start) <= IN_FLIGHT_NS
-        })
+        let own = |s: &Section| s.id.worker == worker && s.role != Role::Foreign;
+        if self
+            .sections
+            .iter()
+            .any(|s| own(s) && s.start <= f.start && f.start <= end_of(s))
+        {
+            return true;
+        }
+        let role = self
+            .waits
+            .iter()
+            .find(|w| w.id.worker == worker && w.role != Role::Foreign)
+            .map_or(Role::Exclusive, |w| w.role);
+        let blockers = self
+            .sections
+            .iter()
+            .filter(|s| !own(s) && !s.role.shares_with(role))
+            .filter(|s| s.start <= f.start && held_until(s) >= f.start + IN_FLIGHT_NS)
+            .count();
+        let needed = if role == Role::Permit {
+            self.permits
+        } else {
+            1
+        };
+        if blockers >= needed as usize {
+            return false;
+        }
+        self.sections
+            .iter()
+            .any(|s| end_of(s).abs_diff(f.start) <= IN_FLIGHT_NS)
     }
 
     /// How far each fault explains unavailability: `[start, until]`.

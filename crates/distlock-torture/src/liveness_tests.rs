@@ -133,6 +133,23 @@ fn a_killed_waiter_explains_only_the_waiter_allowance() {
 }
 
 #[test]
+fn a_waiter_killed_right_after_a_hand_over_to_another_is_a_waiter() {
+    // w3 released at 198 ms, w0 holds from 200 to 600 ms; w1 is killed at 202 ms, next to
+    // the release, but w0 kept it out: the waiter's 300 ms (to 502 ms), not a holder's.
+    let sections = [
+        section(3, 1, 100, 198),
+        section(0, 1, 200, 600),
+        section(2, 1, 2600, 2700),
+    ];
+    let waits = [wait(1, 1, 50, 202), wait(2, 1, 120, 2600)];
+    let kill = [fault(FaultKind::WaiterKill, Some(1), 202, 202)];
+    assert_eq!(
+        figure(&sections, &waits, &kill).max_unexplained_unavailable_ms,
+        2000
+    );
+}
+
+#[test]
 fn a_fault_on_a_waiter_of_a_stuck_lock_explains_only_the_waiter_allowance() {
     // Nobody holds after 300 ms (no fault to explain it); w2, waiting too, is killed at
     // 1000 ms. Far from any release, it cannot have been taking the lock: 300 ms of waiter

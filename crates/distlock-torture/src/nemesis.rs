@@ -28,6 +28,7 @@ pub(crate) async fn run(
     let mut faults = Vec::new();
     let mut errors = Vec::new();
     let mut queue: Vec<FaultKind> = Vec::new();
+    let mut retries = 2 * kinds.len();
     if each_first {
         queue = kinds.clone();
         queue.shuffle(&mut rand::rng());
@@ -48,7 +49,14 @@ pub(crate) async fn run(
             .all(|f: &Fault| f.kind != FaultKind::WaiterKill);
         match inject(&fleet, kind, lease, long_first).await {
             Ok(fault) => faults.push(fault),
-            Err(e) => errors.push(format!("{}: {e}", kind.name())),
+            Err(e) => {
+                errors.push(format!("{}: {e}", kind.name()));
+                // A kind that must come once is tried again after the others.
+                if each_first && retries > 0 {
+                    retries -= 1;
+                    queue.insert(0, kind);
+                }
+            }
         }
     }
     (faults, errors)
@@ -70,16 +78,8 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
 /// lease when it waits (a late grant to it would keep the lock longest), else the one that has
 /// waited longest (the one the holder's release would hand the lock to).
 async fn waiter_to_kill(fleet: &Fleet, lease: Duration, long: bool) -> Option<usize> {
-    let pick = |waiters: Vec<usize>, holder: usize| {
-        let waiters: Vec<usize> = waiters.into_iter().filter(|w| *w != holder).collect();
-        waiters
-            .iter()
-            .copied()
-            .find(|w| long && *w == LONG_LEASE_SLOT)
-            .or(waiters.first().copied())
-    };
     let give_up = Instant::now() + lease * 3;
-    let first = fleet
+    let mut seen = fleet
         .checker
         .holder()
         .and_then(|h| fleet.checker.open_section(h));
@@ -87,11 +87,23 @@ async fn waiter_to_kill(fleet: &Fleet, lease: Duration, long: bool) -> Option<us
     while Instant::now() < give_up {
         if let Some(h) = fleet.checker.holder() {
             let section = fleet.checker.open_section(h);
-            let waiter = pick(fleet.checker.waiters(), h);
-            if section.is_some() && section != first && waiter.is_some() {
-                return waiter;
+            let fresh = section.is_some() && section != seen;
+            seen = section;
+            let waiters: Vec<usize> = fleet
+                .checker
+                .waiters()
+                .into_iter()
+                .filter(|w| *w != h)
+                .collect();
+            let choice = if long {
+                waiters.iter().copied().find(|w| *w == LONG_LEASE_SLOT)
+            } else {
+                waiters.first().copied()
+            };
+            if fresh && choice.is_some() {
+                return choice;
             }
-            fallback = fallback.or(waiter);
+            fallback = fallback.or(waiters.first().copied());
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
