@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::checker::{Log, Section};
+use crate::checker::{Log, Section, Wait};
 use crate::faults::{Fault, FaultKind};
 use crate::liveness::{self, Stretch};
-use crate::proto::Role;
+use crate::proto::{ms, Role};
 
 /// The report of one backend.
 #[derive(Debug, Serialize)]
@@ -196,16 +196,8 @@ impl BackendReport {
     }
 }
 
-fn ms(ns: u64) -> f64 {
-    (ns as f64 / 1e4).round() / 100.0
-}
-
 fn label(s: &Section) -> String {
-    if s.role == Role::Foreign {
-        format!("foreign#{}", s.id.seq)
-    } else {
-        format!("w{}.{}#{}", s.id.worker, s.id.life, s.id.seq)
-    }
+    s.id.label(s.role)
 }
 
 /// Builds the report of one backend.
@@ -417,9 +409,9 @@ pub(crate) fn analyse(
     }
 }
 
-/// The run as text, one line per section and fault in order of time (ms since the workers
-/// started), for reading a failure.
-pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> String {
+/// The run as text, one line per section, fault and wait of over a second in order of time (ms
+/// since the workers started), for reading a failure.
+pub(crate) fn timeline(sections: &[Section], waits: &[Wait], faults: &[Fault], t0: u64) -> String {
     let mut lines: Vec<(u64, String)> = sections
         .iter()
         .map(|s| {
@@ -441,6 +433,24 @@ pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> Strin
             )
         })
         .collect();
+    lines.extend(
+        waits
+            .iter()
+            .filter(|w| w.end.unwrap_or(w.start) - w.start > 1_000_000_000)
+            .map(|w| {
+                let end = w.end.unwrap_or(w.start);
+                (
+                    w.start,
+                    format!(
+                        "{:>10.2} .. {:>10.2}  WAIT {}{}",
+                        ms(w.start.saturating_sub(t0)),
+                        ms(end.saturating_sub(t0)),
+                        w.id.label(w.role),
+                        if w.abandoned { " (gave up)" } else { "" }
+                    ),
+                )
+            }),
+    );
     lines.extend(faults.iter().map(|f| {
         (
             f.start,

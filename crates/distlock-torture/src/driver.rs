@@ -233,7 +233,10 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
     let timeline = opts
         .logs
         .join(format!("{backend}-{}-timeline.txt", opts.lock.name()));
-    if let Err(e) = std::fs::write(&timeline, analysis::timeline(&log.sections, &faults, t0)) {
+    if let Err(e) = std::fs::write(
+        &timeline,
+        analysis::timeline(&log.sections, &log.waits, &faults, t0),
+    ) {
         eprintln!("torture: cannot write {}: {e}", timeline.display());
     }
     drop(fleet);

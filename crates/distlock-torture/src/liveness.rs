@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::checker::{Section, Wait};
 use crate::faults::{Fault, FaultKind};
-use crate::proto::Role;
+use crate::proto::{ms, Role};
 
 /// A time allowance: `lease_pct` percent of the run's lease plus `ms` milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,15 +241,7 @@ fn held_until(s: &Section) -> u64 {
 }
 
 fn label(s: &Section) -> String {
-    if s.role == Role::Foreign {
-        format!("foreign#{}", s.id.seq)
-    } else {
-        format!("w{}.{}#{}", s.id.worker, s.id.life, s.id.seq)
-    }
-}
-
-fn ms(ns: u64) -> f64 {
-    (ns as f64 / 1e4).round() / 100.0
+    s.id.label(s.role)
 }
 
 impl Run<'_> {

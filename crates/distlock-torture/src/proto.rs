@@ -22,6 +22,23 @@ pub(crate) struct SectionId {
     pub(crate) seq: u64,
 }
 
+impl SectionId {
+    /// `w<slot>.<life>#<seq>`, or `foreign#<seq>` for the foreign client, as reports and
+    /// timelines name sections and waits.
+    pub(crate) fn label(self, role: Role) -> String {
+        if role == Role::Foreign {
+            format!("foreign#{}", self.seq)
+        } else {
+            format!("w{}.{}#{}", self.worker, self.life, self.seq)
+        }
+    }
+}
+
+/// Nanoseconds as milliseconds with two decimals, for reports.
+pub(crate) fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e4).round() / 100.0
+}
+
 /// What a worker's sections hold: the key's mutex or the write side of its read-write lock
 /// (exclusive: nobody else may be inside), its read side (beside other readers only), or one
 /// permit of its semaphore (beside at most permits - 1 others). `Foreign` is the Redis key
