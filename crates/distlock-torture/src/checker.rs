@@ -82,6 +82,8 @@ struct State {
     accepted_by: HashMap<u64, SectionId>,
     sections: HashMap<SectionId, Section>,
     waits: HashMap<SectionId, Wait>,
+    /// Until when each open section's worker said it would stay in it at least.
+    busy_until: HashMap<SectionId, u64>,
     /// The open section of each worker slot, for the nemesis to aim at.
     open: HashMap<usize, SectionId>,
     /// Open sections whose write is on its way.
@@ -165,7 +167,13 @@ impl Checker {
                 }
                 return None;
             }
-            Request::Acquired { id, fence, t, role } => {
+            Request::Acquired {
+                id,
+                fence,
+                t,
+                role,
+                busy_until,
+            } => {
                 if let Some(wait) = s.waits.get_mut(&id) {
                     wait.end = Some(wait.end.map_or(t, |e| e.min(t)).max(wait.start));
                 }
@@ -187,6 +195,7 @@ impl Checker {
                 // The foreign client is no worker process the nemesis could aim at.
                 if died.is_none() && role != Role::Foreign {
                     s.open.insert(id.worker, id);
+                    s.busy_until.insert(id, busy_until);
                 }
             }
             Request::Read { fence, .. } => s.max_seen = s.max_seen.max(fence),
@@ -258,6 +267,7 @@ impl Checker {
                 if s.open.get(&id.worker) == Some(&id) {
                     s.open.remove(&id.worker);
                 }
+                s.busy_until.remove(&id);
                 if s.writing.get(&id.worker) == Some(&id) {
                     s.writing.remove(&id.worker);
                 }
@@ -297,9 +307,12 @@ impl Checker {
         waits.iter().map(|w| w.id.worker).collect()
     }
 
-    /// The open section of a worker slot, if it is in one.
-    pub(crate) fn open_section(&self, worker: usize) -> Option<SectionId> {
-        self.state().open.get(&worker).copied()
+    /// The open section of a worker slot, if it is in one, and until when its worker said it
+    /// would stay in it at least.
+    pub(crate) fn open_section(&self, worker: usize) -> Option<(SectionId, u64)> {
+        let s = self.state();
+        let id = s.open.get(&worker).copied()?;
+        Some((id, s.busy_until.get(&id).copied().unwrap_or(0)))
     }
 
     /// Whether a section has begun.
@@ -394,6 +407,7 @@ mod tests {
             fence: 5,
             t: 900,
             role: Role::Exclusive,
+            busy_until: 0,
         });
         assert_eq!(c.holder(), None);
         let log = c.finish(1_000_000);

@@ -136,6 +136,7 @@ async fn hold(checker: &Checker, id: SectionId, conn: &mut Conn, token: &str) {
         fence: 0,
         t: now_ns(),
         role: Role::Foreign,
+        busy_until: 0,
     });
     let work = Duration::from_millis(rand::rng().random_range(20..=100));
     tokio::time::sleep(work).await;

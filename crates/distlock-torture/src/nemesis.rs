@@ -73,22 +73,28 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
     }
 }
 
+/// How long the holder must stay in its section after a waiter kill: the analysis's 100 ms
+/// for an attempt in flight, and 50 ms more for the nemesis's own delay.
+const KEPT_OUT_MARGIN_NS: u64 = 150_000_000;
+
 /// A waiting worker, taken right after another worker entered its section: it is then surely
 /// waiting (the holder keeps it out for a while yet). With `long`, the slot with the long
 /// lease when it waits (a late grant to it would keep the lock longest), else the one that has
 /// waited longest (the one the holder's release would hand the lock to).
 async fn waiter_to_kill(fleet: &Fleet, lease: Duration, long: bool) -> Option<usize> {
     let give_up = Instant::now() + lease * 3;
-    let mut seen = fleet
-        .checker
-        .holder()
-        .and_then(|h| fleet.checker.open_section(h));
+    let open = |h| fleet.checker.open_section(h);
+    let mut seen = fleet.checker.holder().and_then(open).map(|(id, _)| id);
     let mut fallback = None;
     while Instant::now() < give_up {
         if let Some(h) = fleet.checker.holder() {
-            let section = fleet.checker.open_section(h);
-            let fresh = section.is_some() && section != seen;
-            seen = section;
+            let section = open(h);
+            // A fresh section that lasts long enough for the kill to be told apart from one
+            // in a hand-over's instant (see the liveness analysis).
+            let fresh = section.is_some_and(|(id, busy_until)| {
+                Some(id) != seen && busy_until > now_ns() + KEPT_OUT_MARGIN_NS
+            });
+            seen = section.map(|(id, _)| id);
             let waiters: Vec<usize> = fleet
                 .checker
                 .waiters()

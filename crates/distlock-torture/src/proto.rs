@@ -108,6 +108,10 @@ pub(crate) enum Request {
         t: u64,
         #[serde(default)]
         role: Role,
+        /// Until when the worker will stay in the section at least, unless told the lock is
+        /// lost (its "work" is drawn before it reports the section).
+        #[serde(default)]
+        busy_until: u64,
     },
     /// Read both registers; the fenced one remembers `fence` as seen.
     Read { id: SectionId, fence: u64 },

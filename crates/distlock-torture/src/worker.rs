@@ -209,12 +209,15 @@ async fn run(args: Args) -> io::Result<()> {
         };
         let t = now_ns();
         let fence = guard.fence();
+        // The "work" between read and write, which a lost lock must cut short.
+        let work = Duration::from_millis(rand::rng().random_range(20..=200));
         checker
             .call(&Request::Acquired {
                 id,
                 fence,
                 t,
                 role: args.role,
+                busy_until: t + u64::try_from(work.as_nanos()).unwrap_or(0),
             })
             .await?;
         let lost = guard.lost();
@@ -237,8 +240,6 @@ async fn run(args: Args) -> io::Result<()> {
         } else {
             checker.call(&Request::Read { id, fence }).await?
         };
-        // The "work" between read and write, which a lost lock must cut short.
-        let work = Duration::from_millis(rand::rng().random_range(20..=200));
         let lost_during_work = tokio::select! {
             () = tokio::time::sleep(work) => false,
             () = guard.lost() => true,
