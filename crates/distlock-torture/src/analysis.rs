@@ -629,6 +629,56 @@ mod tests {
     }
 
     #[test]
+    fn a_fenceless_backend_s_summary_says_so_instead_of_counting_stale_writes() {
+        let mut r = report(&[section(0, 1, 100, 200, None)], &[pause(0, 300, 400)]);
+        r.stale_writes_accepted = 70;
+        assert!(r.summary().contains("stale writes accepted 70"));
+        assert!(r.summary().contains("FAILED"));
+        r.fencing = false;
+        assert!(r.summary().contains("no fences (not promised)"));
+        assert!(!r.summary().contains("stale writes"));
+        assert!(r.summary().ends_with("-- ok"));
+    }
+
+    #[test]
+    fn a_long_unexplained_stretch_fails_the_run_only_with_a_limit() {
+        // Nobody holds from 200 to 4000 ms while w1 waits: 3.8 s without a fault.
+        let mut r = analyse(
+            "test",
+            &[],
+            &[],
+            Vec::new(),
+            &Log {
+                sections: vec![
+                    section(0, 1, 100, 200, None),
+                    section(1, 2, 4000, 4100, None),
+                ],
+                waits: vec![Wait {
+                    id: SectionId {
+                        worker: 1,
+                        life: 0,
+                        seq: 2,
+                    },
+                    role: Role::Exclusive,
+                    start: 150 * MS,
+                    end: Some(4000 * MS),
+                    abandoned: false,
+                }],
+                counters: Default::default(),
+            },
+            LEASE,
+            &[],
+            1,
+            0,
+            10_000 * MS,
+        );
+        assert_eq!(r.max_unexplained_unavailable_ms, 3800);
+        assert!(r.problems().is_empty());
+        r.max_unavailable_limit_ms = Some(3000);
+        assert!(r.problems()[0].contains("3800 ms without a fault"));
+    }
+
+    #[test]
     fn a_supported_fault_never_injected_fails_the_run() {
         let r = report(&[section(0, 1, 100, 200, None)], &[]);
         assert_eq!(r.problems(), vec!["fault pause never injected".to_owned()]);

@@ -415,6 +415,54 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_ends_at_its_section_or_at_its_worker_s_death_whatever_comes_first() {
+        let c = Checker::default();
+        // The section's report overtook the wait's (they travel on two connections).
+        c.handle(Request::Acquired {
+            id: id(0, 1),
+            fence: 1,
+            t: 500,
+            role: Role::Exclusive,
+            busy_until: 0,
+        });
+        c.handle(Request::Waiting {
+            id: id(0, 1),
+            t: 100,
+            role: Role::Exclusive,
+        });
+        c.handle(Request::Waiting {
+            id: id(1, 1),
+            t: 200,
+            role: Role::Exclusive,
+        });
+        assert_eq!(c.waiters(), vec![1]);
+        c.killed(1, 0, 900);
+        c.handle(Request::Waiting {
+            id: id(2, 1),
+            t: 300,
+            role: Role::Exclusive,
+        });
+        c.handle(Request::Abandoned {
+            id: id(2, 1),
+            t: 400,
+        });
+        let log = c.finish(10_000);
+        let ends: Vec<(usize, Option<u64>, bool)> = log
+            .waits
+            .iter()
+            .map(|w| (w.id.worker, w.end, w.abandoned))
+            .collect();
+        assert_eq!(
+            ends,
+            vec![
+                (0, Some(500), false),
+                (1, Some(900), false),
+                (2, Some(400), true)
+            ]
+        );
+    }
+
+    #[test]
     fn a_write_below_a_fence_already_seen_is_rejected_and_the_unfenced_register_loses_it() {
         let c = Checker::default();
         let (old, new) = (id(0, 1), id(1, 1));

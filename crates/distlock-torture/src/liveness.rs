@@ -294,30 +294,39 @@ impl Run<'_> {
             .any(|s| end_of(s).abs_diff(f.start) <= IN_FLIGHT_NS)
     }
 
-    /// How far each fault explains unavailability: `[start, until]`.
-    fn explained(&self) -> Vec<(u64, u64, &Fault)> {
+    /// How far each fault explains unavailability: `[start, until]`, in order of start. A
+    /// fault on a waiter that comes while the lock is already unavailable without an
+    /// explanation explains nothing (`until` = `start`): it did not cause that outage, and a
+    /// stuck lock must not be excused by the faults that happen to follow.
+    fn explained(&self, unavailable: &[(u64, u64)]) -> Vec<(u64, u64, &Fault)> {
         let b = self.bounds;
-        self.faults
-            .iter()
-            .map(|f| {
-                // A worker's allowances count with its own lease (its session, on ZooKeeper).
-                let lease = f
-                    .worker
-                    .and_then(|w| self.leases.get(w).copied())
-                    .unwrap_or(self.lease);
-                let until = match (f.kind, f.worker) {
-                    // Listed with the stretches it precedes, but a live worker that stops
-                    // waiting must leave nothing behind.
-                    (FaultKind::Abandon, _) => f.start,
-                    (FaultKind::ServerRestart | FaultKind::LeaderKill, _) => {
-                        f.end + b.recovery.ns(lease)
-                    }
-                    (_, Some(w)) if self.may_have_held(f, w) => f.start + b.holder.ns(lease),
-                    _ => f.start + b.waiter.ns(lease),
-                };
-                (f.start, until, f)
-            })
-            .collect()
+        let mut faults: Vec<&Fault> = self.faults.iter().collect();
+        faults.sort_by_key(|f| f.start);
+        let mut out: Vec<(u64, u64, &Fault)> = Vec::new();
+        for f in faults {
+            // A worker's allowances count with its own lease (its session, on ZooKeeper).
+            let lease = f
+                .worker
+                .and_then(|w| self.leases.get(w).copied())
+                .unwrap_or(self.lease);
+            let stuck = || {
+                let inside = |(a, b): &(u64, u64)| *a <= f.start && f.start < *b;
+                unavailable.iter().any(inside) && !out.iter().any(|(a, b, _)| inside(&(*a, *b)))
+            };
+            let until = match (f.kind, f.worker) {
+                // Listed with the stretches it precedes, but a live worker that stops
+                // waiting must leave nothing behind.
+                (FaultKind::Abandon, _) => f.start,
+                (FaultKind::ServerRestart | FaultKind::LeaderKill, _) => {
+                    f.end + b.recovery.ns(lease)
+                }
+                (_, Some(w)) if self.may_have_held(f, w) => f.start + b.holder.ns(lease),
+                _ if stuck() => f.start,
+                _ => f.start + b.waiter.ns(lease),
+            };
+            out.push((f.start, until, f));
+        }
+        out
     }
 
     /// The stretches in which somebody live waited and fewer than `permits` live workers
@@ -381,7 +390,7 @@ impl Run<'_> {
     /// The liveness figures of the run.
     pub(crate) fn analyse(&self) -> Liveness {
         let unavailable = self.unavailable();
-        let explained = self.explained();
+        let explained = self.explained(&unavailable);
         let cover = union(explained.iter().map(|(a, b, _)| (*a, *b)).collect());
         let mut left = minus(&unavailable, &cover);
         left.sort_by_key(|(a, b)| std::cmp::Reverse(b - a));

@@ -150,16 +150,27 @@ fn a_waiter_killed_right_after_a_hand_over_to_another_is_a_waiter() {
 }
 
 #[test]
-fn a_fault_on_a_waiter_of_a_stuck_lock_explains_only_the_waiter_allowance() {
-    // Nobody holds after 300 ms (no fault to explain it); w2, waiting too, is killed at
-    // 1000 ms. Far from any release, it cannot have been taking the lock: 300 ms of waiter
-    // allowance (to 1300 ms), not a holder's 1.5 s.
+fn faults_on_waiters_of_a_lock_already_stuck_do_not_excuse_it() {
+    // The lock is stuck from 300 ms; w2 is paused at 1000 ms and w3 killed at 1200 ms, both
+    // waiting: neither caused the outage, so all of 300..3500 ms counts.
     let sections = [section(0, 1, 100, 300), section(1, 1, 3500, 3600)];
-    let waits = [wait(1, 1, 150, 3500), wait(2, 1, 160, 1000)];
-    let kill = [fault(FaultKind::Kill, Some(2), 1000, 1000)];
+    let waits = [wait(1, 1, 150, 3500), wait(3, 1, 160, 1200)];
+    let faults = [
+        fault(FaultKind::Pause, Some(2), 1000, 2500),
+        fault(FaultKind::Kill, Some(3), 1200, 1200),
+    ];
     assert_eq!(
-        figure(&sections, &waits, &kill).max_unexplained_unavailable_ms,
-        2200
+        figure(&sections, &waits, &faults).max_unexplained_unavailable_ms,
+        3200
+    );
+    // Within an outage a fault explains, one on a waiter adds its allowance: a server
+    // restart from 200 to 400 ms (explained to 1400 ms), then w3 killed at 1200 ms (to
+    // 1500 ms).
+    let mut faults = faults.to_vec();
+    faults[0] = fault(FaultKind::ServerRestart, None, 200, 400);
+    assert_eq!(
+        figure(&sections, &waits, &faults).max_unexplained_unavailable_ms,
+        2000
     );
 }
 
