@@ -164,7 +164,7 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
             servers.clone(),
             opts.workers,
             opts.lease,
-            opts.lease * 4,
+            opts.lease * 8,
         ))
     });
     let until = Instant::now() + opts.duration;

@@ -294,10 +294,10 @@ impl Run<'_> {
             .any(|s| end_of(s).abs_diff(f.start) <= IN_FLIGHT_NS)
     }
 
-    /// How far each fault explains unavailability: `[start, until]`, in order of start. A
+    /// How far each fault explains unavailability: `[from, until]`, in order of the faults. A
     /// fault on a waiter that comes while the lock is already unavailable without an
-    /// explanation explains nothing (`until` = `start`): it did not cause that outage, and a
-    /// stuck lock must not be excused by the faults that happen to follow.
+    /// explanation did not cause that outage (and a stuck lock must not be excused by the
+    /// faults that happen to follow): its window begins only when that outage ends.
     fn explained(&self, unavailable: &[(u64, u64)]) -> Vec<(u64, u64, &Fault)> {
         let b = self.bounds;
         let mut faults: Vec<&Fault> = self.faults.iter().collect();
@@ -309,10 +309,14 @@ impl Run<'_> {
                 .worker
                 .and_then(|w| self.leases.get(w).copied())
                 .unwrap_or(self.lease);
-            let stuck = || {
-                let inside = |(a, b): &(u64, u64)| *a <= f.start && f.start < *b;
-                unavailable.iter().any(inside) && !out.iter().any(|(a, b, _)| inside(&(*a, *b)))
-            };
+            // The end of the unexplained outage the fault came in, if it came in one.
+            let inside = |(a, b): &(u64, u64)| *a <= f.start && f.start < *b;
+            let stuck = unavailable
+                .iter()
+                .find(|p| inside(p))
+                .filter(|_| !out.iter().any(|(a, b, _)| inside(&(*a, *b))))
+                .map(|(_, end)| *end);
+            let mut from = f.start;
             let until = match (f.kind, f.worker) {
                 // Listed with the stretches it precedes, but a live worker that stops
                 // waiting must leave nothing behind.
@@ -321,10 +325,12 @@ impl Run<'_> {
                     f.end + b.recovery.ns(lease)
                 }
                 (_, Some(w)) if self.may_have_held(f, w) => f.start + b.holder.ns(lease),
-                _ if stuck() => f.start,
-                _ => f.start + b.waiter.ns(lease),
+                _ => {
+                    from = stuck.unwrap_or(f.start);
+                    f.start + b.waiter.ns(lease)
+                }
             };
-            out.push((f.start, until, f));
+            out.push((from.min(until), until, f));
         }
         out
     }

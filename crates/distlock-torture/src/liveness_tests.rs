@@ -166,6 +166,23 @@ fn faults_on_waiters_of_a_lock_already_stuck_do_not_excuse_it() {
     // Within an outage a fault explains, one on a waiter adds its allowance: a server
     // restart from 200 to 400 ms (explained to 1400 ms), then w3 killed at 1200 ms (to
     // 1500 ms).
+    // Its allowance still covers what follows the outage: stuck from 300 to 800 ms, w3 killed
+    // at 700 ms explains 800..1000 ms, and of the next outage (900..1900 ms) 900 ms count.
+    let sections3 = [
+        section(0, 1, 100, 300),
+        section(1, 1, 800, 900),
+        section(2, 1, 1900, 2000),
+    ];
+    let waits3 = [
+        wait(1, 1, 150, 800),
+        wait(2, 1, 160, 1900),
+        wait(3, 1, 170, 700),
+    ];
+    let kill = [fault(FaultKind::Kill, Some(3), 700, 700)];
+    assert_eq!(
+        figure(&sections3, &waits3, &kill).max_unexplained_unavailable_ms,
+        900
+    );
     let mut faults = faults.to_vec();
     faults[0] = fault(FaultKind::ServerRestart, None, 200, 400);
     assert_eq!(
