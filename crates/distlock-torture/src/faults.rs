@@ -39,6 +39,14 @@ impl FaultKind {
             FaultKind::LeaderKill => "leader_kill",
         }
     }
+
+    /// Whether the nemesis aims it at the worker holding the lock.
+    pub(crate) fn hits_holder(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Pause | FaultKind::Kill | FaultKind::Stall | FaultKind::Cut
+        )
+    }
 }
 
 /// One injected fault: `[start, end]` is when it was in force (`CLOCK_MONOTONIC` ns).

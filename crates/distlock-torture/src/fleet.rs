@@ -136,10 +136,6 @@ impl Fleet {
         Ok(fleet)
     }
 
-    pub(crate) fn workers(&self) -> usize {
-        self.slots.len()
-    }
-
     pub(crate) fn proxies(&self, worker: usize) -> Vec<Arc<FaultProxy>> {
         self.slots[worker].proxies.clone()
     }

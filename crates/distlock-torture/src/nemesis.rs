@@ -152,24 +152,27 @@ async fn inject(
             }
         }
     }
-    // Otherwise aim at the holder when there is one: that is where faults bite.
-    let give_up = Instant::now() + lease;
-    while fleet.checker.holder() == spared && Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    // Otherwise aim at the holder: that is where faults bite. With nobody holding, a worker
+    // fault would hit a waiter of a lock that is unavailable already, and excuse the outage.
+    let give_up = Instant::now() + lease * 2;
+    let mut holder = None;
+    while kind.hits_holder() && holder.is_none() && Instant::now() < give_up {
+        holder = fleet.checker.holder_but(spared);
+        if holder.is_none() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
     let worker = fleet
         .checker
         .writer_but(spared)
         .filter(|_| at_write)
-        .or_else(|| fleet.checker.holder_but(spared))
-        .unwrap_or_else(|| {
-            let others: Vec<usize> = (0..fleet.workers())
-                .filter(|w| Some(*w) != spared)
-                .collect();
-            *others
-                .choose(&mut rand::rng())
-                .expect("two workers at least")
-        });
+        .or(holder);
+    let worker = match (kind.hits_holder(), worker) {
+        (_, Some(w)) => w,
+        (true, None) => return Err("nobody held the lock".into()),
+        // Server faults name no worker.
+        (false, None) => 0,
+    };
     let start = now_ns();
     let mut data_loss = false;
     let mut target = Some(worker);
