@@ -287,18 +287,15 @@ impl Drop for LockGuard {
         let Some(ToRelease { local, hold }) = self.give_up() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let registry = self.registry.clone();
-                rt.spawn(async move {
-                    if let Err(e) = registry.release_hold(local, &hold).await {
-                        tracing::debug!(lock = ?hold.name, error = %e, "release on drop failed; the lease will expire");
-                    }
-                });
+        let registry = self.registry.clone();
+        let name = hold.name.clone();
+        let spawned = self.registry.background.spawn(async move {
+            if let Err(e) = registry.release_hold(local, &hold).await {
+                tracing::debug!(lock = ?hold.name, error = %e, "release on drop failed; the lease will expire");
             }
-            Err(_) => {
-                tracing::debug!(lock = ?hold.name, "guard dropped outside a runtime; the lease will expire");
-            }
+        });
+        if !spawned {
+            tracing::debug!(lock = ?name, "guard dropped outside a runtime; the lease will expire");
         }
     }
 }

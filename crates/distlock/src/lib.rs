@@ -132,6 +132,7 @@
 
 mod acquire;
 mod backend;
+mod background;
 pub mod blocking;
 mod connect;
 mod error;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
+use crate::background::Background;
 use crate::backend::{Backend, LockInfo, LockKind, LockName, Token};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -198,7 +199,7 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
 /// ```
 #[derive(Clone)]
 pub struct LockRegistry {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -207,6 +208,7 @@ pub(crate) struct Inner {
     prefix: Arc<str>,
     slots: Mutex<Slots>,
     pub(crate) renewer: Arc<Renewer>,
+    pub(crate) background: Background,
     epoch: Instant,
 }
 
@@ -363,6 +365,7 @@ impl LockRegistry {
                     evict_at,
                 }),
                 renewer,
+                background: Background::default(),
                 epoch: Instant::now(),
             }),
         })
@@ -598,17 +601,6 @@ impl Inner {
         })
     }
 
-    /// Gives a remote hold back in the background (cancelled acquisitions, stale holds).
-    pub(crate) fn release_in_background(&self, name: LockName, token: Token) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let backend = self.backend.clone();
-            rt.spawn(async move {
-                if let Err(e) = backend.release(&name, token).await {
-                    tracing::debug!(lock = ?name, error = %e, "background release failed; the lease will expire");
-                }
-            });
-        }
-    }
 }
 
 impl Slot {
