@@ -51,6 +51,8 @@ pub(crate) struct ToRelease {
 /// when a Tokio runtime is running, the lock is released on the server by a background task
 /// (a local waiter that arrives meanwhile starts after that release completes). Without a
 /// runtime nothing can be sent: the lock stays taken on the server until its lease expires.
+/// A runtime that ends drops the task unfinished: a process about to end waits for it with
+/// [`LockRegistry::flush`](crate::LockRegistry::flush).
 #[must_use = "dropping the guard releases the lock (in the background) at once"]
 pub struct LockGuard {
     slot: Arc<Slot>,

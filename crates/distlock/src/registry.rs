@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
-use crate::background::Background;
 use crate::backend::{Backend, LockInfo, LockKind, LockName, Token};
+use crate::background::Background;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::multi::MultiLock;
@@ -600,7 +600,6 @@ impl Inner {
             }
         })
     }
-
 }
 
 impl Slot {
@@ -730,7 +729,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves no waiter entry behind and no lock held (a remote
     /// attempt that was in flight is driven to its end in the background and then given back,
-    /// so the release cannot overtake it).
+    /// so the release cannot overtake it; [`LockRegistry::flush`] waits for that).
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire(Wait::Forever).await
     }
