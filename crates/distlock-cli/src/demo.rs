@@ -23,6 +23,9 @@ pub struct DemoRequest {
     pub key: String,
 }
 
+/// How long a stopped worker waits for its abandoned attempt to be given back.
+const UNDO_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Runs the demo; returns the exit status.
 pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
     let options = global.options()?;
@@ -78,8 +81,6 @@ pub async fn demo(global: &Global, req: DemoRequest) -> Result<i32, Failure> {
     }
     if let Some(sig) = interrupted {
         say("demo interrupted");
-        // Let background releases of cancelled attempts go out before the runtime stops.
-        tokio::time::sleep(Duration::from_millis(100)).await;
         return Ok(128 + sig);
     }
     if let Some(e) = failure {
@@ -161,6 +162,10 @@ pub async fn worker(
         guard = lock.lock() => guard,
         _ = stop.changed() => {
             report(n, &key, Step::Done);
+            // The process may end next: the abandoned attempt is given back in the background.
+            if !registry.flush(UNDO_TIMEOUT).await {
+                tracing::debug!(worker = n, "giving back an abandoned attempt timed out; its lease will expire");
+            }
             return Ok(None);
         }
     };

@@ -105,7 +105,7 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     let mut signals = Signals::install();
     tracing::debug!(key, "acquiring");
 
-    let guard = match acquire(&locks, req.wait, &mut signals).await {
+    let guard = match acquire(&registry, &locks, req.wait, &mut signals).await {
         Acquired::Guard(guard) => guard,
         Acquired::Failed(distlock::Error::NotAcquired { key: busy, .. }) => {
             let why = match req.wait {
@@ -220,7 +220,12 @@ enum Acquired {
 }
 
 /// Takes the locks as `wait` says, showing progress on a terminal and giving up on a signal.
-async fn acquire(locks: &MultiLock, wait: WaitMode, signals: &mut Signals) -> Acquired {
+async fn acquire(
+    registry: &LockRegistry,
+    locks: &MultiLock,
+    wait: WaitMode,
+    signals: &mut Signals,
+) -> Acquired {
     let started = Instant::now();
     let mut attempt: std::pin::Pin<Box<dyn Future<Output = distlock::Result<MultiGuard>> + Send>> =
         match wait {
@@ -261,11 +266,17 @@ async fn acquire(locks: &MultiLock, wait: WaitMode, signals: &mut Signals) -> Ac
         reporter.abort();
         let _ = reporter.await;
     }
-    if let Acquired::Interrupted(_) = result {
-        // Cancel safe: a remote attempt in flight is given back by a background task; give it
-        // a moment to run before the runtime shuts down.
+    if !matches!(result, Acquired::Guard(_)) {
+        // distlock exits next: an attempt in flight, or a queue place, is given back by
+        // background tasks that the runtime's end would cut off (leaving the key held or
+        // queued for a lease). A second signal stops the wait.
         drop(attempt);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::select! {
+            done = registry.flush(RELEASE_TIMEOUT) => if !done {
+                tracing::debug!("giving back the abandoned attempt timed out; its lease will expire");
+            },
+            _ = signals.recv() => {}
+        }
     }
     if reported.load(Ordering::SeqCst) {
         if let Acquired::Guard(g) = &result {

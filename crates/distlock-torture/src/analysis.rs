@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::checker::{Counters, Section};
-use crate::nemesis::{Fault, FaultKind};
-use crate::proto::Role;
+use crate::checker::{Log, Section, Wait};
+use crate::faults::{Fault, FaultKind};
+use crate::liveness::{self, Stretch};
+use crate::proto::{ms, Role};
 
 /// The report of one backend.
 #[derive(Debug, Serialize)]
@@ -61,8 +62,33 @@ pub(crate) struct BackendReport {
     /// The longest time in which no worker was in a critical section (faults make the lock
     /// unavailable for a lease or so; much longer means waiters are stuck).
     pub(crate) longest_gap_ms: u64,
+    /// The longest stretch in which somebody waited, no live worker held the lock and no
+    /// injected fault explains it (docs/SAFETY.md, "Liveness").
+    pub(crate) max_unexplained_unavailable_ms: u64,
+    /// The run fails when `max_unexplained_unavailable_ms` is above this (3 s with `--quick`).
+    pub(crate) max_unavailable_limit_ms: Option<u64>,
+    /// All time in which somebody waited and no live worker held the lock.
+    pub(crate) unavailable_ms: u64,
+    /// The unexplained stretches over a second, longest first.
+    pub(crate) unexplained_stretches: Vec<Stretch>,
+    /// The foreign `SET NX` client's share (Redis backends).
+    pub(crate) foreign: Option<ForeignReport>,
     /// The first overlaps in detail, times in ms since the workers started.
     pub(crate) overlap_details: Vec<OverlapDetail>,
+}
+
+/// How many times the foreign client must have tried before never being served fails a run.
+const FOREIGN_TRIES: usize = 3;
+
+/// What the foreign client (plain `SET NX PX`, compare-and-delete) saw.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct ForeignReport {
+    /// Times it set out to take the lock.
+    pub(crate) attempts: usize,
+    /// Times it got it.
+    pub(crate) served: usize,
+    /// The longest it waited for the lock, served or not.
+    pub(crate) longest_wait_ms: u64,
 }
 
 /// One unannounced overlap, for the report.
@@ -111,6 +137,27 @@ impl BackendReport {
         if self.lost_updates > 0 && self.fencing {
             p.push(format!("{} lost updates under fencing", self.lost_updates));
         }
+        if let Some(limit) = self
+            .max_unavailable_limit_ms
+            .filter(|l| self.max_unexplained_unavailable_ms > *l)
+        {
+            p.push(format!(
+                "unavailable for {} ms without a fault to explain it (limit {limit} ms)",
+                self.max_unexplained_unavailable_ms
+            ));
+        }
+        // Starving a while is what FIFO among distlock's waiters does to a client outside the
+        // line under constant contention; never getting the key in several patient tries is not.
+        if let Some(f) = self
+            .foreign
+            .as_ref()
+            .filter(|f| f.attempts >= FOREIGN_TRIES && f.served == 0)
+        {
+            p.push(format!(
+                "the foreign client was never served in {} attempts",
+                f.attempts
+            ));
+        }
         for (kind, n) in &self.faults {
             if *n == 0 {
                 p.push(format!("fault {kind} never injected"));
@@ -120,12 +167,42 @@ impl BackendReport {
     }
 }
 
-fn ms(ns: u64) -> f64 {
-    (ns as f64 / 1e4).round() / 100.0
+impl BackendReport {
+    /// The run of one backend in a line: what ran, the safety figures (fenced backends only
+    /// promise fences), liveness, and what failed.
+    pub(crate) fn summary(&self) -> String {
+        let problems = self.problems();
+        let fences = if self.fencing {
+            format!("stale writes accepted {}", self.stale_writes_accepted)
+        } else {
+            "no fences (not promised)".to_owned()
+        };
+        let foreign = self
+            .foreign
+            .as_ref()
+            .map(|f| format!(", foreign client served {}/{}", f.served, f.attempts))
+            .unwrap_or_default();
+        format!(
+            "{} ({}): {} acquisitions, faults {:?}, {fences}, unannounced overlaps {}, \
+             max lost notice {} ms, max unexplained unavailable {} ms{foreign}{}",
+            self.backend,
+            self.lock,
+            self.acquisitions,
+            self.faults,
+            self.unannounced_overlaps,
+            self.max_lost_notice_ms,
+            self.max_unexplained_unavailable_ms,
+            if problems.is_empty() {
+                " -- ok".to_owned()
+            } else {
+                format!(" -- FAILED: {}", problems.join("; "))
+            }
+        )
+    }
 }
 
 fn label(s: &Section) -> String {
-    format!("w{}.{}#{}", s.id.worker, s.id.life, s.id.seq)
+    s.id.label(s.role)
 }
 
 /// Builds the report of one backend.
@@ -135,13 +212,14 @@ pub(crate) fn analyse(
     kinds: &[FaultKind],
     faults: &[Fault],
     fault_errors: Vec<String>,
-    sections: &[Section],
-    counters: &Counters,
+    log: &Log,
     lease: Duration,
+    leases: &[Duration],
     permits: u32,
     t0: u64,
     t_end: u64,
 ) -> BackendReport {
+    let (sections, counters) = (&log.sections[..], &log.counters);
     let end_of = |s: &Section| s.end.unwrap_or(s.start);
     // A section is paused when a SIGSTOP of its worker slot overlaps it.
     let paused = |s: &Section| {
@@ -250,7 +328,9 @@ pub(crate) fn analyse(
 
     // Fences must increase across holders: a section that started after another had ended
     // must carry a higher fence.
-    let mut by_end: Vec<(u64, u64)> = sections.iter().map(|s| (end_of(s), s.fence)).collect();
+    // The foreign client has no fence.
+    let fenced = || sections.iter().filter(|s| s.role != Role::Foreign);
+    let mut by_end: Vec<(u64, u64)> = fenced().map(|s| (end_of(s), s.fence)).collect();
     by_end.sort_unstable();
     let highest_by_end: Vec<u64> = by_end
         .iter()
@@ -260,7 +340,7 @@ pub(crate) fn analyse(
         })
         .collect();
     let mut regressions = 0;
-    for s in sections {
+    for s in fenced() {
         let before = by_end.partition_point(|(end, _)| *end < s.start);
         if before > 0 && highest_by_end[before - 1] >= s.fence {
             regressions += 1;
@@ -280,7 +360,25 @@ pub(crate) fn analyse(
         covered_to = covered_to.max(end_of(s));
     }
     longest_gap = longest_gap.max(t_end.saturating_sub(covered_to));
+    let live = liveness::Run {
+        sections,
+        waits: &log.waits,
+        faults,
+        bounds: liveness::bounds(backend),
+        lease,
+        leases,
+        permits,
+        from: sections.first().map_or(t_end, |s| s.start),
+        to: t_end,
+        t0,
+    }
+    .analyse();
     BackendReport {
+        max_unexplained_unavailable_ms: live.max_unexplained_unavailable_ms,
+        max_unavailable_limit_ms: None,
+        unavailable_ms: live.unavailable_ms,
+        unexplained_stretches: live.unexplained,
+        foreign: None,
         fencing: true,
         backend: backend.to_owned(),
         lock: "mutex".to_owned(),
@@ -289,7 +387,7 @@ pub(crate) fn analyse(
         lease_ms: lease.as_millis() as u64,
         run_ms: t_end.saturating_sub(t0) / 1_000_000,
         longest_gap_ms: longest_gap / 1_000_000,
-        acquisitions: sections.len(),
+        acquisitions: sections.iter().filter(|s| s.role != Role::Foreign).count(),
         faults: fault_counts,
         pauses_at_write: faults.iter().filter(|f| f.at_write).count(),
         fault_errors,
@@ -316,9 +414,9 @@ pub(crate) fn analyse(
     }
 }
 
-/// The run as text, one line per section and fault in order of time (ms since the workers
-/// started), for reading a failure.
-pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> String {
+/// The run as text, one line per section, fault and wait of over a second in order of time (ms
+/// since the workers started), for reading a failure.
+pub(crate) fn timeline(sections: &[Section], waits: &[Wait], faults: &[Fault], t0: u64) -> String {
     let mut lines: Vec<(u64, String)> = sections
         .iter()
         .map(|s| {
@@ -340,6 +438,24 @@ pub(crate) fn timeline(sections: &[Section], faults: &[Fault], t0: u64) -> Strin
             )
         })
         .collect();
+    lines.extend(
+        waits
+            .iter()
+            .filter(|w| w.end.unwrap_or(w.start) - w.start > 1_000_000_000)
+            .map(|w| {
+                let end = w.end.unwrap_or(w.start);
+                (
+                    w.start,
+                    format!(
+                        "{:>10.2} .. {:>10.2}  WAIT {}{}",
+                        ms(w.start.saturating_sub(t0)),
+                        ms(end.saturating_sub(t0)),
+                        w.id.label(w.role),
+                        if w.abandoned { " (gave up)" } else { "" }
+                    ),
+                )
+            }),
+    );
     lines.extend(faults.iter().map(|f| {
         (
             f.start,
@@ -398,9 +514,13 @@ mod tests {
             &[FaultKind::Pause],
             faults,
             Vec::new(),
-            sections,
-            &Counters::default(),
+            &Log {
+                sections: sections.to_vec(),
+                waits: Vec::new(),
+                counters: Default::default(),
+            },
             LEASE,
+            &[],
             permits,
             0,
             10_000 * MS,
@@ -511,6 +631,56 @@ mod tests {
         );
         assert_eq!(r.fence_regressions, 1);
         assert!(r.problems().iter().any(|p| p.contains("fence regression")));
+    }
+
+    #[test]
+    fn a_fenceless_backend_s_summary_says_so_instead_of_counting_stale_writes() {
+        let mut r = report(&[section(0, 1, 100, 200, None)], &[pause(0, 300, 400)]);
+        r.stale_writes_accepted = 70;
+        assert!(r.summary().contains("stale writes accepted 70"));
+        assert!(r.summary().contains("FAILED"));
+        r.fencing = false;
+        assert!(r.summary().contains("no fences (not promised)"));
+        assert!(!r.summary().contains("stale writes"));
+        assert!(r.summary().ends_with("-- ok"));
+    }
+
+    #[test]
+    fn a_long_unexplained_stretch_fails_the_run_only_with_a_limit() {
+        // Nobody holds from 200 to 4000 ms while w1 waits: 3.8 s without a fault.
+        let mut r = analyse(
+            "test",
+            &[],
+            &[],
+            Vec::new(),
+            &Log {
+                sections: vec![
+                    section(0, 1, 100, 200, None),
+                    section(1, 2, 4000, 4100, None),
+                ],
+                waits: vec![Wait {
+                    id: SectionId {
+                        worker: 1,
+                        life: 0,
+                        seq: 2,
+                    },
+                    role: Role::Exclusive,
+                    start: 150 * MS,
+                    end: Some(4000 * MS),
+                    abandoned: false,
+                }],
+                counters: Default::default(),
+            },
+            LEASE,
+            &[],
+            1,
+            0,
+            10_000 * MS,
+        );
+        assert_eq!(r.max_unexplained_unavailable_ms, 3800);
+        assert!(r.problems().is_empty());
+        r.max_unavailable_limit_ms = Some(3000);
+        assert!(r.problems()[0].contains("3800 ms without a fault"));
     }
 
     #[test]

@@ -38,6 +38,26 @@ pub(crate) struct Section {
     pub(crate) held_after_write: bool,
 }
 
+/// One attempt of a worker process to take the lock, from the call to its end: the section
+/// `id` began, the timed attempt gave up (`abandoned`), or the process was killed.
+#[derive(Debug, Clone)]
+pub(crate) struct Wait {
+    pub(crate) id: SectionId,
+    pub(crate) role: Role,
+    pub(crate) start: u64,
+    /// `None` while it waits.
+    pub(crate) end: Option<u64>,
+    pub(crate) abandoned: bool,
+}
+
+/// What the checker recorded of a run: every section and wait (open ones ended at the end of
+/// the run), in order of start, and the counters.
+pub(crate) struct Log {
+    pub(crate) sections: Vec<Section>,
+    pub(crate) waits: Vec<Wait>,
+    pub(crate) counters: Counters,
+}
+
 /// The checker's counters, copied into the report.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Counters {
@@ -61,6 +81,9 @@ struct State {
     /// Which section each accepted fence came from.
     accepted_by: HashMap<u64, SectionId>,
     sections: HashMap<SectionId, Section>,
+    waits: HashMap<SectionId, Wait>,
+    /// Until when each open section's worker said it would stay in it at least.
+    busy_until: HashMap<SectionId, u64>,
     /// The open section of each worker slot, for the nemesis to aim at.
     open: HashMap<usize, SectionId>,
     /// Open sections whose write is on its way.
@@ -114,11 +137,46 @@ impl Checker {
         Ok(())
     }
 
-    fn handle(&self, request: Request) -> Option<Reply> {
+    /// Records a request as if a worker had sent it; the reply, for those that get one.
+    pub(crate) fn handle(&self, request: Request) -> Option<Reply> {
         let mut s = self.state();
         let mut accepted = false;
         match request {
-            Request::Acquired { id, fence, t, role } => {
+            Request::Waiting { id, t, role } => {
+                // The section may have been reported first: the two travel apart.
+                let end = s
+                    .sections
+                    .get(&id)
+                    .map(|sec| sec.start)
+                    .or_else(|| s.dead.get(&(id.worker, id.life)).copied());
+                s.waits.entry(id).or_insert(Wait {
+                    id,
+                    role,
+                    start: t,
+                    end: end.map(|e| e.max(t)),
+                    abandoned: false,
+                });
+                return None;
+            }
+            Request::Abandoned { id, t } => {
+                if let Some(wait) = s.waits.get_mut(&id) {
+                    if wait.end.is_none() {
+                        wait.end = Some(t.max(wait.start));
+                        wait.abandoned = true;
+                    }
+                }
+                return None;
+            }
+            Request::Acquired {
+                id,
+                fence,
+                t,
+                role,
+                busy_until,
+            } => {
+                if let Some(wait) = s.waits.get_mut(&id) {
+                    wait.end = Some(wait.end.map_or(t, |e| e.min(t)).max(wait.start));
+                }
                 let died = s.dead.get(&(id.worker, id.life)).copied();
                 s.sections.insert(
                     id,
@@ -134,8 +192,10 @@ impl Checker {
                         held_after_write: false,
                     },
                 );
-                if died.is_none() {
+                // The foreign client is no worker process the nemesis could aim at.
+                if died.is_none() && role != Role::Foreign {
                     s.open.insert(id.worker, id);
+                    s.busy_until.insert(id, busy_until);
                 }
             }
             Request::Read { fence, .. } => s.max_seen = s.max_seen.max(fence),
@@ -207,6 +267,7 @@ impl Checker {
                 if s.open.get(&id.worker) == Some(&id) {
                     s.open.remove(&id.worker);
                 }
+                s.busy_until.remove(&id);
                 if s.writing.get(&id.worker) == Some(&id) {
                     s.writing.remove(&id.worker);
                 }
@@ -221,15 +282,48 @@ impl Checker {
 
     /// The worker slot's open section, if it is in one.
     pub(crate) fn holder(&self) -> Option<usize> {
+        self.holder_but(None)
+    }
+
+    /// The lowest worker slot other than `not` in an open section.
+    pub(crate) fn holder_but(&self, not: Option<usize>) -> Option<usize> {
         let s = self.state();
-        let mut open: Vec<usize> = s.open.keys().copied().collect();
+        let mut open: Vec<usize> = s.open.keys().copied().filter(|w| Some(*w) != not).collect();
         open.sort_unstable();
         open.first().copied()
     }
 
-    /// The worker slot whose write is on its way, if one's is.
-    pub(crate) fn writer(&self) -> Option<usize> {
-        self.state().writing.keys().next().copied()
+    /// The worker slots waiting and not in a section (never the foreign client), the one
+    /// that has waited longest first.
+    pub(crate) fn waiters(&self) -> Vec<usize> {
+        let s = self.state();
+        let mut waits: Vec<&Wait> = s
+            .waits
+            .values()
+            .filter(|w| w.end.is_none() && w.role != Role::Foreign)
+            .filter(|w| !s.open.contains_key(&w.id.worker))
+            .collect();
+        waits.sort_by_key(|w| w.start);
+        waits.iter().map(|w| w.id.worker).collect()
+    }
+
+    /// The open section of a worker slot, if it is in one, and until when its worker said it
+    /// would stay in it at least.
+    pub(crate) fn open_section(&self, worker: usize) -> Option<(SectionId, u64)> {
+        let s = self.state();
+        let id = s.open.get(&worker).copied()?;
+        Some((id, s.busy_until.get(&id).copied().unwrap_or(0)))
+    }
+
+    /// Whether a section has begun.
+    pub(crate) fn any_acquired(&self) -> bool {
+        !self.state().sections.is_empty()
+    }
+
+    /// The worker slot other than `not` whose write is on its way, if one's is.
+    pub(crate) fn writer_but(&self, not: Option<usize>) -> Option<usize> {
+        let s = self.state();
+        s.writing.keys().copied().find(|w| Some(*w) != not)
     }
 
     /// Ends the open section of a worker that was killed at `t` (its own report never comes).
@@ -237,6 +331,11 @@ impl Checker {
         let mut s = self.state();
         s.dead.insert((worker, life), t);
         s.writing.remove(&worker);
+        for wait in s.waits.values_mut() {
+            if (wait.id.worker, wait.id.life) == (worker, life) && wait.end.is_none() {
+                wait.end = Some(t.max(wait.start));
+            }
+        }
         if let Some(id) = s.open.remove(&worker) {
             if let Some(section) = s.sections.get_mut(&id) {
                 section.end.get_or_insert(t);
@@ -244,8 +343,8 @@ impl Checker {
         }
     }
 
-    /// Every section, open ones ended at `t`, in order of start; and the counters.
-    pub(crate) fn finish(&self, t: u64) -> (Vec<Section>, Counters) {
+    /// Every section and wait, open ones ended at `t`, in order of start; and the counters.
+    pub(crate) fn finish(&self, t: u64) -> Log {
         let s = self.state();
         let mut sections: Vec<Section> = s
             .sections
@@ -257,7 +356,21 @@ impl Checker {
             })
             .collect();
         sections.sort_by_key(|sec| (sec.start, sec.id.worker));
-        (sections, s.counters.clone())
+        let mut waits: Vec<Wait> = s
+            .waits
+            .values()
+            .cloned()
+            .map(|mut w| {
+                w.end.get_or_insert(t.max(w.start));
+                w
+            })
+            .collect();
+        waits.sort_by_key(|w| (w.start, w.id.worker));
+        Log {
+            sections,
+            waits,
+            counters: s.counters.clone(),
+        }
     }
 }
 
@@ -294,10 +407,59 @@ mod tests {
             fence: 5,
             t: 900,
             role: Role::Exclusive,
+            busy_until: 0,
         });
         assert_eq!(c.holder(), None);
-        let (sections, _) = c.finish(1_000_000);
-        assert_eq!(sections[0].end, Some(1_000));
+        let log = c.finish(1_000_000);
+        assert_eq!(log.sections[0].end, Some(1_000));
+    }
+
+    #[test]
+    fn a_wait_ends_at_its_section_or_at_its_worker_s_death_whatever_comes_first() {
+        let c = Checker::default();
+        // The section's report overtook the wait's (they travel on two connections).
+        c.handle(Request::Acquired {
+            id: id(0, 1),
+            fence: 1,
+            t: 500,
+            role: Role::Exclusive,
+            busy_until: 0,
+        });
+        c.handle(Request::Waiting {
+            id: id(0, 1),
+            t: 100,
+            role: Role::Exclusive,
+        });
+        c.handle(Request::Waiting {
+            id: id(1, 1),
+            t: 200,
+            role: Role::Exclusive,
+        });
+        assert_eq!(c.waiters(), vec![1]);
+        c.killed(1, 0, 900);
+        c.handle(Request::Waiting {
+            id: id(2, 1),
+            t: 300,
+            role: Role::Exclusive,
+        });
+        c.handle(Request::Abandoned {
+            id: id(2, 1),
+            t: 400,
+        });
+        let log = c.finish(10_000);
+        let ends: Vec<(usize, Option<u64>, bool)> = log
+            .waits
+            .iter()
+            .map(|w| (w.id.worker, w.end, w.abandoned))
+            .collect();
+        assert_eq!(
+            ends,
+            vec![
+                (0, Some(500), false),
+                (1, Some(900), false),
+                (2, Some(400), true)
+            ]
+        );
     }
 
     #[test]
@@ -310,7 +472,7 @@ mod tests {
         assert!(write(&c, new, 20, 0));
         // The old holder's write arrives late, with its old fence and its old base.
         assert!(!write(&c, old, 10, 0));
-        let (_, n) = c.finish(0);
+        let n = c.finish(0).counters;
         assert_eq!(n.stale_writes_rejected, 1);
         assert_eq!(n.stale_writes_accepted, 0);
         assert_eq!(n.lost_updates, 0);
@@ -327,7 +489,7 @@ mod tests {
         assert!(write(&c, a, 7, 0));
         // A store that compares numbers cannot tell b from a: accepted, and audited as stale.
         assert!(write(&c, b, 7, 0));
-        let (_, n) = c.finish(0);
+        let n = c.finish(0).counters;
         assert_eq!(n.stale_writes_accepted, 1);
         assert_eq!(n.lost_updates, 1);
     }

@@ -1,23 +1,22 @@
 //! The driver: for each backend, starts its servers, the checker store, one fault proxy per
-//! worker and server, and the worker processes; runs the nemesis; then stops everything and
-//! reports.
+//! worker and server, the worker processes and (on Redis) the foreign client; runs the
+//! nemesis; then stops everything and reports. Backends run one after the other, or up to
+//! `--parallel` at once.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::testkit::proxy::FaultProxy;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use tokio::time::Instant;
 
-use crate::analysis::{self, BackendReport};
+use crate::analysis::{self, BackendReport, ForeignReport};
 use crate::checker::Checker;
-use crate::nemesis;
-use crate::proto::{now_ns, Role};
+use crate::faults::{Fault, FaultKind};
+use crate::fleet::{self, Fleet, LockMode};
+use crate::proto::{now_ns, runtime, Role};
 use crate::servers::{Servers, ALL};
+use crate::{foreign, nemesis};
 
 /// The driver's options (see `scripts/torture.sh --help`).
 pub(crate) struct Options {
@@ -29,179 +28,30 @@ pub(crate) struct Options {
     pub(crate) lease: Duration,
     pub(crate) logs: PathBuf,
     pub(crate) lock: LockMode,
-}
-
-/// Which kind of lock the workers of a run take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LockMode {
-    /// Every worker takes the key's mutex.
-    Mutex,
-    /// Even worker slots take the write side of the key's read-write lock, odd ones its read
-    /// side.
-    ReadWrite,
-    /// Every worker takes one permit of a semaphore with this many.
-    Semaphore(u32),
-}
-
-impl LockMode {
-    /// The role of worker slot `worker`.
-    fn role(self, worker: usize) -> Role {
-        match self {
-            LockMode::Mutex => Role::Exclusive,
-            LockMode::ReadWrite if worker.is_multiple_of(2) => Role::Write,
-            LockMode::ReadWrite => Role::Read,
-            LockMode::Semaphore(_) => Role::Permit,
-        }
-    }
-
-    pub(crate) fn permits(self) -> u32 {
-        match self {
-            LockMode::Semaphore(n) => n,
-            _ => 1,
-        }
-    }
-
-    pub(crate) fn name(self) -> String {
-        match self {
-            LockMode::Mutex => "mutex".into(),
-            LockMode::ReadWrite => "rw".into(),
-            LockMode::Semaphore(n) => format!("semaphore({n})"),
-        }
-    }
-}
-
-/// The worker processes of one backend and what stands between them and the servers.
-pub(crate) struct Fleet {
-    pub(crate) checker: Checker,
-    pub(crate) servers: Arc<Servers>,
-    checker_addr: SocketAddr,
-    backend: String,
-    lease: Duration,
-    logs: PathBuf,
-    lock: LockMode,
-    /// Per worker slot: its proxies (one per server), its process and how many it has had.
-    slots: Vec<Slot>,
-}
-
-struct Slot {
-    proxies: Vec<Arc<FaultProxy>>,
-    url: String,
-    child: Mutex<(Option<Child>, u32)>,
-}
-
-impl Fleet {
-    pub(crate) fn workers(&self) -> usize {
-        self.slots.len()
-    }
-
-    pub(crate) fn proxies(&self, worker: usize) -> Vec<Arc<FaultProxy>> {
-        self.slots[worker].proxies.clone()
-    }
-
-    fn spawn(&self, worker: usize, life: u32) -> std::io::Result<Child> {
-        let slot = &self.slots[worker];
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(
-            self.logs
-                .join(format!("{}-worker{worker}.log", self.backend)),
-        )?;
-        Command::new(std::env::current_exe()?)
-            .arg("worker")
-            .args(["--worker", &worker.to_string()])
-            .args(["--life", &life.to_string()])
-            .args(["--url", &slot.url])
-            .args(["--checker", &self.checker_addr.to_string()])
-            .args(["--lease-ms", &self.lease.as_millis().to_string()])
-            .args(["--key", "torture-key"])
-            .args(["--role", self.lock.role(worker).name()])
-            .args(["--permits", &self.lock.permits().to_string()])
-            .env("RUST_LOG", "off")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-    }
-
-    fn pid(&self, worker: usize) -> Result<Pid, String> {
-        let child = self.slots[worker]
-            .child
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let c = child.0.as_ref().ok_or("worker not running")?;
-        i32::try_from(c.id())
-            .map(Pid::from_raw)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Sends `signal` to the worker's process.
-    pub(crate) fn signal(&self, worker: usize, signal: Signal) -> Result<(), String> {
-        // A child of ours that has not been reaped.
-        kill(self.pid(worker)?, signal).map_err(|e| e.to_string())
-    }
-
-    /// `SIGKILL`s the worker, ends its open section at the time of death and starts a new
-    /// process in its slot.
-    pub(crate) fn kill_and_respawn(&self, worker: usize) -> Result<(), String> {
-        let mut child = self.slots[worker]
-            .child
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(mut c) = child.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.checker.killed(worker, child.1, now_ns());
-        child.1 += 1;
-        child.0 = Some(self.spawn(worker, child.1).map_err(|e| e.to_string())?);
-        Ok(())
-    }
-
-    /// Kills every worker (continuing stopped ones first) and ends their open sections.
-    fn stop_all(&self) {
-        for (i, slot) in self.slots.iter().enumerate() {
-            let mut child = slot.child.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(mut c) = child.0.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            self.checker.killed(i, child.1, now_ns());
-        }
-    }
+    /// How many backends run at once.
+    pub(crate) parallel: usize,
+    /// A backend fails when the lock was unavailable longer than this without a fault to
+    /// explain it.
+    pub(crate) max_unavailable: Option<Duration>,
 }
 
 /// Runs every backend of `opts`, prints and writes the report; non-zero when a backend shows
-/// a violation or a supported fault was never injected.
+/// a violation, a supported fault was never injected, or the lock stayed unavailable too long.
 pub(crate) fn main(opts: Options) -> ExitCode {
-    let Some(runtime) = crate::runtime("distlock-torture") else {
+    let Some(runtime) = runtime("distlock-torture") else {
         return ExitCode::FAILURE;
     };
     let started = std::time::Instant::now();
-    let mut reports = Vec::new();
+    let opts = Arc::new(opts);
     let mut failed = false;
-    for backend in &opts.backends {
-        eprintln!("torture: {backend}: starting servers");
-        match runtime.block_on(run_backend(backend, &opts)) {
+    let mut reports = Vec::new();
+    for (backend, result) in runtime.block_on(run_all(opts.clone())) {
+        match result {
             Ok(report) => {
-                let problems = report.problems();
-                eprintln!(
-                    "torture: {backend} ({}): {} acquisitions, faults {:?}, stale writes accepted {}, \
-                     unannounced overlaps {}, max lost notice {} ms{}",
-                    report.lock,
-                    report.acquisitions,
-                    report.faults,
-                    report.stale_writes_accepted,
-                    report.unannounced_overlaps,
-                    report.max_lost_notice_ms,
-                    if problems.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" -- FAILED: {}", problems.join("; "))
-                    }
-                );
-                failed |= !problems.is_empty();
+                failed |= !report.problems().is_empty();
                 reports.push(serde_json::to_value(&report).unwrap_or_default());
             }
             Err(e) => {
-                eprintln!("torture: {backend}: FAILED: {e}");
                 failed = true;
                 reports.push(serde_json::json!({ "backend": backend, "error": e }));
             }
@@ -228,6 +78,39 @@ pub(crate) fn main(opts: Options) -> ExitCode {
     }
 }
 
+/// Every backend, at most `opts.parallel` at once; the results in the order of
+/// `opts.backends`.
+async fn run_all(opts: Arc<Options>) -> Vec<(String, Result<BackendReport, String>)> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(opts.parallel.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, backend) in opts.backends.iter().enumerate() {
+        // Turns are taken here, in order, so that backends start in the order given.
+        let Ok(turn) = gate.clone().acquire_owned().await else {
+            break;
+        };
+        let (opts, backend) = (opts.clone(), backend.clone());
+        tasks.spawn(async move {
+            let _turn = turn;
+            eprintln!("torture: {backend}: starting servers");
+            let result = run_backend(&backend, &opts).await;
+            match &result {
+                Ok(report) => eprintln!("torture: {}", report.summary()),
+                Err(e) => eprintln!("torture: {backend}: FAILED: {e}"),
+            }
+            (i, backend, result)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(r) => results.push(r),
+            Err(e) => results.push((usize::MAX, "?".to_owned(), Err(e.to_string()))),
+        }
+    }
+    results.sort_by_key(|(i, _, _)| *i);
+    results.into_iter().map(|(_, b, r)| (b, r)).collect()
+}
+
 async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, String> {
     if !ALL.contains(&backend) {
         return Err(format!("unknown backend (known: {})", ALL.join(", ")));
@@ -240,40 +123,22 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
     let servers = Arc::new(servers);
     let checker = Checker::default();
     let (checker_addr, checker_task) = checker.serve().await.map_err(|e| e.to_string())?;
-    let mut slots = Vec::new();
-    for _ in 0..opts.workers {
-        let mut proxies = Vec::new();
-        for target in servers.targets() {
-            proxies.push(Arc::new(
-                FaultProxy::start(target).await.map_err(|e| e.to_string())?,
-            ));
-        }
-        let addrs: Vec<SocketAddr> = proxies.iter().map(|p| p.addr()).collect();
-        slots.push(Slot {
-            url: servers.worker_url(&addrs, opts.lease),
-            proxies,
-            child: Mutex::new((None, 0)),
-        });
-    }
-    let fleet = Arc::new(Fleet {
-        checker: checker.clone(),
-        servers: servers.clone(),
-        checker_addr,
-        backend: backend.to_owned(),
-        lease: opts.lease,
-        logs: opts.logs.clone(),
-        lock: opts.lock,
-        slots,
-    });
     // Before the first worker starts: its first section may begin at once.
     let t0 = now_ns();
-    for (i, slot) in fleet.slots.iter().enumerate() {
-        let child = fleet.spawn(i, 0).map_err(|e| e.to_string())?;
-        slot.child.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(child);
-    }
+    let fleet = Fleet::start(
+        backend,
+        servers.clone(),
+        checker.clone(),
+        checker_addr,
+        opts.workers,
+        opts.lease,
+        opts.logs.clone(),
+        opts.lock,
+    )
+    .await?;
     // Faults start once the workers are at work.
     let ready_by = Instant::now() + Duration::from_secs(30);
-    while checker.finish(now_ns()).0.is_empty() {
+    while !checker.any_acquired() {
         if Instant::now() > ready_by {
             fleet.stop_all();
             return Err("no worker acquired the lock within 30 s of starting".into());
@@ -286,23 +151,61 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         opts.duration
     );
     let kinds = servers.faults();
+    // The workers give up their timed attempts by themselves: abandons are counted, not
+    // injected.
+    let injected: Vec<FaultKind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| *k != FaultKind::Abandon)
+        .collect();
+    let foreign = (servers.has_foreign() && opts.lock == LockMode::Mutex).then(|| {
+        tokio::spawn(foreign::run(
+            checker.clone(),
+            servers.clone(),
+            opts.workers,
+            opts.lease,
+            opts.lease * 8,
+        ))
+    });
     let until = Instant::now() + opts.duration;
-    let (faults, fault_errors) =
-        nemesis::run(fleet.clone(), kinds.clone(), opts.lease, until, opts.quick).await;
+    let (mut faults, fault_errors) =
+        nemesis::run(fleet.clone(), injected, opts.lease, until, opts.quick).await;
     // A last stretch without faults, so that the system is seen to recover.
     tokio::time::sleep(opts.lease).await;
     let t_end = now_ns();
+    if let Some(task) = &foreign {
+        task.abort();
+    }
     fleet.stop_all();
     checker_task.abort();
-    let (sections, counters) = checker.finish(t_end);
+    let log = checker.finish(t_end);
+    faults.extend(
+        log.waits
+            .iter()
+            .filter(|w| w.abandoned && w.role != Role::Foreign)
+            .map(|w| {
+                let t = w.end.unwrap_or(w.start);
+                Fault {
+                    kind: FaultKind::Abandon,
+                    worker: Some(w.id.worker),
+                    start: t,
+                    end: t,
+                    at_write: false,
+                    data_loss: false,
+                }
+            }),
+    );
+    faults.sort_by_key(|f| f.start);
     let mut report = analysis::analyse(
         backend,
         &kinds,
         &faults,
         fault_errors,
-        &sections,
-        &counters,
+        &log,
         opts.lease,
+        &(0..opts.workers)
+            .map(|w| fleet::lease_of(opts.lease, w))
+            .collect::<Vec<_>>(),
         opts.lock.permits(),
         t0,
         t_end,
@@ -310,10 +213,30 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
     report.fencing = servers.fences();
     report.lock = opts.lock.name();
     report.permits = matches!(opts.lock, LockMode::Semaphore(_)).then(|| opts.lock.permits());
+    report.max_unavailable_limit_ms = opts.max_unavailable.map(|d| d.as_millis() as u64);
+    report.foreign = foreign.is_some().then(|| {
+        let waits = log.waits.iter().filter(|w| w.role == Role::Foreign);
+        ForeignReport {
+            attempts: waits.clone().count(),
+            served: log
+                .sections
+                .iter()
+                .filter(|s| s.role == Role::Foreign)
+                .count(),
+            longest_wait_ms: waits
+                .map(|w| w.end.unwrap_or(w.start) - w.start)
+                .max()
+                .unwrap_or(0)
+                / 1_000_000,
+        }
+    });
     let timeline = opts
         .logs
         .join(format!("{backend}-{}-timeline.txt", opts.lock.name()));
-    if let Err(e) = std::fs::write(&timeline, analysis::timeline(&sections, &faults, t0)) {
+    if let Err(e) = std::fs::write(
+        &timeline,
+        analysis::timeline(&log.sections, &log.waits, &faults, t0),
+    ) {
         eprintln!("torture: cannot write {}: {e}", timeline.display());
     }
     drop(fleet);

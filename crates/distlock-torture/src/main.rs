@@ -1,12 +1,21 @@
 //! The distlock torture harness (docs/SAFETY.md).
 //!
 //! `distlock-torture [driver] [--backends LIST] [--duration DUR] [--report FILE] [--quick]
-//! [--workers N] [--lease DUR] [--logs DIR]` runs the driver; `distlock-torture worker ...` is
-//! the worker process the driver spawns.
+//! [--workers N] [--lease DUR] [--logs DIR] [--parallel N] [--max-unavailable DUR]` runs the
+//! driver; `distlock-torture worker ...` is the worker process the driver spawns.
+//!
+//! The modules depend on each other in one direction: `proto` and `faults` on nothing of the
+//! crate; `checker` on `proto`; `servers` on `faults`; `fleet` on those; `nemesis` and
+//! `foreign` on `fleet` and `servers`; `liveness` and `analysis` on the records; `driver` on
+//! all of them.
 
 mod analysis;
 mod checker;
 mod driver;
+mod faults;
+mod fleet;
+mod foreign;
+mod liveness;
 mod nemesis;
 mod proto;
 mod servers;
@@ -16,14 +25,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Per-backend nemesis time of `--quick`: with server start-up and the final lease, all six
-/// backends fit in three minutes on two CPUs.
+/// Per-backend nemesis time of `--quick`: with server start-up and the final lease, all nine
+/// backends fit in about three minutes on two CPUs.
 const QUICK_DURATION: Duration = Duration::from_secs(17);
 const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 const DEFAULT_LEASE: Duration = Duration::from_millis(1500);
+/// `--quick` fails a backend whose lock stayed unavailable longer without an explanation.
+const QUICK_MAX_UNAVAILABLE: Duration = Duration::from_secs(3);
 
 const USAGE: &str = "usage: distlock-torture [--backends LIST] [--duration DUR] [--report FILE] \
-[--quick] [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore]";
+[--quick] [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore] [--parallel N] \
+[--max-unavailable DUR]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -53,6 +65,8 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
     let mut lease = DEFAULT_LEASE;
     let mut logs = None;
     let mut lock = "mutex".to_owned();
+    let mut parallel = 1;
+    let mut max_unavailable = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || {
@@ -95,6 +109,14 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
             "--lease" => lease = parse_duration(&value()?)?,
             "--logs" => logs = Some(PathBuf::from(value()?)),
             "--lock" => lock = value()?,
+            "--parallel" => {
+                parallel = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| "--parallel needs a number of at least 1".to_owned())?;
+            }
+            "--max-unavailable" => max_unavailable = Some(parse_duration(&value()?)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -103,10 +125,10 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
     });
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let lock = match lock.as_str() {
-        "mutex" => driver::LockMode::Mutex,
-        "rw" => driver::LockMode::ReadWrite,
+        "mutex" => fleet::LockMode::Mutex,
+        "rw" => fleet::LockMode::ReadWrite,
         // Half the workers at once: permits are contended, and sharing is exercised.
-        "semaphore" => driver::LockMode::Semaphore((workers / 2).max(2) as u32),
+        "semaphore" => fleet::LockMode::Semaphore((workers / 2).max(2) as u32),
         other => return Err(format!("--lock {other:?}: mutex, rw or semaphore")),
     };
     Ok(driver::Options {
@@ -122,23 +144,9 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
         workers,
         lease,
         logs,
+        parallel,
+        max_unavailable: max_unavailable.or(quick.then_some(QUICK_MAX_UNAVAILABLE)),
     })
-}
-
-/// The two-worker runtime the driver and every worker run on; `None` (said on stderr, as
-/// `who`) when the system will not give one.
-fn runtime(who: &str) -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => Some(r),
-        Err(e) => {
-            eprintln!("{who}: no runtime: {e}");
-            None
-        }
-    }
 }
 
 /// `500ms`, `30s`, `2m`, `1h`.

@@ -10,57 +10,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::Rng;
-use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::driver::Fleet;
+use crate::faults::{Fault, FaultKind};
+use crate::fleet::{Fleet, LONG_LEASE_SLOT};
 use crate::proto::now_ns;
-
-/// The faults the harness injects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum FaultKind {
-    /// `SIGSTOP` of the holder for longer than the lease, then `SIGCONT`.
-    Pause,
-    /// `SIGKILL` of the holder; a new worker process takes its place.
-    Kill,
-    /// The holder's connections to the backend stop carrying bytes (held, not dropped) for
-    /// longer than the lease, then carry on.
-    Stall,
-    /// The holder's connections to the backend are reset, and new ones refused, for a while.
-    Cut,
-    /// The server is killed (`SIGKILL`) and started again; Redis comes back empty.
-    ServerRestart,
-    /// The leader of the 3-node ensemble is killed and started again.
-    LeaderKill,
-}
-
-impl FaultKind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            FaultKind::Pause => "pause",
-            FaultKind::Kill => "kill",
-            FaultKind::Stall => "stall",
-            FaultKind::Cut => "cut",
-            FaultKind::ServerRestart => "server_restart",
-            FaultKind::LeaderKill => "leader_kill",
-        }
-    }
-}
-
-/// One injected fault: `[start, end]` is when it was in force (`CLOCK_MONOTONIC` ns).
-#[derive(Debug, Clone)]
-pub(crate) struct Fault {
-    pub(crate) kind: FaultKind,
-    /// The worker slot it hit, for faults aimed at one worker.
-    pub(crate) worker: Option<usize>,
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    /// For a pause: whether it hit the worker after its last check, with its write on the way.
-    pub(crate) at_write: bool,
-    /// For a server restart: whether the server came back without its data.
-    pub(crate) data_loss: bool,
-}
 
 /// Runs faults until `until`; returns what was injected and the errors of faults that could
 /// not be injected.
@@ -74,6 +28,7 @@ pub(crate) async fn run(
     let mut faults = Vec::new();
     let mut errors = Vec::new();
     let mut queue: Vec<FaultKind> = Vec::new();
+    let mut retries = 2 * kinds.len();
     if each_first {
         queue = kinds.clone();
         queue.shuffle(&mut rand::rng());
@@ -88,9 +43,20 @@ pub(crate) async fn run(
             Some(k) => k,
             None => *kinds.choose(&mut rand::rng()).expect("at least one kind"),
         };
-        match inject(&fleet, kind, lease).await {
+        // The first waiter kill aims at the long lease, where a late grant shows most.
+        let long_first = faults
+            .iter()
+            .all(|f: &Fault| f.kind != FaultKind::WaiterKill);
+        match inject(&fleet, kind, lease, long_first).await {
             Ok(fault) => faults.push(fault),
-            Err(e) => errors.push(format!("{}: {e}", kind.name())),
+            Err(e) => {
+                errors.push(format!("{}: {e}", kind.name()));
+                // A kind that must come once is tried again after the others.
+                if each_first && retries > 0 {
+                    retries -= 1;
+                    queue.insert(0, kind);
+                }
+            }
         }
     }
     (faults, errors)
@@ -107,26 +73,106 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
     }
 }
 
-async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<Fault, String> {
+/// How long the holder must stay in its section after a waiter kill: the analysis's 100 ms
+/// for an attempt in flight, and 50 ms more for the nemesis's own delay.
+const KEPT_OUT_MARGIN_NS: u64 = 150_000_000;
+
+/// A waiting worker, taken right after another worker entered its section: it is then surely
+/// waiting (the holder keeps it out for a while yet). With `long`, the slot with the long
+/// lease when it waits (a late grant to it would keep the lock longest), else the one that has
+/// waited longest (the one the holder's release would hand the lock to).
+async fn waiter_to_kill(fleet: &Fleet, lease: Duration, long: bool) -> Option<usize> {
+    let give_up = Instant::now() + lease * 3;
+    let open = |h| fleet.checker.open_section(h);
+    let mut seen = fleet.checker.holder().and_then(open).map(|(id, _)| id);
+    let mut fallback = None;
+    while Instant::now() < give_up {
+        if let Some(h) = fleet.checker.holder() {
+            let section = open(h);
+            // A fresh section that lasts long enough for the kill to be told apart from one
+            // in a hand-over's instant (see the liveness analysis).
+            let fresh = section.is_some_and(|(id, busy_until)| {
+                Some(id) != seen && busy_until > now_ns() + KEPT_OUT_MARGIN_NS
+            });
+            seen = section.map(|(id, _)| id);
+            let waiters: Vec<usize> = fleet
+                .checker
+                .waiters()
+                .into_iter()
+                .filter(|w| *w != h)
+                .collect();
+            let choice = if long {
+                waiters.iter().copied().find(|w| *w == LONG_LEASE_SLOT)
+            } else {
+                waiters.first().copied()
+            };
+            if fresh && choice.is_some() {
+                return choice;
+            }
+            fallback = fallback.or(waiters.first().copied());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    fallback
+}
+
+async fn inject(
+    fleet: &Arc<Fleet>,
+    kind: FaultKind,
+    lease: Duration,
+    long_first: bool,
+) -> Result<Fault, String> {
+    if kind == FaultKind::WaiterKill {
+        let long = long_first || rand::rng().random_bool(0.5);
+        let worker = waiter_to_kill(fleet, lease, long)
+            .await
+            .ok_or("no worker waited while another held")?;
+        let start = now_ns();
+        fleet.kill_and_respawn(worker)?;
+        return Ok(Fault {
+            kind,
+            at_write: false,
+            worker: Some(worker),
+            start,
+            end: start,
+            data_loss: false,
+        });
+    }
     // Half of the pauses wait for a holder whose write is on its way (past its last check),
-    // the case only fences can catch.
+    // the case only fences can catch. The long-lease slot is spared: a holder lost for its
+    // lease would only keep the lock from everybody for long.
+    let spared = Some(LONG_LEASE_SLOT);
     let mut at_write = false;
     if kind == FaultKind::Pause && rand::rng().random_bool(0.5) {
         let give_up = Instant::now() + lease * 2;
         while Instant::now() < give_up && !at_write {
-            at_write = fleet.checker.writer().is_some();
+            at_write = fleet.checker.writer_but(spared).is_some();
             if !at_write {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
     }
-    // Otherwise aim at the holder when there is one: that is where faults bite.
+    // Otherwise aim at the holder: that is where faults bite. With nobody holding, a worker
+    // fault would hit a waiter of a lock that is unavailable already, and excuse the outage.
+    let give_up = Instant::now() + lease * 2;
+    let mut holder = None;
+    while kind.hits_holder() && holder.is_none() && Instant::now() < give_up {
+        holder = fleet.checker.holder_but(spared);
+        if holder.is_none() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
     let worker = fleet
         .checker
-        .writer()
+        .writer_but(spared)
         .filter(|_| at_write)
-        .or_else(|| fleet.checker.holder())
-        .unwrap_or_else(|| rand::rng().random_range(0..fleet.workers()));
+        .or(holder);
+    let worker = match (kind.hits_holder(), worker) {
+        (_, Some(w)) => w,
+        (true, None) => return Err("nobody held the lock".into()),
+        // Server faults name no worker.
+        (false, None) => 0,
+    };
     let start = now_ns();
     let mut data_loss = false;
     let mut target = Some(worker);
@@ -166,6 +212,9 @@ async fn inject(fleet: &Arc<Fleet>, kind: FaultKind, lease: Duration) -> Result<
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
+        }
+        FaultKind::WaiterKill | FaultKind::Abandon => {
+            return Err(format!("{} is not injected this way", kind.name()))
         }
     }
     Ok(Fault {

@@ -22,9 +22,27 @@ pub(crate) struct SectionId {
     pub(crate) seq: u64,
 }
 
+impl SectionId {
+    /// `w<slot>.<life>#<seq>`, or `foreign#<seq>` for the foreign client, as reports and
+    /// timelines name sections and waits.
+    pub(crate) fn label(self, role: Role) -> String {
+        if role == Role::Foreign {
+            format!("foreign#{}", self.seq)
+        } else {
+            format!("w{}.{}#{}", self.worker, self.life, self.seq)
+        }
+    }
+}
+
+/// Nanoseconds as milliseconds with two decimals, for reports.
+pub(crate) fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e4).round() / 100.0
+}
+
 /// What a worker's sections hold: the key's mutex or the write side of its read-write lock
 /// (exclusive: nobody else may be inside), its read side (beside other readers only), or one
-/// permit of its semaphore (beside at most permits - 1 others).
+/// permit of its semaphore (beside at most permits - 1 others). `Foreign` is the Redis key
+/// taken with a plain `SET NX PX` by a client that is not distlock: exclusive, without a fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Role {
@@ -33,6 +51,7 @@ pub(crate) enum Role {
     Write,
     Read,
     Permit,
+    Foreign,
 }
 
 impl Role {
@@ -55,6 +74,7 @@ impl Role {
             Role::Write => "write",
             Role::Read => "read",
             Role::Permit => "permit",
+            Role::Foreign => "foreign",
         }
     }
 
@@ -66,11 +86,21 @@ impl Role {
 }
 
 /// A worker's message to the checker store. Every request gets one [`Reply`] line, except
-/// [`Request::Writing`] and [`Request::Lost`], which travel on a connection of their own and
-/// are never answered.
+/// [`Request::Writing`], [`Request::Lost`], [`Request::Waiting`] and [`Request::Abandoned`],
+/// which travel on a connection of their own and are never answered.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Request {
+    /// An attempt began at `t` (`lock()` or `try_lock_for` was called): the worker waits for
+    /// the lock until it gets it, as section `id`, or gives up.
+    Waiting {
+        id: SectionId,
+        t: u64,
+        #[serde(default)]
+        role: Role,
+    },
+    /// The timed attempt `id` gave up at `t`, its deadline past.
+    Abandoned { id: SectionId, t: u64 },
     /// `lock()` returned a guard with this fence at time `t`.
     Acquired {
         id: SectionId,
@@ -78,6 +108,10 @@ pub(crate) enum Request {
         t: u64,
         #[serde(default)]
         role: Role,
+        /// Until when the worker will stay in the section at least, unless told the lock is
+        /// lost (its "work" is drawn before it reports the section).
+        #[serde(default)]
+        busy_until: u64,
     },
     /// Read both registers; the fenced one remembers `fence` as seen.
     Read { id: SectionId, fence: u64 },
@@ -111,4 +145,20 @@ pub(crate) struct Reply {
     pub(crate) value: u64,
     pub(crate) uvalue: u64,
     pub(crate) accepted: bool,
+}
+
+/// The two-worker runtime the driver and every worker run on; `None` (said on stderr, as
+/// `who`) when the system will not give one.
+pub(crate) fn runtime(who: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("{who}: no runtime: {e}");
+            None
+        }
+    }
 }

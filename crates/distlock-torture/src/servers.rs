@@ -15,7 +15,7 @@ use distlock::testkit::redis::sentinel::SentinelSet;
 use distlock::testkit::redis::RedisServer;
 use distlock::testkit::zookeeper::ZooKeeperEnsemble;
 
-use crate::nemesis::FaultKind;
+use crate::faults::FaultKind;
 
 /// The backends the harness knows, in the order it runs them.
 pub(crate) const ALL: &[&str] = &[
@@ -31,7 +31,7 @@ pub(crate) const ALL: &[&str] = &[
 ];
 
 /// The Redis key of the workers' lock (prefix `torture`, key `torture-key`).
-const LOCK_KEY: &str = "torture:torture-key";
+pub(crate) const LOCK_KEY: &str = "torture:torture-key";
 
 /// How long a member stays down before it is started again.
 const DOWN: Duration = Duration::from_millis(500);
@@ -167,7 +167,12 @@ impl Servers {
 
     /// The faults this backend can suffer.
     pub(crate) fn faults(&self) -> Vec<FaultKind> {
-        let mut kinds = vec![FaultKind::Pause, FaultKind::Kill];
+        let mut kinds = vec![
+            FaultKind::Pause,
+            FaultKind::Kill,
+            FaultKind::WaiterKill,
+            FaultKind::Abandon,
+        ];
         match self {
             Servers::Sqlite { .. } => {}
             Servers::Redis(_)
@@ -184,6 +189,40 @@ impl Servers {
             }
         }
         kinds
+    }
+
+    /// Whether a foreign client (plain `SET NX PX`) contends for the workers' lock: on Redis,
+    /// Sentinel and Cluster (Redlock's majority is no single key to set).
+    pub(crate) fn has_foreign(&self) -> bool {
+        matches!(
+            self,
+            Servers::Redis(_) | Servers::RedisSentinel(_) | Servers::RedisCluster(_)
+        )
+    }
+
+    /// Where the foreign client sends its commands now: the server, the master the Sentinels
+    /// name, or the master of the lock's slot (blocking). Straight to it, never through a
+    /// fault proxy.
+    pub(crate) fn foreign_target(&self) -> io::Result<SocketAddr> {
+        match self {
+            Servers::Redis(r) => Ok(r.lock().unwrap_or_else(|e| e.into_inner()).addr()),
+            Servers::RedisSentinel(set) => {
+                let set = set.lock().unwrap_or_else(|e| e.into_inner());
+                let master = set
+                    .master()
+                    .ok_or_else(|| io::Error::other("the Sentinels name no master"))?;
+                Ok(set.servers[master].addr())
+            }
+            Servers::RedisCluster(set) => {
+                let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
+                let slot = set.slot_of(LOCK_KEY)?;
+                let master = set
+                    .master_of(slot)
+                    .ok_or_else(|| io::Error::other("no master serves the lock's slot"))?;
+                Ok(set.nodes[master].addr())
+            }
+            _ => Err(io::Error::other("no foreign client on this backend")),
+        }
     }
 
     /// Whether the backend issues fences (Redlock does not).

@@ -17,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use crate::proto::{now_ns, Reply, Request, Role, SectionId};
+use crate::proto::{now_ns, runtime, Reply, Request, Role, SectionId};
 
 /// What the driver tells a worker on its command line.
 struct Args {
@@ -29,7 +29,19 @@ struct Args {
     key: String,
     role: Role,
     permits: u32,
+    /// Takes the lock again at once after each release, every other [`GREEDY_PHASE`].
+    greedy: bool,
 }
+
+/// How long a greedy worker's stretches of taking the lock again at once, and of behaving
+/// like the others, each last.
+const GREEDY_PHASE: u64 = 3_000_000_000;
+
+/// One attempt in this many (outside greedy stretches) is a timed one, `try_lock_for` with a
+/// deadline drawn from [`ABANDON_DEADLINE_MS`]: short enough that it often gives up while
+/// others hold and wait.
+const TIMED_ONE_IN: u32 = 5;
+const ABANDON_DEADLINE_MS: std::ops::RangeInclusive<u64> = 20..=250;
 
 fn parse(args: &[String]) -> Result<Args, String> {
     let get = |name: &str| -> Result<String, String> {
@@ -51,6 +63,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         key: get("--key")?,
         role: Role::parse(&get("--role")?).ok_or("--role: exclusive, write, read or permit")?,
         permits: num(get("--permits")?)? as u32,
+        greedy: get("--greedy").is_ok_and(|g| g == "1"),
     })
 }
 
@@ -63,7 +76,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let Some(runtime) = crate::runtime("distlock-torture worker") else {
+    let Some(runtime) = runtime("distlock-torture worker") else {
         return ExitCode::FAILURE;
     };
     match runtime.block_on(run(args)) {
@@ -144,33 +157,67 @@ async fn run(args: Args) -> io::Result<()> {
         Role::Write => registry.read_write(&args.key).map(|rw| rw.write().clone()),
         Role::Read => registry.read_write(&args.key).map(|rw| rw.read().clone()),
         Role::Permit => registry.semaphore(&args.key, args.permits),
+        Role::Foreign => return Err(io::Error::other("a worker is never the foreign client")),
     }
     .map_err(|e| io::Error::other(e.to_string()))?;
 
     let mut seq = 0;
     loop {
-        let guard = match lock.lock().await {
-            Ok(g) => g,
-            Err(e) => {
-                eprintln!("lock: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let t = now_ns();
+        // Each attempt gets the number of the section it may become; it is a wait from now
+        // until it becomes that section or gives up.
         seq += 1;
         let id = SectionId {
             worker: args.worker,
             life: args.life,
             seq,
         };
+        let greedy = args.greedy && (now_ns() / GREEDY_PHASE).is_multiple_of(2);
+        let t = now_ns();
+        let _ = send(
+            &mut *events.lock().await,
+            &Request::Waiting {
+                id,
+                t,
+                role: args.role,
+            },
+        )
+        .await;
+        let deadline = (!greedy && rand::rng().random_ratio(1, TIMED_ONE_IN))
+            .then(|| Duration::from_millis(rand::rng().random_range(ABANDON_DEADLINE_MS)));
+        let guard = loop {
+            let attempt = match deadline {
+                Some(d) => lock.try_lock_for(d).await,
+                None => lock.lock().await,
+            };
+            match attempt {
+                Ok(g) => break Some(g),
+                Err(distlock::Error::NotAcquired { .. }) if deadline.is_some() => break None,
+                // An error is no reason to stop wanting the lock: the wait goes on.
+                Err(e) => {
+                    eprintln!("lock: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let Some(guard) = guard else {
+            let t = now_ns();
+            let _ = send(&mut *events.lock().await, &Request::Abandoned { id, t }).await;
+            // Away for a while, so that a place the attempt left behind shows.
+            let away = Duration::from_millis(rand::rng().random_range(100..=400));
+            tokio::time::sleep(away).await;
+            continue;
+        };
+        let t = now_ns();
         let fence = guard.fence();
+        // The "work" between read and write, which a lost lock must cut short.
+        let work = Duration::from_millis(rand::rng().random_range(20..=200));
         checker
             .call(&Request::Acquired {
                 id,
                 fence,
                 t,
                 role: args.role,
+                busy_until: t + u64::try_from(work.as_nanos()).unwrap_or(0),
             })
             .await?;
         let lost = guard.lost();
@@ -193,8 +240,6 @@ async fn run(args: Args) -> io::Result<()> {
         } else {
             checker.call(&Request::Read { id, fence }).await?
         };
-        // The "work" between read and write, which a lost lock must cut short.
-        let work = Duration::from_millis(rand::rng().random_range(20..=200));
         let lost_during_work = tokio::select! {
             () = tokio::time::sleep(work) => false,
             () = guard.lost() => true,
@@ -231,7 +276,9 @@ async fn run(args: Args) -> io::Result<()> {
         if let Err(e) = guard.release().await {
             eprintln!("release: {e}");
         }
-        let pause = Duration::from_millis(rand::rng().random_range(0..=20));
-        tokio::time::sleep(pause).await;
+        if !greedy {
+            let pause = Duration::from_millis(rand::rng().random_range(0..=20));
+            tokio::time::sleep(pause).await;
+        }
     }
 }

@@ -429,13 +429,11 @@ impl QueueEntry<'_> {
 impl Drop for QueueEntry<'_> {
     fn drop(&mut self) {
         if self.joined {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let backend = self.registry.backend.clone();
-                let (name, token) = (self.name.clone(), self.token);
-                rt.spawn(async move {
-                    let _ = backend.leave_queue(&name, token).await;
-                });
-            }
+            let backend = self.registry.backend.clone();
+            let (name, token) = (self.name.clone(), self.token);
+            self.registry.background.spawn(async move {
+                let _ = backend.leave_queue(&name, token).await;
+            });
         }
     }
 }
@@ -542,13 +540,9 @@ impl Drop for InFlight<'_> {
         let Some(attempt) = self.attempt.take() else {
             return;
         };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(lock = ?self.name, "acquisition dropped outside a runtime; the lease will expire");
-            return;
-        };
         let backend = self.registry.backend.clone();
         let (name, token, queued) = (self.name.clone(), self.token, self.queued);
-        rt.spawn(async move {
+        let spawned = self.registry.background.spawn(async move {
             // Finish the attempt first: a release sent beside it could reach the server first.
             // Release even after `Busy`: an earlier attempt with this token may have been the
             // one that succeeded (owner-checked, so harmless otherwise).
@@ -560,6 +554,9 @@ impl Drop for InFlight<'_> {
                 let _ = backend.leave_queue(&name, token).await;
             }
         });
+        if !spawned {
+            tracing::debug!(lock = ?self.name, "acquisition dropped outside a runtime; the lease will expire");
+        }
     }
 }
 

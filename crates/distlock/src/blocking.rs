@@ -154,6 +154,16 @@ impl LockRegistry {
         self.inner.expire_unused_older_than(age)
     }
 
+    /// Blocks, at most `timeout`, until the releases and queue exits left to background tasks
+    /// (guards dropped without `unlock`, acquisitions that timed out) have reached the
+    /// backend; true when none is left. See [`crate::LockRegistry::flush`]. The facade's
+    /// runtime ends with its last handle and drops those tasks unfinished, so call this
+    /// before dropping it when the process exits right after; dropping never waits.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let inner = self.inner.clone();
+        wait(&self.rt, async move { Ok(inner.flush(timeout).await) }).unwrap_or(false)
+    }
+
     /// The async registry underneath.
     pub fn as_async(&self) -> &crate::LockRegistry {
         &self.inner
@@ -379,10 +389,9 @@ impl MultiGuard {
 
 impl Drop for MultiGuard {
     fn drop(&mut self) {
-        if let Some(g) = self.guard.take() {
-            self.rt.spawn(async move {
-                let _ = g.release().await;
-            });
-        }
+        // Dropped on the facade's runtime, each guard releases in a counted background task
+        // that `LockRegistry::flush` waits for.
+        let _rt = self.rt.enter();
+        drop(self.guard.take());
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct ToRelease {
 /// when a Tokio runtime is running, the lock is released on the server by a background task
 /// (a local waiter that arrives meanwhile starts after that release completes). Without a
 /// runtime nothing can be sent: the lock stays taken on the server until its lease expires.
+/// A runtime that ends drops the task unfinished: a process about to end waits for it with
+/// [`LockRegistry::flush`](crate::LockRegistry::flush).
 #[must_use = "dropping the guard releases the lock (in the background) at once"]
 pub struct LockGuard {
     slot: Arc<Slot>,
@@ -287,18 +289,15 @@ impl Drop for LockGuard {
         let Some(ToRelease { local, hold }) = self.give_up() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let registry = self.registry.clone();
-                rt.spawn(async move {
-                    if let Err(e) = registry.release_hold(local, &hold).await {
-                        tracing::debug!(lock = ?hold.name, error = %e, "release on drop failed; the lease will expire");
-                    }
-                });
+        let registry = self.registry.clone();
+        let name = hold.name.clone();
+        let spawned = self.registry.background.spawn(async move {
+            if let Err(e) = registry.release_hold(local, &hold).await {
+                tracing::debug!(lock = ?hold.name, error = %e, "release on drop failed; the lease will expire");
             }
-            Err(_) => {
-                tracing::debug!(lock = ?hold.name, "guard dropped outside a runtime; the lease will expire");
-            }
+        });
+        if !spawned {
+            tracing::debug!(lock = ?name, "guard dropped outside a runtime; the lease will expire");
         }
     }
 }

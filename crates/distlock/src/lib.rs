@@ -141,6 +141,7 @@
 
 mod acquire;
 mod backend;
+mod background;
 pub mod blocking;
 mod connect;
 pub mod duration;

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::acquire::Wait;
 use crate::backend::{Backend, LockInfo, LockKind, LockName, Token};
+use crate::background::Background;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::multi::MultiLock;
@@ -207,7 +208,7 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
 /// ```
 #[derive(Clone)]
 pub struct LockRegistry {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -216,6 +217,7 @@ pub(crate) struct Inner {
     prefix: Arc<str>,
     slots: Mutex<Slots>,
     pub(crate) renewer: Arc<Renewer>,
+    pub(crate) background: Background,
     epoch: Instant,
 }
 
@@ -379,6 +381,7 @@ impl LockRegistry {
                     evict_at,
                 }),
                 renewer,
+                background: Background::default(),
                 epoch: Instant::now(),
             }),
         })
@@ -613,18 +616,6 @@ impl Inner {
             }
         })
     }
-
-    /// Gives a remote hold back in the background (cancelled acquisitions, stale holds).
-    pub(crate) fn release_in_background(&self, name: LockName, token: Token) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let backend = self.backend.clone();
-            rt.spawn(async move {
-                if let Err(e) = backend.release(&name, token).await {
-                    tracing::debug!(lock = ?name, error = %e, "background release failed; the lease will expire");
-                }
-            });
-        }
-    }
 }
 
 impl Slot {
@@ -754,7 +745,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves no waiter entry behind and no lock held (a remote
     /// attempt that was in flight is driven to its end in the background and then given back,
-    /// so the release cannot overtake it).
+    /// so the release cannot overtake it; [`LockRegistry::flush`] waits for that).
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire(Wait::Forever).await
     }

@@ -260,6 +260,11 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
     {
         say("serve: requests still open after the drain time were cut off");
     }
+    // Callers cut off while waiting left their attempts in flight and their queue places to
+    // background tasks, which the runtime's end would drop, leaving the keys held or queued.
+    if !service.holds.registry().flush(DRAIN).await {
+        say("serve: giving back abandoned attempts timed out; their leases will expire");
+    }
     Ok(0)
 }
 
