@@ -51,10 +51,12 @@ pub(crate) struct Bounds {
 /// bounds change. `holder`: a lost holder's lease plus the slack of waiters that poll at most
 /// every 500 ms (`max_poll_interval`) and a scheduling margin of 250 ms; etcd's session is
 /// 1.5 x the lease rounded up to whole seconds (3 s for the harness's 1.5 s) and etcd checks
-/// expiries every 500 ms. `waiter`: Redis and Redlock queue places live `waiter_ttl` (2 s);
-/// the SQL doorbells keep a free lock for a head that does not come for 1 s; a ZooKeeper
-/// waiter's node lives as long as its session, which the harness sizes to the lease; etcd
-/// waiters are to live on a short waiter lease (2 s); SQLite keeps no line. `recovery`: what
+/// expiries every 500 ms. `waiter`: Redis and Redlock queue places and hand-over grants live
+/// `waiter_ttl` (2 s); a dead SQL waiter's writer place keeps readers out for 2 s, and MySQL's
+/// doorbells leave a free lock to a head that does not come for 1 s; a distlock ZooKeeper
+/// waiter's liveness mark lives in a waiter session of 2 s (the testkit's minimum session is
+/// below that) plus a tick; etcd waiting keys live on a 2 s waiter lease, expired within
+/// 500 ms; SQLite keeps no line. `recovery`: what
 /// reconnecting, a failover or an election may take, plus, where the data survives, the lease
 /// of a holder that lost its hold in the outage.
 pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
@@ -102,7 +104,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
         "postgres",
         Bounds {
             holder: Span::lease_plus(100, 750),
-            waiter: Span::ms(1750),
+            waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 1500),
         },
     ),
@@ -110,7 +112,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
         "mysql",
         Bounds {
             holder: Span::lease_plus(100, 750),
-            waiter: Span::ms(1750),
+            waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 1500),
         },
     ),
@@ -118,7 +120,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
         "zookeeper",
         Bounds {
             holder: Span::lease_plus(100, 750),
-            waiter: Span::lease_plus(100, 750),
+            waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 2000),
         },
     ),
