@@ -293,8 +293,15 @@ impl Servers {
                     .master()
                     .ok_or_else(|| io::Error::other("the Sentinels name no master"))?;
                 set.servers[master].kill();
-                set.await_new_master(Some(master))?;
+                let new_master = set.await_new_master(Some(master))?;
                 set.servers[master].restart()?;
+                // Back as a replica of the new master at once, as a restart script that asks
+                // the Sentinels first does. Left alone, it stays a master until a Sentinel's
+                // next INFO (every 10 s) converts it, and the new master meets no
+                // `min_replicas` all that time: an outage of the Sentinels' making, not
+                // distlock's (docs/BACKENDS.md says what it costs a deployment).
+                let port = set.servers[new_master].data_port().to_string();
+                set.servers[master].cli(&["REPLICAOF", "127.0.0.1", &port])?;
                 Ok(master)
             }
             // The master of the lock's slot: killed (kill -9) and back, empty, as a replica of
