@@ -187,6 +187,12 @@ impl RedisBackend {
                     // Taken, but the node does not know the fence script yet: `eval` loads it
                     // by `EVAL` for next time. The lock is ours meanwhile.
                     Ok([Reply::Simple(_), Reply::Error(e)]) if e.starts_with("NOSCRIPT") => {}
+                    // The `redis` crate's connection (TLS) reports a pipeline with an error
+                    // reply as that error for every command: the `SET` ran, but whether it won
+                    // is unknown. The fence script below takes a fence only if it did, and the
+                    // full script decides otherwise.
+                    Ok([Reply::Error(a), Reply::Error(b)])
+                        if a.starts_with("NOSCRIPT") && b.starts_with("NOSCRIPT") => {}
                     // Taken and already lost (a lease shorter than the round trip): the
                     // script below decides.
                     Ok([Reply::Simple(_), Reply::Int(_)]) => {}
