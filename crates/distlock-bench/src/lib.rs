@@ -8,6 +8,7 @@
 //! Every protocol line is a `Serialize` struct printed by serde_json; the field names and their
 //! order are the ones the shared harnesses parse.
 
+pub mod procstat;
 #[cfg(feature = "scale")]
 pub mod spawn;
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Many waiters on one key (crates/distlock-bench/src/bin/waiters_bench.rs): for each backend and
+# each W, W waiters queue for one key and the bench prints one JSON line with the hand-over
+# latency, the server's and the clients' CPU and the wake-ups per hand-over.
+#   bench/waiters/run.sh                                   # every backend, every W of the README
+#   bench/waiters/run.sh --backends redis,memory --waiters 10,100
+# Every waiter is a registry of its own, spread over 10 worker processes; memory (which cannot
+# cross processes) and every `<backend>-shared` name run W tasks on one registry in one process.
+# Each run stops by itself after --handoffs hand-overs or --time seconds, whichever comes first.
+# Every server is a throwaway one started through distlock's testkit (PostgreSQL with
+# max_connections=200, MariaDB with max_connections=300), so that its CPU is the bench's alone;
+# the server is found by its listening port and its CPU read from /proc (its process tree).
+# Writes bench/waiters/results/<UTC time>.jsonl too.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+backends=memory,redis,zookeeper,etcd,postgres,mysql
+waiters=
+handoffs=2000
+time_limit=20
+while [ $# -gt 0 ]; do
+  case $1 in
+    --backends) backends=$2; shift 2 ;;
+    --waiters) waiters=$2; shift 2 ;;
+    --handoffs) handoffs=$2; shift 2 ;;
+    --time) time_limit=$2; shift 2 ;;
+    *) echo "usage: $0 [--backends LIST] [--waiters LIST] [--handoffs N] [--time SECS]" >&2; exit 2 ;;
+  esac
+done
+
+# The W of issue 29 for each backend, when --waiters is not given.
+default_waiters() {
+  case $1 in
+    memory | redis | redis-shared) echo 10,100,1000,10000 ;;
+    zookeeper | etcd | zookeeper-shared | etcd-shared) echo 10,100,1000 ;;
+    # The servers' default max_connections (PostgreSQL 100, MariaDB 151) bound the fleet.
+    postgres | mysql | postgres-shared | mysql-shared) echo 10,100 ;;
+    *) echo 10,100 ;;
+  esac
+}
+
+features=waiters
+case ",$backends," in *,redis*) features+=,redis ;; esac
+case ",$backends," in *,postgres* | *,mysql*) features+=,sql ;; esac
+case ",$backends," in *,zookeeper*) features+=,zookeeper ;; esac
+case ",$backends," in *,etcd*) features+=,etcd ;; esac
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+profile=${WAITERS_PROFILE:-release}
+if [ "$profile" = release ]; then
+  cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p distlock-bench \
+    --features "$features" --bin waiters_bench
+  bin=$CARGO_TARGET_DIR/release/waiters_bench
+else
+  cargo build --quiet --manifest-path "$root/Cargo.toml" -p distlock-bench \
+    --features "$features" --bin waiters_bench
+  bin=$CARGO_TARGET_DIR/debug/waiters_bench
+fi
+
+out=$root/bench/waiters/results
+mkdir -p "$out"
+jsonl=$out/$(date -u +%Y%m%dT%H%M%SZ).jsonl
+for b in ${backends//,/ }; do
+  kind=${b%-shared}
+  layout=()
+  if [ "$kind" != "$b" ] || [ "$kind" = memory ]; then layout=(--shared); fi
+  case $kind in
+    memory) target=(--backend memory://) ;;
+    redis | zookeeper | etcd | postgres | mysql) target=(--spawn "$kind") ;;
+    *) echo "{\"backend\":\"$b\",\"error\":\"not measured by this bench yet\"}" | tee -a "$jsonl"; continue ;;
+  esac
+  for w in ${waiters:-$(default_waiters "$b")}; do
+    w=${w//,/}
+    [ -n "$w" ] || continue
+    # A hard bound on top of the program's own: start-up of 10 000 registries included.
+    if ! timeout $((time_limit + 300)) "$bin" "${target[@]}" "${layout[@]}" \
+      --name "$b" --waiters "$w" --handoffs "$handoffs" --time "$time_limit" | tee -a "$jsonl"; then
+      echo "{\"backend\":\"$b\",\"waiters\":$w,\"error\":\"failed, see above\"}" | tee -a "$jsonl"
+    fi
+  done
+done
+echo "results: $jsonl" >&2
