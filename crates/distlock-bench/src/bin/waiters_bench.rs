@@ -39,7 +39,8 @@ use serde::{Deserialize, Serialize};
 
 const USAGE: &str =
     "usage: waiters_bench (--backend URL | --spawn KIND) --waiters W [--name NAME] \
-                     [--procs N] [--shared] [--handoffs N] [--time SECS] [--server-pid PID]";
+                     [--procs N] [--shared] [--handoffs N] [--time SECS] [--max-poll SECS] \
+                     [--server-pid PID]";
 
 /// The key every waiter queues for.
 const KEY: &str = "waiters-bench";
@@ -54,6 +55,9 @@ struct Args {
     shared: bool,
     handoffs: u64,
     time: f64,
+    /// The registries' `max_poll_interval`, when given: a diagnostic that tells wake-ups by
+    /// the poll fallback from wake-ups by notification.
+    max_poll: Option<f64>,
     server_pid: Option<u32>,
     // Worker side.
     worker: bool,
@@ -73,6 +77,7 @@ impl Args {
             shared: false,
             handoffs: 2000,
             time: 20.0,
+            max_poll: None,
             server_pid: None,
             worker: false,
             registries: 1,
@@ -105,6 +110,7 @@ impl Args {
                 "--procs" => a.procs = v.parse().map_err(|e| bad(&e))?,
                 "--handoffs" => a.handoffs = v.parse().map_err(|e| bad(&e))?,
                 "--time" => a.time = v.parse().map_err(|e| bad(&e))?,
+                "--max-poll" => a.max_poll = Some(v.parse().map_err(|e| bad(&e))?),
                 "--server-pid" => a.server_pid = Some(v.parse().map_err(|e| bad(&e))?),
                 "--registries" => a.registries = v.parse().map_err(|e| bad(&e))?,
                 "--tasks" => a.tasks = v.parse().map_err(|e| bad(&e))?,
@@ -220,8 +226,10 @@ async fn worker(a: Args) {
     let mut locks = Vec::with_capacity(a.tasks);
     let mut registries = Vec::with_capacity(a.registries);
     for i in 0..a.registries {
-        // A long lease: the bench measures hand-overs, not expiry.
-        let opts = RegistryOptions::default().with_lease(Duration::from_secs(60));
+        let mut opts = RegistryOptions::default();
+        if let Some(p) = a.max_poll {
+            opts = opts.with_max_poll_interval(Duration::from_secs_f64(p));
+        }
         let reg = LockRegistry::connect(&a.backend, opts)
             .await
             .unwrap_or_else(|e| fail(&format!("registry {i}: {e}")));
@@ -367,6 +375,8 @@ struct Report {
     /// Wake-ups of waiting tasks (polls of `lock()` futures after their first), per hand-over.
     wakeups_per_handoff: Option<f64>,
     layout: &'static str,
+    /// `--max-poll`, when given (else the library's default).
+    max_poll_s: Option<f64>,
     procs: usize,
     handoffs: usize,
     /// Holds that followed the same holder's own (not hand-overs).
@@ -477,6 +487,11 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
             .args(["--tasks", &tasks.to_string()])
             .args(["--time", &a.time.to_string()])
             .args(["--counter", &counter.to_string_lossy()])
+            .args(
+                a.max_poll
+                    .iter()
+                    .flat_map(|p| ["--max-poll".to_owned(), p.to_string()]),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -575,6 +590,7 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
         client_cpu_us_per_handoff: per(client_cpu * 1e6),
         wakeups_per_handoff: per(lock_wakeups as f64),
         layout: if a.shared { "shared" } else { "spread" },
+        max_poll_s: a.max_poll,
         procs: plan.len(),
         handoffs: n,
         reacquired,
