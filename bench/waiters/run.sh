@@ -11,7 +11,9 @@
 # through distlock's testkit (PostgreSQL with
 # max_connections=200, MariaDB with max_connections=300), so that its CPU is the bench's alone;
 # the server is found by its listening port and its CPU read from /proc (its process tree).
-# Writes bench/waiters/results/<UTC time>.jsonl too.
+# Builds waiters_bench in release, or in the dev profile with WAITERS_PROFILE=debug (what the
+# README's figures used: no release build of the workspace fitted the machine that round).
+# Writes bench/waiters/results/<UTC time>.jsonl too; bench/waiters/table.py makes the table.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 backends=memory,redis,zookeeper,etcd,postgres,mysql
@@ -108,13 +110,15 @@ for b in ${backends//,/ }; do
   if [ "$kind" != "$b" ] || [ "$kind" = memory ]; then layout=(--shared); fi
   case $kind in
     memory) target=(--backend memory://) ;;
-    redis | etcd | postgres | mysql) target=(--spawn "$kind") ;;
+    # Every release hands over to the head of the queue (the default 5 ms slice lets a backend
+    # that takes the key in a loop take it back, which is not a hand-over).
+    redis) target=(--spawn redis --query hold_slice=0ms) ;;
+    etcd | postgres | mysql) target=(--spawn "$kind") ;;
     zookeeper) target=(zookeeper) ;;
     *) echo "{\"backend\":\"$b\",\"error\":\"not measured by this bench yet\"}" | tee -a "$jsonl"; continue ;;
   esac
-  for w in ${waiters:-$(default_waiters "$b")}; do
-    w=${w//,/}
-    [ -n "$w" ] || continue
+  list=${waiters:-$(default_waiters "$b")}
+  for w in ${list//,/ }; do
     if [ "$kind" = zookeeper ]; then
       # A fresh server for each run, as the others get.
       stop_zookeeper

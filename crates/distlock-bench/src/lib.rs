@@ -258,7 +258,8 @@ pub fn parse_params(json: &str) -> Result<HashMap<String, String>, serde_json::E
         .collect())
 }
 
-fn read_counter(path: &str) -> u64 {
+/// The number in the counter file at `path`, 0 when it is missing or unreadable.
+pub fn read_counter(path: &str) -> u64 {
     std::fs::read_to_string(path)
         .ok()
         .and_then(|s| s.trim().parse().ok())

@@ -34,13 +34,13 @@ use std::time::{Duration, Instant};
 use distlock::{LockRegistry, RegistryOptions};
 use distlock_bench::procstat::{listening_pid, process_tree_cpu_s, url_port};
 use distlock_bench::spawn::spawn;
-use distlock_bench::{block_on, cpu_s, mono_ns, print_line, ready, wait_for_start};
+use distlock_bench::{block_on, cpu_s, mono_ns, print_line, read_counter, ready, wait_for_start};
 use serde::{Deserialize, Serialize};
 
 const USAGE: &str =
     "usage: waiters_bench (--backend URL | --spawn KIND) --waiters W [--name NAME] \
                      [--procs N] [--shared] [--handoffs N] [--time SECS] [--max-poll SECS] \
-                     [--server-pid PID]";
+                     [--query PARAMS] [--server-pid PID]";
 
 /// The key every waiter queues for.
 const KEY: &str = "waiters-bench";
@@ -58,6 +58,8 @@ struct Args {
     /// The registries' `max_poll_interval`, when given: a diagnostic that tells wake-ups by
     /// the poll fallback from wake-ups by notification.
     max_poll: Option<f64>,
+    /// URL parameters added to the backend's URL (`hold_slice=0ms`).
+    query: Option<String>,
     server_pid: Option<u32>,
     // Worker side.
     worker: bool,
@@ -78,6 +80,7 @@ impl Args {
             handoffs: 2000,
             time: 20.0,
             max_poll: None,
+            query: None,
             server_pid: None,
             worker: false,
             registries: 1,
@@ -110,6 +113,7 @@ impl Args {
                 "--procs" => a.procs = v.parse().map_err(|e| bad(&e))?,
                 "--handoffs" => a.handoffs = v.parse().map_err(|e| bad(&e))?,
                 "--time" => a.time = v.parse().map_err(|e| bad(&e))?,
+                "--query" => a.query = Some(v.clone()),
                 "--max-poll" => a.max_poll = Some(v.parse().map_err(|e| bad(&e))?),
                 "--server-pid" => a.server_pid = Some(v.parse().map_err(|e| bad(&e))?),
                 "--registries" => a.registries = v.parse().map_err(|e| bad(&e))?,
@@ -212,13 +216,6 @@ struct WorkerResult {
     lock_wakeups: u64,
     errors: u64,
     first_error: Option<String>,
-}
-
-fn read_counter(path: &str) -> u64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 async fn worker(a: Args) {
@@ -377,9 +374,12 @@ struct Report {
     layout: &'static str,
     /// `--max-poll`, when given (else the library's default).
     max_poll_s: Option<f64>,
+    /// `--query`, when given.
+    query: Option<String>,
     procs: usize,
     handoffs: usize,
-    /// Holds that followed the same holder's own (not hand-overs).
+    /// Holds that followed the same holder's own (not hand-overs; they cost CPU too, which the
+    /// figures per hand-over include).
     reacquired: usize,
     seconds: f64,
     /// Waits that ended in an attempt (or a lock handed over), per hand-over.
@@ -449,6 +449,10 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
     if let Some(s) = &spawned {
         a.backend = s.url.clone();
         a.server_pid = a.server_pid.or(s.pid);
+    }
+    if let Some(q) = &a.query {
+        let sep = if a.backend.contains('?') { '&' } else { '?' };
+        a.backend = format!("{}{sep}{q}", a.backend);
     }
     let server_pid = a
         .server_pid
@@ -591,6 +595,7 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
         wakeups_per_handoff: per(lock_wakeups as f64),
         layout: if a.shared { "shared" } else { "spread" },
         max_poll_s: a.max_poll,
+        query: a.query.clone(),
         procs: plan.len(),
         handoffs: n,
         reacquired,
