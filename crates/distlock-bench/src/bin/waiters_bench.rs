@@ -441,6 +441,15 @@ fn raise_redis_maxclients(url: &str) {
     }
 }
 
+/// The counter file's directory, removed however the run ends.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn coordinate(mut a: Args) -> Result<Report, String> {
     let spawned = match &a.spawn {
         Some(kind) => Some(spawn(kind)?),
@@ -465,9 +474,9 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
         .clone()
         .or_else(|| a.spawn.clone())
         .unwrap_or_else(|| a.backend.split("://").next().unwrap_or("").to_owned());
-    let dir = std::env::temp_dir().join(format!("waiters-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let counter = dir.join("counter");
+    let dir = Scratch(std::env::temp_dir().join(format!("waiters-bench-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    let counter = dir.0.join("counter");
     std::fs::write(&counter, "0").map_err(|e| format!("{}: {e}", counter.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
 
@@ -558,7 +567,6 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
         }
     }
     let exclusive = read_counter(&counter.to_string_lossy()) == holds.len() as u64;
-    let _ = std::fs::remove_dir_all(&dir);
     drop(workers);
     drop(spawned);
 
