@@ -8,6 +8,7 @@
 //! Every protocol line is a `Serialize` struct printed by serde_json; the field names and their
 //! order are the ones the external harnesses parse.
 
+pub mod procstat;
 #[cfg(feature = "scale")]
 pub mod spawn;
 
@@ -257,7 +258,8 @@ pub fn parse_params(json: &str) -> Result<HashMap<String, String>, serde_json::E
         .collect())
 }
 
-fn read_counter(path: &str) -> u64 {
+/// The number in the counter file at `path`, 0 when it is missing or unreadable.
+pub fn read_counter(path: &str) -> u64 {
     std::fs::read_to_string(path)
         .ok()
         .and_then(|s| s.trim().parse().ok())
