@@ -293,14 +293,15 @@ impl Checker {
         open.first().copied()
     }
 
-    /// The worker slots waiting and not in a section (never the foreign client), the one
-    /// that has waited longest first.
-    pub(crate) fn waiters(&self) -> Vec<usize> {
+    /// The worker slots waiting and not in a section (never the foreign client) that began
+    /// their wait at `before` or earlier, the one that has waited longest first.
+    pub(crate) fn waiters_since(&self, before: u64) -> Vec<usize> {
         let s = self.state();
         let mut waits: Vec<&Wait> = s
             .waits
             .values()
             .filter(|w| w.end.is_none() && w.role != Role::Foreign)
+            .filter(|w| w.start <= before)
             .filter(|w| !s.open.contains_key(&w.id.worker))
             .collect();
         waits.sort_by_key(|w| w.start);
@@ -435,7 +436,7 @@ mod tests {
             t: 200,
             role: Role::Exclusive,
         });
-        assert_eq!(c.waiters(), vec![1]);
+        assert_eq!(c.waiters_since(u64::MAX), vec![1]);
         c.killed(1, 0, 900);
         c.handle(Request::Waiting {
             id: id(2, 1),

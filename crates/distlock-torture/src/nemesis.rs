@@ -36,7 +36,10 @@ pub(crate) async fn run(
     let rng_gap = || Duration::from_millis(rand::rng().random_range(200..=800));
     loop {
         tokio::time::sleep(rng_gap()).await;
-        if Instant::now() >= until {
+        // A kind that must come once and could not be injected yet (nobody held the lock when
+        // its turn came) may still be, for a while past the run's end.
+        let pending = each_first && !queue.is_empty() && Instant::now() < until + OVERTIME;
+        if Instant::now() >= until && !pending {
             break;
         }
         let kind = match queue.pop() {
@@ -62,6 +65,9 @@ pub(crate) async fn run(
     (faults, errors)
 }
 
+/// How long a quick run's nemesis may go on past the run's end to inject every kind once.
+const OVERTIME: Duration = Duration::from_secs(15);
+
 /// How long a worker-level fault lasts: longer than the lease for pauses and stalls (so the
 /// lease runs out under them), anything from half to one and a half leases for cuts.
 fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
@@ -76,6 +82,9 @@ fn hold_for(kind: FaultKind, lease: Duration) -> Duration {
 /// How long the holder must stay in its section after a waiter kill: the analysis's 100 ms
 /// for an attempt in flight, and 50 ms more for the nemesis's own delay.
 const KEPT_OUT_MARGIN_NS: u64 = 150_000_000;
+
+/// How long a worker must have waited before the nemesis kills it as a waiter.
+const SETTLED_NS: u64 = 500_000_000;
 
 /// A waiting worker, taken right after another worker entered its section: it is then surely
 /// waiting (the holder keeps it out for a while yet). With `long`, the slot with the long
@@ -95,9 +104,13 @@ async fn waiter_to_kill(fleet: &Fleet, lease: Duration, long: bool) -> Option<us
                 Some(id) != seen && busy_until > now_ns() + KEPT_OUT_MARGIN_NS
             });
             seen = section.map(|(id, _)| id);
+            // Only a waiter that has waited a while: it has then joined the backend's queue
+            // in full (on ZooKeeper, its liveness mark is written; a waiter killed within its
+            // first round trips keeps the bound of its session, as docs/GUARANTEES.md says).
+            let settled = now_ns().saturating_sub(SETTLED_NS);
             let waiters: Vec<usize> = fleet
                 .checker
-                .waiters()
+                .waiters_since(settled)
                 .into_iter()
                 .filter(|w| *w != h)
                 .collect();
