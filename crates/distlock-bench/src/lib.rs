@@ -197,7 +197,7 @@ impl WorkerArgs {
     }
 
     /// Parses `--flag value` pairs.
-    pub fn parse(argv: &[String]) -> Result<WorkerArgs, String> {
+    pub fn parse(argv: &[impl AsRef<str>]) -> Result<WorkerArgs, String> {
         let mut a = WorkerArgs {
             backend: String::new(),
             params: HashMap::new(),
@@ -211,10 +211,10 @@ impl WorkerArgs {
             warmup: 50,
         };
         for pair in argv.chunks(2) {
-            let flag = pair[0].as_str();
+            let flag = pair[0].as_ref();
             let v = pair
                 .get(1)
-                .cloned()
+                .map(|v| v.as_ref().to_owned())
                 .ok_or_else(|| format!("missing value for {flag}"))?;
             let bad = |e: &dyn std::fmt::Display| format!("{flag} {v:?}: {e}");
             match flag {
@@ -461,13 +461,9 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Result<WorkerArgs, String> {
-        WorkerArgs::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    }
-
     #[test]
     fn worker_flags_and_params() {
-        let a = args(&[
+        let a = WorkerArgs::parse(&[
             "--backend",
             "pg",
             "--params",
@@ -489,9 +485,9 @@ mod tests {
         assert_eq!(a.param("dbname"), "");
         assert_eq!((a.proc_id, a.duration), (3, 0.5));
         assert_eq!(a.counter(), Some("/tmp/c"));
-        assert!(args(&["--nope", "1"]).is_err());
-        assert!(args(&["--duration"]).is_err());
-        assert!(args(&["--params", "{"]).is_err());
+        assert!(WorkerArgs::parse(&["--nope", "1"]).is_err());
+        assert!(WorkerArgs::parse(&["--duration"]).is_err());
+        assert!(WorkerArgs::parse(&["--params", "{"]).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use distlock::{Backend, LockRegistry, RegistryOptions};
+use distlock::{Backend, LockGuard, LockRegistry, RegistryOptions};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -177,25 +177,48 @@ pub async fn worker(
         }
     };
     let at = start.elapsed();
+    let stopped = async {
+        let _ = stop.changed().await;
+    };
+    hold_then_release(n, &key, guard, at, hold, stopped, &report).await?;
+    Ok(Some(at))
+}
+
+/// Reports `guard` acquired at `at` and holds it for `hold`, or until its lease is lost or
+/// `stop` completes; then reports the end and releases it. A lease lost meanwhile is no error:
+/// the demonstration shows it as such.
+pub async fn hold_then_release(
+    n: usize,
+    key: &str,
+    guard: LockGuard,
+    at: Duration,
+    hold: Duration,
+    stop: impl std::future::Future<Output = ()>,
+    report: &Report,
+) -> distlock::Result<()> {
     report(
         n,
-        &key,
+        key,
         Step::Acquired {
             at,
             fence: guard.fence(),
             hold,
         },
     );
-    let lost = guard.lost();
-    let mut was_lost = false;
+    let mut lost = false;
     tokio::select! {
         () = tokio::time::sleep(hold) => {}
-        () = lost => was_lost = true,
-        _ = stop.changed() => {}
+        () = guard.lost() => lost = true,
+        () = stop => {}
     }
-    report(n, &key, if was_lost { Step::Lost } else { Step::Done });
+    report(n, key, if lost { Step::Lost } else { Step::Done });
+    release(guard).await
+}
+
+/// Releases `guard`; a lease already lost is no error.
+pub async fn release(guard: LockGuard) -> distlock::Result<()> {
     match guard.release().await {
-        Ok(()) | Err(distlock::Error::LockLost { .. }) => Ok(Some(at)),
+        Ok(()) | Err(distlock::Error::LockLost { .. }) => Ok(()),
         Err(e) => Err(e),
     }
 }
@@ -203,9 +226,7 @@ pub async fn worker(
 /// The closing line: how far apart consecutive acquisitions were.
 fn summary(key: &str, hold: Duration, acquired: &[Duration]) -> String {
     let mut times = acquired.to_vec();
-    times.sort();
-    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
-    match (gaps.iter().min(), gaps.iter().max()) {
+    match gaps(&mut times) {
         (Some(min), Some(max)) => format!(
             "{} acquisitions of lock {key:?}, one at a time; gaps between consecutive acquisitions: min {:.3}s, max {:.3}s (hold {})",
             times.len(),
@@ -215,6 +236,13 @@ fn summary(key: &str, hold: Duration, acquired: &[Duration]) -> String {
         ),
         _ => format!("{} acquisition of lock {key:?}; no gaps to measure", times.len()),
     }
+}
+
+/// The shortest and longest time between consecutive acquisitions (sorts `times`).
+pub fn gaps(times: &mut [Duration]) -> (Option<Duration>, Option<Duration>) {
+    times.sort();
+    let gaps = times.windows(2).map(|w| w[1] - w[0]);
+    (gaps.clone().min(), gaps.max())
 }
 
 #[cfg(test)]
@@ -228,5 +256,13 @@ mod tests {
         assert!(line.contains("min 0.300s, max 0.310s"), "{line}");
         assert!(line.starts_with("3 acquisitions"), "{line}");
         assert!(summary("demo", ms(300), &[ms(5)]).contains("no gaps"));
+    }
+
+    #[test]
+    fn gaps_are_between_consecutive_acquisitions() {
+        let ms = Duration::from_millis;
+        let mut times = [ms(610), ms(0), ms(300)];
+        assert_eq!(gaps(&mut times), (Some(ms(300)), Some(ms(310))));
+        assert_eq!(gaps(&mut [ms(5)]), (None, None));
     }
 }

@@ -440,57 +440,6 @@ mod tests {
     }
 
     #[test]
-    fn usage_errors() {
-        for args in [
-            &["run", "--key", "k"][..],
-            &["run", "--key", "k", "--lease", "0s", "--", "true"],
-            &["run", "--key", "k", "--lease", "abc", "--", "true"],
-            &["run", "--key", "", "--", "true"],
-            &[
-                "run",
-                "--key",
-                "k",
-                "--wait",
-                "1s",
-                "--no-wait",
-                "--",
-                "true",
-            ],
-            &["status"],
-            &["demo", "--workers", "0"],
-            &[
-                "run",
-                "--key",
-                "k",
-                "--shared",
-                "--permits",
-                "2",
-                "--",
-                "true",
-            ],
-            &["run", "--key", "k", "--permits", "0", "--", "true"],
-            &["run", "--key", "k", "--shared", "--write", "--", "true"],
-            &[
-                "run",
-                "--key",
-                "k",
-                "--write",
-                "--permits",
-                "2",
-                "--",
-                "true",
-            ],
-            &["completions"],
-            &["completions", "tcsh"],
-            &["unlock"],
-            &["list", "extra"],
-        ] {
-            let e = parse(args).expect_err(&format!("{args:?}"));
-            assert_eq!(e.exit_code(), 2, "{args:?}");
-        }
-    }
-
-    #[test]
     fn cmd_begins_after_dash_dash_or_at_the_first_word_that_is_not_an_option() {
         let command = |args: &[&str]| match parse(args).map(|cli| cli.command) {
             Ok(Command::Run(run)) => Ok(run.command),

@@ -46,6 +46,20 @@ fn usage_errors_exit_2_with_one_line() {
             "true",
         ],
         vec!["completions", "tcsh"],
+        vec!["completions"],
+        vec![
+            "run",
+            "--key",
+            "k",
+            "--shared",
+            "--permits",
+            "2",
+            "--",
+            "true",
+        ],
+        vec!["run", "--key", "k", "--permits", "0", "--", "true"],
+        vec!["unlock"],
+        vec!["list", "extra"],
     ];
     for args in cases {
         let out = home.run(&args);
@@ -80,12 +94,12 @@ fn help_exits_0() {
     assert!(out.stdout.contains("--no-wait"), "{out:?}");
 }
 
-#[test]
-fn unreachable_backend_exits_1_with_one_line() {
-    let home = Home::new();
+/// `run` of `echo ran` on `backend`: it must exit with `code` without running the command and
+/// say why on one line, which it returns.
+fn refused_before_running(home: &Home, backend: &str, code: i32) -> String {
     let out = home.run(&[
         "--backend",
-        "redis://127.0.0.1:1",
+        backend,
         "run",
         "--key",
         "k",
@@ -93,9 +107,15 @@ fn unreachable_backend_exits_1_with_one_line() {
         "echo",
         "ran",
     ]);
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(code), "{out:?}");
     assert_eq!(out.stdout, "", "the command must not run: {out:?}");
-    let line = one_stderr_line(&out);
+    one_stderr_line(&out).to_owned()
+}
+
+#[test]
+fn unreachable_backend_exits_1_with_one_line() {
+    let home = Home::new();
+    let line = refused_before_running(&home, "redis://127.0.0.1:1", 1);
     assert!(line.contains("redis"), "{line}");
 
     let out = home.run(&["--backend", "redis://127.0.0.1:1", "status", "k"]);
@@ -222,19 +242,7 @@ fn verbose_turns_on_logging() {
 #[test]
 fn an_unknown_scheme_exits_2_with_a_short_message() {
     let home = Home::new();
-    let out = home.run(&[
-        "--backend",
-        "foo://bar",
-        "run",
-        "--key",
-        "k",
-        "--",
-        "echo",
-        "ran",
-    ]);
-    assert_eq!(out.code, Some(2), "{out:?}");
-    assert_eq!(out.stdout, "", "the command must not run: {out:?}");
-    let line = one_stderr_line(&out);
+    let line = refused_before_running(&home, "foo://bar", 2);
     assert!(line.len() < 400, "{} characters: {line}", line.len());
     assert!(line.contains("unknown scheme \"foo\""), "{line}");
     for known in [

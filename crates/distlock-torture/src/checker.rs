@@ -387,6 +387,26 @@ mod tests {
         }
     }
 
+    /// Reports an exclusive section entered at `t`.
+    fn acquired(c: &Checker, id: SectionId, fence: u64, t: u64) {
+        c.handle(Request::Acquired {
+            id,
+            fence,
+            t,
+            role: Role::Exclusive,
+            busy_until: 0,
+        });
+    }
+
+    /// Reports an exclusive wait begun at `t`.
+    fn waiting(c: &Checker, id: SectionId, t: u64) {
+        c.handle(Request::Waiting {
+            id,
+            t,
+            role: Role::Exclusive,
+        });
+    }
+
     fn write(c: &Checker, id: SectionId, fence: u64, base: u64) -> bool {
         c.handle(Request::Write {
             id,
@@ -403,13 +423,7 @@ mod tests {
         let c = Checker::default();
         // The worker entered its section just before the kill; its report arrives after.
         c.killed(0, 0, 1_000);
-        c.handle(Request::Acquired {
-            id: id(0, 1),
-            fence: 5,
-            t: 900,
-            role: Role::Exclusive,
-            busy_until: 0,
-        });
+        acquired(&c, id(0, 1), 5, 900);
         assert_eq!(c.holder(), None);
         let log = c.finish(1_000_000);
         assert_eq!(log.sections[0].end, Some(1_000));
@@ -419,30 +433,12 @@ mod tests {
     fn a_wait_ends_at_its_section_or_at_its_worker_s_death_whatever_comes_first() {
         let c = Checker::default();
         // The section's report overtook the wait's (they travel on two connections).
-        c.handle(Request::Acquired {
-            id: id(0, 1),
-            fence: 1,
-            t: 500,
-            role: Role::Exclusive,
-            busy_until: 0,
-        });
-        c.handle(Request::Waiting {
-            id: id(0, 1),
-            t: 100,
-            role: Role::Exclusive,
-        });
-        c.handle(Request::Waiting {
-            id: id(1, 1),
-            t: 200,
-            role: Role::Exclusive,
-        });
+        acquired(&c, id(0, 1), 1, 500);
+        waiting(&c, id(0, 1), 100);
+        waiting(&c, id(1, 1), 200);
         assert_eq!(c.waiters_since(u64::MAX), vec![1]);
         c.killed(1, 0, 900);
-        c.handle(Request::Waiting {
-            id: id(2, 1),
-            t: 300,
-            role: Role::Exclusive,
-        });
+        waiting(&c, id(2, 1), 300);
         c.handle(Request::Abandoned {
             id: id(2, 1),
             t: 400,

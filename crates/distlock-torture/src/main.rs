@@ -149,30 +149,7 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
     })
 }
 
-/// `500ms`, `30s`, `2m`, `1h`.
+/// The library's rule, so `--lease 1.5s` reads as it does for the CLI.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration {s:?} (write 500ms, 30s, 2m)");
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    Ok(match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => return Err(bad()),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_are_written_like_the_cli_s() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("x").is_err());
-    }
+    distlock::duration::parse_duration(s).map_err(|e| e.to_string())
 }

@@ -208,17 +208,12 @@ impl Servers {
             Servers::Redis(r) => Ok(r.lock().unwrap_or_else(|e| e.into_inner()).addr()),
             Servers::RedisSentinel(set) => {
                 let set = set.lock().unwrap_or_else(|e| e.into_inner());
-                let master = set
-                    .master()
-                    .ok_or_else(|| io::Error::other("the Sentinels name no master"))?;
+                let master = sentinel_master(&set)?;
                 Ok(set.servers[master].addr())
             }
             Servers::RedisCluster(set) => {
                 let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
-                let slot = set.slot_of(LOCK_KEY)?;
-                let master = set
-                    .master_of(slot)
-                    .ok_or_else(|| io::Error::other("no master serves the lock's slot"))?;
+                let master = lock_slot_master(&mut set)?;
                 Ok(set.nodes[master].addr())
             }
             _ => Err(io::Error::other("no foreign client on this backend")),
@@ -289,9 +284,7 @@ impl Servers {
             // its replica: an unpersisted master that returned before would wipe the replica.
             Servers::RedisSentinel(set) => {
                 let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
-                let master = set
-                    .master()
-                    .ok_or_else(|| io::Error::other("the Sentinels name no master"))?;
+                let master = sentinel_master(&set)?;
                 set.servers[master].kill();
                 let new_master = set.await_new_master(Some(master))?;
                 set.servers[master].restart()?;
@@ -309,10 +302,7 @@ impl Servers {
             // failover (`CLUSTER FAILOVER`), which loses nothing.
             Servers::RedisCluster(set) => {
                 let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
-                let slot = set.slot_of(LOCK_KEY)?;
-                let master = set
-                    .master_of(slot)
-                    .ok_or_else(|| io::Error::other("no master serves the lock's slot"))?;
+                let master = lock_slot_master(&mut set)?;
                 static ROUNDS: AtomicUsize = AtomicUsize::new(0);
                 if ROUNDS.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
                     let promoted = set.kill_master(master)?;
@@ -343,4 +333,17 @@ fn with_addr(url: &str, addr: SocketAddr) -> String {
     let _ = parsed.set_ip_host(addr.ip());
     let _ = parsed.set_port(Some(addr.port()));
     parsed.to_string()
+}
+
+/// The master the Sentinels name now.
+fn sentinel_master(set: &SentinelSet) -> io::Result<usize> {
+    set.master()
+        .ok_or_else(|| io::Error::other("the Sentinels name no master"))
+}
+
+/// The node serving the lock's slot as its master now.
+fn lock_slot_master(set: &mut ClusterSet) -> io::Result<usize> {
+    let slot = set.slot_of(LOCK_KEY)?;
+    set.master_of(slot)
+        .ok_or_else(|| io::Error::other("no master serves the lock's slot"))
 }

@@ -171,18 +171,32 @@ fn known_schemes() -> String {
 
 /// Whether this build connects to `scheme` (of [`FEATURES`]).
 fn built(scheme: &str) -> bool {
-    match scheme {
-        "memory" => cfg!(feature = "memory"),
-        "sqlite" => cfg!(feature = "sqlite"),
-        "postgres" | "postgresql" => cfg!(feature = "postgres"),
-        "mysql" | "mariadb" => cfg!(feature = "mysql"),
-        "zk" | "zookeeper" => cfg!(feature = "zookeeper"),
-        "zks" => cfg!(feature = "zookeeper-tls"),
-        "etcd" => cfg!(feature = "etcd"),
-        "etcds" => cfg!(feature = "etcd-tls"),
-        _ => cfg!(feature = "redis"),
-    }
+    FEATURES
+        .iter()
+        .any(|(s, feature)| *s == scheme && FEATURES_ON.contains(feature))
 }
+
+/// The cargo features of [`FEATURES`] this build has.
+const FEATURES_ON: &[&str] = &[
+    #[cfg(feature = "memory")]
+    "memory",
+    #[cfg(feature = "sqlite")]
+    "sqlite",
+    #[cfg(feature = "redis")]
+    "redis",
+    #[cfg(feature = "postgres")]
+    "postgres",
+    #[cfg(feature = "mysql")]
+    "mysql",
+    #[cfg(feature = "zookeeper")]
+    "zookeeper",
+    #[cfg(feature = "zookeeper-tls")]
+    "zookeeper-tls",
+    #[cfg(feature = "etcd")]
+    "etcd",
+    #[cfg(feature = "etcd-tls")]
+    "etcd-tls",
+];
 
 /// A URL as an error message shows it: without its password, and shortened as keys are.
 fn shown_url(url: &str) -> String {

@@ -56,8 +56,8 @@ impl MultiLock {
         locks.sort_by(|a, b| order(a).cmp(&order(b)));
         if let Some(pair) = locks.windows(2).find(|w| order(&w[0]) == order(&w[1])) {
             return Err(Error::InvalidKey(format!(
-                "the key {:?} appears twice in a multi-key lock",
-                pair[0].key()
+                "the key {} appears twice in a multi-key lock",
+                crate::ShortKey(pair[0].key())
             )));
         }
         Ok(MultiLock { locks })

@@ -1,10 +1,8 @@
-//! [`LockRegistry`] and [`Lock`]: options, handles cached by key and their per-key state. The
-//! path of an acquisition is in `acquire.rs`.
+//! [`LockRegistry`] and [`Lock`]: handles by key and their per-key state. The options are in
+//! `options.rs`, the handle cache in `cache.rs`, the path of an acquisition in `acquire.rs`.
 
-use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -12,182 +10,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
-use crate::backend::{Backend, LockInfo, LockKind, LockName, Token};
+use crate::backend::{Backend, LockInfo, LockKind, LockName};
 use crate::background::Background;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::multi::MultiLock;
-use crate::renewal::{Hold, Renewer, LOCAL_SEQ_BITS};
+use crate::renewal::{Hold, Renewer};
 
-/// Shortest lease accepted.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
-/// Longest lease accepted.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+mod cache;
+mod options;
 
-/// How a [`LockRegistry`] behaves. Build with [`RegistryOptions::default`] and the `with_*`
-/// setters; the getters carry the plain names.
-///
-/// ```
-/// use std::time::Duration;
-/// use distlock::RegistryOptions;
-/// let opts = RegistryOptions::default()
-///     .with_prefix("billing")
-///     .with_lease(Duration::from_secs(10));
-/// assert_eq!(opts.prefix(), "billing");
-/// assert_eq!(opts.lease(), Duration::from_secs(10));
-/// ```
-#[derive(Debug, Clone)]
-pub struct RegistryOptions {
-    prefix: String,
-    lease: Duration,
-    lease_explicit: bool,
-    renew: bool,
-    max_local_handoffs: u32,
-    max_cached_locks: usize,
-    max_poll_interval: Option<Duration>,
-    contended_release_grace: Duration,
-    client_id: String,
-}
-
-impl Default for RegistryOptions {
-    fn default() -> Self {
-        RegistryOptions {
-            prefix: "lock".into(),
-            lease: Duration::from_secs(30),
-            lease_explicit: false,
-            renew: true,
-            max_local_handoffs: 32,
-            max_cached_locks: 10_000,
-            max_poll_interval: None,
-            contended_release_grace: Duration::from_millis(20),
-            client_id: Token::random().to_string(),
-        }
-    }
-}
-
-impl RegistryOptions {
-    /// Namespace of every key (default `lock`; Redis keys are `<prefix>:<key>`).
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-    /// Default lease of a remote hold (default 30 s, or the backend's
-    /// [`longest_lease`](Backend::longest_lease) when that is shorter); a [`Lock`] may override
-    /// it. A lease set here is kept as it is, and one the backend cannot grant fails.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self.lease_explicit = true;
-        self
-    }
-    /// Renew leases while guards live (default true). Without renewal a hold ends with its lease.
-    pub fn with_renew(mut self, renew: bool) -> Self {
-        self.renew = renew;
-        self
-    }
-    /// How many times in a row a remote hold may pass straight to a local waiter before it is
-    /// released remotely so that other processes get their turn (default 32, at most 1023).
-    pub fn with_max_local_handoffs(mut self, n: u32) -> Self {
-        self.max_local_handoffs = n;
-        self
-    }
-    /// Bound of the handle cache (default 10 000). Held locks are never evicted; idle handles
-    /// are, oldest first, when the bound is reached.
-    pub fn with_max_cached_locks(mut self, n: usize) -> Self {
-        self.max_cached_locks = n;
-        self
-    }
-    /// Longest pause between two attempts of a waiter that has not been notified. Default:
-    /// 500 ms on backends that notify releases (polling only catches expiry there), 50 ms on
-    /// the others.
-    pub fn with_max_poll_interval(mut self, d: Duration) -> Self {
-        self.max_poll_interval = Some(d);
-        self
-    }
-    /// After releasing a lock that others were waiting for (as far as the backend reports it
-    /// through [`Released::contended`](crate::Released)), how long this registry lets them go
-    /// first before contending for it again (default 20 ms; it ends at the next release
-    /// notification). Zero allows barging. Backends with a fair wait queue (Redis) need none.
-    pub fn with_contended_release_grace(mut self, d: Duration) -> Self {
-        self.contended_release_grace = d;
-        self
-    }
-    /// Identifies this registry in logs (default random): every acquisition, extension and
-    /// release span carries it as its `client` field, so the holds of one service can be told
-    /// apart from another's in traces.
-    pub fn with_client_id(mut self, id: impl Into<String>) -> Self {
-        self.client_id = id.into();
-        self
-    }
-    /// The namespace of every key.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-    /// The default lease.
-    pub fn lease(&self) -> Duration {
-        self.lease
-    }
-    /// Whether the lease was set with [`with_lease`](Self::with_lease).
-    pub fn lease_is_explicit(&self) -> bool {
-        self.lease_explicit
-    }
-    /// Whether leases are renewed while guards live.
-    pub fn renew(&self) -> bool {
-        self.renew
-    }
-    /// The bound on consecutive local handoffs of one remote hold.
-    pub fn max_local_handoffs(&self) -> u32 {
-        self.max_local_handoffs
-    }
-    /// The bound of the handle cache.
-    pub fn max_cached_locks(&self) -> usize {
-        self.max_cached_locks
-    }
-    /// The longest pause between two polls of a waiter, when set (else the backend's default).
-    pub fn max_poll_interval(&self) -> Option<Duration> {
-        self.max_poll_interval
-    }
-    /// How long a releasing registry lets remote waiters go first.
-    pub fn contended_release_grace(&self) -> Duration {
-        self.contended_release_grace
-    }
-    /// This registry's identity in logs: the `client` field of its tracing spans.
-    pub fn client_id(&self) -> &str {
-        &self.client_id
-    }
-
-    fn validate(&self) -> Result<()> {
-        check_lease(self.lease)?;
-        if self.prefix.is_empty() || self.prefix.len() > 256 || self.prefix.contains('\0') {
-            return Err(Error::config(
-                "the prefix must be 1 to 256 bytes without NUL",
-            ));
-        }
-        if self.max_local_handoffs >= 1 << LOCAL_SEQ_BITS {
-            return Err(Error::config(format!(
-                "max_local_handoffs must be below {}",
-                1 << LOCAL_SEQ_BITS
-            )));
-        }
-        if self.max_cached_locks == 0 {
-            return Err(Error::config("max_cached_locks must be at least 1"));
-        }
-        if let Some(p) = self.max_poll_interval {
-            if p.is_zero() {
-                return Err(Error::config("max_poll_interval must be positive"));
-            }
-        }
-        Ok(())
-    }
-}
-
-pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease < MIN_LEASE || lease > MAX_LEASE {
-        return Err(Error::config(format!(
-            "lease {lease:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"
-        )));
-    }
-    Ok(())
-}
+use self::cache::{CachedSlot, Slots};
+pub(crate) use self::options::check_lease;
+pub use self::options::{RegistryOptions, MAX_LEASE, MIN_LEASE};
 
 /// Hands out [`Lock`] handles by key over one backend.
 ///
@@ -229,40 +64,6 @@ impl fmt::Debug for LockRegistry {
             .finish()
     }
 }
-
-/// The handle cache: slots found by their key. A registry may cache a million handles, so a
-/// mutex entry is one pointer, and the key it is found by is the slot name's own allocation.
-/// The other kinds (read and write sides of read-write locks, semaphores) are found by their
-/// whole name.
-struct Slots {
-    by_key: HashSet<CachedSlot>,
-    others: HashMap<LockName, Arc<Slot>>,
-    /// The size at which `obtain` next looks for idle handles to evict (see `evict_idle`).
-    evict_at: usize,
-}
-
-struct CachedSlot(Arc<Slot>);
-
-impl Borrow<str> for CachedSlot {
-    fn borrow(&self) -> &str {
-        self.0.name.key()
-    }
-}
-
-// Hashed and compared as the key alone, as `Borrow<str>` requires.
-impl Hash for CachedSlot {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.name.key().hash(state)
-    }
-}
-
-impl PartialEq for CachedSlot {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.name.key() == other.0.name.key()
-    }
-}
-
-impl Eq for CachedSlot {}
 
 /// Per-key state shared by all handles and guards of one key in one registry.
 pub(crate) struct Slot {
@@ -526,32 +327,6 @@ impl LockRegistry {
         }
     }
 
-    /// Drops cached handles that are idle (not held, not waited for, not referenced outside the
-    /// registry) and were last obtained or locked longer than `age` ago. Returns how many.
-    pub fn expire_unused_older_than(&self, age: Duration) -> usize {
-        let now = self.inner.now_ms();
-        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-        let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let before = slots.len();
-        let expired = |s: &Arc<Slot>| {
-            s.is_idle() && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= age_ms
-        };
-        slots.by_key.retain(|CachedSlot(s)| !expired(s));
-        slots.others.retain(|_, s| !expired(s));
-        let removed = before - slots.len();
-        slots.plan_next_eviction(self.inner.opts.max_cached_locks);
-        removed
-    }
-
-    /// How many lock handles are cached.
-    pub fn cached_locks(&self) -> usize {
-        self.inner
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
-    }
-
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.inner.backend
@@ -560,45 +335,6 @@ impl LockRegistry {
     /// The options.
     pub fn options(&self) -> &RegistryOptions {
         &self.inner.opts
-    }
-}
-
-impl Slots {
-    fn len(&self) -> usize {
-        self.by_key.len() + self.others.len()
-    }
-
-    /// Drops the oldest idle handles until a tenth of the bound is free again, as far as there
-    /// are idle ones.
-    fn evict_idle(&mut self, bound: usize) {
-        let target = bound - bound / 10;
-        let mut idle: Vec<(u64, Arc<Slot>)> = self
-            .by_key
-            .iter()
-            .map(|CachedSlot(s)| s)
-            .chain(self.others.values())
-            .filter(|s| s.is_idle())
-            .map(|s| (s.last_used_ms.load(Ordering::Relaxed), s.clone()))
-            .collect();
-        idle.sort_unstable_by_key(|(used, _)| *used);
-        let excess = self.len().saturating_sub(target);
-        for (_, s) in idle.into_iter().take(excess) {
-            if s.name.kind() == LockKind::Mutex {
-                self.by_key.remove(s.name.key());
-            } else {
-                self.others.remove(&s.name);
-            }
-        }
-        self.plan_next_eviction(bound);
-    }
-
-    /// When every cached handle is referenced, a pass frees nothing; looking again at every
-    /// insertion would make `obtain` linear in the cache. The next pass waits until the cache
-    /// grew by a tenth of the bound or of itself, whichever is more; after a pass that freed
-    /// enough, that is the bound again.
-    fn plan_next_eviction(&mut self, bound: usize) {
-        let len = self.len();
-        self.evict_at = bound.max(len + (bound / 10).max(len / 10).max(1));
     }
 }
 
@@ -828,63 +564,5 @@ impl ReadWriteLock {
             read: self.read.with_lease(lease)?,
             write: self.write.with_lease(lease)?,
         })
-    }
-}
-
-#[cfg(all(test, feature = "memory"))]
-mod tests {
-    use super::*;
-    use crate::backends::memory::MemoryBackend;
-
-    fn registry(bound: usize) -> LockRegistry {
-        let opts = RegistryOptions::default().with_max_cached_locks(bound);
-        LockRegistry::with_options(MemoryBackend::new(), opts).unwrap()
-    }
-
-    #[test]
-    fn referenced_handles_stay_cached_and_idle_ones_are_evicted_afterwards() {
-        let reg = registry(10);
-        let kept: Vec<Lock> = (0..100)
-            .map(|i| reg.obtain(&format!("kept{i}")).unwrap())
-            .collect();
-        assert_eq!(
-            reg.cached_locks(),
-            100,
-            "referenced handles are never evicted"
-        );
-        let evict_at = reg.inner.slots.lock().unwrap().evict_at;
-        assert!(
-            evict_at > 100,
-            "a pass that freed nothing is not repeated at the next obtain ({evict_at})"
-        );
-        drop(kept);
-        for i in 0..evict_at {
-            drop(reg.obtain(&format!("new{i}")).unwrap());
-        }
-        assert!(
-            reg.cached_locks() <= 10,
-            "once idle they are evicted: {} cached",
-            reg.cached_locks()
-        );
-    }
-
-    #[test]
-    fn a_handle_only_obtained_has_no_local_lock_until_it_is_locked() {
-        let reg = registry(10);
-        let lock = reg.obtain("k").unwrap();
-        assert!(lock.slot.local.get().is_none());
-        assert_eq!(reg.obtain("k").unwrap().key(), "k", "found by its key");
-        assert_eq!(reg.cached_locks(), 1);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let guard = lock.lock().await.unwrap();
-            assert!(lock.slot.local.get().is_some());
-            guard.release().await.unwrap();
-        });
-        drop(lock);
-        assert_eq!(reg.expire_unused_older_than(Duration::ZERO), 1);
     }
 }

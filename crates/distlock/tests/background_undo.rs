@@ -8,68 +8,51 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock::backends::memory::MemoryBackend;
-use distlock::{
-    AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, LockRegistry,
-    RegistryOptions, ReleaseSubscription, Released, Token,
-};
+use distlock::{AcquireRequest, Attempt, Backend, LockInfo, LockRegistry, RegistryOptions};
 use tokio::sync::{watch, Notify};
 
-/// Memory locks whose acquisition replies wait for `gate` whenever the attempt changed the
-/// server (took the lock or joined its queue); `arrived` fires once it did.
+mod common {
+    pub mod hooked;
+}
+
+use common::hooked::{Hooked, Hooks};
+
+/// Acquisition replies that wait for `gate` whenever the attempt changed the server (took the
+/// lock or joined its queue); `arrived` fires once it did.
 #[derive(Debug)]
-struct Gated {
-    inner: Arc<MemoryBackend>,
+struct Gate {
     arrived: Notify,
     gate: watch::Sender<bool>,
 }
 
+type Gated = Hooked<Gate>;
+
 impl Gated {
     fn new(inner: Arc<MemoryBackend>) -> Arc<Self> {
-        Arc::new(Gated {
+        Arc::new(Hooked::wrap(
             inner,
-            arrived: Notify::new(),
-            gate: watch::channel(false).0,
-        })
+            Gate {
+                arrived: Notify::new(),
+                gate: watch::channel(false).0,
+            },
+        ))
     }
 }
 
 #[async_trait]
-impl Backend for Gated {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn acquire(&self, request: &AcquireRequest) -> distlock::Result<Attempt> {
+impl Hooks for Gate {
+    async fn acquire(
+        &self,
+        inner: &MemoryBackend,
+        request: &AcquireRequest,
+    ) -> distlock::Result<Attempt> {
         let mut open = self.gate.subscribe();
-        let a = self.inner.acquire(request).await;
+        let a = inner.acquire(request).await;
         if request.queued() || matches!(a, Ok(Attempt::Acquired { .. })) {
             self.arrived.notify_one();
             let _ = open.wait_for(|o| *o).await;
         }
         a
-    }
-    async fn release(&self, name: &LockName, token: Token) -> distlock::Result<Released> {
-        self.inner.release(name, token).await
-    }
-    async fn extend(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-    ) -> distlock::Result<bool> {
-        self.inner.extend(name, token, lease).await
-    }
-    async fn subscribe(
-        &self,
-        name: &LockName,
-        waiter: Token,
-    ) -> distlock::Result<ReleaseSubscription> {
-        self.inner.subscribe(name, waiter).await
-    }
-    async fn leave_queue(&self, name: &LockName, token: Token) -> distlock::Result<()> {
-        self.inner.leave_queue(name, token).await
-    }
-    async fn inspect(&self, name: &LockName) -> distlock::Result<Option<LockInfo>> {
-        self.inner.inspect(name).await
     }
 }
 

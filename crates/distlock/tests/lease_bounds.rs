@@ -9,37 +9,43 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock::backends::memory::MemoryBackend;
 use distlock::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, LockInfo, LockName, LockRegistry,
-    RegistryOptions, ReleaseSubscription, Released, Token,
+    AcquireRequest, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
 };
 use tokio::time::Instant;
 
-/// Memory locks over a slow network: acquisition replies take `reply_delay`, and the next one
-/// `late_once_ms` more; once `stall` is set, extensions never answer.
+mod common {
+    pub mod hooked;
+}
+
+use common::hooked::{Hooked, Hooks};
+
+/// A slow network: acquisition replies take `reply_delay`, and the next one `late_once_ms`
+/// more; once `stall` is set, extensions never answer.
 #[derive(Debug, Default)]
-struct Slow {
-    inner: Arc<MemoryBackend>,
+struct SlowNet {
     reply_delay: Duration,
     late_once_ms: AtomicU64,
     stall: AtomicBool,
 }
 
+/// Memory locks over [`SlowNet`].
+type Slow = Hooked<SlowNet>;
+
 #[async_trait]
-impl Backend for Slow {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn acquire(&self, request: &AcquireRequest) -> distlock::Result<Attempt> {
-        let a = self.inner.acquire(request).await;
+impl Hooks for SlowNet {
+    async fn acquire(
+        &self,
+        inner: &MemoryBackend,
+        request: &AcquireRequest,
+    ) -> distlock::Result<Attempt> {
+        let a = inner.acquire(request).await;
         let late = Duration::from_millis(self.late_once_ms.swap(0, Ordering::SeqCst));
         tokio::time::sleep(self.reply_delay + late).await;
         a
     }
-    async fn release(&self, name: &LockName, token: Token) -> distlock::Result<Released> {
-        self.inner.release(name, token).await
-    }
     async fn extend(
         &self,
+        inner: &MemoryBackend,
         name: &LockName,
         token: Token,
         lease: Duration,
@@ -47,17 +53,7 @@ impl Backend for Slow {
         if self.stall.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.inner.extend(name, token, lease).await
-    }
-    async fn subscribe(
-        &self,
-        name: &LockName,
-        waiter: Token,
-    ) -> distlock::Result<ReleaseSubscription> {
-        self.inner.subscribe(name, waiter).await
-    }
-    async fn inspect(&self, name: &LockName) -> distlock::Result<Option<LockInfo>> {
-        self.inner.inspect(name).await
+        inner.extend(name, token, lease).await
     }
 }
 
@@ -75,10 +71,13 @@ fn registry(backend: Arc<Slow>, lease: Duration, renew: bool) -> LockRegistry {
 async fn the_lease_counts_from_before_the_acquire_request() {
     let delay = Duration::from_millis(300);
     let lease = Duration::from_secs(2);
-    let backend = Arc::new(Slow {
-        reply_delay: delay,
-        ..Slow::default()
-    });
+    let backend = Arc::new(Slow::wrap(
+        Arc::default(),
+        SlowNet {
+            reply_delay: delay,
+            ..SlowNet::default()
+        },
+    ));
     let reg = registry(backend, lease, false);
     let guard = reg.obtain("k").unwrap().lock().await.unwrap();
     // The server's lease started before the reply's delay: the client's view must not

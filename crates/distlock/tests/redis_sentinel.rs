@@ -2,12 +2,17 @@
 //! fences across a manual failover and across the master's `kill -9`, `min_replicas`, and URL
 //! errors.
 
+#[path = "common/redis.rs"]
+mod redis_common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
 use distlock::testkit::redis::sentinel::SentinelSet;
 use distlock::{Error, LockRegistry, RegistryOptions};
+
+use redis_common::take_and_release;
 
 fn set() -> SentinelSet {
     SentinelSet::start(2).expect("redis-server must be installed (scripts/test.sh installs it)")
@@ -440,14 +445,7 @@ async fn min_replicas_is_decided_again_when_a_new_master_is_named() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let reg = registry(&set.url(), Duration::from_secs(10)).await;
-    reg.obtain("job")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(reg.obtain("job")).await;
     assert!(!waited_on(&set.servers[0]), "no replica to wait for");
     set.servers[1].restart().expect("the replica comes back");
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("in sync");

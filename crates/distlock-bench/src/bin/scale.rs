@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use distlock::duration::parse_duration;
 use distlock::{Lock, LockGuard, LockRegistry, RegistryOptions};
 use distlock_bench::cpu_s;
 use distlock_bench::procstat::{listening_pid, process_tree_cpu_s, url_port};
@@ -46,7 +47,7 @@ struct Args {
 }
 
 impl Args {
-    fn parse(argv: &[String]) -> Result<Args, String> {
+    fn parse(argv: &[impl AsRef<str>]) -> Result<Args, String> {
         let mut a = Args {
             backend: String::new(),
             spawn: None,
@@ -58,7 +59,7 @@ impl Args {
             server_pid: None,
             json: false,
         };
-        let mut it = argv.iter();
+        let mut it = argv.iter().map(AsRef::as_ref);
         while let Some(flag) = it.next() {
             if flag == "--json" {
                 a.json = true;
@@ -75,9 +76,9 @@ impl Args {
                     .parse::<usize>()
                     .map_err(|_| format!("{flag}: not a number: {v:?}"))
             };
-            match flag.as_str() {
-                "--backend" => a.backend = value.clone(),
-                "--spawn" => a.spawn = Some(value.clone()),
+            match flag {
+                "--backend" => a.backend = value.to_owned(),
+                "--spawn" => a.spawn = Some(value.to_owned()),
                 "--idle" => a.idle = number(value)?,
                 "--held" => a.held = number(value)?,
                 "--lease" => a.lease = parse_duration(value).map_err(|e| format!("{flag}: {e}"))?,
@@ -98,33 +99,6 @@ impl Args {
         }
         Ok(a)
     }
-}
-
-/// `250ms`, `20s`, `2m`, `1m30s`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("not a duration: {s:?} (write 500ms, 20s, 2m)");
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let part = match &rest[..unit] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            _ => return Err(bad()),
-        };
-        total = total.saturating_add(part);
-        rest = &rest[unit..];
-    }
-    Ok(total)
 }
 
 /// This process's resident set in bytes (`VmRSS` of `/proc/self/status`).
@@ -399,35 +373,26 @@ fn main() {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Result<Args, String> {
-        Args::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    }
-
     #[test]
     fn flags_and_their_errors() {
-        let a = args(&["--backend", "memory://", "--hold", "20s", "--held", "1_000"]).unwrap();
+        let a =
+            Args::parse(&["--backend", "memory://", "--hold", "20s", "--held", "1_000"]).unwrap();
         assert_eq!(
             (a.hold, a.held, a.idle),
             (Duration::from_secs(20), 1000, 1_000_000)
         );
-        assert!(args(&["--held", "5"]).is_err(), "the backend is required");
-        assert!(args(&["--backend", "memory://", "--spawn", "redis"]).is_err());
+        assert!(
+            Args::parse(&["--held", "5"]).is_err(),
+            "the backend is required"
+        );
+        assert!(Args::parse(&["--backend", "memory://", "--spawn", "redis"]).is_err());
         assert_eq!(
-            args(&["--spawn", "redis"]).unwrap().spawn.as_deref(),
+            Args::parse(&["--spawn", "redis"]).unwrap().spawn.as_deref(),
             Some("redis")
         );
-        assert!(args(&["--backend", "memory://", "--hold", "soon"]).is_err());
-        assert!(args(&["--backend", "memory://", "--nope", "1"]).is_err());
-        assert!(args(&["--backend"]).is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("20").is_err());
-        assert!(parse_duration("s").is_err());
+        assert!(Args::parse(&["--backend", "memory://", "--hold", "soon"]).is_err());
+        assert!(Args::parse(&["--backend", "memory://", "--nope", "1"]).is_err());
+        assert!(Args::parse(&["--backend"]).is_err());
     }
 
     #[test]

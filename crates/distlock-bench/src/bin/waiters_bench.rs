@@ -69,7 +69,7 @@ struct Args {
 }
 
 impl Args {
-    fn parse(argv: &[String]) -> Result<Args, String> {
+    fn parse(argv: &[impl AsRef<str>]) -> Result<Args, String> {
         let mut a = Args {
             backend: String::new(),
             spawn: None,
@@ -87,9 +87,9 @@ impl Args {
             tasks: 1,
             counter: String::new(),
         };
-        let mut it = argv.iter();
+        let mut it = argv.iter().map(AsRef::as_ref);
         while let Some(flag) = it.next() {
-            match flag.as_str() {
+            match flag {
                 "--shared" => {
                     a.shared = true;
                     continue;
@@ -105,20 +105,20 @@ impl Args {
                 .next()
                 .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
             let bad = |e: &dyn std::fmt::Display| format!("{flag} {v:?}: {e}");
-            match flag.as_str() {
-                "--backend" => a.backend = v.clone(),
-                "--spawn" => a.spawn = Some(v.clone()),
-                "--name" => a.name = Some(v.clone()),
+            match flag {
+                "--backend" => a.backend = v.to_owned(),
+                "--spawn" => a.spawn = Some(v.to_owned()),
+                "--name" => a.name = Some(v.to_owned()),
                 "--waiters" => a.waiters = v.replace('_', "").parse().map_err(|e| bad(&e))?,
                 "--procs" => a.procs = v.parse().map_err(|e| bad(&e))?,
                 "--handoffs" => a.handoffs = v.parse().map_err(|e| bad(&e))?,
                 "--time" => a.time = v.parse().map_err(|e| bad(&e))?,
-                "--query" => a.query = Some(v.clone()),
+                "--query" => a.query = Some(v.to_owned()),
                 "--max-poll" => a.max_poll = Some(v.parse().map_err(|e| bad(&e))?),
                 "--server-pid" => a.server_pid = Some(v.parse().map_err(|e| bad(&e))?),
                 "--registries" => a.registries = v.parse().map_err(|e| bad(&e))?,
                 "--tasks" => a.tasks = v.parse().map_err(|e| bad(&e))?,
-                "--counter" => a.counter = v.clone(),
+                "--counter" => a.counter = v.to_owned(),
                 other => return Err(format!("unknown option {other:?}\n{USAGE}")),
             }
         }
@@ -638,19 +638,15 @@ fn main() {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Result<Args, String> {
-        Args::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    }
-
     #[test]
     fn flags_and_their_errors() {
-        let a = args(&["--spawn", "redis", "--waiters", "10_000", "--shared"]).unwrap();
+        let a = Args::parse(&["--spawn", "redis", "--waiters", "10_000", "--shared"]).unwrap();
         assert_eq!((a.waiters, a.shared, a.procs), (10_000, true, 10));
-        assert!(args(&["--waiters", "10"]).is_err());
-        assert!(args(&["--backend", "memory://", "--waiters", "0"]).is_err());
-        assert!(args(&["--backend", "memory://", "--time", "-1"]).is_err());
-        assert!(args(&["--backend", "memory://", "--nope", "1"]).is_err());
-        assert!(args(&["--backend", "memory://", "--waiters"]).is_err());
+        assert!(Args::parse(&["--waiters", "10"]).is_err());
+        assert!(Args::parse(&["--backend", "memory://", "--waiters", "0"]).is_err());
+        assert!(Args::parse(&["--backend", "memory://", "--time", "-1"]).is_err());
+        assert!(Args::parse(&["--backend", "memory://", "--nope", "1"]).is_err());
+        assert!(Args::parse(&["--backend", "memory://", "--waiters"]).is_err());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::events::{millis, Board, DemoReport, Holder, WaiterTicket};
 use super::{ApiError, Service};
-use crate::demo::{Report, Step};
+use crate::demo::{gaps, hold_then_release, release, Report, Step};
 
 /// Most workers a demonstration may have.
 pub const MAX_WORKERS: u32 = 10;
@@ -244,37 +244,17 @@ async fn worker(
             return Err(e);
         }
     };
+    if *stopping.borrow() {
+        report(n, &key, Step::Done);
+        release(guard).await?;
+        return Ok(None);
+    }
     let at = start.elapsed();
-    let stopped = *stopping.borrow();
-    let mut lost = false;
-    if !stopped {
-        report(
-            n,
-            &key,
-            Step::Acquired {
-                at,
-                fence: guard.fence(),
-                hold,
-            },
-        );
-        tokio::select! {
-            () = tokio::time::sleep(hold) => {}
-            () = guard.lost() => lost = true,
-            _ = stopping.wait_for(|s| *s) => {}
-        }
-    }
-    report(n, &key, if lost { Step::Lost } else { Step::Done });
-    match guard.release().await {
-        Ok(()) | Err(distlock::Error::LockLost { .. }) => Ok((!stopped).then_some(at)),
-        Err(e) => Err(e),
-    }
-}
-
-/// The shortest and longest time between consecutive acquisitions (sorts `times`).
-fn gaps(times: &mut [Duration]) -> (Option<Duration>, Option<Duration>) {
-    times.sort();
-    let gaps = times.windows(2).map(|w| w[1] - w[0]);
-    (gaps.clone().min(), gaps.max())
+    let stopped = async {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    hold_then_release(n, &key, guard, at, hold, stopped, &report).await?;
+    Ok(Some(at))
 }
 
 fn show(
@@ -309,18 +289,5 @@ fn show(
                 board.ended(id, kind, None);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gaps_are_between_consecutive_acquisitions() {
-        let ms = Duration::from_millis;
-        let mut times = [ms(610), ms(0), ms(300)];
-        assert_eq!(gaps(&mut times), (Some(ms(300)), Some(ms(310))));
-        assert_eq!(gaps(&mut [ms(5)]), (None, None));
     }
 }

@@ -206,8 +206,8 @@ impl Backend for MemoryBackend {
                 });
                 if let Some(p) = other {
                     return Err(Error::config(format!(
-                        "semaphore {:?} has holders with {p} permits; this one asks for {permits}",
-                        name.key()
+                        "semaphore {} has holders with {p} permits; this one asks for {permits}",
+                        crate::ShortKey(name.key())
                     )));
                 }
             }

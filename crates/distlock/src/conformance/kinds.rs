@@ -356,6 +356,17 @@ pub async fn semaphore_holders_must_agree_on_permits(h: &Harness) {
         a.semaphore("n", crate::MAX_PERMITS + 1),
         Err(Error::InvalidConfig(_))
     ));
+    // The error names a long key by its start and length, not whole.
+    let long = "n".repeat(500);
+    let held = a.semaphore(&long, 2).unwrap().lock().await.unwrap();
+    match b.semaphore(&long, 3).unwrap().try_lock().await {
+        Err(Error::InvalidConfig(msg)) => {
+            assert!(msg.len() < 300, "{} bytes: {msg}", msg.len());
+            assert!(msg.contains("permits"), "{msg}");
+        }
+        other => panic!("a holder with other permits got {other:?}"),
+    }
+    held.release().await.unwrap();
 }
 
 /// A permit holder that stops renewing (crashed) gives its permit back after its lease.
@@ -550,6 +561,11 @@ pub async fn multi_key_lock_is_all_or_nothing(h: &Harness) {
         assert!(g.fence(k).is_some());
     }
     assert!(matches!(b.multi(&["x", "x"]), Err(Error::InvalidKey(_))));
+    let long = "x".repeat(500);
+    match b.multi(&[&long, &long]) {
+        Err(Error::InvalidKey(msg)) => assert!(msg.len() < 300, "{msg}"),
+        other => panic!("a key twice gave {other:?}"),
+    }
     assert!(matches!(b.multi::<&str>(&[]), Err(Error::InvalidConfig(_))));
     let limit = h.limit(Duration::from_secs(2), 10).await;
     assert!(h.delete("m3").await, "no deleter");

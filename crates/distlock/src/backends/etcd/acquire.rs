@@ -304,7 +304,7 @@ impl Shared {
                     return Err(Error::config(format!(
                         "semaphore {} has holders with {other} permits; this one asks for \
                          {permits}",
-                        e.dir.trim_end_matches('/')
+                        crate::ShortKey(e.dir.trim_end_matches('/'))
                     )));
                 }
                 Step::Judged(Verdict::Holds) => None,

@@ -9,6 +9,10 @@
 ///   `<KEYS[5]>:<field>:rwlock_timeout:<k>`. A distlock reader's field is its token (32 hex
 ///   digits) and it has one hold (`k = 1`); Redisson's is `<uuid>:<thread id>` with a
 ///   reentrant count.
+/// - `scan_readers(all, longest, longer, dead)`: goes through the fields of `all` (the lock
+///   hash's `HGETALL`): counts the live readers and the other holder fields, folds the lease
+///   left of each live reader timeout key into `longest` where `longer(left, longest)` says
+///   so, and calls `dead(field)` for each reader none of whose timeout keys is left.
 /// - `prune_readers()`: drops the reader fields none of whose timeout keys is left (a reader,
 ///   ours or Redisson's, whose lease ran out), so a crashed reader's share goes after its own
 ///   lease whoever else renews; returns the live readers, the other holder fields (writers:
@@ -31,9 +35,8 @@ end
 local function writer_field(f)
   return string.sub(f, -6) == ':write'
 end
-local function prune_readers()
-  local all = redis.call('HGETALL', KEYS[1])
-  local readers, others, longest = 0, 0, 0
+local function scan_readers(all, longest, longer, dead)
+  local readers, others = 0, 0
   for i = 1, #all, 2 do
     local f = all[i]
     if f ~= 'mode' then
@@ -46,14 +49,22 @@ local function prune_readers()
           local left = redis.call('PTTL', ttl_key(f, k))
           if left ~= -2 then
             alive = true
-            if left > longest then longest = left end
+            if longer(left, longest) then longest = left end
           end
         end
-        if alive then readers = readers + 1 else redis.call('HDEL', KEYS[1], f) end
+        if alive then readers = readers + 1 else dead(f) end
       end
     end
   end
   return readers, others, longest
+end
+local function prune_readers()
+  return scan_readers(
+    redis.call('HGETALL', KEYS[1]),
+    0,
+    function(left, longest) return left > longest end,
+    function(f) redis.call('HDEL', KEYS[1], f) end
+  )
 end
 local function prune_permits()
   local all = redis.call('HGETALL', KEYS[1])

@@ -45,8 +45,8 @@ pub(super) fn disagreement(name: &LockName, theirs: i64) -> Error {
         _ => 0,
     };
     Error::config(format!(
-        "semaphore {:?} has holders with {theirs} permits; this one asks for {mine} permits",
-        name.key()
+        "semaphore {} has holders with {theirs} permits; this one asks for {mine} permits",
+        crate::ShortKey(name.key())
     ))
 }
 

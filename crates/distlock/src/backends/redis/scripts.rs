@@ -411,25 +411,12 @@ if t ~= 'hash' then return {pttl, fence, 'mutex', 1, waiters, 0} end
 local mode = redis.call('HGET', KEYS[1], 'mode')
 local all = redis.call('HGETALL', KEYS[1])
 if mode == 'read' then
-  local readers, others, longest = 0, 0, -2
-  for i = 1, #all, 2 do
-    local f, n = all[i], tonumber(all[i + 1])
-    if f ~= 'mode' then
-      if writer_field(f) or not n then
-        others = others + 1
-      else
-        local alive = false
-        for k = n, 1, -1 do
-          local left = redis.call('PTTL', ttl_key(f, k))
-          if left ~= -2 then
-            alive = true
-            if left > longest or left == -1 then longest = left end
-          end
-        end
-        if alive then readers = readers + 1 end
-      end
-    end
-  end
+  local readers, others, longest = scan_readers(
+    all,
+    -2,
+    function(left, longest) return left > longest or left == -1 end,
+    function() end
+  )
   if readers + others == 0 then return {-2, fence, '', 0, waiters, 0} end
   if others > 0 then longest = pttl end
   return {longest, fence, 'read', readers + others, waiters, 0}

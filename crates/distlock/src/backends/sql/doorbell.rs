@@ -446,7 +446,7 @@ async fn listener(
             continue;
         }
         let started = Instant::now();
-        let statement = target.sql.replace("OWN_RINGERS", &b.own_sessions());
+        let statement = target.sql.replace("OWN_SESSIONS", &b.own_sessions());
         let row: Option<Row> = match c.query_first(&statement).await {
             Ok(r) => r,
             Err(e) => {

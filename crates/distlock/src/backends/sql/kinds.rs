@@ -151,8 +151,8 @@ pub(crate) fn disagreement(name: &LockName, theirs: i64) -> Error {
         _ => 0,
     };
     Error::config(format!(
-        "semaphore {:?} has holders with {theirs} permits; this one asks for {ours} permits",
-        name.key()
+        "semaphore {} has holders with {theirs} permits; this one asks for {ours} permits",
+        crate::ShortKey(name.key())
     ))
 }
 

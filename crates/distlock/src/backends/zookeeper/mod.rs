@@ -144,15 +144,20 @@ use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 pub use zookeeper_client;
 
 mod address;
+mod attempt;
+mod contender;
 mod queue;
+mod reap;
 mod semaphore;
 mod session;
 mod tls;
 mod view;
 mod waiters;
+mod watch;
 
 use address::parse_url;
 pub use address::{decode_key, encode_key};
+use contender::{Created, Node, Phase};
 use queue::sort_contenders;
 use session::{check_lease, session_of_lease};
 
@@ -269,106 +274,12 @@ struct Slot {
     last_connect_failure: Mutex<Option<Instant>>,
 }
 
-/// Entry ids of [`Node`].
-static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
-
 /// One ZooKeeper session.
 struct Conn {
     client: Client,
     session: i64,
     /// The session timeout asked for (the key of its [`Slot`]).
     slot: Duration,
-}
-
-/// A contender of this process (one acquisition, by owner token): its node and, for a
-/// semaphore permit, its node in Curator's `locks` mutex that admits one permit taker at a time.
-struct Node {
-    /// Tells this entry from an earlier one of the same token (a create task settles only the
-    /// entry it was started for).
-    id: u64,
-    /// The key's node (`<root>/<key>`).
-    parent: String,
-    /// Where the contender node lives: the key's node for a mutex, reader or writer, its
-    /// `leases` folder for a semaphore permit.
-    dir: String,
-    /// The session timeout of its session (the lease it was created for).
-    slot: Duration,
-    /// The session that created it: the node ends with that session.
-    session: i64,
-    /// The data version of the contender node while it carries its waiter's liveness mark
-    /// (see `waiters.rs`).
-    marked: Option<i32>,
-    /// The contender node (a permit's lease node).
-    phase: Phase,
-    /// A semaphore permit's node in the key's `locks` folder, while it takes or holds that
-    /// mutex (it gives it back once it holds its permit); [`Phase::Absent`] otherwise.
-    gate: Phase,
-    /// Nobody will take the nodes: the create task in flight deletes them when it settles.
-    abandoned: bool,
-    /// An acquisition call returned it to the registry (as holder or waiter), which will
-    /// release it or leave the queue. Until then the backend cleans it up itself.
-    owned: bool,
-    held: bool,
-    /// While held: when the lease ends unless renewed (then the node is deleted).
-    deadline: Instant,
-    /// What is being watched while waiting (see `queue::Watch::key`).
-    watching: Option<String>,
-    watch_task: Option<AbortHandle>,
-    reaper: Option<AbortHandle>,
-}
-
-/// One node of a [`Node`]: not made (yet), being created, or created.
-enum Phase {
-    Absent,
-    /// The create is in flight (in a task of its own, so that it settles whatever happens to
-    /// the caller).
-    Creating,
-    Created {
-        name: String,
-        czxid: i64,
-    },
-}
-
-impl Node {
-    fn path(&self) -> Option<String> {
-        match &self.phase {
-            Phase::Created { name, .. } => Some(format!("{}/{name}", self.dir)),
-            _ => None,
-        }
-    }
-
-    fn gate_path(&self) -> Option<String> {
-        match &self.gate {
-            Phase::Created { name, .. } => Some(format!("{}/{GATE_DIR}/{name}", self.parent)),
-            _ => None,
-        }
-    }
-
-    /// Every node of this contender that exists on the server (the gate first).
-    fn created_paths(&self) -> Vec<String> {
-        self.gate_path().into_iter().chain(self.path()).collect()
-    }
-
-    fn creating(&self) -> bool {
-        matches!(self.phase, Phase::Creating) || matches!(self.gate, Phase::Creating)
-    }
-
-    fn stop_tasks(&mut self) {
-        if let Some(t) = self.watch_task.take() {
-            t.abort();
-        }
-        if let Some(t) = self.reaper.take() {
-            t.abort();
-        }
-    }
-}
-
-/// The outcome of a create: our node, and the children of the directories listed right after
-/// it (in the order asked for).
-struct Created {
-    name: String,
-    czxid: i64,
-    listings: Vec<Vec<String>>,
 }
 
 impl fmt::Debug for ZooKeeperBackend {

@@ -17,7 +17,9 @@
 //! mutex and read-write lock ignore each other.)
 
 use super::*;
-use queue::{place, sort_contenders, sort_leases, Place, Target, Watch, Which};
+use contender::{Target, Which};
+use queue::{place, sort_contenders, sort_leases, Place};
+use watch::Watch;
 
 /// The data of a distlock lease node: the semaphore's number of permits.
 fn permits_data(permits: u32) -> Vec<u8> {
@@ -295,8 +297,9 @@ impl Inner {
             {
                 self.remove(token).await?;
                 return Err(Error::config(format!(
-                    "semaphore at {parent} has holders with {other} permits; this one asks for \
-                     {permits}"
+                    "semaphore at {} has holders with {other} permits; this one asks for \
+                     {permits}",
+                    crate::ShortKey(parent)
                 )));
             }
             let blocker = if leases.len() > permits as usize {

@@ -1,7 +1,6 @@
 //! Statements: the `ssl-mode` choices, creating the table, running text or prepared statements
-//! on the sessions with the retry
-//! rules of `classify`, and turning driver errors into [`Error`]s. `mod.rs` keeps what the lock
-//! operations mean.
+//! on the sessions with the retry rules of `classify`, and turning driver errors into
+//! [`Error`]s. `mod.rs` and `acquire.rs` keep what the lock operations mean.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::{AcquireMode, Backend, LockKind};
+use crate::backend::{AcquireMode, AcquireRequest, Attempt, Backend, LockKind};
 use crate::testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).

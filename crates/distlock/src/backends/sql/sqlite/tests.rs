@@ -1,5 +1,6 @@
 //! Unit tests of the SQLite backend on temporary files.
 
+use super::open::MAX_TABLE_LEN;
 use super::*;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -429,15 +430,20 @@ async fn dropped_acquire_gives_the_lock_back() {
     for round in 0..20 {
         let n = name(&format!("cancelled-{round}"));
         // Polled once (which starts the attempt's task), then dropped.
+        let first = Token::random();
         let cancelled = tokio::time::timeout(
             Duration::ZERO,
-            b.acquire(&AcquireRequest::new(n.clone(), Token::random(), LEASE)),
+            b.acquire(&AcquireRequest::new(n.clone(), first, LEASE)),
         )
         .await;
-        assert!(
-            cancelled.is_err(),
-            "the attempt should not have finished in its first poll"
-        );
+        // An attempt whose blocking task finished before that first poll returned was not
+        // cancelled: the round shows nothing.
+        if let Ok(done) = cancelled {
+            if let Attempt::Acquired { .. } = done.unwrap() {
+                b.release(&n, first).await.unwrap();
+            }
+            continue;
+        }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let (token, fence) = loop {
             let token = Token::random();

@@ -1,0 +1,306 @@
+//! Acquisition: one attempt at an exclusive hold (with the doorbell when the lock is
+//! contended), a read hold or a permit, a waiting writer's place, and the key names that
+//! Spring mode records for `list`.
+
+use std::time::Duration;
+
+use super::conn::{classify, int, Class};
+use super::session::{Failed, Ring};
+use super::state::{Inner, KIND};
+use super::{statement, MySqlBackend};
+use crate::backend::{AcquireRequest, Attempt, LockName, Token};
+use crate::backends::sql::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
+use crate::backends::sql::doorbell::HEAD_GRACE_MS;
+use crate::backends::sql::kinds::{disagreement, place, share_owner, Place, Share};
+use crate::backends::sql::server::{self, Server};
+use crate::backends::sql::{fence_from, lease_ms, millis, WANT_WINDOW_MS};
+use crate::error::{Error, Result};
+
+/// Most key names a Spring-mode backend remembers having recorded.
+const MAX_NAMED: usize = 100_000;
+
+impl Inner {
+    /// The statement that records the key name of `name`'s row `(a, b)` (Spring mode, once
+    /// per key and backend) so that `list` can show the key, if it is still to be recorded.
+    fn name_to_record(&self, name: &LockName, a: &str, b: &str) -> Option<String> {
+        let fresh = self.options.spring
+            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
+            && !self
+                .named
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(a.to_owned(), b.to_owned()));
+        fresh.then(|| {
+            self.sql.name_key(
+                &MyLock {
+                    region: a,
+                    key: b,
+                    token: "",
+                },
+                name.key(),
+            )
+        })
+    }
+
+    fn recorded_name(&self, a: &str, b: &str) {
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if named.len() >= MAX_NAMED {
+            named.clear();
+        }
+        named.insert((a.to_owned(), b.to_owned()));
+    }
+
+    /// A read hold or a permit: one transaction in one round trip (see `My::acquire_share`).
+    /// A reader first tries the key's row alone (`My::acquire_lone_prepared`).
+    async fn take_share(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        share: Share,
+    ) -> Result<Attempt> {
+        let (a, b) = self.row_key(name)?;
+        let owner = share_owner(name, token);
+        let lock = MyLock {
+            region: &a,
+            key: &b,
+            token: &owner,
+        };
+        let (lease, want) = (lease_ms(lease), WANT_WINDOW_MS);
+        let unreported =
+            || Error::backend(KIND, "the server did not report the acquisition's outcome");
+        let mut outcome = None;
+        if share.is_read() {
+            let out = self
+                .run_prepared("try_acquire", &self.acquire_lone, &lock, lease, true)
+                .await?;
+            if out.affected > 0 {
+                let fence = out.last_insert_id.and_then(|f| i64::try_from(f).ok());
+                outcome = Some(MyShareOutcome::Acquired {
+                    fence: fence.ok_or_else(unreported)?,
+                });
+            }
+        }
+        let outcome = match outcome {
+            Some(o) => o,
+            None => {
+                let sql = self.sql.acquire_share(&lock, share, lease, want);
+                let out = self.run_transaction("try_acquire", &sql, true).await?;
+                match statement(&out, My::share_outcome_at(share)) {
+                    (0, _) => {
+                        // The key's first use: the transaction that creates its row.
+                        let sql = self.sql.acquire_share_first(&lock, share, lease, want);
+                        let out = self.run_transaction("try_acquire", &sql, true).await?;
+                        let Some(row) = out.rows.first() else {
+                            return Err(Error::backend(
+                                KIND,
+                                "the acquisition returned no outcome",
+                            ));
+                        };
+                        match (int(row, 0), int(row, 1)) {
+                            (Some(fence), _) => MyShareOutcome::Acquired { fence },
+                            (None, Some(permits)) => MyShareOutcome::Disagree { permits },
+                            _ => MyShareOutcome::Busy {
+                                remaining_ms: int(row, 2).unwrap_or(0),
+                            },
+                        }
+                    }
+                    (_, v) => v.and_then(MyShareOutcome::decode).ok_or_else(unreported)?,
+                }
+            }
+        };
+        match outcome {
+            MyShareOutcome::Acquired { fence } => {
+                // The process holds the lock: its doorbell listener lets the next process watch.
+                self.doorbells.acquired(&self.doorbell(&a, &b));
+                Ok(Attempt::Acquired {
+                    fence: fence_from(KIND, fence)?,
+                })
+            }
+            MyShareOutcome::Disagree { permits } if !share.is_read() => {
+                Err(disagreement(name, permits))
+            }
+            MyShareOutcome::Disagree { .. } => Ok(Attempt::Busy { retry_after: None }),
+            MyShareOutcome::Busy { remaining_ms } => Ok(Attempt::Busy {
+                retry_after: Some(millis(remaining_ms)),
+            }),
+        }
+    }
+
+    /// After an exclusive attempt: a waiting writer that found readers in takes (or renews)
+    /// its place; one that acquired gives its place back.
+    async fn writer_place(&self, lock: &MyLock<'_>, token: Token, acquired: bool) {
+        let waiter = token.to_string();
+        let lock = MyLock {
+            token: &waiter,
+            ..lock.clone()
+        };
+        if acquired {
+            if self.writers.take(token) {
+                let _ = self.run("leave_queue", &self.sql.leave(&lock), true).await;
+            }
+            return;
+        }
+        match self
+            .run("try_acquire", &self.sql.writer_place(&lock), true)
+            .await
+        {
+            Ok(out) if out.affected > 0 => self.writers.taken(token),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
+        }
+    }
+}
+
+impl MySqlBackend {
+    /// One attempt (see [`Backend::acquire`](crate::Backend::acquire)); `queued` for a caller that will wait: its
+    /// acquisitions take the doorbell in the same round trip.
+    pub(super) async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (token, lease, queued) = (request.token, request.lease, request.queued());
+        server::acquire(&self.inner, request, move |inner, name| async move {
+            inner.check_kind(&name)?;
+            if let Place::Shared(share) = place(&name) {
+                return inner.take_share(&name, token, lease, share).await;
+            }
+            let (a, b) = inner.row_key(&name)?;
+            let owner = inner.owner(&name, token);
+            let lock = MyLock {
+                region: &a,
+                key: &b,
+                token: &owner,
+            };
+            let doorbell = inner.doorbell(&a, &b);
+            let mut outcome = None;
+            let mut armed = false;
+            if !inner.options.spring {
+                // Behind another process in the lock's queue: leave a free lock to it for a
+                // while (it is being woken), which keeps the handoff first come, first served
+                // even when this waiter's polling comes first.
+                let defer = queued && inner.doorbells.behind(&doorbell);
+                let mut rung = None;
+                if queued && inner.doorbells.recently_contended(&doorbell) {
+                    // Take the doorbell in the same round trip, on the session that will give
+                    // it back with the release.
+                    if let Some(sql) =
+                        inner
+                            .sql
+                            .acquire_existing(
+                                &lock,
+                                lease_ms(lease),
+                                WANT_WINDOW_MS,
+                                defer.then_some(HEAD_GRACE_MS),
+                            )
+                    {
+                        match inner
+                            .doorbells
+                            .exec(&doorbell, sql, Ring::ArmIfAcquired)
+                            .await
+                        {
+                            Ok(e) => {
+                                armed = true;
+                                rung = Some(e);
+                            }
+                            Err(Failed { error, .. })
+                                if !matches!(classify(&error), Class::Permanent) =>
+                            {
+                                // The statement is idempotent for the same token: try it
+                                // again without the doorbell, with the usual retries.
+                                tracing::debug!(%error, "acquisition with the doorbell failed; again without");
+                            }
+                            Err(Failed { error, .. }) => {
+                                return Err(inner.error("try_acquire", &error))
+                            }
+                        }
+                    }
+                }
+                let out = match rung {
+                    Some(out) => out,
+                    None => {
+                        let p = if defer {
+                            &inner.acquire_deferring
+                        } else {
+                            &inner.acquire_prepared
+                        };
+                        inner
+                            .run_prepared("try_acquire", p, &lock, lease_ms(lease), true)
+                            .await?
+                    }
+                };
+                if out.affected > 0 {
+                    outcome = out.last_insert_id.and_then(MyOutcome::decode);
+                    if outcome.is_none() {
+                        return Err(Error::backend(
+                            KIND,
+                            "the server did not report the acquisition's outcome",
+                        ));
+                    }
+                }
+            }
+            let outcome = match outcome {
+                Some(o) => o,
+                None => {
+                    // First use of the key (no row yet), or the Spring layout (whose key name
+                    // goes along, the first time, for `list`).
+                    let mut sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
+                    let named = inner.name_to_record(&name, &a, &b);
+                    if let Some(n) = &named {
+                        sql = format!("{n};\n{sql}");
+                    }
+                    let out = inner.run("try_acquire", &sql, true).await?;
+                    if named.is_some() {
+                        inner.recorded_name(&a, &b);
+                    }
+                    let Some(row) = out.rows.first() else {
+                        return Ok(Attempt::Busy { retry_after: None });
+                    };
+                    if int(row, 0).unwrap_or(0) > 0 {
+                        MyOutcome::Acquired {
+                            fence: int(row, 1).unwrap_or(0),
+                            // A new row was wanted by nobody; Spring's table cannot say.
+                            wanted: inner.options.spring,
+                        }
+                    } else {
+                        MyOutcome::Busy {
+                            remaining_ms: int(row, 2).unwrap_or(0),
+                            read_shared: int(row, 3).unwrap_or(0) > 0,
+                        }
+                    }
+                }
+            };
+            let (fence, wanted) = match outcome {
+                MyOutcome::Acquired { fence, wanted } => (fence, wanted),
+                MyOutcome::Busy {
+                    remaining_ms,
+                    read_shared,
+                } => {
+                    inner.doorbells.note_contended(&doorbell);
+                    if queued && read_shared {
+                        // A waiting writer keeps new readers out.
+                        inner.writer_place(&lock, token, false).await;
+                    }
+                    return Ok(Attempt::Busy {
+                        retry_after: Some(millis(remaining_ms)),
+                    });
+                }
+            };
+            if inner.writers.has(token) {
+                inner.writer_place(&lock, token, true).await;
+            }
+            // Ring the doorbell for waiters when there are (or lately were) any; a waiter that
+            // comes later finds it silent and looks at the row now and then instead. Armed
+            // within the attempt, so that the undo's release (if the caller went away) gives
+            // the doorbell back after this takes it.
+            inner.doorbells.acquired(&doorbell);
+            if wanted {
+                inner.doorbells.note_contended(&doorbell);
+                if !armed {
+                    inner.doorbells.arm(doorbell);
+                }
+            }
+            Ok(Attempt::Acquired {
+                fence: fence_from(KIND, fence)?,
+            })
+        })
+        .await
+    }
+}

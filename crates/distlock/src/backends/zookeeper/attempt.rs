@@ -1,0 +1,263 @@
+//! One acquisition attempt on a mutex, reader or writer: creating or finding the contender
+//! node, the verdict of its place in the queue, then holding, leaving (`try_lock`) or watching;
+//! and the guard that deletes the node when the call ends without handing it over.
+
+use super::contender::{Target, Which};
+use super::queue::{place, sort_contenders, Place, Role};
+use super::watch::Watch;
+use super::*;
+
+impl Inner {
+    /// One acquisition attempt; `queued` callers stay in the queue when the lock is busy.
+    pub(super) async fn attempt(self: &Arc<Self>, request: &AcquireRequest) -> Result<Attempt> {
+        let (name, token, lease) = (&request.name, request.token, request.lease);
+        let queued = request.queued();
+        let kind = name.kind();
+        let parent = self.parent_path(name);
+        let mut guard = Unowned {
+            inner: self,
+            token,
+            armed: true,
+        };
+        // A connection that breaks (its server died, the ensemble is electing a leader) is
+        // replaced by the client within the request timeout; an attempt is safe to repeat for
+        // the same token (it finds its own node), so it is repeated until then.
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout;
+        let mut pause = Duration::from_millis(20);
+        let mut res = self.attempt_kind(&parent, kind, token, lease, queued).await;
+        while let Err(e) = &res {
+            if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
+                break;
+            }
+            tracing::debug!(error = %e, "attempt failed on a broken connection; retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            res = self.attempt_kind(&parent, kind, token, lease, queued).await;
+        }
+        if res.is_ok() {
+            guard.armed = false;
+        }
+        res
+    }
+
+    async fn attempt_kind(
+        self: &Arc<Self>,
+        parent: &str,
+        kind: LockKind,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Result<Attempt> {
+        match kind {
+            LockKind::Semaphore { permits } => {
+                self.attempt_permit(parent, permits, token, lease, queued)
+                    .await
+            }
+            other => {
+                self.attempt_inner(parent, Role::of(other), token, lease, queued)
+                    .await
+            }
+        }
+    }
+
+    /// Forgets `token`'s entry if its session is not `conn`'s (its nodes ended with it).
+    pub(super) fn drop_if_other_session(
+        nodes: &mut HashMap<Token, Node>,
+        token: Token,
+        conn: &Conn,
+    ) {
+        if nodes.get(&token).is_some_and(|n| n.session != conn.session) {
+            if let Some(mut n) = nodes.remove(&token) {
+                n.stop_tasks();
+            }
+        }
+    }
+
+    /// Marks `token`'s entry held (owned by the registry, lease from now, no watch) and starts
+    /// its reaper; returns the entry's gate node, which a holder no longer needs.
+    pub(super) fn mark_held(
+        self: &Arc<Self>,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Option<String>> {
+        let gate = {
+            let mut nodes = self.lock_nodes();
+            let n = nodes
+                .get_mut(&token)
+                .ok_or_else(|| Error::unavailable(KIND, "the node was released meanwhile"))?;
+            n.owned = true;
+            n.held = true;
+            n.deadline = Instant::now() + lease;
+            if let Some(t) = n.watch_task.take() {
+                t.abort();
+            }
+            n.watching = None;
+            let gate = n.gate_path();
+            n.gate = Phase::Absent;
+            gate
+        };
+        self.install_reaper(token);
+        Ok(gate)
+    }
+
+    /// Marks `token`'s entry handed to the registry while it waits; `false` when the entry
+    /// went meanwhile.
+    pub(super) fn mark_waiting(&self, token: Token) -> bool {
+        match self.lock_nodes().get_mut(&token) {
+            Some(n) => {
+                n.owned = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A mutex, reader or writer attempt (`role`) on the key's node `parent`.
+    pub(super) async fn attempt_inner(
+        self: &Arc<Self>,
+        parent: &str,
+        role: Role,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+    ) -> Result<Attempt> {
+        let slot = session_of_lease(lease);
+        for _ in 0..MAX_SETTLE {
+            let conn = self.conn_for(slot).await?;
+            check_lease(&conn, lease)?;
+            enum Have {
+                Creating(tokio::task::JoinHandle<Result<Created>>),
+                Known(String, i64),
+            }
+            let have = {
+                let mut nodes = self.lock_nodes();
+                Self::drop_if_other_session(&mut nodes, token, &conn);
+                match nodes.get_mut(&token) {
+                    Some(n) => match &n.phase {
+                        Phase::Created { name, czxid } => Have::Known(name.clone(), *czxid),
+                        _ => {
+                            return Err(Error::unavailable(
+                                KIND,
+                                "an earlier attempt of this acquisition is still in flight",
+                            ))
+                        }
+                    },
+                    None => {
+                        let node = self.new_node(&conn, parent, parent.to_owned(), false);
+                        let id = node.id;
+                        nodes.insert(token, node);
+                        let target = Target {
+                            dir: parent.to_owned(),
+                            marker: role.marker(),
+                            data: Vec::new(),
+                            lists: vec![parent.to_owned()],
+                        };
+                        Have::Creating(self.spawn_create(
+                            conn.clone(),
+                            token,
+                            id,
+                            Which::Contender,
+                            target,
+                        ))
+                    }
+                }
+            };
+            let (own, czxid, children) = match have {
+                Have::Creating(task) => {
+                    let mut created = self
+                        .timed("create", task)
+                        .await?
+                        .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
+                    let children = created.listings.pop().unwrap_or_default();
+                    (created.name, created.czxid, children)
+                }
+                Have::Known(name, czxid) => {
+                    // `sync` first: a server cut off from the leader cannot confirm our place.
+                    let children = self.synced_list(&conn, parent).await?;
+                    (name, czxid, children)
+                }
+            };
+            let blocker = match place(&sort_contenders(&children), &own) {
+                Place::Gone => {
+                    // Our node is gone (deleted underneath): join the queue again.
+                    if self.forget(token).is_some_and(|n| n.marked.is_some()) {
+                        self.forget_marks();
+                    }
+                    continue;
+                }
+                Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
+                Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
+            };
+            let own_path = format!("{parent}/{own}");
+            let Some(blocker) = blocker else {
+                if !self.claim(&conn, token, &own_path).await? {
+                    self.forget(token); // deleted as a dead waiter's: join again
+                    continue;
+                }
+                let fence = u64::try_from(czxid).map_err(|_| {
+                    Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
+                })?;
+                self.mark_held(token, lease)?;
+                return Ok(Attempt::Acquired { fence });
+            };
+            if !queued {
+                // try_lock: leave at once.
+                match self
+                    .timed("delete", conn.client.delete(&own_path, None))
+                    .await?
+                {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) if session_gone(&e) => {}
+                    Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
+                }
+                self.forget(token);
+                return Ok(Attempt::Busy { retry_after: None });
+            }
+            self.mark_node(&conn, token, parent, &own_path).await;
+            if !self.watch(&conn, token, blocker).await? {
+                continue; // what we wait for changed meanwhile: look again
+            }
+            if !self.mark_waiting(token) {
+                continue;
+            }
+            return Ok(Attempt::Busy { retry_after: None });
+        }
+        Err(Error::unavailable(
+            KIND,
+            "the lock's nodes kept changing under this attempt",
+        ))
+    }
+}
+
+/// Armed while an acquisition call runs: if it ends without handing the node to the registry
+/// (an error, a timeout, cancellation), the node is deleted (now or when its create settles).
+struct Unowned<'a> {
+    inner: &'a Arc<Inner>,
+    token: Token,
+    armed: bool,
+}
+
+impl Drop for Unowned<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut nodes = self.inner.lock_nodes();
+        let Some(n) = nodes.get_mut(&self.token) else {
+            return;
+        };
+        if n.owned {
+            return; // an earlier call handed it over: the registry leaves the queue
+        }
+        if n.creating() {
+            n.abandoned = true; // the create task deletes them once it settles
+            return;
+        }
+        let mut n = nodes.remove(&self.token).expect("present");
+        drop(nodes);
+        n.stop_tasks();
+        for path in n.created_paths() {
+            self.inner.delete_in_background(n.slot, n.session, path);
+        }
+    }
+}

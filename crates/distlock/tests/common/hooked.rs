@@ -1,0 +1,92 @@
+//! A memory backend behind hooks on its acquisition and extension replies, for tests that play a
+//! network which delays or holds back those replies: every other call reaches the memory
+//! backend unchanged.
+
+#![allow(dead_code)]
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock::backends::memory::MemoryBackend;
+use distlock::{
+    AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, ReleaseSubscription,
+    Released, Token,
+};
+
+/// What a test changes about the replies; each default passes the call straight through.
+#[async_trait]
+pub trait Hooks: Send + Sync + fmt::Debug + 'static {
+    async fn acquire(
+        &self,
+        inner: &MemoryBackend,
+        request: &AcquireRequest,
+    ) -> distlock::Result<Attempt> {
+        inner.acquire(request).await
+    }
+    async fn extend(
+        &self,
+        inner: &MemoryBackend,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> distlock::Result<bool> {
+        inner.extend(name, token, lease).await
+    }
+}
+
+/// `inner` behind `hooks`; it derefs to the hooks, so a test reaches their state directly.
+#[derive(Debug, Default)]
+pub struct Hooked<H> {
+    pub inner: Arc<MemoryBackend>,
+    pub hooks: H,
+}
+
+impl<H> Hooked<H> {
+    pub fn wrap(inner: Arc<MemoryBackend>, hooks: H) -> Self {
+        Hooked { inner, hooks }
+    }
+}
+
+impl<H> Deref for Hooked<H> {
+    type Target = H;
+    fn deref(&self) -> &H {
+        &self.hooks
+    }
+}
+
+#[async_trait]
+impl<H: Hooks> Backend for Hooked<H> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, request: &AcquireRequest) -> distlock::Result<Attempt> {
+        self.hooks.acquire(&self.inner, request).await
+    }
+    async fn release(&self, name: &LockName, token: Token) -> distlock::Result<Released> {
+        self.inner.release(name, token).await
+    }
+    async fn extend(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> distlock::Result<bool> {
+        self.hooks.extend(&self.inner, name, token, lease).await
+    }
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        waiter: Token,
+    ) -> distlock::Result<ReleaseSubscription> {
+        self.inner.subscribe(name, waiter).await
+    }
+    async fn leave_queue(&self, name: &LockName, token: Token) -> distlock::Result<()> {
+        self.inner.leave_queue(name, token).await
+    }
+    async fn inspect(&self, name: &LockName) -> distlock::Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
