@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{
-    AcquireMode, AcquireRequest, Attempt, LockKind, LockName, ReleaseSubscription, Token,
+    AcquireMode, AcquireRequest, Attempt, LockKind, LockName, Owner, ReleaseSubscription, Token,
 };
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, Ownership};
@@ -278,7 +278,8 @@ impl Lock {
                     AcquireMode::Try
                 };
                 let sent = Instant::now();
-                let mut in_flight = InFlight::start(reg, name, token, self.lease, mode);
+                let mut in_flight =
+                    InFlight::start(reg, name, token, self.lease, mode, &self.owner);
                 // `try_lock_for` bounds its attempts too: a reply that comes after the
                 // deadline is not waited for (the attempt finishes in the background, then is
                 // undone).
@@ -505,9 +506,12 @@ impl<'a> InFlight<'a> {
         token: Token,
         lease: Duration,
         mode: AcquireMode,
+        owner: &Owner,
     ) -> Self {
         let backend = registry.backend.clone();
-        let request = AcquireRequest::new(name.clone(), token, lease).with_mode(mode);
+        let request = AcquireRequest::new(name.clone(), token, lease)
+            .with_mode(mode)
+            .with_owner(owner.clone());
         let attempt: AttemptFuture = Box::pin(async move { backend.acquire(&request).await });
         InFlight {
             registry,

@@ -14,11 +14,13 @@ use crate::error::{Error, Result};
 mod capabilities;
 mod kind;
 mod notify;
+mod owner;
 mod request;
 
 pub use self::capabilities::{Capabilities, Fencing};
 pub use self::kind::{LockKind, MAX_PERMITS};
 pub use self::notify::{ReleaseSignal, ReleaseSignals, ReleaseSubscription};
+pub use self::owner::{Owner, MAX_OWNER_LEN, UNKNOWN_OWNER};
 pub use self::request::{AcquireMode, AcquireRequest};
 
 /// Longest key accepted, in bytes of UTF-8.
@@ -203,6 +205,11 @@ pub struct LockInfo {
     pub holders: Option<u32>,
     /// How many wait for it, where the backend can tell (its queue, or the waiters it sees).
     pub waiters: Option<u32>,
+    /// Who holds it: the [`Owner`] description of each holder (one for a mutex or a writer,
+    /// one per reader or per permit holder), sorted, where the backend records them
+    /// ([`Capabilities::owners`]); [`UNKNOWN_OWNER`] for a holder whose layout says nothing
+    /// (a foreign client). Empty where the backend cannot tell.
+    pub owners: Vec<String>,
 }
 
 impl LockInfo {
@@ -214,6 +221,7 @@ impl LockInfo {
             kind: None,
             holders: None,
             waiters: None,
+            owners: Vec::new(),
         }
     }
 
@@ -235,6 +243,14 @@ impl LockInfo {
     #[must_use]
     pub fn with_waiters(mut self, waiters: u32) -> Self {
         self.waiters = Some(waiters);
+        self
+    }
+
+    /// Sets [`owners`](Self::owners), sorted.
+    #[must_use]
+    pub fn with_owners(mut self, owners: impl IntoIterator<Item = String>) -> Self {
+        self.owners = owners.into_iter().collect();
+        self.owners.sort();
         self
     }
 }

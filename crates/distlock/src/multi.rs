@@ -80,6 +80,17 @@ impl MultiLock {
         })
     }
 
+    /// The same locks, their holds described as `owner` (see [`Lock::with_owner`]).
+    pub fn with_owner(&self, owner: crate::Owner) -> MultiLock {
+        MultiLock {
+            locks: self
+                .locks
+                .iter()
+                .map(|l| l.with_owner(owner.clone()))
+                .collect(),
+        }
+    }
+
     /// Waits until every lock is held, however long that takes.
     ///
     /// # Cancel safety

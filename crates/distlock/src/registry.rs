@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
-use crate::backend::{Backend, LockInfo, LockKind, LockName};
+use crate::backend::{Backend, LockInfo, LockKind, LockName, Owner};
 use crate::background::Background;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -324,6 +324,7 @@ impl LockRegistry {
             slot,
             registry: inner.clone(),
             lease: inner.opts.lease,
+            owner: inner.opts.owner.clone(),
         }
     }
 
@@ -425,6 +426,7 @@ pub struct Lock {
     pub(crate) slot: Arc<Slot>,
     pub(crate) registry: Arc<Inner>,
     pub(crate) lease: Duration,
+    pub(crate) owner: Owner,
 }
 
 impl fmt::Debug for Lock {
@@ -432,6 +434,7 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.slot.name)
             .field("lease", &self.lease)
+            .field("owner", &self.owner)
             .finish()
     }
 }
@@ -462,6 +465,21 @@ impl Lock {
             lease,
             ..self.clone()
         })
+    }
+
+    /// Who the holds taken through this handle say they are (the registry's
+    /// [`owner`](RegistryOptions::owner) unless [`with_owner`](Self::with_owner) named another).
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// The same lock, its holds described as `owner` (see [`Owner`]): for instance a job's
+    /// name, so that `distlock list` tells which job holds the key.
+    pub fn with_owner(&self, owner: Owner) -> Lock {
+        Lock {
+            owner,
+            ..self.clone()
+        }
     }
 
     /// Waits until the lock is acquired, however long that takes.
@@ -564,5 +582,13 @@ impl ReadWriteLock {
             read: self.read.with_lease(lease)?,
             write: self.write.with_lease(lease)?,
         })
+    }
+
+    /// The same lock, its holds described as `owner` (see [`Lock::with_owner`]).
+    pub fn with_owner(&self, owner: Owner) -> ReadWriteLock {
+        ReadWriteLock {
+            read: self.read.with_owner(owner.clone()),
+            write: self.write.with_owner(owner),
+        }
     }
 }

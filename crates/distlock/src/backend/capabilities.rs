@@ -59,6 +59,9 @@ pub struct Capabilities {
     pub read_write: bool,
     /// The backend takes [`LockKind::Semaphore`] holds.
     pub semaphores: bool,
+    /// The backend stores each hold's [`Owner`](super::Owner) and reports it in
+    /// [`LockInfo::owners`](super::LockInfo::owners).
+    pub owners: bool,
 }
 
 impl Capabilities {
@@ -73,6 +76,7 @@ impl Capabilities {
             cross_process: true,
             read_write: false,
             semaphores: false,
+            owners: false,
         }
     }
 
@@ -115,6 +119,13 @@ impl Capabilities {
     #[must_use]
     pub const fn semaphores(mut self, semaphores: bool) -> Self {
         self.semaphores = semaphores;
+        self
+    }
+
+    /// Sets the `owners` field.
+    #[must_use]
+    pub const fn owners(mut self, owners: bool) -> Self {
+        self.owners = owners;
         self
     }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use super::{Backend, Capabilities};
-use super::{LockName, Token};
+use super::{LockName, Owner, Token};
 
 /// How an acquisition attempt treats a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,6 +37,9 @@ pub struct AcquireRequest {
     pub lease: Duration,
     /// What a busy lock means for this attempt.
     pub mode: AcquireMode,
+    /// Who asks: a backend that records owners ([`Capabilities::owners`]) stores it with the
+    /// hold, where [`Backend::inspect`] and [`Backend::list`] read it back.
+    pub owner: Option<Owner>,
 }
 
 impl AcquireRequest {
@@ -47,7 +50,23 @@ impl AcquireRequest {
             token,
             lease,
             mode: AcquireMode::Try,
+            owner: None,
         }
+    }
+
+    /// Sets [`owner`](Self::owner).
+    #[must_use]
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The owner's description as a backend stores it: [`UNKNOWN_OWNER`](super::UNKNOWN_OWNER)
+    /// when the request names none.
+    pub fn owner_str(&self) -> &str {
+        self.owner
+            .as_ref()
+            .map_or(super::UNKNOWN_OWNER, Owner::as_str)
     }
 
     /// Sets [`mode`](Self::mode).

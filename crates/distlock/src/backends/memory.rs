@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::backend::{
     AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo, LockKind, LockName,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    Owner, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token, UNKNOWN_OWNER,
 };
 use crate::error::{Error, Result};
 
@@ -104,10 +104,12 @@ impl<V> ByToken<V> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Holder {
     kind: LockKind,
     expires: Instant,
+    /// Shared with the registry's own `Owner` (a reference count, no copy of the text).
+    owner: Option<Owner>,
 }
 
 impl Entry {
@@ -124,7 +126,12 @@ impl Entry {
             LockInfo::new(Some(self.fence), remaining)
                 .with_kind(first.kind)
                 .with_holders(self.holders.len() as u32)
-                .with_waiters(self.writers_waiting.len() as u32),
+                .with_waiters(self.writers_waiting.len() as u32)
+                .with_owners(self.holders.values().map(|h| {
+                    h.owner
+                        .as_ref()
+                        .map_or_else(|| UNKNOWN_OWNER.to_string(), |o| o.to_string())
+                })),
         )
     }
 }
@@ -187,6 +194,7 @@ impl Backend for MemoryBackend {
             .notifies_release(true)
             .cross_process(false)
             .all_kinds()
+            .owners(true)
     }
 
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -229,6 +237,7 @@ impl Backend for MemoryBackend {
             Holder {
                 kind,
                 expires: now + lease,
+                owner: request.owner.clone(),
             },
         );
         entry.fence += 1;

@@ -29,11 +29,13 @@
 
 mod faults;
 mod kinds;
+mod owners;
 mod processes;
 mod scenarios;
 
 pub use faults::failed_acquisitions_leave_the_lock_free;
 pub use kinds::*;
+pub use owners::owners_are_reported;
 pub use processes::{
     killed_holders_free_their_share_across_processes, kinds_exclude_each_other_across_processes,
     mutual_exclusion_across_processes, remote_waiters_are_fifo, run_child_if_asked,
@@ -237,6 +239,11 @@ impl Requirement {
         what: "nothing",
         holds: |_| true,
     };
+    /// Holder descriptions ([`Capabilities::owners`]).
+    pub const OWNERS: Requirement = Requirement {
+        what: "holder descriptions (owners)",
+        holds: |c| c.owners,
+    };
     /// Fences that may fence writes ([`Capabilities::fences`]).
     pub const FENCING: Requirement = Requirement {
         what: "fencing",
@@ -349,6 +356,7 @@ macro_rules! __conformance_scenarios {
             multi_key_lock_is_all_or_nothing: ANY,
             multi_key_locks_do_not_deadlock: ANY,
             inspect_and_list_show_every_kind: ANY,
+            owners_are_reported: OWNERS,
             blocking_facade_covers_every_kind: ANY,
             kinds_exclude_each_other_across_processes: READ_WRITE_ACROSS_PROCESSES,
             semaphore_admits_its_permits_across_processes: SEMAPHORES_ACROSS_PROCESSES,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backend::Token;
+use crate::backend::{Owner, Token};
 use crate::error::{Error, Result};
 use crate::renewal::LOCAL_SEQ_BITS;
 
@@ -35,6 +35,7 @@ pub struct RegistryOptions {
     pub(super) max_poll_interval: Option<Duration>,
     pub(super) contended_release_grace: Duration,
     pub(super) client_id: String,
+    pub(super) owner: Owner,
 }
 
 impl Default for RegistryOptions {
@@ -49,6 +50,7 @@ impl Default for RegistryOptions {
             max_poll_interval: None,
             contended_release_grace: Duration::from_millis(20),
             client_id: Token::random().to_string(),
+            owner: Owner::this_process(),
         }
     }
 }
@@ -142,6 +144,19 @@ impl RegistryOptions {
     /// This registry's identity in logs: the `client` field of its tracing spans.
     pub fn client_id(&self) -> &str {
         &self.client_id
+    }
+
+    /// Who this registry's holds say they are (default [`Owner::this_process`],
+    /// `<hostname>:<pid>`): `status`, `list` and an election's `leader` show it. A
+    /// [`Lock`](crate::Lock) may name another with [`Lock::with_owner`](crate::Lock::with_owner).
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// See [`with_owner`](Self::with_owner).
+    pub fn owner(&self) -> &Owner {
+        &self.owner
     }
 
     pub(super) fn validate(&self) -> Result<()> {
