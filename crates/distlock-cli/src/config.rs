@@ -52,6 +52,11 @@ pub fn exit_code(e: &distlock::Error) -> i32 {
     }
 }
 
+/// `--owner`: a holder description, checked by the library's rules (a clap value parser).
+pub fn parse_owner(text: &str) -> Result<distlock::Owner, String> {
+    distlock::Owner::new(text).map_err(|e| e.to_string())
+}
+
 /// The options shared by every command.
 #[derive(Debug, Clone)]
 pub struct Global {

@@ -26,6 +26,19 @@ pub fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
+/// `--at-least`: at most a day (the longest lease), as a job's schedule never needs more.
+pub fn parse_at_least(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d > distlock::MAX_LEASE {
+        return Err(format!(
+            "--at-least {} is longer than {}",
+            human(d),
+            human(distlock::MAX_LEASE)
+        ));
+    }
+    Ok(d)
+}
+
 /// A short human form: `300ms`, `2.5s`, `12s`, `2m05s`, `1h00m`.
 pub fn human(d: Duration) -> String {
     let ms = d.as_millis();

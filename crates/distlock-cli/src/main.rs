@@ -37,7 +37,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
 use config::{Failure, Global, EXIT_USAGE};
-use duration::{parse_duration, parse_lease};
+use duration::{parse_at_least, parse_duration, parse_lease};
 use run::{HoldKind, WaitMode};
 
 const AFTER_HELP: &str = "\
@@ -194,6 +194,16 @@ struct RunArgs {
     #[arg(long)]
     no_wait: bool,
 
+    /// Who holds the lock, as `status` and `list` show it [default: <hostname>:<pid>]; at most
+    /// 128 printable bytes, never a secret
+    #[arg(long, value_name = "DESC", env = "DISTLOCK_OWNER", value_parser = config::parse_owner)]
+    owner: Option<distlock::Owner>,
+
+    /// Keep the lock until DUR after CMD started, even when CMD ends sooner (a scheduled job
+    /// that another instance must not run again at once: ShedLock's lockAtLeastFor)
+    #[arg(long, value_name = "DUR", value_parser = parse_at_least)]
+    at_least: Option<Duration>,
+
     /// The command and its arguments: after `--`, or from the first word that is not an
     /// option (an unknown option is a usage error, never the command)
     #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
@@ -309,6 +319,8 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
                 lease: args.lease,
                 wait,
                 command: args.command,
+                owner: args.owner,
+                at_least: args.at_least,
             };
             run::run(global, request).await
         }

@@ -74,6 +74,10 @@ pub struct RunRequest {
     pub lease: Option<Duration>,
     pub wait: WaitMode,
     pub command: Vec<OsString>,
+    /// Who the holds say they are (`--owner`); `None`: `<hostname>:<pid>`.
+    pub owner: Option<distlock::Owner>,
+    /// `--at-least`: the lock is kept until this long after CMD started.
+    pub at_least: Option<Duration>,
 }
 
 /// Runs the command under the lock; returns the exit status of `distlock`.
@@ -88,9 +92,15 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
     let locks = req
         .keys
         .iter()
-        .map(|k| match req.lease {
-            Some(lease) => handle(&registry, k, req.kind)?.with_lease(lease),
-            None => handle(&registry, k, req.kind),
+        .map(|k| {
+            let lock = match req.lease {
+                Some(lease) => handle(&registry, k, req.kind)?.with_lease(lease)?,
+                None => handle(&registry, k, req.kind)?,
+            };
+            Ok(match &req.owner {
+                Some(owner) => lock.with_owner(owner.clone()),
+                None => lock,
+            })
         })
         .collect::<distlock::Result<Vec<_>>>()?;
     let lease = locks
@@ -169,8 +179,12 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
         }
     };
 
+    let started = Instant::now();
     let outcome = supervise(&mut group, &guard, &plan, &mut signals).await;
     group.finish();
+    if let (Some(at_least), Supervised::Exited(_)) = (req.at_least, &outcome) {
+        keep_until(&guard, started + at_least, key, &mut signals).await;
+    }
     let released = release(guard).await;
     match outcome {
         Supervised::Lost(status) => {
@@ -335,9 +349,9 @@ async fn report_waiting(
     }
 }
 
-/// `held, fence F, lease left 12s` from what `inspect` reports, with the kind and the number
-/// of holders and waiters where the backend tells them: `held (read, 2 holders, 1 waiting),
-/// fence F, lease left 12s`.
+/// `held by web-1:4312, fence F, lease left 12s` from what `inspect` reports, with who holds
+/// it, the kind and the number of holders and waiters where the backend tells them: `held by
+/// a:1, b:2 (read, 2 holders, 1 waiting), fence F, lease left 12s`.
 pub fn describe_holder(info: &distlock::LockInfo) -> String {
     let fence = info
         .fence
@@ -361,7 +375,24 @@ pub fn describe_holder(info: &distlock::LockInfo) -> String {
     } else {
         format!(" ({})", about.join(", "))
     };
-    format!("held{about}, fence {fence}, lease left {left}")
+    format!(
+        "held{}{about}, fence {fence}, lease left {left}",
+        by(&info.owners)
+    )
+}
+
+/// ` by a, b` for at most three owners (` by a, b, c and 4 more` beyond), nothing when the
+/// backend does not say.
+fn by(owners: &[String]) -> String {
+    const SHOWN: usize = 3;
+    if owners.is_empty() {
+        return String::new();
+    }
+    let mut text = format!(" by {}", owners[..owners.len().min(SHOWN)].join(", "));
+    if owners.len() > SHOWN {
+        text.push_str(&format!(" and {} more", owners.len() - SHOWN));
+    }
+    text
 }
 
 enum Supervised {
@@ -569,6 +600,22 @@ fn on_lost(group: &Group, key: &str, plan: &KillPlan, stop: &mut Option<Stop>, n
 }
 
 /// Releases, bounded in time. `Err(LockLost)` when the lock had been lost.
+/// `--at-least`: keeps the lock (renewed) until `until`, so that another instance does not
+/// run the same job again at once; a signal or the loss of the lock ends the wait early.
+async fn keep_until(guard: &MultiGuard, until: Instant, key: &str, signals: &mut Signals) {
+    if Instant::now() >= until {
+        return;
+    }
+    tracing::debug!(key, "the command ended; keeping the lock for --at-least");
+    tokio::select! {
+        () = tokio::time::sleep_until(until) => {}
+        () = guard.lost() => {}
+        sig = signals.recv() => {
+            tracing::debug!(key, sig, "signalled while keeping the lock for --at-least");
+        }
+    }
+}
+
 async fn release(guard: MultiGuard) -> distlock::Result<()> {
     let keys: Vec<String> = guard.fences().map(|(k, _)| k.to_owned()).collect();
     let key = label(&keys);

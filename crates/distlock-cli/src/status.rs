@@ -54,12 +54,14 @@ pub(crate) struct StatusJson<'a> {
     permits: Option<u32>,
     holders: Option<u32>,
     waiters: Option<u32>,
+    owners: Option<Vec<String>>,
 }
 
 /// One JSON object. `fence` is what a `distlock run` holder sees in `DISTLOCK_FENCE`;
 /// `backend_fence` is the backend's own counter. `kind` (`mutex`, `read`, `write`,
 /// `semaphore`), `permits` (a semaphore's, where recorded), `holders` and `waiters` are null
-/// where the backend cannot tell.
+/// where the backend cannot tell. `owners` lists the holders' descriptions (`[]` when free,
+/// null where the backend records none).
 pub(crate) fn to_json(key: &str, prefix: &str, backend: &str, info: Option<&LockInfo>) -> String {
     serde_json::to_string(&status_json(key, prefix, backend, info)).expect("plain fields serialize")
 }
@@ -87,6 +89,11 @@ pub(crate) fn status_json<'a>(
         }),
         holders: info.and_then(|i| i.holders),
         waiters: info.and_then(|i| i.waiters),
+        owners: match info {
+            None => Some(Vec::new()),
+            Some(i) if i.owners.is_empty() => None,
+            Some(i) => Some(i.owners.clone()),
+        },
     }
 }
 
@@ -100,11 +107,11 @@ mod tests {
         let info = LockInfo::new(Some(4), Some(Duration::from_millis(29_000)));
         assert_eq!(
             to_json("a\"b", "lock", "redis", Some(&info)),
-            r#"{"key":"a\"b","prefix":"lock","held":true,"fence":4096,"backend_fence":4,"remaining_ms":29000,"backend":"redis","kind":null,"permits":null,"holders":null,"waiters":null}"#
+            r#"{"key":"a\"b","prefix":"lock","held":true,"fence":4096,"backend_fence":4,"remaining_ms":29000,"backend":"redis","kind":null,"permits":null,"holders":null,"waiters":null,"owners":null}"#
         );
         assert_eq!(
             to_json("k", "lock", "sqlite", None),
-            r#"{"key":"k","prefix":"lock","held":false,"fence":null,"backend_fence":null,"remaining_ms":null,"backend":"sqlite","kind":null,"permits":null,"holders":null,"waiters":null}"#
+            r#"{"key":"k","prefix":"lock","held":false,"fence":null,"backend_fence":null,"remaining_ms":null,"backend":"sqlite","kind":null,"permits":null,"holders":null,"waiters":null,"owners":[]}"#
         );
     }
 
@@ -130,6 +137,28 @@ mod tests {
         let back: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(back["key"], key);
         assert_eq!(back["fence"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn owners_are_named_in_text_and_json() {
+        let info = LockInfo::new(Some(1), Some(Duration::from_secs(12)))
+            .with_owners(["web-2:9".to_string(), "web-1:7".to_string()]);
+        assert_eq!(
+            to_text("k", "redis", Some(&info)),
+            r#"lock "k": held by web-1:7, web-2:9, fence 1024, lease left 12s (redis)"#
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&to_json("k", "lock", "redis", Some(&info))).unwrap();
+        assert_eq!(json["owners"], serde_json::json!(["web-1:7", "web-2:9"]));
+        let free: serde_json::Value =
+            serde_json::from_str(&to_json("k", "lock", "redis", None)).unwrap();
+        assert_eq!(free["owners"], serde_json::json!([]));
+        let many = LockInfo::new(None, None).with_owners((0..5).map(|i| format!("h{i}")));
+        assert!(
+            to_text("k", "redis", Some(&many)).contains("by h0, h1, h2 and 2 more"),
+            "{}",
+            to_text("k", "redis", Some(&many))
+        );
     }
 
     #[test]

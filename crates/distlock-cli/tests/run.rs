@@ -277,3 +277,71 @@ fn the_command_inherits_no_file_descriptor_of_distlock() {
     assert_eq!(via.code, Some(0), "{via:?}");
     assert_eq!(via.stdout, direct.stdout, "{via:?} vs {direct:?}");
 }
+
+#[test]
+fn status_and_list_name_the_owner_of_a_run() {
+    let home = Home::new();
+    let (holder, _) = home.hold(&[], "owned", &["--owner", "nightly report"]);
+    let status = home.run(&["status", "owned", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    let json: serde_json::Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert_eq!(
+        json["owners"],
+        serde_json::json!(["nightly report"]),
+        "{json}"
+    );
+    let text = home.run(&["status", "owned"]);
+    assert!(text.stdout.contains("held by nightly report"), "{text:?}");
+    holder.signal(Signal::SIGTERM);
+    holder.wait(TIMEOUT);
+
+    // Without --owner: <hostname>:<pid> of the run.
+    let (holder, _) = home.hold(&[], "default-owner", &[]);
+    let listed = home.run(&["list", "--json"]);
+    let line: serde_json::Value = serde_json::from_str(listed.stdout.trim()).unwrap();
+    let owner = line["owners"][0].as_str().unwrap_or_default().to_owned();
+    assert!(
+        owner.ends_with(&format!(":{}", holder.child.id())),
+        "owner {owner:?} should end with the run's pid"
+    );
+    holder.signal(Signal::SIGTERM);
+    holder.wait(TIMEOUT);
+}
+
+#[test]
+fn a_bad_owner_is_a_usage_error() {
+    let home = Home::new();
+    for bad in ["", "redis://u:secret@h", &"x".repeat(129)] {
+        let out = home.run(&["run", "--key", "k", "--owner", bad, "--", "true"]);
+        assert_eq!(out.code, Some(2), "{bad:?}: {out:?}");
+    }
+}
+
+#[test]
+fn at_least_keeps_the_lock_after_a_quick_command() {
+    let home = Home::new();
+    let at_least = Duration::from_millis(1500);
+    let quick =
+        Proc::spawn(&mut home.cmd(&["run", "--key", "job", "--at-least", "1500ms", "--", "true"]));
+    // While the run keeps the lock after `true` ended, nobody else gets it.
+    assert!(
+        eventually(TIMEOUT, || home.run(&["status", "job"]).code == Some(0)),
+        "the lock was never seen held"
+    );
+    let busy = home.run(&["run", "--key", "job", "--no-wait", "--", "true"]);
+    let done = quick.wait(TIMEOUT);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert!(
+        done.elapsed >= at_least,
+        "released after {:?}",
+        done.elapsed
+    );
+    if busy.elapsed < at_least {
+        assert_eq!(busy.code, Some(75), "taken during --at-least: {busy:?}");
+    }
+    let after = home.run(&["run", "--key", "job", "--no-wait", "--", "true"]);
+    assert_eq!(after.code, Some(0), "{after:?}");
+
+    let too_long = home.run(&["run", "--key", "job", "--at-least", "2d", "--", "true"]);
+    assert_eq!(too_long.code, Some(2), "{too_long:?}");
+}

@@ -477,7 +477,7 @@ async fn the_page_shows_the_kind_of_each_hold() {
 }
 
 /// A lock taken by `distlock run` on the same backend shows among the locks held elsewhere,
-/// with its kind, and goes when the CLI lets go. Needs a cross-process backend that lists its
+/// with its kind and owner, and goes when the CLI lets go. Needs a cross-process backend that lists its
 /// locks and has read-write locks: the SQLite file, once the SQL backends have the kinds
 /// (branch wip-kinds-sql).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -488,7 +488,12 @@ async fn a_lock_held_by_the_cli_shows_as_held_elsewhere_on_sqlite() {
     let http = client();
     let (status, mine) = post(&http, &served, "by-http", json!({"shared": true})).await;
     assert_eq!(status, 200, "{mine}");
-    let reader = CliHolder::start(&url, dir.path(), "by-cli", &["--shared"]);
+    let reader = CliHolder::start(
+        &url,
+        dir.path(),
+        "by-cli",
+        &["--shared", "--owner", "cli reader"],
+    );
     let page_url = served.url("/");
     tokio::task::spawn_blocking(move || {
         let mut page = Browser::open(&page_url);
@@ -496,7 +501,7 @@ async fn a_lock_held_by_the_cli_shows_as_held_elsewhere_on_sqlite() {
         assert_eq!(kind, json!("shared"));
         let holders = page
             .eval("document.querySelector('#others tr[data-key=\"by-cli\"]').cells[2].textContent");
-        assert_eq!(holders, json!("1 elsewhere"));
+        assert_eq!(holders, json!("1 elsewhere (cli reader)"), "with its owner");
         assert_eq!(
             page.eval("document.querySelectorAll('#others tr[data-key=\"by-http\"]').length"),
             json!(0),

@@ -196,6 +196,38 @@ impl LockGuard {
         }
     }
 
+    /// Gives the lock back no earlier than `not_before`: until then the lock stays held (and
+    /// renewed), however soon the work ended. This is ShedLock's `lockAtLeastFor`: a
+    /// scheduled job that finished in a second is not run again at once by another instance
+    /// whose clock or schedule is a little off. Returns at once with [`Error::LockLost`] if
+    /// the lock is lost while it waits, else as [`release`](Self::release).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// # use distlock::{LockRegistry, backends::memory::MemoryBackend};
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// # let registry = LockRegistry::new(MemoryBackend::new());
+    /// let started = Instant::now();
+    /// let guard = registry.obtain("nightly-report")?.lock().await?;
+    /// // ... the job, done quickly ...
+    /// guard.release_not_before(started + Duration::from_millis(50)).await?;
+    /// assert!(started.elapsed() >= Duration::from_millis(50));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropped while it waits, the guard is dropped: the lock is released in the background
+    /// at once, as on any drop.
+    pub async fn release_not_before(self, not_before: Instant) -> Result<()> {
+        let lost = self.lost();
+        tokio::select! {
+            () = lost => {}
+            () = tokio::time::sleep_until(not_before) => {}
+        }
+        self.release().await
+    }
+
     /// Gives the lock back. `Ok(())` when it was still held; [`Error::LockLost`] when it had
     /// been lost meanwhile (nothing is then released: somebody else may hold it).
     ///

@@ -232,6 +232,21 @@ impl MultiGuard {
             .collect()
     }
 
+    /// Gives every lock back no earlier than `not_before` (see
+    /// [`LockGuard::release_not_before`]); at once if one of them is lost meanwhile.
+    ///
+    /// # Cancel safety
+    /// Dropped while it waits, the guards are dropped: the locks are released in the
+    /// background at once.
+    pub async fn release_not_before(self, not_before: tokio::time::Instant) -> Result<()> {
+        let lost = self.lost();
+        tokio::select! {
+            () = lost => {}
+            () = tokio::time::sleep_until(not_before) => {}
+        }
+        self.release().await
+    }
+
     /// Gives every lock back. `Ok(())` when all were still held; else the first error
     /// ([`Error::LockLost`] for a lock lost meanwhile), after giving back the others.
     ///

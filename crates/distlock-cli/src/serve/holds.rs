@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{Error, LockGuard, LockRegistry, Token};
+use distlock::{Error, LockGuard, LockRegistry, Owner, Token};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -45,7 +45,13 @@ pub struct AcquireRequest {
     #[serde(default)]
     pub shared: bool,
     pub permits: Option<u32>,
+    /// Who holds it, as listings show it; absent: `http <the caller's address>`.
+    pub owner: Option<String>,
 }
+
+/// The address of the client of a request, for the owner of its holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::SocketAddr);
 
 /// The body of `PUT /v1/locks/{key}/{token}`.
 #[derive(Debug, Default, Deserialize)]
@@ -165,8 +171,20 @@ impl Holds {
     /// # Cancel safety
     /// Cancel safe (a caller that hangs up drops it): the library's `try_lock_for` leaves nothing
     /// held when dropped, and a hold is only entered in the table after it was acquired.
-    pub async fn acquire(&self, key: &str, req: AcquireRequest) -> Result<Granted, ApiError> {
+    pub async fn acquire(
+        &self,
+        key: &str,
+        req: AcquireRequest,
+        peer: Option<Peer>,
+    ) -> Result<Granted, ApiError> {
         let kind = kind_of(&req)?;
+        let owner = match (&req.owner, peer) {
+            (Some(o), _) => {
+                Owner::new(o).map_err(|e| ApiError::bad_request(format!("owner: {e}")))?
+            }
+            (None, Some(Peer(addr))) => Owner::new(format!("http {addr}"))?,
+            (None, None) => Owner::new("http")?,
+        };
         let lease = lease_of(req.lease_ms)?;
         let wait = req.wait_ms.map(Duration::from_millis);
         if wait.is_some_and(|w| w > MAX_WAIT) {
@@ -177,7 +195,9 @@ impl Holds {
         }
         // A backend without this kind answers `Unsupported` here (501), before anything is
         // taken.
-        let lock = crate::run::handle(&self.registry, key, kind)?.with_lease(lease)?;
+        let lock = crate::run::handle(&self.registry, key, kind)?
+            .with_lease(lease)?
+            .with_owner(owner);
         let mut stopping = self.stopping.clone();
         if *stopping.borrow() {
             return Err(ApiError::shutting_down());

@@ -200,7 +200,7 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (tcp, _) = match accepted {
+                let (tcp, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::debug!(error = %e, "accept failed");
@@ -215,6 +215,7 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                 let routed = TowerToHyperService::new(router.clone());
                 let service = hyper::service::service_fn(move |mut request| {
                     request.extensions_mut().insert(arrived);
+                    request.extensions_mut().insert(holds::Peer(peer));
                     hyper::service::Service::call(&routed, request)
                 });
                 let watcher = graceful.watcher();

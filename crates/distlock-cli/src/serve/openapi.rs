@@ -51,6 +51,8 @@ fn status_properties() -> Value {
         "backend": {"type": "string"},
         "kind": {"allOf": [kind_schema()], "nullable": true},
         "permits": nullable_int, "holders": nullable_int, "waiters": nullable_int,
+        "owners": {"type": "array", "items": {"type": "string"}, "nullable": true,
+                   "description": "who holds the key: one description per holder ([] when free, null where the backend records none)"},
     })
 }
 
@@ -180,6 +182,7 @@ pub fn document() -> Value {
                     "wait_ms": {"type": "integer", "minimum": 0, "maximum": 3_600_000},
                     "shared": {"type": "boolean", "default": false, "description": "a shared hold: the read side of the key's read-write lock (with other shared holds, never with an exclusive one)"},
                     "permits": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "description": "one permit of the key's semaphore of this many permits; not with shared"},
+                    "owner": {"type": "string", "maxLength": 128, "description": "who holds it, as listings show it (printable, no URL); default: http <the caller's address>"},
                 }},
                 "DemoRequest": {"type": "object", "additionalProperties": false, "properties": {
                     "key": {"type": "string", "default": "demo"},

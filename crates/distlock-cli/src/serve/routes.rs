@@ -198,11 +198,13 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
 async fn acquire(
     State(service): State<Arc<Service>>,
     key: Result<Path<String>, PathRejection>,
+    peer: Option<axum::Extension<super::holds::Peer>>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let key = path(key)?;
     let req = body(&bytes)?;
-    let granted = service.holds.acquire(&key, req).await?;
+    let peer = peer.map(|axum::Extension(p)| p);
+    let granted = service.holds.acquire(&key, req, peer).await?;
     Ok(Json(granted).into_response())
 }
 

@@ -88,7 +88,10 @@
         seen.add(lock.key);
         const data = { key: lock.key, expires_at_ms: list.now_ms + (lock.remaining_ms || 0),
                        timed: lock.remaining_ms != null };
-        const texts = [kindLabel(lock.kind, lock.permits), n == null ? "elsewhere" : n + " elsewhere",
+        const who = (lock.owners || []).slice(0, 3).join(", ") +
+                    ((lock.owners || []).length > 3 ? ", \u2026" : "");
+        const texts = [kindLabel(lock.kind, lock.permits),
+                       (n == null ? "elsewhere" : n + " elsewhere") + (who ? " (" + who + ")" : ""),
                        lock.fence == null ? "" : String(lock.fence)];
         let o = others.get(lock.key);
         if (!o) {
