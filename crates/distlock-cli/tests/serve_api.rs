@@ -142,6 +142,31 @@ async fn a_waiting_request_gets_the_lock_when_the_holder_releases() {
 }
 
 #[tokio::test]
+async fn holds_name_their_owner_or_the_callers_address() {
+    let served = Served::start("memory://", &[]);
+    let http = client();
+    let (status, _) = post(&http, &served, "o1", json!({"owner": "billing job"})).await;
+    assert_eq!(status, 200);
+    let (_, one) = send(http.get(served.url("/v1/locks/o1"))).await;
+    assert_eq!(one["owners"], json!(["billing job"]), "{one}");
+
+    let (status, _) = post(&http, &served, "o2", json!({})).await;
+    assert_eq!(status, 200);
+    let (_, list) = send(http.get(served.url("/v1/locks"))).await;
+    let o2 = list["locks"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["key"] == "o2"))
+        .unwrap_or_else(|| panic!("o2 not listed: {list}"));
+    let owner = o2["owners"][0].as_str().unwrap_or_default();
+    assert!(owner.starts_with("http 127.0.0.1:"), "{o2}");
+
+    let (status, bad) = post(&http, &served, "o3", json!({"owner": "https://x"})).await;
+    assert_eq!(status, 400, "{bad}");
+    let (_, free) = send(http.get(served.url("/v1/locks/o3"))).await;
+    assert_eq!(free["held"], json!(false), "{free}");
+}
+
+#[tokio::test]
 async fn bad_input_answers_400_and_leaves_nothing_held() {
     let served = Served::start("memory://", &[]);
     let http = client();
