@@ -116,6 +116,14 @@ impl SentinelSet {
                 })
             })
             .collect::<io::Result<Vec<_>>>()?;
+        if options.no_failover {
+            // A loaded machine can leave the master silent for a second (the default
+            // `down-after-milliseconds` here, for quick failover tests); a set that must not
+            // fail over waits a minute instead, so that no failover happens under the test.
+            for sentinel in &sentinels {
+                sentinel.cli(&["SENTINEL", "SET", MASTER, "down-after-milliseconds", "60000"])?;
+            }
+        }
         let set = SentinelSet {
             servers,
             sentinels,
