@@ -145,6 +145,7 @@ mod background;
 pub mod blocking;
 mod connect;
 pub mod duration;
+mod election;
 mod error;
 mod guard;
 mod metrics;
@@ -162,6 +163,7 @@ pub mod conformance;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub use connect::{connect, SCHEMES};
+pub use election::{Election, Leader, Leadership, OBSERVE_EVERY};
 pub use guard::LockGuard;
 pub use multi::{MultiGuard, MultiLock};
 pub use registry::{Lock, LockRegistry, ReadWriteLock, RegistryOptions, MAX_LEASE, MIN_LEASE};

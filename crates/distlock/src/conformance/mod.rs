@@ -27,12 +27,14 @@
 //!
 //! Scenarios panic (assert) on a violation, so they read like the guarantee they check.
 
+mod elections;
 mod faults;
 mod kinds;
 mod owners;
 mod processes;
 mod scenarios;
 
+pub use elections::{dead_leader_is_replaced_within_its_lease, election_has_one_leader_at_a_time};
 pub use faults::failed_acquisitions_leave_the_lock_free;
 pub use kinds::*;
 pub use owners::owners_are_reported;
@@ -357,6 +359,8 @@ macro_rules! __conformance_scenarios {
             multi_key_locks_do_not_deadlock: ANY,
             inspect_and_list_show_every_kind: ANY,
             owners_are_reported: OWNERS,
+            election_has_one_leader_at_a_time: OWNERS,
+            dead_leader_is_replaced_within_its_lease: ANY,
             blocking_facade_covers_every_kind: ANY,
             kinds_exclude_each_other_across_processes: READ_WRITE_ACROSS_PROCESSES,
             semaphore_admits_its_permits_across_processes: SEMAPHORES_ACROSS_PROCESSES,

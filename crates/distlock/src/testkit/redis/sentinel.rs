@@ -121,7 +121,13 @@ impl SentinelSet {
             // `down-after-milliseconds` here, for quick failover tests); a set that must not
             // fail over waits a minute instead, so that no failover happens under the test.
             for sentinel in &sentinels {
-                sentinel.cli(&["SENTINEL", "SET", MASTER, "down-after-milliseconds", "60000"])?;
+                sentinel.cli(&[
+                    "SENTINEL",
+                    "SET",
+                    MASTER,
+                    "down-after-milliseconds",
+                    "60000",
+                ])?;
             }
         }
         let set = SentinelSet {
