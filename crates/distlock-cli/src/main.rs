@@ -21,6 +21,7 @@
 mod config;
 mod demo;
 mod duration;
+mod elect;
 mod group;
 mod list;
 mod manual;
@@ -117,6 +118,10 @@ enum Command {
     List(ListArgs),
     /// Remove the lock K whoever holds it (the holders find it lost)
     Unlock(UnlockArgs),
+    /// Wait until leading the election N, then run CMD while leading (DISTLOCK_TERM)
+    Elect(ElectArgs),
+    /// Show who leads the election N, and its term
+    Leader(LeaderArgs),
     /// N workers contend for one key and hold it in turn
     Demo(DemoArgs),
     /// Serve the backend over HTTP, with a live page (see docs/SERVE.md)
@@ -208,6 +213,41 @@ struct RunArgs {
     /// option (an unknown option is a usage error, never the command)
     #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
     command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct ElectArgs {
+    /// The election's name (the key of its lock)
+    #[arg(long, value_name = "N", value_parser = config::parse_key)]
+    name: String,
+
+    /// This candidate's description, as `leader` shows it [default: <hostname>:<pid>]
+    #[arg(long, value_name = "DESC", env = "DISTLOCK_OWNER", value_parser = config::parse_owner)]
+    id: Option<distlock::Owner>,
+
+    /// Lease of the leadership, renewed while CMD runs: how long a dead leader stays leader
+    /// [default: 30s, or the longest the backend grants when that is shorter]
+    #[arg(long, value_name = "DUR", value_parser = parse_lease)]
+    lease: Option<Duration>,
+
+    /// The command and its arguments, after `--`
+    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct LeaderArgs {
+    /// The election's name
+    #[arg(value_name = "N", value_parser = config::parse_key)]
+    name: String,
+
+    /// Print one JSON object a line: {"name", "leader", "term"}
+    #[arg(long)]
+    json: bool,
+
+    /// Print a line at every change of leader, until interrupted
+    #[arg(long)]
+    watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -321,9 +361,24 @@ async fn dispatch(global: &Global, command: Command) -> Result<i32, Failure> {
                 command: args.command,
                 owner: args.owner,
                 at_least: args.at_least,
+                election: false,
             };
             run::run(global, request).await
         }
+        Command::Elect(args) => {
+            let request = run::RunRequest {
+                keys: vec![args.name],
+                kind: HoldKind::Exclusive,
+                lease: args.lease,
+                wait: WaitMode::Forever,
+                command: args.command,
+                owner: Some(args.id.unwrap_or_default()),
+                at_least: None,
+                election: true,
+            };
+            run::run(global, request).await
+        }
+        Command::Leader(args) => elect::leader(global, &args.name, args.json, args.watch).await,
         Command::Status(args) => status::status(global, &args.key, args.json).await,
         Command::List(args) => list::list(global, args.json).await,
         Command::Unlock(args) => {

@@ -78,6 +78,8 @@ pub struct RunRequest {
     pub owner: Option<distlock::Owner>,
     /// `--at-least`: the lock is kept until this long after CMD started.
     pub at_least: Option<Duration>,
+    /// `elect`: the lock is an election's, and CMD also gets `DISTLOCK_TERM`.
+    pub election: bool,
 }
 
 /// Runs the command under the lock; returns the exit status of `distlock`.
@@ -159,6 +161,9 @@ pub async fn run(global: &Global, req: RunRequest) -> Result<i32, Failure> {
         ("DISTLOCK_KEY", first.to_owned()),
         ("DISTLOCK_FENCE", fence.to_string()),
     ];
+    if req.election {
+        env.push(("DISTLOCK_TERM", fence.to_string()));
+    }
     if req.keys.len() > 1 {
         let fences: serde_json::Map<String, serde_json::Value> = guard
             .fences()
