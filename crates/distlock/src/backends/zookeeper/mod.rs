@@ -534,6 +534,7 @@ impl Backend for ZooKeeperBackend {
         Capabilities::new(KIND)
             .notifies_release(true)
             .fifo(true)
+            .owners(true)
             .all_kinds()
     }
 
