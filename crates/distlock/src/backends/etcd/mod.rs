@@ -240,6 +240,7 @@ impl EtcdBackend {
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
+        let owner = request.owner_str().to_owned();
         let slot = self.shared.slot_for(token);
         let shared = self.shared.clone();
         let name = name.clone();
@@ -251,7 +252,7 @@ impl EtcdBackend {
         let mut e = slot.entry.clone().lock_owned().await;
         detached(KIND, String::new, None, async move {
             let res = shared
-                .attempt_locked(&slot, &mut e, name, token, lease, queued)
+                .attempt_locked(&slot, &mut e, name, token, lease, queued, &owner)
                 .await;
             e.failed_at = res.is_err().then(Instant::now);
             if res.is_err() {
@@ -298,7 +299,8 @@ impl Shared {
             LockInfo::new(fence.and_then(|f| u64::try_from(f).ok()), remaining)
                 .with_kind(kind)
                 .with_holders(u32::try_from(n).unwrap_or(u32::MAX))
-                .with_waiters(u32::try_from(all.len() - n).unwrap_or(u32::MAX)),
+                .with_waiters(u32::try_from(all.len() - n).unwrap_or(u32::MAX))
+                .with_owners(held.iter().map(|q| q.owner.clone())),
         )
     }
 }
@@ -308,6 +310,7 @@ impl Backend for EtcdBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(KIND)
             .notifies_release(true)
+            .owners(true)
             .fifo(true)
             .all_kinds()
     }
