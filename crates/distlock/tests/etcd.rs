@@ -179,7 +179,8 @@ mod etcd {
     }
 
     /// Readers, writers and permits live beside `concurrency.Mutex`'s keys in the lock's
-    /// directory, named after their owner token; a permit's value carries its number.
+    /// directory, named after their session lease; their values carry the owner token and
+    /// description, a permit's its number too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kinds_have_keys_of_their_own_in_the_lock_directory() {
         let server = EtcdServer::shared().expect("etcd-server");
@@ -190,14 +191,18 @@ mod etcd {
         let keys = server_keys(&server, &format!("{p}/doc/"));
         assert_eq!(keys.len(), 1, "{keys:?}");
         // Named after the session lease the key is attached to, as the mutex's key is; the
-        // value is the holder's token.
+        // value is the holder's token and description.
+        let owner = distlock::Owner::this_process();
         assert_eq!(keys[0].key, format!("{p}/doc/read-{:x}", keys[0].lease));
         let (read_key, first_token) = (keys[0].key.clone(), r.token());
-        assert_eq!(keys[0].value, r.token().to_string());
+        assert_eq!(keys[0].value, format!("{};owner={owner}", r.token()));
         assert_eq!(r.fence() >> 10, keys[0].create_revision as u64);
         let keys = server_keys(&server, &format!("{p}/pool/"));
         assert_eq!(keys[0].key, format!("{p}/pool/sem-{:x}", keys[0].lease));
-        assert_eq!(keys[0].value, format!("{};permits=3", s.token()));
+        assert_eq!(
+            keys[0].value,
+            format!("{};owner={owner};permits=3", s.token())
+        );
         r.release().await.unwrap();
         s.release().await.unwrap();
         let w = reg.read_write("doc").unwrap().write().lock().await.unwrap();
@@ -219,10 +224,9 @@ mod etcd {
         let again = server_keys(&server, &format!("{p}/doc/"));
         assert_eq!(again.len(), 1, "{again:?}");
         assert_eq!(again[0].key, read_key);
-        assert_ne!(
-            again[0].value,
-            first_token.to_string(),
-            "a new hold, a new token"
+        assert!(
+            !again[0].value.starts_with(&first_token.to_string()),
+            "a new hold, a new token: {again:?}"
         );
         r2.release().await.unwrap();
     }
