@@ -3,8 +3,9 @@
 //!
 //! | what | layout |
 //! |---|---|
-//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, named after the lease it is created on; value: the owner token (32 hex digits) |
-//! | reader, writer, permit | keys `<prefix>/<key>/read-<lease id>`, `…/write-<lease id>`, `…/sem-<lease id>` in the same directory, named after the session lease they are attached to (as the mutex's); value: the owner token (a permit's: `<token>;permits=<n>`) |
+//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, named after the lease it is created on; value: the owner token (32 hex digits) and the holder's description, `<token>;owner=<description>` |
+//! | reader, writer, permit | keys `<prefix>/<key>/read-<lease id>`, `…/write-<lease id>`, `…/sem-<lease id>` in the same directory, named after the session lease they are attached to (as the mutex's); value: as the mutex's (a permit's: `<token>;owner=<description>;permits=<n>`) |
+//! | owner | the description in the value (`%` and `;` escaped as `%25`, `%3B`); a value without it (an older distlock's) or empty (`etcdctl lock`'s) is unknown, another client's value is shown as it is; see `kinds.rs` |
 //! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
 //! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
 //! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |
