@@ -54,7 +54,10 @@ mod etcd {
                 format!("{:x}", kv.lease),
                 "named after its lease, in hex"
             );
-            assert_eq!(kv.value.len(), 32, "the owner token: {kv:?}");
+            // The owner token, then the holder's description.
+            let (token, owner) = kv.value.split_at(32);
+            assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{kv:?}");
+            assert!(owner.starts_with(";owner="), "{kv:?}");
         }
         assert_ne!(kvs[0].lease, kvs[1].lease, "one lease per backend instance");
         // The holder is the lowest create revision; the fence is derived from it.
@@ -79,6 +82,48 @@ mod etcd {
             server_keys(&server, &dir).is_empty(),
             "released keys are deleted"
         );
+    }
+
+    /// Holder descriptions are in the keys' values: `etcdctl get` shows ours, and `inspect`
+    /// shows an `etcdctl lock` holder (whose value is empty) and a key of an older distlock
+    /// (its token alone) as unknown, and another client's value as it is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn owners_of_ours_etcdctl_and_older_keys() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let p = prefix();
+        let opts = RegistryOptions::default().with_owner(distlock::Owner::new("web;1").unwrap());
+        let reg = registry(&server.url(), &p, opts).await;
+        let owners = |key: &'static str| {
+            let reg = reg.clone();
+            async move {
+                let info = reg.obtain(key).unwrap().inspect().await.unwrap();
+                info.map(|i| i.owners).unwrap_or_default()
+            }
+        };
+
+        let g = reg.obtain("ours").unwrap().lock().await.unwrap();
+        let kvs = server_keys(&server, &format!("{p}/ours/"));
+        assert_eq!(kvs.len(), 1);
+        assert!(kvs[0].value.ends_with(";owner=web%3B1"), "{kvs:?}");
+        assert_eq!(owners("ours").await, ["web;1"]);
+        g.release().await.unwrap();
+
+        let name = format!("{p}/shared");
+        let ctl = CtlLock::spawn(&server.endpoint(), &name, &[]);
+        ctl.line(Duration::from_secs(10))
+            .expect("etcdctl lock acquired");
+        assert_eq!(owners("shared").await, [distlock::UNKNOWN_OWNER]);
+        ctl.signal(libc::SIGINT);
+        let _ = ctl.wait(Duration::from_secs(5));
+
+        let b = EtcdBackend::connect(&server.url()).await.unwrap();
+        let token = format!("{:032x}", 0xabc_u128);
+        b.raw_put(&format!("{p}/older/1f"), &token).await.unwrap();
+        assert_eq!(owners("older").await, [distlock::UNKNOWN_OWNER]);
+        b.raw_put(&format!("{p}/elected/2f"), "leader-7\n")
+            .await
+            .unwrap();
+        assert_eq!(owners("elected").await, ["leader-7"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,7 +179,8 @@ mod etcd {
     }
 
     /// Readers, writers and permits live beside `concurrency.Mutex`'s keys in the lock's
-    /// directory, named after their owner token; a permit's value carries its number.
+    /// directory, named after their session lease; their values carry the owner token and
+    /// description, a permit's its number too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kinds_have_keys_of_their_own_in_the_lock_directory() {
         let server = EtcdServer::shared().expect("etcd-server");
@@ -145,14 +191,18 @@ mod etcd {
         let keys = server_keys(&server, &format!("{p}/doc/"));
         assert_eq!(keys.len(), 1, "{keys:?}");
         // Named after the session lease the key is attached to, as the mutex's key is; the
-        // value is the holder's token.
+        // value is the holder's token and description.
+        let owner = distlock::Owner::this_process();
         assert_eq!(keys[0].key, format!("{p}/doc/read-{:x}", keys[0].lease));
         let (read_key, first_token) = (keys[0].key.clone(), r.token());
-        assert_eq!(keys[0].value, r.token().to_string());
+        assert_eq!(keys[0].value, format!("{};owner={owner}", r.token()));
         assert_eq!(r.fence() >> 10, keys[0].create_revision as u64);
         let keys = server_keys(&server, &format!("{p}/pool/"));
         assert_eq!(keys[0].key, format!("{p}/pool/sem-{:x}", keys[0].lease));
-        assert_eq!(keys[0].value, format!("{};permits=3", s.token()));
+        assert_eq!(
+            keys[0].value,
+            format!("{};owner={owner};permits=3", s.token())
+        );
         r.release().await.unwrap();
         s.release().await.unwrap();
         let w = reg.read_write("doc").unwrap().write().lock().await.unwrap();
@@ -174,10 +224,9 @@ mod etcd {
         let again = server_keys(&server, &format!("{p}/doc/"));
         assert_eq!(again.len(), 1, "{again:?}");
         assert_eq!(again[0].key, read_key);
-        assert_ne!(
-            again[0].value,
-            first_token.to_string(),
-            "a new hold, a new token"
+        assert!(
+            !again[0].value.starts_with(&first_token.to_string()),
+            "a new hold, a new token: {again:?}"
         );
         r2.release().await.unwrap();
     }

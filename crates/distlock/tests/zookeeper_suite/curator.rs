@@ -326,3 +326,82 @@ async fn curators_permits_and_ours_never_exceed_the_count() {
     }
     p.release().await.unwrap();
 }
+
+/// Holders' descriptions are in their nodes' data: Curator's mutex and permit holders show
+/// what Curator writes there (its client's address), a node with no data (an older distlock's)
+/// shows as unknown, and ours show our description beside Curator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_of_curator_older_and_our_holders() {
+    let server = shared();
+    let r = root();
+    let b = backend(&format!("{}{r}", server.url())).await;
+    let owner = distlock::Owner::new("billing:7").unwrap();
+    let reg = registry(&b, RegistryOptions::default().with_owner(owner));
+    let client = b.client().await.unwrap();
+    let cs = server.connect_string();
+    let owners = |key: &'static str| {
+        let reg = reg.clone();
+        async move {
+            let info = reg.obtain(key).unwrap().inspect().await.unwrap();
+            info.map(|i| i.owners).unwrap_or_default()
+        }
+    };
+
+    let path = format!("{r}/job");
+    let mut curator = Curator::start(&cs, "mutex", &path, Duration::from_secs(30)).await;
+    assert!(curator.outcome().await, "Curator's mutex on a free path");
+    let nodes = client.list_children(&path).await.unwrap();
+    let (data, _) = client
+        .get_data(&format!("{path}/{}", nodes[0]))
+        .await
+        .unwrap();
+    assert!(!data.is_empty(), "Curator writes its client's address");
+    assert_eq!(owners("job").await, [distlock::Owner::shown(&data)]);
+    curator.release().await;
+
+    // Ours: the description is the node's data.
+    let g = reg.obtain("job").unwrap().lock().await.unwrap();
+    let nodes = client.list_children(&path).await.unwrap();
+    let (data, _) = client
+        .get_data(&format!("{path}/{}", nodes[0]))
+        .await
+        .unwrap();
+    assert_eq!(data, b"billing:7");
+    assert_eq!(owners("job").await, ["billing:7"]);
+    g.release().await.unwrap();
+
+    // A holder node with no data, as older distlock versions made.
+    let old = format!("{r}/older");
+    let opts =
+        zookeeper_client::CreateMode::Container.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create(&old, &[], &opts).await.unwrap();
+    let node = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let name = format!("{old}/_c_{}-lock-", "0a0b0c0d-0000-0000-0000-000000000001");
+    client.create(&name, &[], &node).await.unwrap();
+    assert_eq!(owners("older").await, [distlock::UNKNOWN_OWNER]);
+
+    // Permits: Curator's beside ours, one description each.
+    let sem = format!("{r}/pool");
+    let mut c = Curator::start(&cs, "sem:3", &sem, Duration::from_secs(30)).await;
+    assert!(c.outcome().await, "Curator's permit");
+    let p = reg.semaphore("pool", 3).unwrap().lock().await.unwrap();
+    let leases = client
+        .list_children(&format!("{sem}/leases"))
+        .await
+        .unwrap();
+    let mut datas = Vec::new();
+    for l in &leases {
+        let (d, _) = client.get_data(&format!("{sem}/leases/{l}")).await.unwrap();
+        datas.push(d);
+    }
+    let curators = datas
+        .iter()
+        .find(|d| !d.starts_with(b"permits="))
+        .expect("Curator's lease");
+    let mut want = vec!["billing:7".to_owned(), distlock::Owner::shown(curators)];
+    want.sort();
+    assert_eq!(owners("pool").await, want);
+    p.release().await.unwrap();
+    c.release().await;
+}

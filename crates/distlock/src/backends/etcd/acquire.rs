@@ -57,6 +57,7 @@ impl Shared {
         token: Token,
         lease: Duration,
         queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         let sent = Instant::now();
         e.touched = Some(sent);
@@ -70,7 +71,7 @@ impl Shared {
         }
         if e.name.is_none() {
             e.dir = lock_dir(&name);
-            e.value = value_of(name.kind(), token);
+            e.value = value_of(name.kind(), token, owner);
             e.name = Some(name);
         }
         let kind = e.name.as_ref().map_or(LockKind::Mutex, LockName::kind);

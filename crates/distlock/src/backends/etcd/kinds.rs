@@ -3,10 +3,16 @@
 //!
 //! | kind | key in `<prefix>/<key>/` | value |
 //! |---|---|---|
-//! | mutex | `<lease id hex>` (etcd's `concurrency.Mutex`, `etcdctl lock`) | owner token (32 hex digits) |
-//! | writer | `write-<owner token>` | owner token |
-//! | reader | `read-<owner token>` | owner token |
-//! | semaphore permit | `sem-<owner token>` | `<owner token>;permits=<n>` |
+//! | mutex | `<lease id hex>` (etcd's `concurrency.Mutex`, `etcdctl lock`) | `<owner token>;owner=<description>` |
+//! | writer | `write-<lease id hex>` | `<owner token>;owner=<description>` |
+//! | reader | `read-<lease id hex>` | `<owner token>;owner=<description>` |
+//! | semaphore permit | `sem-<lease id hex>` | `<owner token>;owner=<description>;permits=<n>` |
+//!
+//! The owner token is 32 hex digits; the description is the holder's [`Owner`], with `%` and
+//! `;` written `%25` and `%3B`, so that the first `;permits=` of a value is the number's (older
+//! distlock versions, which wrote no description, look for that and read the number after it,
+//! so they still read ours). A value without our token in front is a foreign client's
+//! (`etcdctl lock` writes nothing): it is shown as it is, or as unknown when empty.
 //!
 //! Every key of the directory is one contender, ordered by create revision. A mutex or writer
 //! holds when it is the oldest (the `concurrency.Mutex` rule, which `etcdctl lock` applies to
@@ -17,7 +23,7 @@
 //! lives in the permit keys' values, not in a key of its own, which `etcdctl lock` would take
 //! for a holder that never leaves.
 
-use crate::backend::{LockKind, Token};
+use crate::backend::{LockKind, Owner, Token, UNKNOWN_OWNER};
 
 use super::pb;
 use super::queue::is_direct_child;
@@ -27,6 +33,9 @@ const READ_TAG: &[u8] = b"read-";
 const WRITE_TAG: &[u8] = b"write-";
 const PERMIT_TAG: &[u8] = b"sem-";
 const PERMITS_VALUE: &[u8] = b";permits=";
+const OWNER_VALUE: &[u8] = b";owner=";
+/// Hex digits of the owner token at the front of every value distlock writes.
+const TOKEN_LEN: usize = 32;
 
 /// The key of a hold of `kind` in `dir` on session lease `lease_id`: the mutex's as
 /// `concurrency.Mutex` names it (`<dir><lease id>`), the other kinds' behind a tag. A name per
@@ -45,14 +54,49 @@ pub(super) fn key_of(kind: LockKind, dir: &str, lease_id: i64) -> String {
     format!("{dir}{tag}{lease_id:x}")
 }
 
-/// The value `token`'s key of `kind` holds (renewals and releases compare it).
-pub(super) fn value_of(kind: LockKind, token: Token) -> Vec<u8> {
+/// The value `token`'s key of `kind` holds for `owner` (renewals and releases compare it).
+pub(super) fn value_of(kind: LockKind, token: Token, owner: &str) -> Vec<u8> {
     let mut v = token.to_hex_bytes().to_vec();
+    v.extend_from_slice(OWNER_VALUE);
+    for b in owner.bytes() {
+        match b {
+            b'%' => v.extend_from_slice(b"%25"),
+            b';' => v.extend_from_slice(b"%3B"),
+            b => v.push(b),
+        }
+    }
     if let LockKind::Semaphore { permits } = kind {
         v.extend_from_slice(PERMITS_VALUE);
         v.extend_from_slice(permits.to_string().as_bytes());
     }
     v
+}
+
+/// Who holds a key whose value is `value`: the description distlock wrote, unknown for a
+/// value of an older distlock (its token alone, or with the permits), else the value itself
+/// (a foreign client's; `etcdctl lock`'s is empty, so unknown).
+pub(super) fn owner_of(value: &[u8]) -> String {
+    let ours = value.len() >= TOKEN_LEN
+        && value[..TOKEN_LEN].iter().all(u8::is_ascii_hexdigit)
+        && (value.len() == TOKEN_LEN || value[TOKEN_LEN] == b';');
+    if !ours {
+        return Owner::shown(value);
+    }
+    let Some(rest) = value[TOKEN_LEN..].strip_prefix(OWNER_VALUE) else {
+        return UNKNOWN_OWNER.to_owned();
+    };
+    let end = rest.iter().position(|b| *b == b';').unwrap_or(rest.len());
+    let mut out = Vec::with_capacity(end);
+    let mut i = 0;
+    while i < end {
+        match &rest[i..end] {
+            [b'%', b'2', b'5', ..] => (out.push(b'%'), i += 3),
+            [b'%', b'3', b'B', ..] => (out.push(b';'), i += 3),
+            [b, ..] => (out.push(*b), i += 1),
+            [] => break,
+        };
+    }
+    Owner::shown(&out)
 }
 
 /// What the key `name` (relative to its directory) with `value` stands for. A permit whose
@@ -88,6 +132,8 @@ pub(super) struct Queued {
     pub(super) rev: i64,
     pub(super) lease: i64,
     pub(super) kind: LockKind,
+    /// Who holds it, as its value says.
+    pub(super) owner: String,
 }
 
 /// The direct children of `dir` among `kvs`, in the order given.
@@ -99,6 +145,7 @@ pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
             rev: kv.create_revision,
             lease: kv.lease,
             kind: kind_of(&kv.key[dir.len()..], &kv.value),
+            owner: owner_of(&kv.value),
         })
         .collect()
 }
@@ -180,6 +227,7 @@ mod tests {
             rev,
             lease: 0,
             kind,
+            owner: UNKNOWN_OWNER.to_owned(),
         }
     }
 
@@ -190,7 +238,9 @@ mod tests {
         for kind in [LockKind::Mutex, LockKind::Read, LockKind::Write, sem] {
             let key = key_of(kind, "p/k/", 0x1f);
             let name = &key.as_bytes()["p/k/".len()..];
-            assert_eq!(kind_of(name, &value_of(kind, t)), kind, "{key}");
+            let value = value_of(kind, t, "web;1:100%");
+            assert_eq!(kind_of(name, &value), kind, "{key}");
+            assert_eq!(owner_of(&value), "web;1:100%", "{key}");
         }
         assert_eq!(key_of(LockKind::Mutex, "p/k/", 0x1f), "p/k/1f");
         assert_eq!(key_of(LockKind::Read, "p/k/", 0x1f), "p/k/read-1f");
@@ -200,6 +250,26 @@ mod tests {
             kind_of(b"sem-x", b"junk"),
             LockKind::Semaphore { permits: 0 }
         );
+    }
+
+    #[test]
+    fn owners_are_read_from_values_old_and_foreign() {
+        let t = Token::from(0xabcu128);
+        let sem = LockKind::Semaphore { permits: 3 };
+        // A description that looks like the number of permits does not hide the real one.
+        let sly = value_of(sem, t, "x;permits=9");
+        assert_eq!(kind_of(b"sem-1f", &sly), sem);
+        assert_eq!(owner_of(&sly), "x;permits=9");
+        // Values of older versions: the token alone, or with the permits.
+        let token = t.to_hex_bytes().to_vec();
+        assert_eq!(owner_of(&token), UNKNOWN_OWNER);
+        let mut old_permit = token.clone();
+        old_permit.extend_from_slice(b";permits=3");
+        assert_eq!(owner_of(&old_permit), UNKNOWN_OWNER);
+        // Foreign values: `etcdctl lock`'s empty one, an election's proposal.
+        assert_eq!(owner_of(b""), UNKNOWN_OWNER);
+        assert_eq!(owner_of(b"leader-7"), "leader-7");
+        assert_eq!(owner_of(b"a\x00b"), "a b");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! | what | layout |
 //! |---|---|
-//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, named after the lease it is created on; value: the owner token (32 hex digits) |
-//! | reader, writer, permit | keys `<prefix>/<key>/read-<lease id>`, `…/write-<lease id>`, `…/sem-<lease id>` in the same directory, named after the session lease they are attached to (as the mutex's); value: the owner token (a permit's: `<token>;permits=<n>`) |
+//! | mutex contender | key `<prefix>/<key>/<lease id in lowercase hex>`, named after the lease it is created on; value: the owner token (32 hex digits) and the holder's description, `<token>;owner=<description>` |
+//! | reader, writer, permit | keys `<prefix>/<key>/read-<lease id>`, `…/write-<lease id>`, `…/sem-<lease id>` in the same directory, named after the session lease they are attached to (as the mutex's); value: as the mutex's (a permit's: `<token>;owner=<description>;permits=<n>`) |
+//! | owner | the description in the value (`%` and `;` escaped as `%25`, `%3B`); a value without it (an older distlock's) or empty (`etcdctl lock`'s) is unknown, another client's value is shown as it is; see `kinds.rs` |
 //! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
 //! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
 //! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |
@@ -240,6 +241,7 @@ impl EtcdBackend {
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
+        let owner = request.owner_str().to_owned();
         let slot = self.shared.slot_for(token);
         let shared = self.shared.clone();
         let name = name.clone();
@@ -251,7 +253,7 @@ impl EtcdBackend {
         let mut e = slot.entry.clone().lock_owned().await;
         detached(KIND, String::new, None, async move {
             let res = shared
-                .attempt_locked(&slot, &mut e, name, token, lease, queued)
+                .attempt_locked(&slot, &mut e, name, token, lease, queued, &owner)
                 .await;
             e.failed_at = res.is_err().then(Instant::now);
             if res.is_err() {
@@ -298,7 +300,8 @@ impl Shared {
             LockInfo::new(fence.and_then(|f| u64::try_from(f).ok()), remaining)
                 .with_kind(kind)
                 .with_holders(u32::try_from(n).unwrap_or(u32::MAX))
-                .with_waiters(u32::try_from(all.len() - n).unwrap_or(u32::MAX)),
+                .with_waiters(u32::try_from(all.len() - n).unwrap_or(u32::MAX))
+                .with_owners(held.iter().map(|q| q.owner.clone())),
         )
     }
 }
@@ -308,6 +311,7 @@ impl Backend for EtcdBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(KIND)
             .notifies_release(true)
+            .owners(true)
             .fifo(true)
             .all_kinds()
     }

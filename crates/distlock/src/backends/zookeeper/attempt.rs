@@ -4,6 +4,7 @@
 
 use super::contender::{Target, Which};
 use super::queue::{place, sort_contenders, Place, Role};
+use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
 
@@ -13,6 +14,7 @@ impl Inner {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
         let kind = name.kind();
+        let owner = request.owner_str();
         let parent = self.parent_path(name);
         let mut guard = Unowned {
             inner: self,
@@ -24,7 +26,9 @@ impl Inner {
         // the same token (it finds its own node), so it is repeated until then.
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         let mut pause = Duration::from_millis(20);
-        let mut res = self.attempt_kind(&parent, kind, token, lease, queued).await;
+        let mut res = self
+            .attempt_kind(&parent, kind, token, lease, queued, owner)
+            .await;
         while let Err(e) = &res {
             if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
                 break;
@@ -32,7 +36,9 @@ impl Inner {
             tracing::debug!(error = %e, "attempt failed on a broken connection; retrying");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));
-            res = self.attempt_kind(&parent, kind, token, lease, queued).await;
+            res = self
+                .attempt_kind(&parent, kind, token, lease, queued, owner)
+                .await;
         }
         if res.is_ok() {
             guard.armed = false;
@@ -47,14 +53,15 @@ impl Inner {
         token: Token,
         lease: Duration,
         queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         match kind {
             LockKind::Semaphore { permits } => {
-                self.attempt_permit(parent, permits, token, lease, queued)
+                self.attempt_permit(parent, permits, token, lease, queued, owner)
                     .await
             }
             other => {
-                self.attempt_inner(parent, Role::of(other), token, lease, queued)
+                self.attempt_inner(parent, Role::of(other), token, lease, queued, owner)
                     .await
             }
         }
@@ -120,8 +127,10 @@ impl Inner {
         token: Token,
         lease: Duration,
         queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         let slot = session_of_lease(lease);
+        let data = holder_data(owner);
         for _ in 0..MAX_SETTLE {
             let conn = self.conn_for(slot).await?;
             check_lease(&conn, lease)?;
@@ -143,13 +152,13 @@ impl Inner {
                         }
                     },
                     None => {
-                        let node = self.new_node(&conn, parent, parent.to_owned(), false);
+                        let node = self.new_node(&conn, parent, parent.to_owned(), false, &data);
                         let id = node.id;
                         nodes.insert(token, node);
                         let target = Target {
                             dir: parent.to_owned(),
                             marker: role.marker(),
-                            data: Vec::new(),
+                            data: data.clone(),
                             lists: vec![parent.to_owned()],
                         };
                         Have::Creating(self.spawn_create(

@@ -26,6 +26,9 @@ pub(super) struct Node {
     /// The data version of the contender node while it carries its waiter's liveness mark
     /// (see `waiters.rs`).
     pub(super) marked: Option<i32>,
+    /// The data a holder's contender node carries (its owner's description): what `claim`
+    /// writes back over a waiter's mark.
+    pub(super) data: Vec<u8>,
     /// The contender node (a permit's lease node).
     pub(super) phase: Phase,
     /// A semaphore permit's node in the key's `locks` folder, while it takes or holds that
@@ -329,7 +332,14 @@ impl Inner {
 
     /// A new entry for `token` of session `conn`, its first node being created: the gate of a
     /// semaphore permit (`gate`), else the contender in `dir`.
-    pub(super) fn new_node(&self, conn: &Conn, parent: &str, dir: String, gate: bool) -> Node {
+    pub(super) fn new_node(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        dir: String,
+        gate: bool,
+        data: &[u8],
+    ) -> Node {
         Node {
             id: NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed),
             parent: parent.to_owned(),
@@ -337,6 +347,7 @@ impl Inner {
             slot: conn.slot,
             session: conn.session,
             marked: None,
+            data: data.to_vec(),
             phase: if gate { Phase::Absent } else { Phase::Creating },
             gate: if gate { Phase::Creating } else { Phase::Absent },
             abandoned: false,

@@ -8,7 +8,8 @@
 //! | mutex contender | ephemeral sequential child `_c_<uuid>-lock-<seq>` (Curator's protected mode: the `_c_<uuid>-` prefix lets its creator find it after a connection loss during the create); distlock's `<uuid>` is the acquisition's 128-bit owner token |
 //! | reader, writer | ephemeral sequential children `_c_<uuid>-__READ__<seq>`, `_c_<uuid>-__WRIT__<seq>` of the same parent (Curator's read-write lock) |
 //! | holder | an exclusive contender (mutex or writer) that is first by sequence number among all three; a reader with no exclusive contender before it |
-//! | semaphore permit | Curator's semaphore under the same parent: its mutex `<key>/locks/_c_<uuid>-lock-<seq>` admits one taker at a time, which creates its lease `<key>/leases/_c_<uuid>-lease-<seq>` (data `permits=<n>`), waits until `leases` has at most `n` children, and gives the mutex back |
+//! | semaphore permit | Curator's semaphore under the same parent: its mutex `<key>/locks/_c_<uuid>-lock-<seq>` admits one taker at a time, which creates its lease `<key>/leases/_c_<uuid>-lease-<seq>` (data `permits=<n>`, a newline, the owner description), waits until `leases` has at most `n` children, and gives the mutex back |
+//! | owner | a holder's node data: distlock writes its [`Owner`](crate::Owner) description there (a waiter's node carries its liveness mark instead until it holds, see below), Curator its client's IP address by default; no data (older distlock versions) shows as unknown |
 //! | waiting | a waiter watches only what it waits for: its predecessor, the exclusive contender before a reader, the `leases` folder; contenders are served in arrival order |
 //! | fence | the holder node's `czxid` (the zxid of the transaction that created it): one sequence for the whole ensemble, so it increases per key across every kind |
 //! | lease | the ZooKeeper session, sized to the lease (see below) |
@@ -534,6 +535,7 @@ impl Backend for ZooKeeperBackend {
         Capabilities::new(KIND)
             .notifies_release(true)
             .fifo(true)
+            .owners(true)
             .all_kinds()
     }
 

@@ -17,23 +17,38 @@
 //! mutex and read-write lock ignore each other.)
 
 use super::*;
+use crate::backend::{Owner, UNKNOWN_OWNER};
 use contender::{Target, Which};
 use queue::{place, sort_contenders, sort_leases, Place};
 use watch::Watch;
 
-/// The data of a distlock lease node: the semaphore's number of permits.
-fn permits_data(permits: u32) -> Vec<u8> {
-    format!("permits={permits}").into_bytes()
+/// The data of a distlock lease node: the semaphore's number of permits, then on a line of
+/// its own the holder's owner description. (Older distlock versions wrote the first line
+/// alone and read it whole, so they take these nodes for Curator's, of an unknown number.)
+fn lease_data(permits: u32, owner: &str) -> Vec<u8> {
+    format!("{PERMITS}{permits}\n{owner}").into_bytes()
 }
+
+const PERMITS: &str = "permits=";
 
 /// The number of permits a lease node's data announces (`None` for Curator's, whose data is
 /// its client's address or the application's).
 pub(super) fn permits_of(data: &[u8]) -> Option<u32> {
-    std::str::from_utf8(data)
-        .ok()?
-        .strip_prefix("permits=")?
-        .parse()
-        .ok()
+    let text = std::str::from_utf8(data).ok()?.strip_prefix(PERMITS)?;
+    text.split_once('\n').map_or(text, |(n, _)| n).parse().ok()
+}
+
+/// Who holds the lease node with `data`: the description after a distlock node's number of
+/// permits (unknown when an older version wrote none), else the data itself (Curator's
+/// client address, or what its application set).
+pub(super) fn lease_owner(data: &[u8]) -> String {
+    if permits_of(data).is_none() {
+        return Owner::shown(data);
+    }
+    match data.iter().position(|b| *b == b'\n') {
+        Some(at) => Owner::shown(&data[at + 1..]),
+        None => UNKNOWN_OWNER.to_owned(),
+    }
 }
 
 /// Other holders whose numbers of permits are checked against a new taker's.
@@ -165,6 +180,7 @@ impl Inner {
         token: Token,
         lease: Duration,
         queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         let slot = session_of_lease(lease);
         let gate_dir = format!("{parent}/{GATE_DIR}");
@@ -201,7 +217,7 @@ impl Inner {
                         }
                     },
                     None => {
-                        let node = self.new_node(&conn, parent, lease_dir.clone(), true);
+                        let node = self.new_node(&conn, parent, lease_dir.clone(), true, &[]);
                         let id = node.id;
                         nodes.insert(token, node);
                         let target = Target {
@@ -269,7 +285,7 @@ impl Inner {
                     let target = Target {
                         dir: lease_dir.clone(),
                         marker: LEASE_NAME,
-                        data: permits_data(permits),
+                        data: lease_data(permits, owner),
                         lists: vec![lease_dir.clone(), parent.to_owned()],
                     };
                     let task = self.spawn_create(conn.clone(), token, id, Which::Contender, target);
@@ -351,8 +367,15 @@ mod tests {
 
     #[test]
     fn lease_data_carries_the_permits() {
-        assert_eq!(permits_of(&permits_data(3)), Some(3));
+        let data = lease_data(3, "web-1:77");
+        assert_eq!(permits_of(&data), Some(3));
+        assert_eq!(lease_owner(&data), "web-1:77");
         assert_eq!(permits_of(b"127.0.0.1"), None);
         assert_eq!(permits_of(b"permits=x"), None);
+        // An older distlock's lease, and Curator's (its client's address, or nothing).
+        assert_eq!(permits_of(b"permits=4"), Some(4));
+        assert_eq!(lease_owner(b"permits=4"), UNKNOWN_OWNER);
+        assert_eq!(lease_owner(b"10.0.0.7"), "10.0.0.7");
+        assert_eq!(lease_owner(b""), UNKNOWN_OWNER);
     }
 }

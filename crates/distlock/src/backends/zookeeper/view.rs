@@ -3,13 +3,16 @@
 
 use super::*;
 use queue::{sort_contenders, sort_leases};
-use semaphore::permits_of;
+use semaphore::{lease_owner, permits_of};
+use waiters::node_owner;
 
 /// The holders of one key.
 pub(super) struct Holders {
     pub(super) kind: LockKind,
     /// The holders' nodes.
     pub(super) paths: Vec<String>,
+    /// Who holds each of them, as its node's data says.
+    pub(super) owners: Vec<String>,
     /// The highest `czxid` among the holders.
     pub(super) fence: Option<u64>,
     pub(super) waiters: u32,
@@ -21,6 +24,7 @@ impl Holders {
             .with_kind(self.kind)
             .with_holders(u32::try_from(self.paths.len()).unwrap_or(u32::MAX))
             .with_waiters(self.waiters)
+            .with_owners(self.owners.iter().cloned())
     }
 }
 
@@ -62,10 +66,10 @@ impl Inner {
                 .map(|l| format!("{lease_dir}/{l}"))
                 .collect();
             let (own_stats, lease_data) = self
-                .timed("exists and get data", async {
+                .timed("get data", async {
                     tokio::join!(
                         futures_util::future::join_all(
-                            own_paths.iter().map(|p| conn.client.check_stat(p))
+                            own_paths.iter().map(|p| conn.client.get_data(p))
                         ),
                         futures_util::future::join_all(
                             lease_paths.iter().map(|p| conn.client.get_data(p))
@@ -75,10 +79,10 @@ impl Inner {
                 .await?;
             let mut own_holders = Vec::new();
             let mut changed = false;
-            for (path, stat) in own_paths.into_iter().zip(own_stats) {
-                match stat {
-                    Ok(Some(s)) => own_holders.push((path, s.czxid)),
-                    Ok(None) => changed = true,
+            for (path, read) in own_paths.into_iter().zip(own_stats) {
+                match read {
+                    Ok((data, s)) => own_holders.push((path, s.czxid, node_owner(&data))),
+                    Err(zookeeper_client::Error::NoNode) => changed = true,
                     Err(e) => return Err(zk_err(e)),
                 }
             }
@@ -88,28 +92,30 @@ impl Inner {
             let mut live_leases = Vec::new();
             for (path, data) in lease_paths.into_iter().zip(lease_data) {
                 match data {
-                    Ok((data, s)) => live_leases.push((path, s.czxid, permits_of(&data))),
+                    Ok((data, s)) => {
+                        live_leases.push((path, s.czxid, permits_of(&data), lease_owner(&data)))
+                    }
                     Err(zookeeper_client::Error::NoNode) => {}
                     Err(e) => return Err(zk_err(e)),
                 }
             }
-            let permits = live_leases.iter().find_map(|(_, _, p)| *p);
+            let permits = live_leases.iter().find_map(|(_, _, p, _)| *p);
             let lease_holders = match permits {
                 Some(n) => live_leases.len().min(n as usize),
                 None => live_leases.len(),
             };
-            let oldest_own = own_holders.iter().map(|(_, z)| *z).min();
-            let oldest_lease = live_leases.first().map(|(_, z, _)| *z);
+            let oldest_own = own_holders.iter().map(|(_, z, _)| *z).min();
+            let oldest_lease = live_leases.first().map(|(_, z, _, _)| *z);
             let leases_hold = match (oldest_own, oldest_lease) {
                 (Some(o), Some(l)) => l < o,
                 (None, Some(_)) => true,
                 _ => false,
             };
             let (kind, holders, waiting_leases) = if leases_hold {
-                let holders: Vec<(String, i64)> = live_leases
+                let holders: Vec<(String, i64, String)> = live_leases
                     .iter()
                     .take(lease_holders)
-                    .map(|(p, z, _)| (p.clone(), *z))
+                    .map(|(p, z, _, o)| (p.clone(), *z, o.clone()))
                     .collect();
                 let kind = LockKind::Semaphore {
                     permits: permits.unwrap_or(0),
@@ -128,10 +134,11 @@ impl Inner {
                 kind,
                 fence: holders
                     .iter()
-                    .map(|(_, z)| *z)
+                    .map(|(_, z, _)| *z)
                     .max()
                     .and_then(|z| u64::try_from(z).ok()),
-                paths: holders.into_iter().map(|(p, _)| p).collect(),
+                owners: holders.iter().map(|(_, _, o)| o.clone()).collect(),
+                paths: holders.into_iter().map(|(p, _, _)| p).collect(),
                 waiters: u32::try_from(waiters).unwrap_or(u32::MAX),
             }));
         }

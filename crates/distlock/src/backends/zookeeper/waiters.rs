@@ -5,12 +5,14 @@
 //! `<root>/%waiters/<session id hex>`, and writes the mark's path into its own node's data
 //! (`distlock-waiting:<path>`, version 1). A distlock contender that waits for such a node
 //! watches the mark as well, and once the mark is gone deletes the node, conditionally on the
-//! version it read. A waiter that reaches the head clears its data, conditionally on version 1,
-//! before it reports the lock acquired. Exactly one of the two conditional writes wins: a node
+//! version it read. A waiter that reaches the head replaces the mark with its owner's
+//! description (the data it was created with), conditionally on version 1, before it reports
+//! the lock acquired. Exactly one of the two conditional writes wins: a node
 //! whose holder went on to hold is never deleted for a dead mark, and a waiter whose node was
 //! deleted queues again. Curator's nodes carry no mark and are left to their sessions.
 
 use super::*;
+use crate::backend::{Owner, UNKNOWN_OWNER};
 
 /// Data of a waiting distlock node: this, then the path of its mark.
 const WAITING: &[u8] = b"distlock-waiting:";
@@ -19,6 +21,28 @@ const WAITING: &[u8] = b"distlock-waiting:";
 const MARKS: &str = "%waiters";
 /// The data version of a node its waiter has marked (created at 0, marked once).
 const MARKED: i32 = 1;
+
+/// The data of a distlock contender node that holds (or has not been marked): its owner's
+/// description, as Curator keeps its client's address there. A description that begins like a
+/// mark gets a leading space (which [`Owner::shown`] trims), so that nobody takes the holder
+/// for a dead waiter and deletes its node.
+pub(super) fn holder_data(owner: &str) -> Vec<u8> {
+    let mut data = Vec::with_capacity(owner.len() + 1);
+    if owner.as_bytes().starts_with(WAITING) {
+        data.push(b' ');
+    }
+    data.extend_from_slice(owner.as_bytes());
+    data
+}
+
+/// Who holds a contender node whose data is `data`: the description distlock wrote, the
+/// address Curator wrote, or unknown (an older distlock's empty data, a mark not yet cleared).
+pub(super) fn node_owner(data: &[u8]) -> String {
+    if mark_of(data).is_some() {
+        return UNKNOWN_OWNER.to_owned();
+    }
+    Owner::shown(data)
+}
 
 /// The mark named by a node's `data`, when it is a waiting distlock node's.
 pub(super) fn mark_of(data: &[u8]) -> Option<&str> {
@@ -123,16 +147,20 @@ impl Inner {
         }
     }
 
-    /// Before `token`'s marked node at `path` holds: clears its mark (conditional on the
-    /// marked version), so that nobody takes it for a dead waiter's any more. `false` when the
+    /// Before `token`'s marked node at `path` holds: replaces its mark with its owner's
+    /// description (conditional on the marked version), so that nobody takes it for a dead
+    /// waiter's any more. `false` when the
     /// node is gone: a waiter behind it deleted it after its mark went (or its session ended).
     pub(super) async fn claim(&self, conn: &Conn, token: Token, path: &str) -> Result<bool> {
-        let marked = self.lock_nodes().get(&token).and_then(|n| n.marked);
-        let Some(version) = marked else {
+        let marked = self
+            .lock_nodes()
+            .get(&token)
+            .and_then(|n| Some((n.marked?, n.data.clone())));
+        let Some((version, data)) = marked else {
             return Ok(true);
         };
         match self
-            .timed("claim", conn.client.set_data(path, &[], Some(version)))
+            .timed("claim", conn.client.set_data(path, &data, Some(version)))
             .await?
         {
             // A version changed by someone else also keeps the deleters off (they delete
@@ -233,5 +261,19 @@ mod tests {
         // Curator's default node data: the client's address.
         assert_eq!(mark_of(b"127.0.0.1"), None);
         assert_eq!(decode_key(MARKS), None, "no key maps to the marks' folder");
+    }
+
+    #[test]
+    fn holders_data_is_their_owner_and_never_a_mark() {
+        assert_eq!(node_owner(&holder_data("web-1:77")), "web-1:77");
+        let sly = holder_data("distlock-waiting:/lock/%waiters/1f");
+        assert_eq!(mark_of(&sly), None);
+        assert_eq!(node_owner(&sly), "distlock-waiting:/lock/%waiters/1f");
+        assert_eq!(
+            node_owner(b"distlock-waiting:/lock/%waiters/1f"),
+            UNKNOWN_OWNER
+        );
+        assert_eq!(node_owner(b""), UNKNOWN_OWNER);
+        assert_eq!(node_owner(b"172.17.0.2"), "172.17.0.2");
     }
 }
