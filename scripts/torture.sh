@@ -8,7 +8,7 @@
 # docs/SAFETY.md for what is measured and how to read the report.
 #
 #   scripts/torture.sh [--backends LIST] [--duration DUR] [--report FILE] [--quick]
-#                      [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore]
+#                      [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore|election]
 #                      [--parallel N] [--max-unavailable DUR]
 #
 #   --backends LIST  comma-separated, of sqlite,redis,redis-sentinel,redis-cluster,redlock,
@@ -23,7 +23,8 @@
 #   --lock KIND      what the workers take: mutex (default); rw, the key's read-write lock
 #                    (even workers write, odd ones read: a writer beside anyone is an overlap);
 #                    semaphore, one of workers/2 permits (more holders at once is an
-#                    over-admission)
+#                    over-admission); election, a candidacy in the key's election (leaders
+#                    write with their term; two leaders at once is an overlap)
 #   --parallel N     run up to N backends at once (default 1): a 10-minute run of all nine
 #                    backends takes about 35 minutes with --parallel 3
 #   --max-unavailable DUR

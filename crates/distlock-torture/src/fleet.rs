@@ -25,6 +25,8 @@ pub(crate) enum LockMode {
     ReadWrite,
     /// Every worker takes one permit of a semaphore with this many.
     Semaphore(u32),
+    /// Every worker campaigns in the key's election and leads during its sections.
+    Election,
 }
 
 impl LockMode {
@@ -35,6 +37,7 @@ impl LockMode {
             LockMode::ReadWrite if worker.is_multiple_of(2) => Role::Write,
             LockMode::ReadWrite => Role::Read,
             LockMode::Semaphore(_) => Role::Permit,
+            LockMode::Election => Role::Leader,
         }
     }
 
@@ -50,6 +53,7 @@ impl LockMode {
             LockMode::Mutex => "mutex".into(),
             LockMode::ReadWrite => "rw".into(),
             LockMode::Semaphore(n) => format!("semaphore({n})"),
+            LockMode::Election => "election".into(),
         }
     }
 }

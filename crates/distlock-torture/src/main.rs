@@ -34,7 +34,7 @@ const DEFAULT_LEASE: Duration = Duration::from_millis(1500);
 const QUICK_MAX_UNAVAILABLE: Duration = Duration::from_secs(3);
 
 const USAGE: &str = "usage: distlock-torture [--backends LIST] [--duration DUR] [--report FILE] \
-[--quick] [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore] [--parallel N] \
+[--quick] [--workers N] [--lease DUR] [--logs DIR] [--lock mutex|rw|semaphore|election] [--parallel N] \
 [--max-unavailable DUR]";
 
 fn main() -> ExitCode {
@@ -129,7 +129,12 @@ fn parse(args: &[String]) -> Result<driver::Options, String> {
         "rw" => fleet::LockMode::ReadWrite,
         // Half the workers at once: permits are contended, and sharing is exercised.
         "semaphore" => fleet::LockMode::Semaphore((workers / 2).max(2) as u32),
-        other => return Err(format!("--lock {other:?}: mutex, rw or semaphore")),
+        "election" => fleet::LockMode::Election,
+        other => {
+            return Err(format!(
+                "--lock {other:?}: mutex, rw, semaphore or election"
+            ))
+        }
     };
     Ok(driver::Options {
         lock,

@@ -52,6 +52,9 @@ pub(crate) enum Role {
     Read,
     Permit,
     Foreign,
+    /// A candidate of the key's election, leading during its sections: exclusive, fenced by
+    /// its term.
+    Leader,
 }
 
 impl Role {
@@ -65,7 +68,7 @@ impl Role {
 
     /// Whether its sections do the fenced read-modify-write (the exclusive roles).
     pub(crate) fn writes(self) -> bool {
-        matches!(self, Role::Exclusive | Role::Write)
+        matches!(self, Role::Exclusive | Role::Write | Role::Leader)
     }
 
     pub(crate) fn name(self) -> &'static str {
@@ -75,13 +78,20 @@ impl Role {
             Role::Read => "read",
             Role::Permit => "permit",
             Role::Foreign => "foreign",
+            Role::Leader => "leader",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Role> {
-        [Role::Exclusive, Role::Write, Role::Read, Role::Permit]
-            .into_iter()
-            .find(|r| r.name() == s)
+        [
+            Role::Exclusive,
+            Role::Write,
+            Role::Read,
+            Role::Permit,
+            Role::Leader,
+        ]
+        .into_iter()
+        .find(|r| r.name() == s)
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{LockRegistry, RegistryOptions};
+use distlock::{Election, Leadership, Lock, LockGuard, LockRegistry, Owner, RegistryOptions};
 use rand::Rng;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -153,10 +153,20 @@ async fn run(args: Args) -> io::Result<()> {
         }
     };
     let lock = match args.role {
-        Role::Exclusive => registry.obtain(&args.key),
-        Role::Write => registry.read_write(&args.key).map(|rw| rw.write().clone()),
-        Role::Read => registry.read_write(&args.key).map(|rw| rw.read().clone()),
-        Role::Permit => registry.semaphore(&args.key, args.permits),
+        Role::Exclusive => registry.obtain(&args.key).map(Contender::Lock),
+        Role::Write => registry
+            .read_write(&args.key)
+            .map(|rw| Contender::Lock(rw.write().clone())),
+        Role::Read => registry
+            .read_write(&args.key)
+            .map(|rw| Contender::Lock(rw.read().clone())),
+        Role::Permit => registry
+            .semaphore(&args.key, args.permits)
+            .map(Contender::Lock),
+        Role::Leader => registry.election(&args.key).and_then(|e| {
+            let me = Owner::new(format!("torture-w{}.{}", args.worker, args.life))?;
+            Ok(Contender::Candidate(e, me))
+        }),
         Role::Foreign => return Err(io::Error::other("a worker is never the foreign client")),
     }
     .map_err(|e| io::Error::other(e.to_string()))?;
@@ -185,10 +195,7 @@ async fn run(args: Args) -> io::Result<()> {
         let deadline = (!greedy && rand::rng().random_ratio(1, TIMED_ONE_IN))
             .then(|| Duration::from_millis(rand::rng().random_range(ABANDON_DEADLINE_MS)));
         let guard = loop {
-            let attempt = match deadline {
-                Some(d) => lock.try_lock_for(d).await,
-                None => lock.lock().await,
-            };
+            let attempt = lock.attempt(deadline).await;
             match attempt {
                 Ok(g) => break Some(g),
                 Err(distlock::Error::NotAcquired { .. }) if deadline.is_some() => break None,
@@ -279,6 +286,29 @@ async fn run(args: Args) -> io::Result<()> {
         if !greedy {
             let pause = Duration::from_millis(rand::rng().random_range(0..=20));
             tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// What a worker contends with: a lock of some kind, or a candidacy in the key's election.
+enum Contender {
+    Lock(Lock),
+    Candidate(Election, Owner),
+}
+
+impl Contender {
+    /// Waits for the lock or the leadership, at most `deadline` when one is given.
+    async fn attempt(&self, deadline: Option<Duration>) -> distlock::Result<LockGuard> {
+        match (self, deadline) {
+            (Contender::Lock(lock), Some(d)) => lock.try_lock_for(d).await,
+            (Contender::Lock(lock), None) => lock.lock().await,
+            (Contender::Candidate(e, me), Some(d)) => e
+                .campaign_for(me.clone(), d)
+                .await
+                .map(Leadership::into_guard),
+            (Contender::Candidate(e, me), None) => {
+                e.campaign(me.clone()).await.map(Leadership::into_guard)
+            }
         }
     }
 }

@@ -203,6 +203,12 @@ impl Leadership {
         &self.guard
     }
 
+    /// The hold behind the leadership, to use as a guard (for instance with
+    /// [`LockGuard::release_not_before`]); releasing it resigns.
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// Steps down: the next candidate may lead at once. [`Error::LockLost`] if the
     /// leadership had been lost meanwhile.
     ///
