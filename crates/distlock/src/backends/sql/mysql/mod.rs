@@ -90,6 +90,7 @@ fn held_row(row: &mysql_async::Row, at: usize) -> HeldRow {
         permits: int(row, at + 4),
         share_remaining_ms: int(row, at + 5),
         writers: int(row, at + 6).unwrap_or(0),
+        ..HeldRow::default()
     }
 }
 

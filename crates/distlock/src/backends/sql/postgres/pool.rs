@@ -352,8 +352,10 @@ impl Inner {
         }
         let row = client.query_one(&self.sql.exists, &[]).await?;
         let (exists, side) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
+        let described = row.get::<_, bool>(2);
         self.side_table.store(side, Ordering::Release);
-        if !(exists && side) && self.options.create_table {
+        // A table made before the holders' descriptions were recorded gets their place here.
+        if !(exists && side && described) && self.options.create_table {
             // A transaction-scoped advisory lock serialises creators (concurrent CREATE TABLE
             // IF NOT EXISTS can fail on the catalog's unique index); it ends with the
             // transaction, so nothing stays on the pooled connection.
