@@ -302,6 +302,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::backend::UNKNOWN_OWNER;
 
     #[test]
     fn side_tables_fit_the_servers_names() {
@@ -324,6 +325,7 @@ mod tests {
             permits: Some(3),
             share_remaining_ms: Some(500),
             writers: 1,
+            ..HeldRow::default()
         };
         let t = Token::random();
         let mutex = row(&t.to_string(), 0).info("x").unwrap().unwrap();
@@ -342,6 +344,30 @@ mod tests {
         assert!(
             row(READ_MARK, 0).info("x").unwrap().is_none(),
             "no share left"
+        );
+    }
+
+    #[test]
+    fn rows_tell_their_owners() {
+        let t = Token::random();
+        let mut held = HeldRow {
+            token: t.to_string(),
+            owner: Some(b"web-1:42".to_vec()),
+            ..HeldRow::default()
+        };
+        assert_eq!(held.info("x").unwrap().unwrap().owners, ["web-1:42"]);
+        // Written by a foreign client or an older distlock: nothing recorded.
+        held.owner = None;
+        assert_eq!(held.info("x").unwrap().unwrap().owners, [UNKNOWN_OWNER]);
+        let shared = HeldRow {
+            token: READ_MARK.into(),
+            shares: 3,
+            share_owners: Some(b"b:2\x1f\x1fa:1\x07".to_vec()),
+            ..HeldRow::default()
+        };
+        assert_eq!(
+            shared.info("x").unwrap().unwrap().owners,
+            ["a:1", "b:2", UNKNOWN_OWNER]
         );
     }
 }
