@@ -360,10 +360,12 @@ async fn exclusion_both_ways(
     let info = lock.inspect().await.unwrap().expect("held by Spring");
     assert!(info.remaining.unwrap() > Duration::from_secs(5));
     // Spring records no description: its holder is shown by its CLIENT_ID.
-    assert_eq!(info.owners, [java.id.clone()], "Spring's holder");
+    assert_eq!(info.owners, [java.id.as_str()], "Spring's holder");
     let listed = ours.backend().list(REGION).await.unwrap();
-    let mine = listed.iter().find(|l| l.key == spring_uuid(key) || l.key == key);
-    assert_eq!(mine.expect("listed").info.owners, [java.id.clone()]);
+    let mine = listed
+        .iter()
+        .find(|l| l.key == spring_uuid(key) || l.key == key);
+    assert_eq!(mine.expect("listed").info.owners, [java.id.as_str()]);
     assert!(
         java.acquire(key).await,
         "Spring's reentrant acquire by the same client id"

@@ -41,17 +41,18 @@ fn old_hold(key: &str, now_ms: &str) -> String {
     )
 }
 
-async fn upgraded(
-    backend: std::sync::Arc<dyn distlock::Backend>,
-    has_column: impl Fn() -> bool,
-) {
+async fn upgraded(backend: std::sync::Arc<dyn distlock::Backend>, has_column: impl Fn() -> bool) {
     let opts = || RegistryOptions::default().with_lease(Duration::from_secs(10));
     let reg = registry(
         backend,
         opts().with_owner(Owner::new("upgraded:1").unwrap()),
     );
     let old = reg.obtain("held-before").unwrap();
-    let info = old.inspect().await.unwrap().expect("the old hold is still held");
+    let info = old
+        .inspect()
+        .await
+        .unwrap()
+        .expect("the old hold is still held");
     assert_eq!(info.owners, [UNKNOWN_OWNER], "a hold without a description");
     assert!(has_column(), "the owner column was not added");
     assert!(old.try_lock().await.is_err(), "the old hold still excludes");
@@ -64,7 +65,13 @@ async fn upgraded(
     owners.sort();
     assert_eq!(owners, ["unknown", "upgraded:1"]);
     g.release().await.unwrap();
-    assert!(reg.obtain("new").unwrap().inspect().await.unwrap().is_none());
+    assert!(reg
+        .obtain("new")
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

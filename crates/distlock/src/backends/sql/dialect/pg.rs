@@ -1,8 +1,8 @@
 //! PostgreSQL statements: prepared once per connection, with `$n` parameters.
 
 use crate::backends::sql::kinds::{
-    holds_table, names_table, owners_table, LONE_READER, MAX_SHARE_OWNERS, OWNER_SEP, PERMIT,
-    READ, READ_MARK, SEM_MARK, WRITER,
+    holds_table, names_table, owners_table, LONE_READER, MAX_SHARE_OWNERS, OWNER_SEP, PERMIT, READ,
+    READ_MARK, SEM_MARK, WRITER,
 };
 
 /// Whether the `token` column `col` says that readers hold the key (a lone one or several).
@@ -367,7 +367,12 @@ pub(super) enum Owners<'a> {
 
 /// Whether the lease table and its side table exist, and whether the descriptions have their
 /// place: one row of three booleans.
-pub(super) fn exists_query(schema: Option<&str>, table: &str, side: &str, owners: Owners<'_>) -> String {
+pub(super) fn exists_query(
+    schema: Option<&str>,
+    table: &str,
+    side: &str,
+    owners: Owners<'_>,
+) -> String {
     // to_regclass takes the name as SQL would parse it: the quoted, folded form.
     let name = |t: &str| pg_table(schema, t).replace('\'', "''");
     let has_owner = |t: &str| {

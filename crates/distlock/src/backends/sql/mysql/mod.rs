@@ -30,8 +30,8 @@ use super::kinds::{place, share_owner, HeldRow, Place, WriterPlaces};
 use super::server::{capabilities, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis};
 use crate::backend::{
-    Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription, Released, Renewal,
-    Token,
+    Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription, Released,
+    Renewal, Token,
 };
 use crate::error::Result;
 

@@ -14,6 +14,7 @@
 //! | `fence`      | INTEGER NOT NULL | fence of the latest acquisition                      |
 //! | `created_ms` | INTEGER          | when the latest acquisition happened (Unix ms)       |
 //! | `expires_ms` | INTEGER          | when the current lease ends (Unix ms)                |
+//! | `owner`      | TEXT, nullable   | the holder's [`Owner`](crate::Owner) description, NULL when free or written by an older client (shown as `unknown`); added to an older table on open |
 //!
 //! Rows stay after release (with `token` NULL) so that the fence keeps increasing per key.
 //!
@@ -420,8 +421,7 @@ impl SqliteBackend {
         let outcome = self
             .run("try_acquire", move |inner, conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let outcome =
-                    kinds::acquire(
+                let outcome = kinds::acquire(
                     &tx,
                     &inner.sql,
                     (&region, &key),

@@ -245,7 +245,11 @@ impl My {
         };
         if self.spring {
             let o = count(&self.owners_name);
-            return format!("SELECT {}, {}, {o}, {o}", count(table), count(&self.side_name));
+            return format!(
+                "SELECT {}, {}, {o}, {o}",
+                count(table),
+                count(&self.side_name)
+            );
         }
         format!(
             "SELECT {}, {}, {}, {}",

@@ -32,8 +32,7 @@ impl My {
         let tok = format!("'{}'", l.checked_token());
         let w = self.where_lock(l);
         Some(self.acquire_existing_with(
-            &tok,
-            &hex_literal(l.described.as_bytes()),
+            (&tok, &hex_literal(l.described.as_bytes())),
             &w,
             &lease_ms.to_string(),
             &want_ms.to_string(),
@@ -45,8 +44,7 @@ impl My {
     /// [`acquire_existing`](Self::acquire_existing) as a prepared statement (native layout).
     pub(crate) fn acquire_existing_prepared(&self, defer_ms: Option<i64>) -> Prepared {
         Prepared::new(&self.acquire_existing_with(
-            ":tok",
-            ":own",
+            (":tok", ":own"),
             "region = :region AND lock_key = :key",
             ":lease",
             ":want",
@@ -57,8 +55,7 @@ impl My {
 
     fn acquire_existing_with(
         &self,
-        tok: &str,
-        own: &str,
+        (tok, own): (&str, &str),
         w: &str,
         lease_ms: &str,
         want_ms: &str,
