@@ -120,3 +120,55 @@ async fn mariadb_upgrades_an_older_table_and_shows_unknown_for_its_holds() {
     };
     upgraded(my(db.url()).await, has_column).await;
 }
+
+// Spring's own DDL for INT_LOCK (schema-postgresql.sql, schema-mysql.sql).
+const PG_SPRING: &str = "CREATE TABLE INT_LOCK (LOCK_KEY CHAR(36) NOT NULL,
+    REGION VARCHAR(100) NOT NULL, CLIENT_ID CHAR(36), CREATED_DATE TIMESTAMP NOT NULL,
+    EXPIRED_AFTER TIMESTAMP NOT NULL, constraint INT_LOCK_PK primary key (LOCK_KEY, REGION))";
+const MY_SPRING: &str = "CREATE TABLE INT_LOCK (LOCK_KEY CHAR(36) NOT NULL,
+    REGION VARCHAR(100) NOT NULL, CLIENT_ID CHAR(36), CREATED_DATE DATETIME(6) NOT NULL,
+    EXPIRED_AFTER DATETIME(6) NOT NULL, constraint INT_LOCK_PK primary key (LOCK_KEY, REGION))
+    ENGINE=InnoDB";
+
+/// Spring mode on a table Spring made, with `create_table=false`: no owners table, so nothing
+/// is recorded, locking works as before and a hold shows its `CLIENT_ID`.
+async fn spring_table_without_owners(backend: std::sync::Arc<dyn distlock::Backend>) {
+    let reg = registry(
+        backend,
+        RegistryOptions::default().with_lease(Duration::from_secs(10)),
+    );
+    let g = reg.obtain("k").unwrap().lock().await.unwrap();
+    let info = reg.obtain("k").unwrap().inspect().await.unwrap().unwrap();
+    assert_eq!(info.owners.len(), 1);
+    assert_eq!(info.owners[0].len(), 36, "the CLIENT_ID: {:?}", info.owners);
+    assert!(reg.obtain("k").unwrap().try_lock().await.is_err());
+    g.release().await.unwrap();
+    assert!(reg.obtain("k").unwrap().inspect().await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_spring_table_without_owners_table_keeps_working() {
+    let db = pg_db();
+    db.query(PG_SPRING).unwrap();
+    let url = format!("{}?spring=true&create_table=false", db.url());
+    spring_table_without_owners(pg(&url).await).await;
+    let owners = db
+        .query("SELECT to_regclass('int_lock_owners') IS NULL")
+        .unwrap();
+    assert_eq!(owners[0][0].as_deref(), Some("t"), "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_spring_table_without_owners_table_keeps_working() {
+    let db = my_db();
+    db.query(MY_SPRING).unwrap();
+    let url = format!("{}?spring=true&create_table=false", db.url());
+    spring_table_without_owners(my(&url).await).await;
+    let owners = db
+        .query(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = 'INT_LOCK_OWNERS'",
+        )
+        .unwrap();
+    assert_eq!(owners[0][0].as_deref(), Some("0"), "nothing was created");
+}

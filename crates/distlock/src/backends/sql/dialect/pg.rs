@@ -33,9 +33,21 @@ pub(crate) struct Pg {
     pub(crate) list: String,
     /// The shared kinds (native layout only).
     pub(crate) kinds: Option<PgKinds>,
+    /// Spring layout: the statements for a table without `<table>_OWNERS` (made by Spring,
+    /// with `create_table=false`), which record no description and show the `CLIENT_ID`.
+    pub(crate) undescribed: Option<Undescribed>,
     /// `$1` LOCK_KEY, `$2` REGION, `$3` the key: remembers a key's name for `list` (Spring
     /// layout only, where `LOCK_KEY` is an MD5 UUID).
     pub(crate) name_key: Option<String>,
+}
+
+/// [`Pg::undescribed`]: the same parameters and results as the statements they replace.
+#[derive(Debug, Clone)]
+pub(crate) struct Undescribed {
+    pub(crate) acquire: String,
+    pub(crate) release: String,
+    pub(crate) inspect: String,
+    pub(crate) list: String,
 }
 
 /// The statements of read holds, permits and waiting writers (see `sql::kinds`).
@@ -214,6 +226,7 @@ impl Pg {
             ),
             kinds: Some(kinds),
             name_key: None,
+            undescribed: None,
             // $1 region, $2 key, $3 channel, $4 payload.
             force_delete: format!(
                 "UPDATE {t} SET token = NULL, owner = NULL
@@ -269,6 +282,36 @@ impl Pg {
                 PRIMARY KEY (LOCK_KEY, REGION)
             )"
         ));
+        let undescribed = Undescribed {
+            acquire: format!(
+                "INSERT INTO {t} AS l (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+                 VALUES ($1, $2, $3, {PG_UTC}, {PG_UTC} + {lease})
+                 ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET
+                     CLIENT_ID = excluded.CLIENT_ID,
+                     CREATED_DATE = excluded.CREATED_DATE,
+                     EXPIRED_AFTER = excluded.EXPIRED_AFTER
+                 WHERE l.CLIENT_ID = excluded.CLIENT_ID OR l.EXPIRED_AFTER < excluded.CREATED_DATE
+                 RETURNING CLIENT_ID = $3 AND $5::bigint IS NOT NULL AND $6::text IS NOT NULL,
+                     {fence}, {remaining}"
+            ),
+            release: format!(
+                "DELETE FROM {t}
+                 WHERE LOCK_KEY = $1 AND REGION = $2 AND CLIENT_ID = $3
+                   AND EXPIRED_AFTER >= {PG_UTC}
+                 RETURNING false, pg_notify($4, $5)::text"
+            ),
+            inspect: format!(
+                "SELECT {fence}, {remaining}, NULL::text, l.CLIENT_ID::text FROM {t} l
+                 WHERE LOCK_KEY = $1 AND REGION = $2 AND EXPIRED_AFTER >= {PG_UTC}"
+            ),
+            list: format!(
+                "SELECT n.LOCK_NAME, l.LOCK_KEY::text, {fence}, {remaining}, NULL::text,
+                        l.CLIENT_ID::text
+                 FROM {t} l
+                 LEFT JOIN {names} n ON n.LOCK_KEY = l.LOCK_KEY AND n.REGION = l.REGION
+                 WHERE l.REGION = $1 AND l.EXPIRED_AFTER >= {PG_UTC}"
+            ),
+        };
         // A holder's description: distlock's for the CLIENT_ID it wrote, else (a Spring
         // client's hold) nothing, and the reader shows the CLIENT_ID.
         let described = format!(
@@ -344,6 +387,7 @@ impl Pg {
                  WHERE l.REGION = $1 AND l.EXPIRED_AFTER >= {PG_UTC}"
             ),
             kinds: None,
+            undescribed: Some(undescribed),
             name_key: Some(format!(
                 "INSERT INTO {names} (LOCK_KEY, REGION, LOCK_NAME) VALUES ($1, $2, $3)
                  ON CONFLICT (LOCK_KEY, REGION) DO NOTHING"

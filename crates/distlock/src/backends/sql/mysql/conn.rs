@@ -167,6 +167,22 @@ impl Inner {
         let n = |i| row.and_then(|r| int(r, i)).unwrap_or(0);
         let (table, side) = (n(0), n(1));
         self.side_table.store(side > 0, Ordering::Release);
+        if self.options.spring {
+            self.sql
+                .set_described(n(2) > 0 || self.options.create_table);
+        }
+        if table > 0
+            && (n(2) == 0 || n(3) == 0)
+            && !self.options.create_table
+            && !self.options.spring
+        {
+            tracing::warn!(
+                table = %self.options.table,
+                "the lease table has no place for holder descriptions (an older layout) and \
+                 create_table=false forbids adding it: add it as docs/BACKENDS.md says \
+                 (\"Holder descriptions on the SQL backends\"), or statements will fail"
+            );
+        }
         if (table == 0 || side == 0 || n(2) == 0 || n(3) == 0) && self.options.create_table {
             // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
             // data dictionary serialises them and the losers only get a warning.

@@ -199,6 +199,7 @@ impl PostgresBackend {
                 listen_channel,
                 origin: format!("{:016x}", rand::random::<u64>()),
                 side_table: AtomicBool::new(false),
+                described: AtomicBool::new(true),
                 writers: WriterPlaces::default(),
                 named: Default::default(),
             }),

@@ -5,6 +5,8 @@
 //! statements in `kinds`.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::backends::sql::kinds::{
     holds_table, names_table, owners_table, LONE_READER, OWNER_SEP, PERMIT, READ, READ_MARK,
@@ -26,6 +28,9 @@ pub(crate) struct My {
     /// name.
     owners: String,
     owners_name: String,
+    /// Spring: whether `owners` exists (a table Spring made, with `create_table=false`, may
+    /// have none; then nothing is recorded and the `CLIENT_ID` is shown).
+    described: Arc<AtomicBool>,
     spring: bool,
 }
 
@@ -219,8 +224,19 @@ impl My {
             side_name,
             owners: quote(&owners_name),
             owners_name,
+            described: Arc::new(AtomicBool::new(true)),
             spring,
         }
+    }
+
+    /// Spring layout: whether the owners table exists (see [`My::exists`]).
+    pub(crate) fn set_described(&self, described: bool) {
+        self.described.store(described, Ordering::Release);
+    }
+
+    /// Spring layout: whether to record and read the holders' descriptions.
+    fn spring_owners(&self) -> bool {
+        self.described.load(Ordering::Acquire)
     }
 
     /// One row: whether the table exists (1/0), whether its side table does (1/0), and where
@@ -387,6 +403,9 @@ impl My {
 
     /// Spring layout, row `l`: (distlock's description of the holder, its `CLIENT_ID`).
     fn spring_described(&self) -> String {
+        if !self.spring_owners() {
+            return "NULL, l.CLIENT_ID".to_owned();
+        }
         format!(
             "(SELECT o.OWNER FROM {} o
               WHERE o.LOCK_KEY = l.LOCK_KEY AND o.REGION = l.REGION AND o.CLIENT_ID = l.CLIENT_ID),

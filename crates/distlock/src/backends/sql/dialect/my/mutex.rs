@@ -110,6 +110,17 @@ impl My {
             let key = l.key.replace('\'', "");
             let region = text_literal(l.region);
             let own = hex_literal(l.described.as_bytes());
+            let described = if self.spring_owners() {
+                format!(
+                    "INSERT INTO {owners} (LOCK_KEY, REGION, CLIENT_ID, OWNER)
+                     SELECT LOCK_KEY, REGION, CLIENT_ID, {own} FROM {t}
+                     WHERE {w} AND CLIENT_ID = '{tok}'
+                     ON DUPLICATE KEY UPDATE CLIENT_ID = VALUES(CLIENT_ID), OWNER = VALUES(OWNER);",
+                    owners = self.owners
+                )
+            } else {
+                String::new()
+            };
             let fence = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', CREATED_DATE)";
             let free = "(CLIENT_ID = VALUES(CLIENT_ID) OR EXPIRED_AFTER < VALUES(CREATED_DATE))";
             return format!(
@@ -120,15 +131,11 @@ impl My {
                      CREATED_DATE = IF({free}, VALUES(CREATED_DATE), CREATED_DATE),
                      CLIENT_ID = IF({free}, VALUES(CLIENT_ID), CLIENT_ID),
                      EXPIRED_AFTER = IF({free}, VALUES(EXPIRED_AFTER), EXPIRED_AFTER);
-                 INSERT INTO {owners} (LOCK_KEY, REGION, CLIENT_ID, OWNER)
-                 SELECT LOCK_KEY, REGION, CLIENT_ID, {own} FROM {t}
-                 WHERE {w} AND CLIENT_ID = '{tok}'
-                 ON DUPLICATE KEY UPDATE CLIENT_ID = VALUES(CLIENT_ID), OWNER = VALUES(OWNER);
+                 {described}
                  SELECT CLIENT_ID = '{tok}', {fence},
                         CEIL(TIMESTAMPDIFF(MICROSECOND, {MY_UTC}, EXPIRED_AFTER) / 1000)
                  FROM {t} WHERE {w}",
                 lease_us = lease_ms * 1000,
-                owners = self.owners,
             );
         }
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
@@ -167,12 +174,18 @@ impl My {
         let tok = l.checked_token();
         let w = self.where_lock(l);
         if self.spring {
-            return format!(
+            let mut sql = format!(
                 "DELETE FROM {t} WHERE {w} AND CLIENT_ID = '{tok}' AND EXPIRED_AFTER >= {MY_UTC};
-                 SELECT ROW_COUNT(), 0;
-                 DELETE FROM {} WHERE {w} AND CLIENT_ID = '{tok}'",
-                self.owners
+                 SELECT ROW_COUNT(), 0"
             );
+            if self.spring_owners() {
+                let _ = write!(
+                    sql,
+                    ";\n DELETE FROM {} WHERE {w} AND CLIENT_ID = '{tok}'",
+                    self.owners
+                );
+            }
+            return sql;
         }
         Self::release_with(t, &w, &format!("'{tok}'"))
     }
