@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::sql::{my_boxed, my_db, pg_boxed, pg_db, BoxBackend};
 use distlock::backends::mysql::MySqlBackend;
 use distlock::backends::postgres::PostgresBackend;
-use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock::{Error, LockRegistry, Owner, RegistryOptions};
 use mysql_async::prelude::Queryable;
 
 // DefaultLockRepository's statements with the default prefix INT_, verbatim.
@@ -320,13 +320,19 @@ async fn exclusion_both_ways(
     backend: impl Fn() -> BoxBackend,
     spring: impl Fn(Duration) -> BoxSpring,
 ) {
-    let opts = || RegistryOptions::default().with_lease(Duration::from_secs(10));
+    let opts = || {
+        RegistryOptions::default()
+            .with_lease(Duration::from_secs(10))
+            .with_owner(Owner::new("billing-7:42").unwrap())
+    };
     let ours = LockRegistry::from_backend(backend().await, opts()).unwrap();
     let java = spring(Duration::from_secs(10)).await;
     let key = "orders:42";
 
     // distlock holds: Spring cannot acquire.
     let guard = ours.obtain(key).unwrap().lock().await.unwrap();
+    let info = ours.obtain(key).unwrap().inspect().await.unwrap().unwrap();
+    assert_eq!(info.owners, ["billing-7:42"], "distlock's own description");
     assert!(
         !java.acquire(key).await,
         "Spring acquired a lock distlock holds"
@@ -353,6 +359,13 @@ async fn exclusion_both_ways(
     ));
     let info = lock.inspect().await.unwrap().expect("held by Spring");
     assert!(info.remaining.unwrap() > Duration::from_secs(5));
+    // Spring records no description: its holder is shown by its CLIENT_ID.
+    assert_eq!(info.owners, [java.id.as_str()], "Spring's holder");
+    let listed = ours.backend().list(REGION).await.unwrap();
+    let mine = listed
+        .iter()
+        .find(|l| l.key == spring_uuid(key) || l.key == key);
+    assert_eq!(mine.expect("listed").info.owners, [java.id.as_str()]);
     assert!(
         java.acquire(key).await,
         "Spring's reentrant acquire by the same client id"

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use super::{fence_from, millis};
-use crate::backend::{LockInfo, LockKind, LockName, Token};
+use crate::backend::{LockInfo, LockKind, LockName, Owner, Token};
 use crate::error::{Error, Result};
 
 /// The `token` of a key's row while readers hold it.
@@ -52,6 +52,13 @@ pub(crate) fn names_table(table: &str) -> String {
     side_table(table, "_NAMES")
 }
 
+/// The descriptions of distlock's holders beside Spring's `INT_LOCK` (`<table>_OWNERS`): one
+/// row per key, naming the `CLIENT_ID` it describes, so that Spring's table stays as Spring
+/// made it.
+pub(crate) fn owners_table(table: &str) -> String {
+    side_table(table, "_OWNERS")
+}
+
 fn side_table(table: &str, suffix: &str) -> String {
     if table.len() + suffix.len() <= 63 {
         return format!("{table}{suffix}");
@@ -67,6 +74,25 @@ fn side_table(table: &str, suffix: &str) -> String {
         d[2],
         d[3]
     )
+}
+
+/// Joins the descriptions of the shared holds in one column: a control character, which no
+/// [`Owner`](crate::Owner) holds.
+pub(crate) const OWNER_SEP: char = '\u{1f}';
+
+/// The most shared holds whose descriptions an inspection reads, so that a key with a crowd
+/// of readers costs a bounded reply.
+pub(crate) const MAX_SHARE_OWNERS: usize = 1000;
+
+/// Splits [`HeldRow::share_owners`] into descriptions fit to show.
+fn split_owners(joined: Option<&[u8]>) -> Vec<String> {
+    match joined {
+        None => Vec::new(),
+        Some(b) => b
+            .split(|c| *c == OWNER_SEP as u8)
+            .map(Owner::shown)
+            .collect(),
+    }
 }
 
 /// How a hold of `kind` is kept: exclusive in the key's row, or shared in the holds table.
@@ -171,6 +197,12 @@ pub(crate) struct HeldRow {
     pub(crate) share_remaining_ms: Option<i64>,
     /// Live waiting writers.
     pub(crate) writers: i64,
+    /// The exclusive holder's (or lone reader's) description, `None` where the row has none
+    /// (written by a foreign client or an older distlock).
+    pub(crate) owner: Option<Vec<u8>>,
+    /// The live shared holds' descriptions, joined by [`OWNER_SEP`] (at most
+    /// [`MAX_SHARE_OWNERS`]); an empty one for a hold without a description.
+    pub(crate) share_owners: Option<Vec<u8>>,
 }
 
 impl HeldRow {
@@ -184,7 +216,8 @@ impl HeldRow {
                     LockInfo::new(Some(fence), Some(millis(self.remaining_ms)))
                         .with_kind(LockKind::Read)
                         .with_holders(1)
-                        .with_waiters(u32::try_from(self.writers).unwrap_or(u32::MAX)),
+                        .with_waiters(u32::try_from(self.writers).unwrap_or(u32::MAX))
+                        .with_owners([self.row_owner()]),
                 ));
             }
             SEM_MARK => Some(LockKind::Semaphore {
@@ -208,7 +241,8 @@ impl HeldRow {
             return Ok(Some(
                 LockInfo::new(Some(fence), Some(millis(self.remaining_ms)))
                     .with_kind(kind)
-                    .with_holders(1),
+                    .with_holders(1)
+                    .with_owners([self.row_owner()]),
             ));
         };
         if self.shares <= 0 {
@@ -219,8 +253,13 @@ impl HeldRow {
             LockInfo::new(Some(fence), Some(millis(remaining)))
                 .with_kind(kind)
                 .with_holders(u32::try_from(self.shares).unwrap_or(u32::MAX))
-                .with_waiters(u32::try_from(self.writers).unwrap_or(u32::MAX)),
+                .with_waiters(u32::try_from(self.writers).unwrap_or(u32::MAX))
+                .with_owners(split_owners(self.share_owners.as_deref())),
         ))
+    }
+
+    fn row_owner(&self) -> String {
+        Owner::shown(self.owner.as_deref().unwrap_or_default())
     }
 }
 
@@ -263,6 +302,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::backend::UNKNOWN_OWNER;
 
     #[test]
     fn side_tables_fit_the_servers_names() {
@@ -285,6 +325,7 @@ mod tests {
             permits: Some(3),
             share_remaining_ms: Some(500),
             writers: 1,
+            ..HeldRow::default()
         };
         let t = Token::random();
         let mutex = row(&t.to_string(), 0).info("x").unwrap().unwrap();
@@ -303,6 +344,30 @@ mod tests {
         assert!(
             row(READ_MARK, 0).info("x").unwrap().is_none(),
             "no share left"
+        );
+    }
+
+    #[test]
+    fn rows_tell_their_owners() {
+        let t = Token::random();
+        let mut held = HeldRow {
+            token: t.to_string(),
+            owner: Some(b"web-1:42".to_vec()),
+            ..HeldRow::default()
+        };
+        assert_eq!(held.info("x").unwrap().unwrap().owners, ["web-1:42"]);
+        // Written by a foreign client or an older distlock: nothing recorded.
+        held.owner = None;
+        assert_eq!(held.info("x").unwrap().unwrap().owners, [UNKNOWN_OWNER]);
+        let shared = HeldRow {
+            token: READ_MARK.into(),
+            shares: 3,
+            share_owners: Some(b"b:2\x1f\x1fa:1\x07".to_vec()),
+            ..HeldRow::default()
+        };
+        assert_eq!(
+            shared.info("x").unwrap().unwrap().owners,
+            ["a:1", "b:2", UNKNOWN_OWNER]
         );
     }
 }

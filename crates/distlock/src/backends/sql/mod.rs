@@ -27,6 +27,7 @@
 //! | `created_ms` | `BIGINT` | `BIGINT` | when it was taken, Unix ms, database clock |
 //! | `expires_ms` | `BIGINT` | `BIGINT` | when the lease ends, Unix ms, database clock |
 //! | `wanted_ms` | `BIGINT` | `BIGINT` | until when a waiter said it waits (see below) |
+//! | `owner` | `TEXT` | `VARBINARY(512)` | the holder's [`Owner`](crate::Owner) description, `NULL` when free or written by an older client (shown as `unknown`); added to an older table at set-up |
 //!
 //! Primary key `(region, lock_key)`. Rows stay after release (`token` set to `NULL`).
 //!
@@ -181,6 +182,11 @@
 //! `REGION`, `LOCK_NAME`, created with `INT_LOCK`), once per key and backend, so that
 //! [`Backend::list`](crate::Backend::list) shows the keys; keys of Spring's own clients are
 //! listed by their `LOCK_KEY`.
+//!
+//! The holders' descriptions ([`LockInfo::owners`](crate::LockInfo)) go to a third table,
+//! `INT_LOCK_OWNERS` (`LOCK_KEY`, `REGION`, `CLIENT_ID`, `OWNER`; one row per key), written and
+//! deleted with the hold in the same statement (PostgreSQL) or packet (MySQL), so that
+//! `INT_LOCK` stays exactly Spring's. A hold of a Spring client shows its `CLIENT_ID`.
 //!
 //! # URL parameters
 //!

@@ -3,7 +3,9 @@
 //! write lock covers the whole file, so every statement of one sees the same state), taking
 //! the database's clock once (`row`) and passing it on to the others.
 
-use crate::backends::sql::kinds::{PERMIT, READ, READ_MARK, SEM_MARK, WRITER};
+use crate::backends::sql::kinds::{
+    MAX_SHARE_OWNERS, OWNER_SEP, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
+};
 
 /// The database's clock in Unix milliseconds. `julianday` works on every SQLite version (unlike
 /// `unixepoch('subsec')`); SQLite keeps `'now'` in whole milliseconds, so `ROUND` undoes the
@@ -18,6 +20,9 @@ pub(super) const LITE_MS: &str =
 #[derive(Debug)]
 pub(crate) struct Lite {
     pub(crate) create: String,
+    /// Per table: whether it has the `owner` column (a count), and the `ALTER` adding it to a
+    /// table made before descriptions were recorded.
+    pub(crate) owner_column: Vec<(String, String)>,
     pub(crate) acquire: String,
     pub(crate) remaining: String,
     pub(crate) release: String,
@@ -54,7 +59,11 @@ impl Lite {
                 "(SELECT COUNT(*) FROM {h} x WHERE {live} AND x.{shares}),
                  (SELECT MAX(x.permits) FROM {h} x WHERE {live} AND x.kind = '{PERMIT}'),
                  (SELECT MAX(x.expires_ms) FROM {h} x WHERE {live} AND x.{shares}) - {LITE_MS},
-                 (SELECT COUNT(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}')"
+                 (SELECT COUNT(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}'),
+                 (SELECT group_concat(o.owner, char({sep})) FROM
+                     (SELECT COALESCE(x.owner, '') AS owner FROM {h} x
+                      WHERE {live} AND x.{shares} LIMIT {MAX_SHARE_OWNERS}) o)",
+                sep = OWNER_SEP as u32
             )
         };
         let live =
@@ -68,6 +77,7 @@ impl Lite {
                     fence INTEGER NOT NULL,
                     created_ms INTEGER NOT NULL,
                     expires_ms INTEGER NOT NULL,
+                    owner TEXT NULL,
                     PRIMARY KEY (region, lock_key)
                 );
                 CREATE TABLE IF NOT EXISTS {h} (
@@ -78,17 +88,31 @@ impl Lite {
                     permits INTEGER NOT NULL,
                     expires_ms INTEGER NOT NULL,
                     fence INTEGER NOT NULL,
+                    owner TEXT NULL,
                     PRIMARY KEY (region, lock_key, token)
                 )"
             ),
+            owner_column: [&t, &h]
+                .into_iter()
+                .map(|x| {
+                    let bare = x.trim_matches('"');
+                    (
+                        format!(
+                            "SELECT COUNT(*) FROM pragma_table_info('{bare}') WHERE name = 'owner'"
+                        ),
+                        format!("ALTER TABLE {x} ADD COLUMN owner TEXT NULL"),
+                    )
+                })
+                .collect(),
             // One statement decides and writes, so two processes can never both see the row
             // free. `excluded.created_ms` carries this statement's single reading of the clock
             // into the UPDATE branch.
             acquire: format!(
-                "INSERT INTO {t} (region, lock_key, token, fence, created_ms, expires_ms)
-                 VALUES (?1, ?2, ?3, 1, {LITE_MS}, {LITE_MS} + ?4)
+                "INSERT INTO {t} (region, lock_key, token, fence, created_ms, expires_ms, owner)
+                 VALUES (?1, ?2, ?3, 1, {LITE_MS}, {LITE_MS} + ?4, ?5)
                  ON CONFLICT (region, lock_key) DO UPDATE SET
                      token = excluded.token,
+                     owner = excluded.owner,
                      fence = {t}.fence + 1,
                      created_ms = excluded.created_ms,
                      expires_ms = excluded.expires_ms
@@ -101,16 +125,17 @@ impl Lite {
                  WHERE region = ?1 AND lock_key = ?2"
             ),
             release: format!(
-                "UPDATE {t} SET token = NULL
+                "UPDATE {t} SET token = NULL, owner = NULL
                  WHERE region = ?1 AND lock_key = ?2 AND token = ?3 AND expires_ms > {LITE_MS}"
             ),
             extend: format!(
                 "UPDATE {t} SET expires_ms = {LITE_MS} + ?4
                  WHERE region = ?1 AND lock_key = ?2 AND token = ?3 AND expires_ms > {LITE_MS}"
             ),
-            // Returns (owner, fence, remaining ms, shares, permits, longest share ms, writers).
+            // Returns (token, fence, remaining ms, shares, permits, longest share ms, writers,
+            // share owners, owner).
             inspect: format!(
-                "SELECT l.token, l.fence, l.expires_ms - {LITE_MS}, {}
+                "SELECT l.token, l.fence, l.expires_ms - {LITE_MS}, {}, l.owner
                  FROM {t} l
                  WHERE l.region = ?1 AND l.lock_key = ?2 AND l.token IS NOT NULL
                    AND l.expires_ms > {LITE_MS}",
@@ -118,7 +143,7 @@ impl Lite {
             ),
             // ?1 region. Returns (key, then as inspect) per held key.
             list: format!(
-                "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {LITE_MS}, {}
+                "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {LITE_MS}, {}, l.owner
                  FROM {t} l
                  WHERE l.region = ?1 AND l.token IS NOT NULL AND l.expires_ms > {LITE_MS}",
                 summary(&live)
@@ -137,12 +162,12 @@ impl Lite {
                 "SELECT token, kind, permits, expires_ms FROM {h}
                  WHERE region = ?1 AND lock_key = ?2 AND expires_ms > ?3"
             ),
-            // ?3 token, ?4 kind, ?5 permits, ?6 expires ms, ?7 fence.
+            // ?3 token, ?4 kind, ?5 permits, ?6 expires ms, ?7 fence, ?8 owner.
             put_hold: format!(
-                "INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                "INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence, owner)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (region, lock_key, token) DO UPDATE SET
-                     kind = excluded.kind, permits = excluded.permits,
+                     kind = excluded.kind, permits = excluded.permits, owner = excluded.owner,
                      expires_ms = excluded.expires_ms, fence = excluded.fence"
             ),
             // ?3 mark, ?4 fence, ?5 now, ?6 expires ms.
@@ -201,7 +226,7 @@ impl Lite {
                    AND ({shares} OR expires_ms <= ?3)"
             ),
             force_delete: format!(
-                "UPDATE {t} SET token = NULL
+                "UPDATE {t} SET token = NULL, owner = NULL
                  WHERE region = ?1 AND lock_key = ?2 AND token IS NOT NULL
                    AND expires_ms > {LITE_MS}"
             ),

@@ -1,7 +1,8 @@
 //! PostgreSQL statements: prepared once per connection, with `$n` parameters.
 
 use crate::backends::sql::kinds::{
-    holds_table, names_table, LONE_READER, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
+    holds_table, names_table, owners_table, LONE_READER, MAX_SHARE_OWNERS, OWNER_SEP, PERMIT, READ,
+    READ_MARK, SEM_MARK, WRITER,
 };
 
 /// Whether the `token` column `col` says that readers hold the key (a lone one or several).
@@ -14,7 +15,8 @@ fn readers_hold(col: &str) -> String {
 pub(crate) struct Pg {
     /// Creation of the table (and schema), run under an advisory transaction lock.
     pub(crate) create: Vec<String>,
-    /// `SELECT to_regclass(...) IS NOT NULL`.
+    /// One row: whether the table exists, whether its side table does, whether the holders'
+    /// descriptions have their place (native: the `owner` columns; Spring: the owners table).
     pub(crate) exists: String,
     /// The common case first: an `UPDATE` of the key's existing row (same parameters and
     /// result as `acquire`); no row means the key has no row yet, or it is busy and already
@@ -31,9 +33,21 @@ pub(crate) struct Pg {
     pub(crate) list: String,
     /// The shared kinds (native layout only).
     pub(crate) kinds: Option<PgKinds>,
+    /// Spring layout: the statements for a table without `<table>_OWNERS` (made by Spring,
+    /// with `create_table=false`), which record no description and show the `CLIENT_ID`.
+    pub(crate) undescribed: Option<Undescribed>,
     /// `$1` LOCK_KEY, `$2` REGION, `$3` the key: remembers a key's name for `list` (Spring
     /// layout only, where `LOCK_KEY` is an MD5 UUID).
     pub(crate) name_key: Option<String>,
+}
+
+/// [`Pg::undescribed`]: the same parameters and results as the statements they replace.
+#[derive(Debug, Clone)]
+pub(crate) struct Undescribed {
+    pub(crate) acquire: String,
+    pub(crate) release: String,
+    pub(crate) inspect: String,
+    pub(crate) list: String,
 }
 
 /// The statements of read holds, permits and waiting writers (see `sql::kinds`).
@@ -110,6 +124,7 @@ impl Pg {
                 created_ms BIGINT NOT NULL,
                 expires_ms BIGINT NOT NULL,
                 wanted_ms BIGINT NULL,
+                owner TEXT NULL,
                 PRIMARY KEY (region, lock_key)
             )"
         ));
@@ -124,14 +139,21 @@ impl Pg {
                 permits INTEGER NOT NULL,
                 expires_ms BIGINT NOT NULL,
                 fence BIGINT NOT NULL,
+                owner TEXT NULL,
                 PRIMARY KEY (region, lock_key, token)
             )"
         ));
+        // Tables made before the holders' descriptions were recorded.
+        for x in [&t, &h] {
+            create.push(format!(
+                "ALTER TABLE {x} ADD COLUMN IF NOT EXISTS owner TEXT NULL"
+            ));
+        }
         let kinds = native_kinds(&t, &h);
         Pg {
             create,
-            exists: exists_query(schema, table, &side),
-            // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms. A plain UPDATE costs
+            exists: exists_query(schema, table, &side, Owners::Columns),
+            // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms, $6 owner. A plain UPDATE costs
             // about a third less than the upsert below when the row exists, which it does after
             // the key's first use. It always writes the row (also when busy), so that "no row"
             // can only mean a missing row... or a busy row whose stamp is fresh, see WHERE (a row
@@ -144,15 +166,16 @@ impl Pg {
                     readers_hold("token")
                 ),
             )),
-            // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms.
+            // $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms, $6 owner.
             // Takes a free, expired or own row; on a busy row only (re)stamps `wanted_ms` when
             // less than half of the window is left, else writes nothing and returns no row.
             // Returns (ours, fence, remaining ms of the holder, readers hold it).
             acquire: format!(
-                "INSERT INTO {t} AS l (region, lock_key, token, fence, created_ms, expires_ms, wanted_ms)
-                 VALUES ($1, $2, $3, {PG_US}, {PG_MS_CEIL}, {PG_MS_CEIL} + $4::bigint, NULL)
+                "INSERT INTO {t} AS l (region, lock_key, token, fence, created_ms, expires_ms, wanted_ms, owner)
+                 VALUES ($1, $2, $3, {PG_US}, {PG_MS_CEIL}, {PG_MS_CEIL} + $4::bigint, NULL, $6::text)
                  ON CONFLICT (region, lock_key) DO UPDATE SET
                      token = CASE WHEN {free} THEN excluded.token ELSE l.token END,
+                     owner = CASE WHEN {free} THEN excluded.owner ELSE l.owner END,
                      fence = CASE WHEN {free} THEN GREATEST(l.fence + 1, excluded.fence) ELSE l.fence END,
                      created_ms = CASE WHEN {free} THEN excluded.created_ms ELSE l.created_ms END,
                      expires_ms = CASE WHEN {free} THEN excluded.expires_ms ELSE l.expires_ms END,
@@ -165,7 +188,7 @@ impl Pg {
             // $1 region, $2 key, $3 token, $4 channel, $5 payload. Returns (contended) when
             // released; notifies listeners in the same statement when a waiter stamped the row.
             release: format!(
-                "UPDATE {t} SET token = NULL
+                "UPDATE {t} SET token = NULL, owner = NULL
                  WHERE region = $1 AND lock_key = $2 AND token = $3 AND expires_ms > {PG_MS_FLOOR}
                  RETURNING COALESCE(wanted_ms > {PG_MS_FLOOR}, false),
                      CASE WHEN wanted_ms > {PG_MS_FLOOR} THEN pg_notify($4, $5)::text END"
@@ -185,10 +208,10 @@ impl Pg {
                    AND l.expires_ms > {PG_MS_FLOOR}
                  RETURNING l.region, l.lock_key, l.token"
             ),
-            // $1 region, $2 key. Returns (owner, fence, remaining ms, shares, permits,
-            // longest share's remaining ms, waiting writers) when held.
+            // $1 region, $2 key. Returns (token, fence, remaining ms, shares, permits,
+            // longest share's remaining ms, waiting writers, shares' owners, owner) when held.
             inspect: format!(
-                "SELECT l.token, l.fence, l.expires_ms - {PG_MS_CEIL}, {}
+                "SELECT l.token, l.fence, l.expires_ms - {PG_MS_CEIL}, {}, l.owner
                  FROM {t} l
                  WHERE l.region = $1 AND l.lock_key = $2 AND l.token IS NOT NULL
                    AND l.expires_ms > {PG_MS_FLOOR}",
@@ -196,16 +219,17 @@ impl Pg {
             ),
             // $1 region. Returns (key, then as inspect) per held key.
             list: format!(
-                "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {PG_MS_CEIL}, {}
+                "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {PG_MS_CEIL}, {}, l.owner
                  FROM {t} l
                  WHERE l.region = $1 AND l.token IS NOT NULL AND l.expires_ms > {PG_MS_FLOOR}",
                 summary(&h)
             ),
             kinds: Some(kinds),
             name_key: None,
+            undescribed: None,
             // $1 region, $2 key, $3 channel, $4 payload.
             force_delete: format!(
-                "UPDATE {t} SET token = NULL
+                "UPDATE {t} SET token = NULL, owner = NULL
                  WHERE region = $1 AND lock_key = $2 AND token IS NOT NULL
                    AND expires_ms > {PG_MS_FLOOR}
                  RETURNING pg_notify($3, $4)::text"
@@ -247,11 +271,18 @@ impl Pg {
                 PRIMARY KEY (LOCK_KEY, REGION)
             )"
         ));
-        Pg {
-            create,
-            exists: exists_query(schema, table, &side),
-            acquire_existing: None,
-            // $1 key, $2 region, $3 client id, $4 lease ms, $5 unused (want window).
+        let owners_name = owners_table(table);
+        let owners = pg_table(schema, &owners_name);
+        create.push(format!(
+            "CREATE TABLE IF NOT EXISTS {owners} (
+                LOCK_KEY CHAR(36) NOT NULL,
+                REGION VARCHAR(100) NOT NULL,
+                CLIENT_ID CHAR(36) NOT NULL,
+                OWNER TEXT NOT NULL,
+                PRIMARY KEY (LOCK_KEY, REGION)
+            )"
+        ));
+        let undescribed = Undescribed {
             acquire: format!(
                 "INSERT INTO {t} AS l (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
                  VALUES ($1, $2, $3, {PG_UTC}, {PG_UTC} + {lease})
@@ -260,14 +291,72 @@ impl Pg {
                      CREATED_DATE = excluded.CREATED_DATE,
                      EXPIRED_AFTER = excluded.EXPIRED_AFTER
                  WHERE l.CLIENT_ID = excluded.CLIENT_ID OR l.EXPIRED_AFTER < excluded.CREATED_DATE
-                 RETURNING CLIENT_ID = $3 AND $5::bigint IS NOT NULL, {fence}, {remaining}"
+                 RETURNING CLIENT_ID = $3 AND $5::bigint IS NOT NULL AND $6::text IS NOT NULL,
+                     {fence}, {remaining}"
             ),
-            // $1 key, $2 region, $3 client id, $4 channel, $5 payload.
             release: format!(
                 "DELETE FROM {t}
                  WHERE LOCK_KEY = $1 AND REGION = $2 AND CLIENT_ID = $3
                    AND EXPIRED_AFTER >= {PG_UTC}
                  RETURNING false, pg_notify($4, $5)::text"
+            ),
+            inspect: format!(
+                "SELECT {fence}, {remaining}, NULL::text, l.CLIENT_ID::text FROM {t} l
+                 WHERE LOCK_KEY = $1 AND REGION = $2 AND EXPIRED_AFTER >= {PG_UTC}"
+            ),
+            list: format!(
+                "SELECT n.LOCK_NAME, l.LOCK_KEY::text, {fence}, {remaining}, NULL::text,
+                        l.CLIENT_ID::text
+                 FROM {t} l
+                 LEFT JOIN {names} n ON n.LOCK_KEY = l.LOCK_KEY AND n.REGION = l.REGION
+                 WHERE l.REGION = $1 AND l.EXPIRED_AFTER >= {PG_UTC}"
+            ),
+        };
+        // A holder's description: distlock's for the CLIENT_ID it wrote, else (a Spring
+        // client's hold) nothing, and the reader shows the CLIENT_ID.
+        let described = format!(
+            "(SELECT o.OWNER FROM {owners} o
+              WHERE o.LOCK_KEY = l.LOCK_KEY AND o.REGION = l.REGION AND o.CLIENT_ID = l.CLIENT_ID),
+             l.CLIENT_ID::text"
+        );
+        Pg {
+            create,
+            exists: exists_query(schema, table, &side, Owners::Table(&owners_name)),
+            acquire_existing: None,
+            // $1 key, $2 region, $3 client id, $4 lease ms, $5 unused (want window), $6 owner.
+            // The description goes to the owners table in the same statement.
+            acquire: format!(
+                "WITH a AS (
+                     INSERT INTO {t} AS l (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+                     VALUES ($1, $2, $3, {PG_UTC}, {PG_UTC} + {lease})
+                     ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET
+                         CLIENT_ID = excluded.CLIENT_ID,
+                         CREATED_DATE = excluded.CREATED_DATE,
+                         EXPIRED_AFTER = excluded.EXPIRED_AFTER
+                     WHERE l.CLIENT_ID = excluded.CLIENT_ID
+                        OR l.EXPIRED_AFTER < excluded.CREATED_DATE
+                     RETURNING CLIENT_ID = $3 AND $5::bigint IS NOT NULL AS ours,
+                         {fence} AS fence, {remaining} AS remaining
+                 ), o AS (
+                     INSERT INTO {owners} (LOCK_KEY, REGION, CLIENT_ID, OWNER)
+                     SELECT $1, $2, $3, $6::text FROM a WHERE a.ours
+                     ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET
+                         CLIENT_ID = excluded.CLIENT_ID, OWNER = excluded.OWNER
+                 )
+                 SELECT ours, fence, remaining FROM a"
+            ),
+            // $1 key, $2 region, $3 client id, $4 channel, $5 payload. The description goes
+            // with the hold.
+            release: format!(
+                "WITH d AS (
+                     DELETE FROM {t}
+                     WHERE LOCK_KEY = $1 AND REGION = $2 AND CLIENT_ID = $3
+                       AND EXPIRED_AFTER >= {PG_UTC}
+                     RETURNING 1
+                 ), o AS (
+                     DELETE FROM {owners} WHERE LOCK_KEY = $1 AND REGION = $2 AND CLIENT_ID = $3
+                 )
+                 SELECT false, pg_notify($4, $5)::text FROM d"
             ),
             extend: format!(
                 "UPDATE {t} SET EXPIRED_AFTER = {PG_UTC} + {lease}
@@ -284,18 +373,21 @@ impl Pg {
                    AND l.CLIENT_ID = b.client_id::char(36) AND l.EXPIRED_AFTER >= {PG_UTC}
                  RETURNING l.LOCK_KEY::text, l.REGION::text, l.CLIENT_ID::text"
             ),
+            // Returns (fence, remaining ms, distlock's description, CLIENT_ID).
             inspect: format!(
-                "SELECT {fence}, {remaining} FROM {t}
+                "SELECT {fence}, {remaining}, {described} FROM {t} l
                  WHERE LOCK_KEY = $1 AND REGION = $2 AND EXPIRED_AFTER >= {PG_UTC}"
             ),
-            // $1 region. Returns (key, LOCK_KEY, fence, remaining ms) per held key; the key is
-            // NULL for a key whose name nobody recorded (a Spring client's).
+            // $1 region. Returns (key, LOCK_KEY, fence, remaining ms, description, CLIENT_ID)
+            // per held key; the key is NULL for a key whose name nobody recorded (a Spring
+            // client's).
             list: format!(
-                "SELECT n.LOCK_NAME, l.LOCK_KEY::text, {fence}, {remaining} FROM {t} l
+                "SELECT n.LOCK_NAME, l.LOCK_KEY::text, {fence}, {remaining}, {described} FROM {t} l
                  LEFT JOIN {names} n ON n.LOCK_KEY = l.LOCK_KEY AND n.REGION = l.REGION
                  WHERE l.REGION = $1 AND l.EXPIRED_AFTER >= {PG_UTC}"
             ),
             kinds: None,
+            undescribed: Some(undescribed),
             name_key: Some(format!(
                 "INSERT INTO {names} (LOCK_KEY, REGION, LOCK_NAME) VALUES ($1, $2, $3)
                  ON CONFLICT (LOCK_KEY, REGION) DO NOTHING"
@@ -309,12 +401,37 @@ impl Pg {
     }
 }
 
-/// Whether the lease table and its side table exist: one row of two booleans.
-pub(super) fn exists_query(schema: Option<&str>, table: &str, side: &str) -> String {
+/// Where a layout keeps its holders' descriptions.
+pub(super) enum Owners<'a> {
+    /// An `owner` column in the lease and holds tables.
+    Columns,
+    /// A table of its own.
+    Table(&'a str),
+}
+
+/// Whether the lease table and its side table exist, and whether the descriptions have their
+/// place: one row of three booleans.
+pub(super) fn exists_query(
+    schema: Option<&str>,
+    table: &str,
+    side: &str,
+    owners: Owners<'_>,
+) -> String {
     // to_regclass takes the name as SQL would parse it: the quoted, folded form.
     let name = |t: &str| pg_table(schema, t).replace('\'', "''");
+    let has_owner = |t: &str| {
+        format!(
+            "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{}')
+                     AND attname = 'owner' AND NOT attisdropped)",
+            name(t)
+        )
+    };
+    let described = match owners {
+        Owners::Columns => format!("{} AND {}", has_owner(table), has_owner(side)),
+        Owners::Table(o) => format!("to_regclass('{}') IS NOT NULL", name(o)),
+    };
     format!(
-        "SELECT to_regclass('{}') IS NOT NULL, to_regclass('{}') IS NOT NULL",
+        "SELECT to_regclass('{}') IS NOT NULL, to_regclass('{}') IS NOT NULL, {described}",
         name(table),
         name(side)
     )
@@ -332,7 +449,8 @@ fn acquire_existing(t: &str, returning: &str) -> String {
              expires_ms = CASE WHEN {free_old} THEN {PG_MS_CEIL} + $4::bigint
                                ELSE l.expires_ms END,
              wanted_ms = CASE WHEN {free_old} THEN l.wanted_ms
-                              ELSE {PG_MS_CEIL} + $5::bigint END
+                              ELSE {PG_MS_CEIL} + $5::bigint END,
+             owner = CASE WHEN {free_old} THEN $6::text ELSE l.owner END
          WHERE region = $1 AND lock_key = $2
            AND ({free_old} OR l.wanted_ms IS NULL
                 OR l.wanted_ms < {PG_MS_CEIL} + $5::bigint / 2 OR {readers})
@@ -351,7 +469,11 @@ fn summary(h: &str) -> String {
          (SELECT max(x.permits)::bigint FROM {h} x WHERE {live} AND x.kind = '{PERMIT}'),
          (SELECT max(x.expires_ms) FROM {h} x WHERE {live} AND x.kind IN ('{READ}', '{PERMIT}'))
              - {PG_MS_CEIL},
-         (SELECT count(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}')"
+         (SELECT count(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}'),
+         (SELECT string_agg(o.owner, chr({sep})) FROM
+             (SELECT COALESCE(x.owner, '') AS owner FROM {h} x
+              WHERE {live} AND x.kind IN ('{READ}', '{PERMIT}') LIMIT {MAX_SHARE_OWNERS}) o)",
+        sep = OWNER_SEP as u32
     )
 }
 
@@ -380,7 +502,7 @@ fn share_head(t: &str, cols: &str, now: bool) -> String {
 }
 
 /// $1 region, $2 key, $3 token, $4 lease ms, $5 want window ms, $6 kind ('r'/'s'), $7 permits
-/// (0 for readers), $8 the row's share mark. Takes a share when the token holds one already
+/// (0 for readers), $8 the row's share mark, $9 the holder's description. Takes a share when the token holds one already
 /// (a repeated attempt), or when the row is free, expired or marked for this kind (for a
 /// reader: or held by a lone reader) and nothing keeps the attempt out: a live waiting writer
 /// keeps readers out, a full semaphore or holders with other permits keep permits out. A lone
@@ -390,7 +512,7 @@ fn share_head(t: &str, cols: &str, now: bool) -> String {
 /// see [`share_head`] for `settled`.
 fn acquire_share(t: &str, h: &str, now: bool) -> String {
     let (floor, ceil, us) = (PG_MS_FLOOR, PG_MS_CEIL, PG_US);
-    let head = share_head(t, "token, fence, expires_ms", now);
+    let head = share_head(t, "token, fence, expires_ms, owner", now);
     format!(
         "WITH {head}, h AS (
              SELECT token, kind, permits, expires_ms FROM {h}
@@ -420,18 +542,19 @@ fn acquire_share(t: &str, h: &str, now: bool) -> String {
                                    AND NOT ($6::text = '{READ}' AND writer_waits))) AS ok
              FROM v
          ), ins AS (
-             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
-             SELECT $1, $2, $3, $6::text, $7::int, {ceil} + $4::bigint, next FROM d WHERE ok
+             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence, owner)
+             SELECT $1, $2, $3, $6::text, $7::int, {ceil} + $4::bigint, next, $9::text
+             FROM d WHERE ok
              ON CONFLICT (region, lock_key, token) DO UPDATE SET
                  kind = excluded.kind, permits = excluded.permits,
-                 expires_ms = excluded.expires_ms, fence = excluded.fence
+                 expires_ms = excluded.expires_ms, fence = excluded.fence, owner = excluded.owner
          ), mig AS (
-             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
-             SELECT $1, $2, m.token, '{READ}', 0, m.expires_ms, m.fence FROM m, d
+             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence, owner)
+             SELECT $1, $2, m.token, '{READ}', 0, m.expires_ms, m.fence, m.owner FROM m, d
              WHERE d.ok AND d.lone AND m.token <> $3
              ON CONFLICT (region, lock_key, token) DO UPDATE SET
                  kind = excluded.kind, permits = excluded.permits,
-                 expires_ms = excluded.expires_ms, fence = excluded.fence
+                 expires_ms = excluded.expires_ms, fence = excluded.fence, owner = excluded.owner
          ), upd AS (
              UPDATE {t} AS l SET
                  token = CASE WHEN d.ok THEN $8::text ELSE l.token END,
@@ -507,13 +630,13 @@ fn native_kinds(t: &str, h: &str) -> PgKinds {
              VALUES ($1, $2, NULL, 0, 0, 0, NULL)
              ON CONFLICT (region, lock_key) DO UPDATE SET token = l.token WHERE false"
         ),
-        // $1 region, $2 key, $3 the reader's id, $4 lease ms. Takes a free or expired row
+        // $1 region, $2 key, $3 the reader's id, $4 lease ms, $5 owner. Takes a free or expired row
         // that no waiting writer keeps readers out of (or renews the reader's own); returns
         // (fence) when it did. Nothing else is written: a busy row is left to `acquire_share`.
         acquire_lone: format!(
             "UPDATE {t} AS l SET
                  token = $3, fence = GREATEST(l.fence + 1, {us}), created_ms = {ceil},
-                 expires_ms = {ceil} + $4::bigint
+                 expires_ms = {ceil} + $4::bigint, owner = $5::text
              WHERE region = $1 AND lock_key = $2
                AND (l.token = $3
                     OR ((l.token IS NULL OR l.expires_ms <= {floor})
@@ -552,7 +675,7 @@ fn native_kinds(t: &str, h: &str) -> PgKinds {
                  WHERE region = $1 AND lock_key = $2 AND ({shares} OR expires_ms <= {floor})
                  RETURNING {shares} AND expires_ms > {floor} AS live
              ), freed AS (
-                 UPDATE {t} SET token = NULL
+                 UPDATE {t} SET token = NULL, owner = NULL
                  WHERE region = $1 AND lock_key = $2 AND token IS NOT NULL
                  RETURNING expires_ms > {floor} AS live
              )

@@ -21,6 +21,7 @@ fn values_cannot_escape_their_literals() {
             region: "lock",
             key: "'; DROP TABLE t; --",
             token: "00ff",
+            described: "",
         },
         1000,
         2000,
@@ -52,5 +53,6 @@ fn tokens_must_be_hex() {
         region: "r",
         key: "k",
         token: "x'",
+        described: "",
     });
 }

@@ -36,6 +36,7 @@ impl Inner {
                     region: a,
                     key: b,
                     token: "",
+                    described: "",
                 },
                 name.key(),
             )
@@ -58,6 +59,7 @@ impl Inner {
         token: Token,
         lease: Duration,
         share: Share,
+        described: &str,
     ) -> Result<Attempt> {
         let (a, b) = self.row_key(name)?;
         let owner = share_owner(name, token);
@@ -65,6 +67,7 @@ impl Inner {
             region: &a,
             key: &b,
             token: &owner,
+            described,
         };
         let (lease, want) = (lease_ms(lease), WANT_WINDOW_MS);
         let unreported =
@@ -157,10 +160,13 @@ impl MySqlBackend {
     /// acquisitions take the doorbell in the same round trip.
     pub(super) async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (token, lease, queued) = (request.token, request.lease, request.queued());
+        let described = request.owner_str().to_owned();
         server::acquire(&self.inner, request, move |inner, name| async move {
             inner.check_kind(&name)?;
             if let Place::Shared(share) = place(&name) {
-                return inner.take_share(&name, token, lease, share).await;
+                return inner
+                    .take_share(&name, token, lease, share, &described)
+                    .await;
             }
             let (a, b) = inner.row_key(&name)?;
             let owner = inner.owner(&name, token);
@@ -168,6 +174,7 @@ impl MySqlBackend {
                 region: &a,
                 key: &b,
                 token: &owner,
+                described: &described,
             };
             let doorbell = inner.doorbell(&a, &b);
             let mut outcome = None;

@@ -14,6 +14,9 @@ use crate::backends::sql::server::Server;
 use crate::backends::sql::{ATTEMPTS, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
 
+/// ER_DUP_FIELDNAME: the column exists already.
+const DUPLICATE_COLUMN: u16 = 1060;
+
 /// `ssl-mode` in the URL, as MySQL's client names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum SslMode {
@@ -160,21 +163,60 @@ impl Inner {
             .sql
             .exists(self.options.schema.as_deref(), &self.options.table);
         let out = self.doorbells.run(Job::Text(exists)).await?;
-        let (table, side) = out
-            .rows
-            .first()
-            .map(|r| (int(r, 0).unwrap_or(0), int(r, 1).unwrap_or(0)))
-            .unwrap_or((0, 0));
+        let row = out.rows.first();
+        let n = |i| row.and_then(|r| int(r, i)).unwrap_or(0);
+        let (table, side) = (n(0), n(1));
         self.side_table.store(side > 0, Ordering::Release);
-        if (table == 0 || side == 0) && self.options.create_table {
+        if self.options.spring {
+            self.sql
+                .set_described(n(2) > 0 || self.options.create_table);
+        }
+        if table > 0
+            && (n(2) == 0 || n(3) == 0)
+            && !self.options.create_table
+            && !self.options.spring
+        {
+            tracing::warn!(
+                table = %self.options.table,
+                "the lease table has no place for holder descriptions (an older layout) and \
+                 create_table=false forbids adding it: add it as docs/BACKENDS.md says \
+                 (\"Holder descriptions on the SQL backends\"), or statements will fail"
+            );
+        }
+        if (table == 0 || side == 0 || n(2) == 0 || n(3) == 0) && self.options.create_table {
             // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
             // data dictionary serialises them and the losers only get a warning.
             self.doorbells.run(Job::Text(self.sql.create())).await?;
             self.side_table.store(true, Ordering::Release);
+            if !self.options.spring {
+                // Tables made before the holders' descriptions were recorded.
+                for (i, side) in [(2, false), (3, true)] {
+                    let existed = if side { n(1) > 0 } else { table > 0 };
+                    if existed && n(i) == 0 {
+                        self.add_owner_column(side).await?;
+                    }
+                }
+            }
         }
         *ready = true;
         self.ready_fast.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Adds the `owner` column to a table made before it existed; another process doing the
+    /// same at once is no failure (the column is there either way).
+    async fn add_owner_column(&self, side: bool) -> std::result::Result<(), Failed> {
+        match self
+            .doorbells
+            .run(Job::Text(self.sql.add_owner_column(side)))
+            .await
+        {
+            Err(Failed {
+                error: mysql_async::Error::Server(e),
+                ..
+            }) if e.code == DUPLICATE_COLUMN => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 
     /// The release statement of the layout, without a doorbell.
@@ -228,6 +270,7 @@ impl Inner {
                 "lease" => Value::Int(lease_ms),
                 "want" => Value::Int(WANT_WINDOW_MS),
                 "half" => Value::Int(WANT_WINDOW_MS / 2),
+                "own" => Value::Bytes(lock.described.as_bytes().to_vec()),
                 other => unreachable!("no value for `{other}`"),
             })
             .collect();

@@ -30,8 +30,8 @@ use super::kinds::{place, share_owner, HeldRow, Place, WriterPlaces};
 use super::server::{capabilities, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis};
 use crate::backend::{
-    Capabilities, ListedLock, LockInfo, LockKind, LockName, ReleaseSubscription, Released, Renewal,
-    Token,
+    Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription, Released,
+    Renewal, Token,
 };
 use crate::error::Result;
 
@@ -90,7 +90,23 @@ fn held_row(row: &mysql_async::Row, at: usize) -> HeldRow {
         permits: int(row, at + 4),
         share_remaining_ms: int(row, at + 5),
         writers: int(row, at + 6).unwrap_or(0),
+        share_owners: bytes(row, at + 7),
+        owner: bytes(row, at + 8),
     }
+}
+
+/// A column of bytes, `None` for NULL (or a value that is not bytes).
+fn bytes(row: &mysql_async::Row, i: usize) -> Option<Vec<u8>> {
+    row.get_opt::<Option<Vec<u8>>, usize>(i)
+        .and_then(|v| v.ok())
+        .flatten()
+}
+
+/// What a Spring-layout row says of its holder from column `at` on: distlock's description,
+/// else the `CLIENT_ID` (a Spring client's hold).
+fn spring_owner(row: &mysql_async::Row, at: usize) -> String {
+    let shown = bytes(row, at).or_else(|| bytes(row, at + 1));
+    Owner::shown(shown.as_deref().unwrap_or_default())
 }
 
 /// The matched rows and `LAST_INSERT_ID` of statement `i` of a packet.
@@ -121,6 +137,7 @@ impl LockTable for Inner {
             region: &a,
             key: &b,
             token: &waiter,
+            described: "",
         });
         // Readers kept out may come in: those of this process are woken here, the others'
         // doorbell listeners see the row free of a waiting writer.
@@ -144,7 +161,8 @@ impl LockTable for Inner {
                         int(row, 3).map(millis),
                     )
                     .with_kind(LockKind::Mutex)
-                    .with_holders(1),
+                    .with_holders(1)
+                    .with_owners([spring_owner(row, 4)]),
                 });
             } else if let (Some(key), Some(info)) = (text(row, 0), held_row(row, 1).info(KIND)?) {
                 listed.push(ListedLock { key, info });
@@ -162,6 +180,7 @@ impl LockTable for Inner {
                 region: &a,
                 key: &b,
                 token: &owner,
+                described: "",
             };
             if share.is_read() {
                 // A lone reader's release is the mutex's; a reader that was joined is in the
@@ -195,6 +214,7 @@ impl LockTable for Inner {
             region: &a,
             key: &b,
             token: &owner,
+            described: "",
         };
         let doorbell = self.doorbell(&a, &b);
         let out = if self.doorbells.is_armed(&doorbell) {
@@ -236,6 +256,7 @@ impl LockTable for Inner {
                 region: &a,
                 key: &b,
                 token: &owner,
+                described: "",
             };
             // A lone reader's renewal is the mutex's.
             if share.is_read()
@@ -257,6 +278,7 @@ impl LockTable for Inner {
                 region: &a,
                 key: &b,
                 token: &owner,
+                described: "",
             },
             lease_ms(lease),
         );
@@ -269,6 +291,7 @@ impl LockTable for Inner {
             region: &a,
             key: &b,
             token: "",
+            described: "",
         });
         let out = self.run("inspect", &sql, true).await?;
         let Some(row) = out.rows.first() else {
@@ -281,7 +304,8 @@ impl LockTable for Inner {
                     int(row, 1).map(millis),
                 )
                 .with_kind(LockKind::Mutex)
-                .with_holders(1),
+                .with_holders(1)
+                .with_owners([spring_owner(row, 2)]),
             ));
         }
         held_row(row, 0).info(KIND)
@@ -293,6 +317,7 @@ impl LockTable for Inner {
             region: &a,
             key: &b,
             token: "",
+            described: "",
         });
         let existed = if self.options.spring {
             self.run("force_release", &sql, true).await?.affected > 0
@@ -345,6 +370,7 @@ impl LockTable for Inner {
                             region: a,
                             key: b,
                             token: t,
+                            described: "",
                         },
                         *l,
                     )
@@ -373,7 +399,9 @@ impl MySqlBackend {
         // waiter's fallback poll that finds the row free between two rings can still take it
         // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
         // so it promises no order.
-        capabilities(KIND, &self.inner.options).fifo(!self.inner.options.spring)
+        capabilities(KIND, &self.inner.options)
+            .fifo(!self.inner.options.spring)
+            .owners(true)
     }
 
     /// Releases made through this backend (or its clones) fire the subscription at once;
@@ -391,6 +419,7 @@ impl MySqlBackend {
                 region: &a,
                 key: &b,
                 token: "",
+                described: "",
             },
             &doorbell,
             LISTEN_WAIT_S,

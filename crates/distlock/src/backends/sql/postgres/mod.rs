@@ -28,7 +28,7 @@ use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, Writ
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockName,
+    detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner,
     ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
@@ -199,6 +199,7 @@ impl PostgresBackend {
                 listen_channel,
                 origin: format!("{:016x}", rand::random::<u64>()),
                 side_table: AtomicBool::new(false),
+                described: AtomicBool::new(true),
                 writers: WriterPlaces::default(),
                 named: Default::default(),
             }),
@@ -267,7 +268,17 @@ fn held_row(row: &Row, at: usize) -> HeldRow {
         permits: row.get(at + 4),
         share_remaining_ms: row.get(at + 5),
         writers: row.get(at + 6),
+        share_owners: row.get::<_, Option<String>>(at + 7).map(String::into_bytes),
+        owner: row.get::<_, Option<String>>(at + 8).map(String::into_bytes),
     }
+}
+
+/// What a Spring-layout row says of its holder from column `at` on: distlock's description,
+/// else the `CLIENT_ID` (a Spring client's hold).
+fn spring_owner(row: &Row, at: usize) -> String {
+    let described: Option<String> = row.get(at);
+    let client: Option<String> = row.get(at + 1);
+    Owner::shown(described.or(client).unwrap_or_default().as_bytes())
 }
 
 /// Most key names a Spring-mode backend remembers having recorded.
@@ -318,6 +329,7 @@ impl Inner {
         token: Token,
         lease: Duration,
         share: Share,
+        described: &str,
     ) -> Result<Attempt> {
         let (a, b) = self.ident(name)?;
         let (owner, lease) = (share_owner(name, token), lease_ms(lease));
@@ -326,7 +338,7 @@ impl Inner {
                 .query(
                     "try_acquire",
                     Stmt::AcquireLone,
-                    &[&a, &b, &owner, &lease],
+                    &[&a, &b, &owner, &lease, &described],
                     true,
                 )
                 .await?;
@@ -336,7 +348,7 @@ impl Inner {
                 });
             }
         }
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let params: [&(dyn ToSql + Sync); 9] = [
             &a,
             &b,
             &owner,
@@ -345,6 +357,7 @@ impl Inner {
             &share.code,
             &share.permits,
             &share.mark,
+            &described,
         ];
         let mut rows = self
             .query("try_acquire", Stmt::AcquireShareNow, &params, true)
@@ -435,7 +448,8 @@ impl LockTable for Inner {
                         Some(millis(row.get(3))),
                     )
                     .with_kind(crate::backend::LockKind::Mutex)
-                    .with_holders(1),
+                    .with_holders(1)
+                    .with_owners([spring_owner(row, 4)]),
                 });
             } else if let Some(info) = held_row(row, 1).info(KIND)? {
                 listed.push(ListedLock {
@@ -547,7 +561,8 @@ impl LockTable for Inner {
                     Some(millis(row.get(1))),
                 )
                 .with_kind(crate::backend::LockKind::Mutex)
-                .with_holders(1),
+                .with_holders(1)
+                .with_owners([spring_owner(row, 2)]),
             ));
         }
         held_row(row, 0).info(KIND)
@@ -661,22 +676,26 @@ server_backend!(PostgresBackend);
 
 impl PostgresBackend {
     fn caps(&self) -> Capabilities {
-        capabilities(KIND, &self.inner.options)
+        capabilities(KIND, &self.inner.options).owners(true)
     }
 
     /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
     /// task; an attempt whose caller went away gives the lock back once it committed.
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (token, lease, queued) = (request.token, request.lease, request.queued());
+        let described = request.owner_str().to_owned();
         server::acquire(&self.inner, request, move |inner, name| async move {
             inner.check_kind(&name)?;
             if let Place::Shared(share) = place(&name) {
-                return inner.take_share(&name, token, lease, share).await;
+                return inner
+                    .take_share(&name, token, lease, share, &described)
+                    .await;
             }
             let (a, b) = inner.ident(&name)?;
             let owner = inner.owner(&name, token);
             let lease = lease_ms(lease);
-            let params: [&(dyn ToSql + Sync); 5] = [&a, &b, &owner, &lease, &WANT_WINDOW_MS];
+            let params: [&(dyn ToSql + Sync); 6] =
+                [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &described];
             let (rows, _) = tokio::join!(inner.try_take(&params), inner.record_name(&name, &a, &b));
             let row = rows?.into_iter().next();
             if queued && !inner.options.spring {

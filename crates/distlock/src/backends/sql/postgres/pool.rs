@@ -352,8 +352,18 @@ impl Inner {
         }
         let row = client.query_one(&self.sql.exists, &[]).await?;
         let (exists, side) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
+        let described = row.get::<_, bool>(2);
         self.side_table.store(side, Ordering::Release);
-        if !(exists && side) && self.options.create_table {
+        if exists && !described && !self.options.create_table && !self.options.spring {
+            tracing::warn!(
+                table = %self.options.table,
+                "the lease table has no place for holder descriptions (an older layout) and \
+                 create_table=false forbids adding it: add it as docs/BACKENDS.md says \
+                 (\"Holder descriptions on the SQL backends\"), or statements will fail"
+            );
+        }
+        // A table made before the holders' descriptions were recorded gets their place here.
+        if !(exists && side && described) && self.options.create_table {
             // A transaction-scoped advisory lock serialises creators (concurrent CREATE TABLE
             // IF NOT EXISTS can fail on the catalog's unique index); it ends with the
             // transaction, so nothing stays on the pooled connection.
@@ -370,6 +380,9 @@ impl Inner {
                 return Err(e);
             }
             self.side_table.store(true, Ordering::Release);
+            self.described.store(true, Ordering::Release);
+        } else {
+            self.described.store(described, Ordering::Release);
         }
         *ready = true;
         self.ready_fast.store(true, Ordering::Release);
@@ -377,6 +390,23 @@ impl Inner {
     }
 
     pub(super) fn text(&self, s: Stmt) -> &str {
+        match s {
+            Stmt::Acquire | Stmt::Release | Stmt::Inspect | Stmt::List
+                if !self.described.load(Ordering::Acquire) =>
+            {
+                match (&self.sql.undescribed, s) {
+                    (Some(u), Stmt::Acquire) => &u.acquire,
+                    (Some(u), Stmt::Release) => &u.release,
+                    (Some(u), Stmt::Inspect) => &u.inspect,
+                    (Some(u), _) => &u.list,
+                    (None, _) => self.described_text(s),
+                }
+            }
+            _ => self.described_text(s),
+        }
+    }
+
+    fn described_text(&self, s: Stmt) -> &str {
         match s {
             Stmt::Acquire => &self.sql.acquire,
             Stmt::AcquireExisting => self.sql.acquire_existing.as_deref().unwrap_or(""),

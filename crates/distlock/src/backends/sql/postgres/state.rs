@@ -35,6 +35,9 @@ pub(super) struct Inner {
     pub(super) origin: String,
     /// Whether the side table (native: the holds; Spring: the key names) exists.
     pub(super) side_table: AtomicBool,
+    /// Whether the holders' descriptions have their place (Spring: `<table>_OWNERS`); a
+    /// Spring table made by Spring, with `create_table=false`, works without.
+    pub(super) described: AtomicBool,
     pub(super) writers: WriterPlaces,
     /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
     pub(super) named: Mutex<HashSet<(String, String)>>,

@@ -202,6 +202,7 @@ async fn a_share_statement_on_a_changing_row_defers_to_the_row_lock() {
                     &code,
                     &permits,
                     &mark,
+                    &"test:1",
                 ],
                 true,
             )

@@ -51,7 +51,7 @@ pub(super) fn acquire(
     tx: &Transaction<'_>,
     sql: &Lite,
     (region, key): (&str, &str),
-    token: &str,
+    (token, described): (&str, &str),
     share: Share,
     lease_ms: i64,
 ) -> rusqlite::Result<ShareOutcome> {
@@ -95,7 +95,8 @@ pub(super) fn acquire(
         share.code,
         share.permits,
         now + lease_ms,
-        next
+        next,
+        described
     ])?;
     tx.prepare_cached(&sql.mark_row)?
         .execute(params![region, key, share.mark, next, now, until])?;

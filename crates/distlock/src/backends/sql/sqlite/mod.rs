@@ -14,6 +14,7 @@
 //! | `fence`      | INTEGER NOT NULL | fence of the latest acquisition                      |
 //! | `created_ms` | INTEGER          | when the latest acquisition happened (Unix ms)       |
 //! | `expires_ms` | INTEGER          | when the current lease ends (Unix ms)                |
+//! | `owner`      | TEXT, nullable   | the holder's [`Owner`](crate::Owner) description, NULL when free or written by an older client (shown as `unknown`); added to an older table on open |
 //!
 //! Rows stay after release (with `token` NULL) so that the fence keeps increasing per key.
 //!
@@ -327,6 +328,19 @@ fn held_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<HeldRow> {
         permits: r.get(at + 4)?,
         share_remaining_ms: r.get(at + 5)?,
         writers: r.get(at + 6)?,
+        share_owners: stored_bytes(r, at + 7)?,
+        owner: stored_bytes(r, at + 8)?,
+    })
+}
+
+/// A description column as bytes, whatever type another writer gave the value.
+fn stored_bytes(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(at)? {
+        ValueRef::Null => None,
+        ValueRef::Text(b) | ValueRef::Blob(b) => Some(b.to_vec()),
+        ValueRef::Integer(i) => Some(i.to_string().into_bytes()),
+        ValueRef::Real(f) => Some(f.to_string().into_bytes()),
     })
 }
 
@@ -338,6 +352,7 @@ impl SqliteBackend {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let (region, key) = ident(name);
         let (owner, lease_ms) = (row_owner(name, token), lease_ms(lease));
+        let described = request.owner_str().to_owned();
         let (queued, waiter) = (request.queued(), token.to_string());
         self.run("try_acquire", move |inner, conn| {
             // IMMEDIATE takes the write lock up front: the Busy branch reads the holder's
@@ -345,7 +360,9 @@ impl SqliteBackend {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let fence: Option<i64> = tx
                 .prepare_cached(&inner.sql.acquire)?
-                .query_row(params![region, key, owner, lease_ms], |r| r.get(0))
+                .query_row(params![region, key, owner, lease_ms, described], |r| {
+                    r.get(0)
+                })
                 .optional()?;
             let step = match fence {
                 Some(fence) => {
@@ -400,11 +417,18 @@ impl SqliteBackend {
         let name = request.name.clone();
         let (region, key) = ident(&name);
         let (token, lease_ms) = (request.token.to_string(), lease_ms(request.lease));
+        let described = request.owner_str().to_owned();
         let outcome = self
             .run("try_acquire", move |inner, conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let outcome =
-                    kinds::acquire(&tx, &inner.sql, (&region, &key), &token, share, lease_ms)?;
+                let outcome = kinds::acquire(
+                    &tx,
+                    &inner.sql,
+                    (&region, &key),
+                    (&token, &described),
+                    share,
+                    lease_ms,
+                )?;
                 tx.commit()?;
                 Ok(outcome)
             })
@@ -424,7 +448,7 @@ impl SqliteBackend {
 #[async_trait]
 impl Backend for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(KIND).all_kinds()
+        Capabilities::new(KIND).all_kinds().owners(true)
     }
 
     /// SQLite has no wait queue: both modes make the same attempt (a waiting writer also

@@ -61,6 +61,14 @@ fn setup_once(conn: &mut Connection, sql: &Statements) -> rusqlite::Result<()> {
     // busy handler instead of deadlocking on a lock upgrade.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(&sql.create)?;
+    // A table made before owners were recorded gets the column; rows without it show
+    // "unknown".
+    for (has, add) in &sql.owner_column {
+        let n: i64 = tx.query_row(has, [], |r| r.get(0))?;
+        if n == 0 {
+            tx.execute_batch(add)?;
+        }
+    }
     tx.commit()
 }
 

@@ -617,3 +617,30 @@ async fn a_waiting_writer_keeps_readers_out() {
     let count = holds_of(b.path().to_owned());
     crate::backends::sql::kinds::checks::a_waiting_writer_keeps_readers_out(&b, &count).await;
 }
+
+/// A file whose table an older distlock made (no `owner` column) gets the column when it is
+/// opened; its holds show "unknown", new ones their owner.
+#[tokio::test]
+async fn an_older_table_is_upgraded_and_its_holds_show_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE distlock_locks (region TEXT NOT NULL, lock_key TEXT NOT NULL,
+                 token TEXT NULL, fence INTEGER NOT NULL, created_ms INTEGER NOT NULL,
+                 expires_ms INTEGER NOT NULL, PRIMARY KEY (region, lock_key));
+             INSERT INTO distlock_locks VALUES ('lock', 'old', 'feedc0de', 1, 0,
+                 CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + 60000)",
+        )
+        .unwrap();
+    }
+    let b = SqliteBackend::open(&path).unwrap();
+    let info = b.inspect(&name("old")).await.unwrap().unwrap();
+    assert_eq!(info.owners, [crate::backend::UNKNOWN_OWNER]);
+    let owner = crate::Owner::new("lite:7").unwrap();
+    let request = AcquireRequest::new(name("new"), Token::random(), LEASE).with_owner(owner);
+    fence_of(b.acquire(&request).await.unwrap());
+    let info = b.inspect(&name("new")).await.unwrap().unwrap();
+    assert_eq!(info.owners, ["lite:7"]);
+}

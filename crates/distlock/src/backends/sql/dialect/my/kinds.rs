@@ -2,7 +2,8 @@
 //! the holds table, and a waiting writer's place that keeps new readers out.
 
 use super::{
-    my_ms_ceil, my_ms_floor, readers_hold, My, MyLock, MyOutcome, MyShareOutcome, Prepared, MY_US,
+    hex_literal, my_ms_ceil, my_ms_floor, readers_hold, My, MyLock, MyOutcome, MyShareOutcome,
+    Prepared, MY_US,
 };
 use crate::backends::sql::kinds::{
     Share, LONE_READER, PERMIT, READ, READ_MARK, SEM_MARK, WRITER, WRITER_PLACE_MS,
@@ -21,7 +22,8 @@ impl My {
         let fence = format!("GREATEST(fence + 1, {MY_US})");
         Prepared::new(&format!(
             "UPDATE {t} SET
-                 fence = {fence}, created_ms = {ceil}, expires_ms = {ceil} + :lease, token = :tok
+                 fence = {fence}, created_ms = {ceil}, expires_ms = {ceil} + :lease, owner = :own,
+                 token = :tok
              WHERE region = :region AND lock_key = :key
                AND (token = :tok
                     OR ((token IS NULL OR expires_ms <= {floor})
@@ -68,6 +70,7 @@ impl My {
     ) -> String {
         let (t, h) = (&self.table, &self.side);
         let tok = format!("'{}'", l.checked_token());
+        let own = hex_literal(l.described.as_bytes());
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
         let mw = self.at(l, "m");
         let (code, mark, permits) = (share.code, share.mark, share.permits);
@@ -106,11 +109,11 @@ impl My {
             // lock that two transactions could each hold while waiting to write the row.
             format!(
                 "SELECT 1 FROM {t} WHERE {w} FOR UPDATE;
-                 INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
-                 SELECT region, lock_key, token, '{READ}', 0, expires_ms, fence FROM {t}
+                 INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence, owner)
+                 SELECT region, lock_key, token, '{READ}', 0, expires_ms, fence, owner FROM {t}
                  WHERE {lone}
                  ON DUPLICATE KEY UPDATE kind = VALUES(kind), permits = VALUES(permits),
-                     expires_ms = VALUES(expires_ms), fence = VALUES(fence);
+                     expires_ms = VALUES(expires_ms), fence = VALUES(fence), owner = VALUES(owner);
                  UPDATE {t} SET token = '{READ_MARK}' WHERE {lone};"
             )
         } else {
@@ -134,13 +137,13 @@ impl My {
              WHERE {mw} AND LAST_INSERT_ID(IF({ok}, GREATEST(m.fence + 1, {MY_US}) * 2,
                  IF({other} IS NOT NULL, {DISAGREE} + {other},
                     {BUSY} + GREATEST(m.expires_ms - {ceil}, 0)))) > 0;
-             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
+             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence, owner)
              SELECT m.region, m.lock_key, {tok}, '{code}', {permits},
-                    LEAST({ceil} + {lease_ms}, m.expires_ms), m.fence
+                    LEAST({ceil} + {lease_ms}, m.expires_ms), m.fence, {own}
              FROM {t} m
              WHERE {mw} AND {taken} AND m.token = '{mark}' AND m.fence = LAST_INSERT_ID() DIV 2
              ON DUPLICATE KEY UPDATE kind = VALUES(kind), permits = VALUES(permits),
-                 expires_ms = VALUES(expires_ms), fence = VALUES(fence);
+                 expires_ms = VALUES(expires_ms), fence = VALUES(fence), owner = VALUES(owner);
              COMMIT",
             half = want_ms / 2,
             DISAGREE = MyShareOutcome::DISAGREE,
@@ -165,6 +168,7 @@ impl My {
     ) -> String {
         let (t, h) = (&self.table, &self.side);
         let tok = format!("'{}'", l.checked_token());
+        let own = hex_literal(l.described.as_bytes());
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
         let (xw, mw, w) = (self.at(l, "x"), self.at(l, "m"), self.where_lock(l));
         let (code, mark, permits) = (share.code, share.mark, share.permits);
@@ -187,9 +191,9 @@ impl My {
         );
         format!(
             "{lock};
-             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence)
+             INSERT INTO {h} (region, lock_key, token, kind, permits, expires_ms, fence, owner)
              SELECT m.region, m.lock_key, {tok}, '{code}', {permits}, {ceil} + {lease_ms},
-                    GREATEST(m.fence + 1, {MY_US})
+                    GREATEST(m.fence + 1, {MY_US}), {own}
              FROM {t} m
              WHERE {mw} AND (
                  EXISTS (SELECT 1 FROM {h} x WHERE {live} AND x.token = {tok} AND x.kind = '{code}')
@@ -198,7 +202,7 @@ impl My {
                                        AND {keeps_out})
                      AND {room}))
              ON DUPLICATE KEY UPDATE kind = VALUES(kind), permits = VALUES(permits),
-                 expires_ms = VALUES(expires_ms), fence = VALUES(fence);
+                 expires_ms = VALUES(expires_ms), fence = VALUES(fence), owner = VALUES(owner);
              UPDATE {t} SET
                  token = IF(IFNULL({held} > fence, FALSE), '{mark}', token),
                  created_ms = IF(IFNULL({held} > fence, FALSE), {ceil}, created_ms),

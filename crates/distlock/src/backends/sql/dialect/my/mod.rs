@@ -5,9 +5,12 @@
 //! statements in `kinds`.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::backends::sql::kinds::{
-    holds_table, names_table, LONE_READER, PERMIT, READ, READ_MARK, SEM_MARK, WRITER,
+    holds_table, names_table, owners_table, LONE_READER, OWNER_SEP, PERMIT, READ, READ_MARK,
+    SEM_MARK, WRITER,
 };
 
 mod kinds;
@@ -21,8 +24,19 @@ pub(crate) struct My {
     side: String,
     /// The side table's unquoted name, for `exists`.
     side_name: String,
+    /// Spring: the holders' descriptions (see `sql::kinds::owners_table`), and its unquoted
+    /// name.
+    owners: String,
+    owners_name: String,
+    /// Spring: whether `owners` exists (a table Spring made, with `create_table=false`, may
+    /// have none; then nothing is recorded and the `CLIENT_ID` is shown).
+    described: Arc<AtomicBool>,
     spring: bool,
 }
+
+/// The type of a description column: bytes, so that whatever another writer stored reads
+/// back (and is made fit to show by `Owner::shown`).
+const OWNER_TYPE: &str = "VARBINARY(512)";
 
 pub(super) const MY_US: &str =
     "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -66,6 +80,8 @@ pub(crate) struct MyLock<'a> {
     pub(crate) key: &'a str,
     /// Native: 32 hex digits; Spring: the 36-character UUID. Both are only `[0-9a-f-]`.
     pub(crate) token: &'a str,
+    /// The holder's description, written by the acquisitions (empty elsewhere).
+    pub(crate) described: &'a str,
 }
 
 impl MyLock<'_> {
@@ -90,7 +106,7 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    const NAMES: [&'static str; 6] = ["region", "key", "tok", "lease", "want", "half"];
+    const NAMES: [&'static str; 7] = ["region", "key", "tok", "lease", "want", "half", "own"];
 
     /// Turns `:name` markers into `?` and records the names.
     fn new(template: &str) -> Prepared {
@@ -201,15 +217,31 @@ impl My {
         } else {
             holds_table(table)
         };
+        let owners_name = owners_table(table);
         My {
             table: quote(table),
             side: quote(&side_name),
             side_name,
+            owners: quote(&owners_name),
+            owners_name,
+            described: Arc::new(AtomicBool::new(true)),
             spring,
         }
     }
 
-    /// One row: whether the table exists (1/0), whether its side table does (1/0).
+    /// Spring layout: whether the owners table exists (see [`My::exists`]).
+    pub(crate) fn set_described(&self, described: bool) {
+        self.described.store(described, Ordering::Release);
+    }
+
+    /// Spring layout: whether to record and read the holders' descriptions.
+    fn spring_owners(&self) -> bool {
+        self.described.load(Ordering::Acquire)
+    }
+
+    /// One row: whether the table exists (1/0), whether its side table does (1/0), and where
+    /// the holders' descriptions go: native, whether the table has its `owner` column (1/0),
+    /// whether the side table has (1/0); Spring, whether the owners table exists (twice).
     pub(crate) fn exists(&self, schema: Option<&str>, table: &str) -> String {
         let schema = match schema {
             Some(s) => format!("'{s}'"),
@@ -221,7 +253,35 @@ impl My {
                  WHERE table_schema = {schema} AND table_name = '{t}')"
             )
         };
-        format!("SELECT {}, {}", count(table), count(&self.side_name))
+        let column = |t: &str| {
+            format!(
+                "(SELECT COUNT(*) FROM information_schema.columns \
+                 WHERE table_schema = {schema} AND table_name = '{t}' AND column_name = 'owner')"
+            )
+        };
+        if self.spring {
+            let o = count(&self.owners_name);
+            return format!(
+                "SELECT {}, {}, {o}, {o}",
+                count(table),
+                count(&self.side_name)
+            );
+        }
+        format!(
+            "SELECT {}, {}, {}, {}",
+            count(table),
+            count(&self.side_name),
+            column(table),
+            column(&self.side_name)
+        )
+    }
+
+    /// Native layout: adds the `owner` column to the lease table (`side` false) or the holds
+    /// table, made before the holders' descriptions were recorded. (MySQL has no
+    /// `ADD COLUMN IF NOT EXISTS`: the caller checks first.)
+    pub(crate) fn add_owner_column(&self, side: bool) -> String {
+        let t = if side { &self.side } else { &self.table };
+        format!("ALTER TABLE {t} ADD COLUMN owner {OWNER_TYPE} NULL")
     }
 
     /// Creates the table and its side table (the holds, or Spring's key names) where missing.
@@ -243,7 +303,15 @@ impl My {
                     REGION VARCHAR(100) NOT NULL,
                     LOCK_NAME VARBINARY(1024) NOT NULL,
                     PRIMARY KEY (LOCK_KEY, REGION)
-                ) ENGINE=InnoDB"
+                ) ENGINE=InnoDB;
+                CREATE TABLE IF NOT EXISTS {owners} (
+                    LOCK_KEY CHAR(36) NOT NULL,
+                    REGION VARCHAR(100) NOT NULL,
+                    CLIENT_ID CHAR(36) NOT NULL,
+                    OWNER {OWNER_TYPE} NOT NULL,
+                    PRIMARY KEY (LOCK_KEY, REGION)
+                ) ENGINE=InnoDB",
+                owners = self.owners
             )
         } else {
             format!(
@@ -255,6 +323,7 @@ impl My {
                     created_ms BIGINT NOT NULL,
                     expires_ms BIGINT NOT NULL,
                     wanted_ms BIGINT NULL,
+                    owner {OWNER_TYPE} NULL,
                     PRIMARY KEY (region, lock_key)
                 ) ENGINE=InnoDB;
                 CREATE TABLE IF NOT EXISTS {side} (
@@ -265,6 +334,7 @@ impl My {
                     permits INT NOT NULL,
                     expires_ms BIGINT NOT NULL,
                     fence BIGINT NOT NULL,
+                    owner {OWNER_TYPE} NULL,
                     PRIMARY KEY (region, lock_key, token)
                 ) ENGINE=InnoDB"
             )
@@ -296,12 +366,14 @@ impl My {
         if self.spring {
             return format!(
                 "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', CREATED_DATE),
-                        CEIL(TIMESTAMPDIFF(MICROSECOND, {MY_UTC}, EXPIRED_AFTER) / 1000)
-                 FROM {t} WHERE {w} AND EXPIRED_AFTER >= {MY_UTC}"
+                        CEIL(TIMESTAMPDIFF(MICROSECOND, {MY_UTC}, EXPIRED_AFTER) / 1000),
+                        {described}
+                 FROM {t} l WHERE {w} AND EXPIRED_AFTER >= {MY_UTC}",
+                described = self.spring_described()
             );
         }
         format!(
-            "SELECT l.token, l.fence, l.expires_ms - {ceil}, {summary} FROM {t} l
+            "SELECT l.token, l.fence, l.expires_ms - {ceil}, {summary}, l.owner FROM {t} l
              WHERE {w} AND l.token IS NOT NULL AND l.expires_ms > {floor}",
             ceil = my_ms_ceil(),
             floor = my_ms_floor(),
@@ -321,8 +393,24 @@ impl My {
             "(SELECT COUNT(*) FROM {h} x WHERE {live} AND {shares}),
              (SELECT MAX(x.permits) FROM {h} x WHERE {live} AND x.kind = '{PERMIT}'),
              (SELECT MAX(x.expires_ms) FROM {h} x WHERE {live} AND {shares}) - {ceil},
-             (SELECT COUNT(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}')",
-            ceil = my_ms_ceil()
+             (SELECT COUNT(*) FROM {h} x WHERE {live} AND x.kind = '{WRITER}'),
+             (SELECT GROUP_CONCAT(IFNULL(x.owner, '') SEPARATOR X'{sep:02x}')
+              FROM {h} x WHERE {live} AND {shares})",
+            ceil = my_ms_ceil(),
+            sep = OWNER_SEP as u32,
+        )
+    }
+
+    /// Spring layout, row `l`: (distlock's description of the holder, its `CLIENT_ID`).
+    fn spring_described(&self) -> String {
+        if !self.spring_owners() {
+            return "NULL, l.CLIENT_ID".to_owned();
+        }
+        format!(
+            "(SELECT o.OWNER FROM {} o
+              WHERE o.LOCK_KEY = l.LOCK_KEY AND o.REGION = l.REGION AND o.CLIENT_ID = l.CLIENT_ID),
+             l.CLIENT_ID",
+            self.owners
         )
     }
 
@@ -334,15 +422,18 @@ impl My {
             return format!(
                 "SELECT n.LOCK_NAME, l.LOCK_KEY,
                         TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.CREATED_DATE),
-                        CEIL(TIMESTAMPDIFF(MICROSECOND, {MY_UTC}, l.EXPIRED_AFTER) / 1000)
+                        CEIL(TIMESTAMPDIFF(MICROSECOND, {MY_UTC}, l.EXPIRED_AFTER) / 1000),
+                        {described}
                  FROM {t} l LEFT JOIN {side} n
                      ON n.LOCK_KEY = l.LOCK_KEY AND n.REGION = l.REGION
                  WHERE l.REGION = {} AND l.EXPIRED_AFTER >= {MY_UTC}",
-                text_literal(region)
+                text_literal(region),
+                described = self.spring_described()
             );
         }
         format!(
-            "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {ceil}, {summary} FROM {t} l
+            "SELECT l.lock_key, l.token, l.fence, l.expires_ms - {ceil}, {summary}, l.owner
+             FROM {t} l
              WHERE l.region = {} AND l.token IS NOT NULL AND l.expires_ms > {floor}",
             hex_literal(region.as_bytes()),
             ceil = my_ms_ceil(),
@@ -447,7 +538,7 @@ impl My {
              SELECT EXISTS (SELECT 1 FROM {t} WHERE {w} AND token IS NOT NULL AND expires_ms > {floor})
                  OR EXISTS (SELECT 1 FROM {h} WHERE {w} AND {shares} AND expires_ms > {floor});
              DELETE FROM {h} WHERE {w} AND ({shares} OR expires_ms <= {floor});
-             UPDATE {t} SET token = NULL WHERE {w} AND token IS NOT NULL;
+             UPDATE {t} SET token = NULL, owner = NULL WHERE {w} AND token IS NOT NULL;
              COMMIT",
             lock = self.lock_row(l),
         )

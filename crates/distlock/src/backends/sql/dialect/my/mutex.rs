@@ -32,7 +32,7 @@ impl My {
         let tok = format!("'{}'", l.checked_token());
         let w = self.where_lock(l);
         Some(self.acquire_existing_with(
-            &tok,
+            (&tok, &hex_literal(l.described.as_bytes())),
             &w,
             &lease_ms.to_string(),
             &want_ms.to_string(),
@@ -44,7 +44,7 @@ impl My {
     /// [`acquire_existing`](Self::acquire_existing) as a prepared statement (native layout).
     pub(crate) fn acquire_existing_prepared(&self, defer_ms: Option<i64>) -> Prepared {
         Prepared::new(&self.acquire_existing_with(
-            ":tok",
+            (":tok", ":own"),
             "region = :region AND lock_key = :key",
             ":lease",
             ":want",
@@ -55,7 +55,7 @@ impl My {
 
     fn acquire_existing_with(
         &self,
-        tok: &str,
+        (tok, own): (&str, &str),
         w: &str,
         lease_ms: &str,
         want_ms: &str,
@@ -87,6 +87,7 @@ impl My {
                  wanted_ms = IF({free} OR wanted_ms >= {ceil} + {half}, wanted_ms,
                                 {ceil} + {want_ms}),
                  created_ms = IF({free}, {ceil}, created_ms),
+                 owner = IF({free}, {own}, owner),
                  token = IF({free}, {tok}, token),
                  expires_ms = IF({free}, {ceil} + {lease_ms}, expires_ms)
              WHERE {w} AND LAST_INSERT_ID(IF({free},
@@ -108,6 +109,18 @@ impl My {
         if self.spring {
             let key = l.key.replace('\'', "");
             let region = text_literal(l.region);
+            let own = hex_literal(l.described.as_bytes());
+            let described = if self.spring_owners() {
+                format!(
+                    "INSERT INTO {owners} (LOCK_KEY, REGION, CLIENT_ID, OWNER)
+                     SELECT LOCK_KEY, REGION, CLIENT_ID, {own} FROM {t}
+                     WHERE {w} AND CLIENT_ID = '{tok}'
+                     ON DUPLICATE KEY UPDATE CLIENT_ID = VALUES(CLIENT_ID), OWNER = VALUES(OWNER);",
+                    owners = self.owners
+                )
+            } else {
+                String::new()
+            };
             let fence = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', CREATED_DATE)";
             let free = "(CLIENT_ID = VALUES(CLIENT_ID) OR EXPIRED_AFTER < VALUES(CREATED_DATE))";
             return format!(
@@ -118,13 +131,15 @@ impl My {
                      CREATED_DATE = IF({free}, VALUES(CREATED_DATE), CREATED_DATE),
                      CLIENT_ID = IF({free}, VALUES(CLIENT_ID), CLIENT_ID),
                      EXPIRED_AFTER = IF({free}, VALUES(EXPIRED_AFTER), EXPIRED_AFTER);
+                 {described}
                  SELECT CLIENT_ID = '{tok}', {fence},
                         CEIL(TIMESTAMPDIFF(MICROSECOND, {MY_UTC}, EXPIRED_AFTER) / 1000)
                  FROM {t} WHERE {w}",
-                lease_us = lease_ms * 1000
+                lease_us = lease_ms * 1000,
             );
         }
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
+        let own = hex_literal(l.described.as_bytes());
         let region = hex_literal(l.region.as_bytes());
         let key = hex_literal(l.key.as_bytes());
         // MySQL (and MariaDB by default) apply the assignments left to right, each seeing the
@@ -134,13 +149,14 @@ impl My {
         // `token = VALUES(token)` keeps `free` true for `expires_ms`).
         let free = format!("(token IS NULL OR token = VALUES(token) OR expires_ms <= {floor})");
         format!(
-            "INSERT INTO {t} (region, lock_key, token, fence, created_ms, expires_ms, wanted_ms)
-             VALUES ({region}, {key}, '{tok}', {MY_US}, {ceil}, {ceil} + {lease_ms}, NULL)
+            "INSERT INTO {t} (region, lock_key, token, fence, created_ms, expires_ms, wanted_ms, owner)
+             VALUES ({region}, {key}, '{tok}', {MY_US}, {ceil}, {ceil} + {lease_ms}, NULL, {own})
              ON DUPLICATE KEY UPDATE
                  fence = IF({free}, GREATEST(fence + 1, VALUES(fence)), fence),
                  wanted_ms = IF({free} OR wanted_ms >= VALUES(created_ms) + {half}, wanted_ms,
                                 VALUES(created_ms) + {want_ms}),
                  created_ms = IF({free}, VALUES(created_ms), created_ms),
+                 owner = IF({free}, VALUES(owner), owner),
                  token = IF({free}, VALUES(token), token),
                  expires_ms = IF({free}, VALUES(expires_ms), expires_ms);
              SELECT token = '{tok}', fence, expires_ms - {ceil}, {readers}
@@ -158,10 +174,18 @@ impl My {
         let tok = l.checked_token();
         let w = self.where_lock(l);
         if self.spring {
-            return format!(
+            let mut sql = format!(
                 "DELETE FROM {t} WHERE {w} AND CLIENT_ID = '{tok}' AND EXPIRED_AFTER >= {MY_UTC};
                  SELECT ROW_COUNT(), 0"
             );
+            if self.spring_owners() {
+                let _ = write!(
+                    sql,
+                    ";\n DELETE FROM {} WHERE {w} AND CLIENT_ID = '{tok}'",
+                    self.owners
+                );
+            }
+            return sql;
         }
         Self::release_with(t, &w, &format!("'{tok}'"))
     }
@@ -180,7 +204,7 @@ impl My {
     fn release_with(t: &str, w: &str, tok: &str) -> String {
         let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
         format!(
-            "UPDATE {t} SET token = NULL, expires_ms = {ceil}
+            "UPDATE {t} SET token = NULL, owner = NULL, expires_ms = {ceil}
              WHERE {w} AND token = {tok} AND expires_ms > {floor}
                AND LAST_INSERT_ID(1 + IFNULL(wanted_ms > {floor}, 0)) > 0"
         )
