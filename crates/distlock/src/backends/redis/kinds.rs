@@ -143,7 +143,9 @@ fn glob_escape(prefix: &str) -> String {
 impl RedisBackend {
     /// One attempt at a read, write or permit hold on this server. `lease_ms` is the lease
     /// the keys get (Redlock adds its drift); `fifo` is false on Redlock (see
-    /// `scripts::KIND_ACQUIRE`); `slot` is the permit slot asked for (`-1`: the lowest free).
+    /// `scripts::KIND_ACQUIRE`); `slot` is the permit slot asked for (`-1`: the lowest free);
+    /// `owner` is the holder's description to record (empty: keep what is recorded).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn kind_attempt(
         &self,
         name: &LockName,

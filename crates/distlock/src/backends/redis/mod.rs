@@ -670,11 +670,13 @@ impl Backend for RedisBackend {
         }
         let key = Self::lock_key(name);
         let (token, lease) = (token.to_string(), ms(lease).to_string());
+        let owners = sibling_key(&key, "owners");
         let r = self
-            .eval_replicated(
-                &self.scripts.extend,
-                &[&key, &sibling_key(&key, "owners")],
+            .eval_owned(
+                (&self.scripts.extend, &[&key], &owners),
+                &self.scripts.own_extend,
                 &[token.as_bytes(), lease.as_bytes()],
+                2,
             )
             .await?;
         Ok(r.int() == Some(1))

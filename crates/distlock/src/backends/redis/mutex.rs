@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::keys::sibling_key;
 use super::resp::Reply;
-use super::scripts::FENCE_SEED;
+use super::scripts::{Lua, FENCE_SEED};
 use super::transport::server_err;
 use super::{ms, RedisBackend, KIND};
 use crate::backend::{AcquireMode, Attempt, Token};
@@ -221,10 +221,11 @@ impl RedisBackend {
                 }
             }
             let f = self
-                .eval_replicated(
-                    lua,
-                    &[key, &fence_key, &owners],
+                .eval_owned(
+                    (lua, &[key, &fence_key], &owners),
+                    &self.scripts.own,
                     &[&hex, owner.as_bytes(), lease_ms.as_bytes()],
+                    1,
                 )
                 .await?;
             if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
@@ -233,6 +234,36 @@ impl RedisBackend {
         }
         self.acquire_script(key, &fence_key, token, &hex, &lease_ms, mode, true, owner)
             .await
+    }
+
+    /// Runs `lua` (a mutex script that takes the owners hash as its last key, optionally) on
+    /// `keys` with `args`, with the holder's description kept in `owners`: elsewhere the
+    /// owners key goes with the script (one atomic call); on Redis Cluster the script runs on
+    /// `keys` with the first `cluster_args` of `args` and `own` (one key: `owners`, with all
+    /// of `args`) follows it in the same pipeline, so that no script names a key that may be
+    /// missing while the slot migrates (see `scripts::OWN`). The script's reply.
+    pub(super) async fn eval_owned(
+        &self,
+        (lua, keys, owners): (&Lua, &[&str], &str),
+        own: &Lua,
+        args: &[&[u8]],
+        cluster_args: usize,
+    ) -> Result<Reply> {
+        if self.cluster.is_none() {
+            let mut all = keys.to_vec();
+            all.push(owners);
+            return self.eval_replicated(lua, &all, args).await;
+        }
+        let mut first: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        first.extend_from_slice(&args[..cluster_args]);
+        let mut second: Vec<&[u8]> = vec![owners.as_bytes()];
+        second.extend_from_slice(args);
+        let calls = [(lua, first, keys.len()), (own, second, 1)];
+        match self.eval_pipeline(&calls, true).await?.into_iter().next() {
+            Some(Reply::Error(e)) => Err(server_err(e)),
+            Some(r) => Ok(r),
+            None => Err(Error::unavailable(KIND, "missing reply")),
+        }
     }
 
     /// Records what a busy queued attempt saw of the fence counter (see

@@ -182,17 +182,21 @@ const QUEUE: &str = concat!(queue_clock!(), counter_fence!(), queue_helpers!());
 /// [`QUEUE`] with the fence floored at the server clock (see `floored_fence!`).
 const QUEUE_FLOORED: &str = concat!(queue_clock!(), floored_fence!(), queue_helpers!());
 
-/// KEYS: lock, fence, owners. ARGV: token, owner description, lease ms. The uncontended
-/// acquisition's fence, sent in one pipeline after its `SET NX PX`: the next fence (`fence()`,
-/// seeded or floored as the queue scripts' is) when the lock carries `token`, else 0 without
-/// touching the counter, so that a failed attempt never moves the counter past the holder's
-/// fence (which `INSPECT` reports). The holder's description goes to the owners hash here,
-/// in the same round trip: the `SET` stays the plain one every foreign client uses.
+/// KEYS: lock, fence, and except on Redis Cluster owners. ARGV: token, and with owners the
+/// owner description and lease ms. The uncontended acquisition's fence, sent in one pipeline
+/// after its `SET NX PX`: the next fence (`fence()`, seeded or floored as the queue scripts'
+/// is) when the lock carries `token`, else 0 without touching the counter, so that a failed
+/// attempt never moves the counter past the holder's fence (which `INSPECT` reports). The
+/// holder's description goes to the owners hash here, in the same round trip: the `SET`
+/// stays the plain one every foreign client uses. On Redis Cluster [`OWN`] writes it instead,
+/// in the same pipeline (see there).
 pub(super) const FENCE_HELD: &str = r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+if KEYS[3] then
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
 return fence()
 ";
 
@@ -544,13 +548,35 @@ impl Lua {
     }
 }
 
-/// KEYS: lock, owners. ARGV: token, lease ms. `pcall`: a hash at the key is not this mutex's.
-/// The owners hash (the holder's description alone) keeps the lock's expiry.
+/// KEYS: lock, and except on Redis Cluster owners. ARGV: token, lease ms. `pcall`: a hash at
+/// the key is not this mutex's. The owners hash (the holder's description alone) keeps the
+/// lock's expiry; on Redis Cluster [`OWN_EXTEND`] extends it instead, in the same pipeline.
 pub(super) const EXTEND: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
+return 0
+";
+
+/// KEYS: owners. ARGV: token, owner description, lease ms. Records a mutex holder's
+/// description, alone, on Redis Cluster, where it follows [`FENCE_HELD`] in its pipeline once
+/// the `SET NX` won. A script of its own (one key) because a script whose keys are not all on
+/// the node is refused while its slot migrates (`TRYAGAIN`), and the owners hash of a free
+/// key does not exist: the lock key, the fence and this each follow their own `ASK`, so the
+/// uncontended acquisition keeps working throughout a migration.
+pub(super) const OWN: &str = r"
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// KEYS: owners. ARGV: token, lease ms. Keeps a mutex holder's description as long as its
+/// lease, on Redis Cluster, in [`EXTEND`]'s pipeline (one key each, see [`OWN`]); only the
+/// token's own description (a hash left by an earlier holder is not extended).
+pub(super) const OWN_EXTEND: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 ";
 
@@ -594,6 +620,9 @@ pub(super) struct Scripts {
     pub(super) kind_extend: Lua,
     /// [`FENCE_HELD`], the uncontended acquisition's fence.
     pub(super) fence_held: Lua,
+    /// [`OWN`] and [`OWN_EXTEND`], the mutex holder's description on Redis Cluster.
+    pub(super) own: Lua,
+    pub(super) own_extend: Lua,
 }
 
 impl Scripts {
@@ -615,6 +644,8 @@ impl Scripts {
             kind_release: Lua::with_kinds_after(KIND_RELEASE_FAST, KIND_RELEASE, floored),
             kind_extend: Lua::new(KIND_EXTEND),
             fence_held: Lua::new(&with_fence(FENCE_HELD, floored)),
+            own: Lua::new(OWN),
+            own_extend: Lua::new(OWN_EXTEND),
         }
     }
 }
