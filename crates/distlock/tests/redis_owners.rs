@@ -165,3 +165,28 @@ async fn descriptions_of_lost_holds_do_not_pile_up() {
     r2.release().await.unwrap();
     drop(r);
 }
+
+/// A waiter queued by a distlock version that recorded no description (its place alone, no
+/// `<member>|o` field) is handed the lock as before, and shows as unknown once it holds.
+#[tokio::test]
+async fn a_waiter_queued_without_a_description_holds_as_unknown() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let reg = registry(&server.url(), "a:1").await;
+    let g = reg.obtain("h").unwrap().lock().await.unwrap();
+    let token = "0123456789abcdef0123456789abcdef";
+    let member = format!("{token}:00000000000000ab");
+    server
+        .cli(&["ZADD", "{lock:h}:queue", "1", &member])
+        .unwrap();
+    server
+        .cli(&["HSET", "{lock:h}:waiters", &member, "99999999999999:30000"])
+        .unwrap();
+    g.release().await.unwrap();
+    assert_eq!(
+        server.cli(&["GET", "lock:h"]).unwrap(),
+        token,
+        "handed over"
+    );
+    assert_eq!(owners(&reg, "h").await, [UNKNOWN_OWNER]);
+    assert_eq!(server.cli(&["EXISTS", "{lock:h}:owners"]).unwrap(), "0");
+}
