@@ -92,3 +92,46 @@ async fn a_client_with_an_old_slot_map_follows_moved() {
     assert_eq!(set.nodes[to].cli(&["EXISTS", JOB]).unwrap(), "1");
     g.release().await.unwrap();
 }
+
+/// The owners hash of a free key does not exist, and a script naming a missing key is refused
+/// while its slot migrates: the uncontended acquisition records the holder's description with
+/// a one-key script of its own, in its fence's pipeline, so it is not held up by a migration,
+/// and its renewals keep the description as long as the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_during_a_migration_records_its_owner() {
+    let mut set = cluster();
+    let lease = Duration::from_secs(3);
+    let url = set.url();
+    let owner = distlock::Owner::new("migrating:1").unwrap();
+    let reg = registry_with(
+        &url,
+        RegistryOptions::default()
+            .with_lease(lease)
+            .with_owner(owner),
+    )
+    .await;
+    // The fence counter exists (on the source), as it does for any key used before.
+    let seeded = reg.obtain("job").unwrap().try_lock().await.unwrap();
+    seeded.release().await.unwrap();
+    let slot = set.slot_of(JOB).unwrap();
+    let from = set.master_of(slot).unwrap();
+    let to = (0..3).find(|m| *m != from).unwrap();
+    let m = blocking(|| set.begin_migration(slot, to)).unwrap();
+    // The counter moves first: the free lock key and its fence are both on the target, where
+    // the fence script follows the `SET`'s `ASK`; the owners hash is on neither node.
+    blocking(|| set.move_keys(m, Some(&["{lock:job}:fence"]))).unwrap();
+    let g = tokio::time::timeout(
+        Duration::from_secs(2),
+        reg.obtain("job").unwrap().try_lock(),
+    )
+    .await
+    .expect("not held up by the migration")
+    .unwrap();
+    g.extend(lease).await.expect("extended while migrating");
+    blocking(|| set.move_keys(m, None)).unwrap();
+    g.extend(lease).await.expect("extended on the target");
+    blocking(|| set.finish_migration(m)).unwrap();
+    let info = reg.obtain("job").unwrap().inspect().await.unwrap().unwrap();
+    assert_eq!(info.owners, ["migrating:1"]);
+    g.release().await.unwrap();
+}

@@ -123,5 +123,5 @@ pub(super) fn is_bookkeeping(key: &str, prefix: &str) -> bool {
     })
 }
 
-/// The kinds of [`sibling_key`] the backend makes.
-pub(super) const SIBLINGS: [&str; 3] = ["fence", "queue", "waiters"];
+/// The kinds of [`sibling_key`] the backend makes (`owners`: the holders' descriptions).
+pub(super) const SIBLINGS: [&str; 4] = ["fence", "queue", "waiters", "owners"];

@@ -27,7 +27,10 @@
 ///   takers; with `fifo` an exclusive attempt for nobody (it must be the head). An attempt
 ///   that is not queued counts everybody queued as earlier. Expired places on the way are
 ///   dropped. Also returns whether anybody was queued (else there is no place to give up).
-/// - `join(member, ttl, lease, kind)`: joins the queue or keeps the place (see `scripts::ACQUIRE`).
+/// - `join(member, ttl, lease, kind, desc)`: joins the queue or keeps the place, with the
+///   waiter's owner description beside it (see `scripts::ACQUIRE`).
+/// - A reader or permit pruned also loses its description in the owners hash (`OWNERS`, the
+///   last key, see `scripts::QUEUE`).
 pub(super) const KINDS: &str = r"
 local function ttl_key(field, k)
   return KEYS[5] .. ':' .. field .. ':rwlock_timeout:' .. k
@@ -63,7 +66,10 @@ local function prune_readers()
     redis.call('HGETALL', KEYS[1]),
     0,
     function(left, longest) return left > longest end,
-    function(f) redis.call('HDEL', KEYS[1], f) end
+    function(f)
+      redis.call('HDEL', KEYS[1], f)
+      redis.call('HDEL', OWNERS, f)
+    end
   )
 end
 local function prune_permits()
@@ -81,6 +87,7 @@ local function prune_permits()
         if left > longest then longest = left end
       else
         redis.call('HDEL', KEYS[1], f)
+        redis.call('HDEL', OWNERS, f)
       end
     end
   end
@@ -95,7 +102,7 @@ local function queue_allows(member, kind, fifo, free)
     local expiry, _, k = string.match(place, '^(%d+):(%d+):?(%a*)$')
     if tonumber(expiry or '0') <= clock() then
       redis.call('ZREM', KEYS[3], e)
-      redis.call('HDEL', KEYS[4], e)
+      redis.call('HDEL', KEYS[4], e, e .. '|o')
     elseif kind == 'r' then
       if k ~= 'r' then return false end
     elseif kind == 's' then
@@ -107,18 +114,20 @@ local function queue_allows(member, kind, fifo, free)
   end
   return true, #queue > 0
 end
-local function join(member, ttl, lease, kind)
+local function join(member, ttl, lease, kind, desc)
   if ttl <= 0 then return end
   redis.call('ZADD', KEYS[3], 'NX', clock_us(), member)
-  redis.call('HSET', KEYS[4], member, string.format('%.0f', clock() + ttl) .. ':' .. lease .. ':' .. kind)
+  redis.call('HSET', KEYS[4], member, string.format('%.0f', clock() + ttl) .. ':' .. lease .. ':' .. kind,
+    member .. '|o', desc)
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
 end
 ";
 
-/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: token, lease ms,
-/// waiter ttl ms (0: do not queue), queue member, kind (`r` read, `w` write, `s` permit),
-/// fifo (`1`; `0` on Redlock), permits, slot (`-1`: the lowest free one). Returns
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix, owners. ARGV: token, lease
+/// ms, waiter ttl ms (0: do not queue), queue member, kind (`r` read, `w` write, `s` permit),
+/// fifo (`1`; `0` on Redlock), permits, slot (`-1`: the lowest free one), owner description
+/// (empty: keep what is recorded). Returns
 /// {1, fence, slot} when acquired, {0, retry ms, fence_now} when busy, {2, permits} when the semaphore's
 /// holders use another number of permits.
 ///
@@ -141,14 +150,18 @@ end
 ///
 /// A hold that already carries the caller's token (a lost reply, a writer's hand-over) counts
 /// as acquired, with its lease set anew and a new fence.
+///
+/// Every hold taken records the owner description under its token in the owners hash (see
+/// `own`); a writer, or the first reader or permit of a free key, replaces what was there.
 pub(super) const KIND_ACQUIRE: &str = r"
 local token, lease, ttl, member, kind = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local fifo = ARGV[6] == '1'
-local function taken(slot, queued)
+local function taken(slot, queued, alone)
   if queued ~= false then
     redis.call('ZREM', KEYS[3], member)
-    redis.call('HDEL', KEYS[4], member)
+    redis.call('HDEL', KEYS[4], member, member .. '|o')
   end
+  own(token, ARGV[9], lease, alone)
   return {1, fence(), slot or 0}
 end
 local function at_least(ms)
@@ -221,7 +234,7 @@ if kind == 's' then
         redis.call('HSET', KEYS[1], 'mode', 'semaphore', 'permits', ARGV[7], token, place)
         redis.call('PEXPIRE', KEYS[1], lease)
       end
-      return taken(slot, queued)
+      return taken(slot, queued, not mode)
     end
   end
 elseif kind == 'r' then
@@ -244,7 +257,7 @@ elseif kind == 'r' then
       redis.call('HSET', KEYS[1], 'mode', 'read', token, '1')
       redis.call('PEXPIRE', KEYS[1], lease)
     end
-    return taken(nil, queued)
+    return taken(nil, queued, not mode)
   end
 else
   if mode == 'write' and redis.call('HEXISTS', KEYS[1], token .. ':write') == 1 then
@@ -258,10 +271,10 @@ else
   if allowed then
     redis.call('HSET', KEYS[1], 'mode', 'write', token .. ':write', '1')
     redis.call('PEXPIRE', KEYS[1], lease)
-    return taken(nil, queued)
+    return taken(nil, queued, true)
   end
 end
-join(member, ttl, ARGV[2], kind)
+join(member, ttl, ARGV[2], kind, ARGV[9])
 return {0, retry or redis.call('PTTL', KEYS[1]), fence_now()}
 ";
 
@@ -274,6 +287,11 @@ if ARGV[5] == 'r' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   redis.call('SET', KEYS[5] .. ':' .. ARGV[1] .. ':rwlock_timeout:1', '1', 'PX', ARGV[2])
   redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[1], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('DEL', KEYS[6])
+  if ARGV[9] ~= '' then
+    redis.call('HSET', KEYS[6], ARGV[1], ARGV[9])
+    redis.call('PEXPIRE', KEYS[6], ARGV[2])
+  end
   return {1, fence(), 0}
 end
 ";
@@ -287,15 +305,15 @@ if ARGV[2] == 'r' and redis.call('EXISTS', KEYS[3]) == 0
   if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
   local was = redis.call('DEL', KEYS[5] .. ':' .. ARGV[1] .. ':rwlock_timeout:1')
   redis.call('PUBLISH', ARGV[6], '0')
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[6])
   redis.call('PUBLISH', ARGV[3] .. ':' .. KEYS[1], KEYS[1])
   if ARGV[5] == '1' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end
   return was
 end
 ";
 
-/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: token, kind (`r`,
-/// `w`, `s`), channel, wake channel prefix, legacy channel, Redisson channel, grants (`0` on
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix, owners. ARGV: token, kind
+/// (`r`, `w`, `s`), channel, wake channel prefix, legacy channel, Redisson channel, grants (`0` on
 /// Redlock). Returns 1 when the hold was still live and is now gone, 0 otherwise.
 ///
 /// - Reader: its field and timeout key go, dead readers are pruned; while readers remain the
@@ -316,6 +334,7 @@ local mode = redis.call('HGET', KEYS[1], 'mode')
 local was = 1
 if kind == 'r' then
   if mode ~= 'read' or redis.call('HDEL', KEYS[1], token) == 0 then return 0 end
+  redis.call('HDEL', OWNERS, token)
   was = redis.call('DEL', ttl_key(token, 1))
   if redis.call('HLEN', KEYS[1]) > 1 then
     local readers, others, longest = prune_readers()
@@ -333,6 +352,7 @@ else
   local mine = redis.call('HGET', KEYS[1], token)
   if not mine then return 0 end
   redis.call('HDEL', KEYS[1], token)
+  redis.call('HDEL', OWNERS, token)
   if tonumber(string.match(mine, '^(%d+)') or '0') <= clock() then was = 0 end
   local live, longest = 0, 0
   if redis.call('HLEN', KEYS[1]) > 2 then
@@ -349,16 +369,17 @@ pass_on(ARGV[3], ARGV[5], ARGV[4], token, ARGV[7] ~= '0')
 return was
 ";
 
-/// KEYS: lock and reader timeout prefix of each hold, in turn. ARGV: token, lease ms and kind
-/// (`r`, `w`, `s`) of each hold, in turn. Returns, per hold, 0 when it is no longer held, else
+/// KEYS: lock, reader timeout prefix and owners of each hold, in turn. ARGV: token, lease ms
+/// and kind (`r`, `w`, `s`) of each hold, in turn. Returns, per hold, 0 when it is no longer held, else
 /// 1 (a permit: its slot + 1) with its lease set anew: a reader's own timeout key only (never
 /// another reader's, so a crashed reader's share ends with its own lease) and the hash's
-/// `PTTL` raised to the lease if shorter; a writer's hash; a permit's expiry.
+/// `PTTL` raised to the lease if shorter; a writer's hash; a permit's expiry. The owners hash
+/// is raised to the lease if shorter.
 pub(super) const KIND_EXTEND: &str = r"
 local now_ms
 local out = {}
-for i = 1, #KEYS / 2 do
-  local key, prefix = KEYS[2 * i - 1], KEYS[2 * i]
+for i = 1, #KEYS / 3 do
+  local key, prefix, owners = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local token, lease, kind = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), ARGV[3 * i]
   out[i] = 0
   if redis.call('TYPE', key)['ok'] == 'hash' then
@@ -388,6 +409,7 @@ for i = 1, #KEYS / 2 do
         end
       end
     end
+    if out[i] ~= 0 and redis.call('PTTL', owners) < lease then redis.call('PEXPIRE', owners, lease) end
   end
 end
 return out

@@ -12,7 +12,9 @@ use super::resp::Reply;
 use super::scripts::Lua;
 use super::transport::server_err;
 use super::{RedisBackend, KIND};
-use crate::backend::{AcquireMode, ListedLock, LockInfo, LockKind, LockName, Token};
+use crate::backend::{
+    AcquireMode, ListedLock, LockInfo, LockKind, LockName, Owner, Token, UNKNOWN_OWNER,
+};
 use crate::error::{Error, Result};
 
 /// Scripts looked at per pipeline when listing.
@@ -58,15 +60,17 @@ fn flag(on: bool) -> &'static [u8] {
     }
 }
 
-/// The five keys of the kind scripts: lock, fence, queue, waiter places, reader timeout prefix
-/// (see [`reader_prefix`]; `cluster` on Redis Cluster). All five share the lock key's hash slot.
-pub(super) fn script_keys(key: &str, cluster: bool) -> [String; 5] {
+/// The six keys of the kind scripts: lock, fence, queue, waiter places, reader timeout prefix
+/// (see [`reader_prefix`]; `cluster` on Redis Cluster), owners. All six share the lock key's
+/// hash slot.
+pub(super) fn script_keys(key: &str, cluster: bool) -> [String; 6] {
     [
         key.to_owned(),
         sibling_key(key, "fence"),
         sibling_key(key, "queue"),
         sibling_key(key, "waiters"),
         reader_prefix(key, cluster),
+        sibling_key(key, "owners"),
     ]
 }
 
@@ -81,8 +85,10 @@ pub(super) fn parse_info(reply: &Reply) -> Result<Option<LockInfo>> {
     let Reply::Array(Some(items)) = reply else {
         return Err(bad());
     };
-    let [pttl, fence, kind, holders, waiters, permits] = items.as_slice() else {
-        return Err(bad());
+    let (pttl, fence, kind, holders, waiters, permits, owners) = match items.as_slice() {
+        [p, f, k, h, w, n, o] => (p, f, k, h, w, n, Some(o)),
+        [p, f, k, h, w, n] => (p, f, k, h, w, n, None),
+        _ => return Err(bad()),
     };
     let int = |r: &Reply| r.int().ok_or_else(bad);
     let pttl = int(pttl)?;
@@ -108,7 +114,17 @@ pub(super) fn parse_info(reply: &Reply) -> Result<Option<LockInfo>> {
         )
         .with_kind(kind)
         .with_holders(count(holders)?)
-        .with_waiters(count(waiters)?),
+        .with_waiters(count(waiters)?)
+        .with_owners(match owners {
+            Some(Reply::Array(Some(owners))) => owners
+                .iter()
+                .map(|o| match o {
+                    Reply::Bulk(Some(b)) => Owner::shown(b),
+                    _ => UNKNOWN_OWNER.to_owned(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        }),
     ))
 }
 
@@ -127,7 +143,9 @@ fn glob_escape(prefix: &str) -> String {
 impl RedisBackend {
     /// One attempt at a read, write or permit hold on this server. `lease_ms` is the lease
     /// the keys get (Redlock adds its drift); `fifo` is false on Redlock (see
-    /// `scripts::KIND_ACQUIRE`); `slot` is the permit slot asked for (`-1`: the lowest free).
+    /// `scripts::KIND_ACQUIRE`); `slot` is the permit slot asked for (`-1`: the lowest free);
+    /// `owner` is the holder's description to record (empty: keep what is recorded).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn kind_attempt(
         &self,
         name: &LockName,
@@ -136,6 +154,7 @@ impl RedisBackend {
         mode: AcquireMode,
         fifo: bool,
         slot: i64,
+        owner: &str,
     ) -> Result<KindAttempt> {
         let keys = script_keys(&Self::lock_key(name), self.cluster.is_some());
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -164,6 +183,7 @@ impl RedisBackend {
                     flag(fifo),
                     permits.as_bytes(),
                     slot.as_bytes(),
+                    owner.as_bytes(),
                 ],
             )
             .await?;
@@ -233,11 +253,12 @@ impl RedisBackend {
     ) -> Result<i64> {
         let key = Self::lock_key(name);
         let prefix = reader_prefix(&key, self.cluster.is_some());
+        let owners = sibling_key(&key, "owners");
         let lease = lease_ms.to_string();
         let r = self
             .eval_replicated(
                 &self.scripts.kind_extend,
-                &[&key, &prefix],
+                &[&key, &prefix, &owners],
                 &[&token.to_hex_bytes(), lease.as_bytes(), letter(name.kind())],
             )
             .await?;
@@ -289,7 +310,13 @@ impl RedisBackend {
         );
         self.eval(
             &self.scripts.leave,
-            &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
+            &[
+                &key,
+                &sibling_key(&key, "fence"),
+                &queue,
+                &waiters,
+                &sibling_key(&key, "owners"),
+            ],
             &[
                 &member,
                 wake.as_bytes(),
@@ -375,7 +402,7 @@ impl RedisBackend {
         let found: Vec<String> = found.into_iter().collect();
         let mut listed = Vec::new();
         for chunk in found.chunks(LIST_CHUNK) {
-            let keys: Vec<[String; 5]> = chunk
+            let keys: Vec<[String; 6]> = chunk
                 .iter()
                 .map(|k| script_keys(k, self.cluster.is_some()))
                 .collect();
@@ -383,7 +410,7 @@ impl RedisBackend {
                 .iter()
                 .map(|k| {
                     let args: Vec<&[u8]> = k.iter().map(|s| s.as_bytes()).collect();
-                    (&self.scripts.inspect, args, 5)
+                    (&self.scripts.inspect, args, 6)
                 })
                 .collect();
             let replies = self.eval_each(&calls).await?;

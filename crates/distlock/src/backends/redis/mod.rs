@@ -415,6 +415,7 @@ impl RedisBackend {
         let (mutex, others): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|&i| batch[i].name.kind() == LockKind::Mutex);
         let keys: Vec<String> = batch.iter().map(|r| Self::lock_key(&r.name)).collect();
+        let owners: Vec<String> = keys.iter().map(|k| sibling_key(k, "owners")).collect();
         let cluster = self.cluster.is_some();
         let prefixes: Vec<String> = others
             .iter()
@@ -425,18 +426,20 @@ impl RedisBackend {
         let mut calls: Vec<(&Lua, Vec<&[u8]>, usize)> = Vec::new();
         let mut spans: Vec<&[usize]> = Vec::new();
         for chunk in mutex.chunks(RENEW_CHUNK) {
-            let mut rest: Vec<&[u8]> = Vec::with_capacity(3 * chunk.len());
-            rest.extend(chunk.iter().map(|&i| keys[i].as_bytes()));
+            let mut rest: Vec<&[u8]> = Vec::with_capacity(4 * chunk.len());
+            for &i in chunk {
+                rest.extend([keys[i].as_bytes(), owners[i].as_bytes()]);
+            }
             for &i in chunk {
                 rest.extend([tokens[i].as_slice(), leases[i].as_bytes()]);
             }
-            calls.push((&self.scripts.extend_many, rest, chunk.len()));
+            calls.push((&self.scripts.extend_many, rest, 2 * chunk.len()));
             spans.push(chunk);
         }
         for (chunk, prefixes) in others.chunks(RENEW_CHUNK).zip(prefixes.chunks(RENEW_CHUNK)) {
-            let mut rest: Vec<&[u8]> = Vec::with_capacity(5 * chunk.len());
+            let mut rest: Vec<&[u8]> = Vec::with_capacity(6 * chunk.len());
             for (&i, prefix) in chunk.iter().zip(prefixes) {
-                rest.extend([keys[i].as_bytes(), prefix.as_bytes()]);
+                rest.extend([keys[i].as_bytes(), prefix.as_bytes(), owners[i].as_bytes()]);
             }
             for &i in chunk {
                 rest.extend([
@@ -445,7 +448,7 @@ impl RedisBackend {
                     letter(batch[i].name.kind()),
                 ]);
             }
-            calls.push((&self.scripts.kind_extend, rest, 2 * chunk.len()));
+            calls.push((&self.scripts.kind_extend, rest, 3 * chunk.len()));
             spans.push(chunk);
         }
         let replies = match self.eval_pipeline(&calls, true).await {
@@ -504,6 +507,7 @@ impl Backend for RedisBackend {
             .notifies_release(true)
             .fifo(true)
             .all_kinds()
+            .owners(true)
     }
 
     /// With [`AcquireMode::Queue`] a busy attempt joins (or refreshes) the token's place in
@@ -533,7 +537,7 @@ impl Backend for RedisBackend {
             (&request.name, request.token, request.lease, request.mode);
         if name.kind() != LockKind::Mutex {
             return match self
-                .kind_attempt(name, token, ms(lease), mode, true, -1)
+                .kind_attempt(name, token, ms(lease), mode, true, -1, request.owner_str())
                 .await?
             {
                 KindAttempt::Acquired { fence, .. } => Ok(Attempt::Acquired { fence }),
@@ -541,8 +545,14 @@ impl Backend for RedisBackend {
                 KindAttempt::Disagree { permits } => Err(disagreement(name, permits)),
             };
         }
-        self.acquire_mutex(&Self::lock_key(name), token, lease, mode)
-            .await
+        self.acquire_mutex(
+            &Self::lock_key(name),
+            token,
+            lease,
+            mode,
+            request.owner_str(),
+        )
+        .await
     }
 
     /// A release that found this waiter at the head of the queue set the lock key to its token
@@ -582,6 +592,7 @@ impl Backend for RedisBackend {
         }
         let key = Self::lock_key(name);
         let queue = sibling_key(&key, "queue");
+        let owners = sibling_key(&key, "owners");
         let channel = Self::channel(name);
         let token = token.to_hex_bytes();
         // The wait queue already makes the hand-over fair: no grace period needed.
@@ -596,7 +607,7 @@ impl Backend for RedisBackend {
                 args.push(channel.as_bytes());
             }
             let r = self
-                .eval(&self.scripts.release_alone, &[&key, &queue], &args)
+                .eval(&self.scripts.release_alone, &[&key, &queue, &owners], &args)
                 .await?;
             match r.int() {
                 Some(2) => self.contended.mark(&key),
@@ -611,7 +622,7 @@ impl Backend for RedisBackend {
             let r = self
                 .eval(
                     &self.scripts.reserve,
-                    &[&key, &queue],
+                    &[&key, &queue, &owners],
                     &[&token, self.reservation.as_bytes(), px.as_bytes()],
                 )
                 .await?;
@@ -632,7 +643,7 @@ impl Backend for RedisBackend {
         let r = self
             .eval(
                 &self.scripts.release,
-                &[&key, &sibling_key(&key, "fence"), &queue, &waiters],
+                &[&key, &sibling_key(&key, "fence"), &queue, &waiters, &owners],
                 &args,
             )
             .await?;
@@ -659,11 +670,13 @@ impl Backend for RedisBackend {
         }
         let key = Self::lock_key(name);
         let (token, lease) = (token.to_string(), ms(lease).to_string());
+        let owners = sibling_key(&key, "owners");
         let r = self
-            .eval_replicated(
-                &self.scripts.extend,
-                &[&key],
+            .eval_owned(
+                (&self.scripts.extend, &[&key], &owners),
+                &self.scripts.own_extend,
                 &[token.as_bytes(), lease.as_bytes()],
+                2,
             )
             .await?;
         Ok(r.int() == Some(1))

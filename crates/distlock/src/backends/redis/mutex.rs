@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::keys::sibling_key;
 use super::resp::Reply;
-use super::scripts::FENCE_SEED;
+use super::scripts::{Lua, FENCE_SEED};
 use super::transport::server_err;
 use super::{ms, RedisBackend, KIND};
 use crate::backend::{AcquireMode, Attempt, Token};
@@ -25,6 +25,7 @@ impl RedisBackend {
         lease_ms: &str,
         mode: AcquireMode,
         fifo: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         let waiter_ttl_ms = match mode {
             AcquireMode::Try => 0,
@@ -33,12 +34,20 @@ impl RedisBackend {
         let (queue, waiters) = Self::queue_keys(key);
         let member = self.member(token);
         let ttl = waiter_ttl_ms.to_string();
-        let args: &[&[u8]] = &[hex, lease_ms.as_bytes(), ttl.as_bytes(), &member, b"0"];
+        let owners = sibling_key(key, "owners");
+        let args: &[&[u8]] = &[
+            hex,
+            lease_ms.as_bytes(),
+            ttl.as_bytes(),
+            &member,
+            owner.as_bytes(),
+            b"0",
+        ];
         let reply = self
             .eval_replicated(
                 &self.scripts.acquire,
-                &[key, fence_key, &queue, &waiters],
-                if fifo { &args[..4] } else { args },
+                &[key, fence_key, &queue, &waiters, &owners],
+                if fifo { &args[..5] } else { args },
             )
             .await?;
         match reply.ints().as_deref() {
@@ -74,16 +83,19 @@ impl RedisBackend {
         token: Token,
         lease: Duration,
         mode: AcquireMode,
+        owner: &str,
     ) -> Result<Attempt> {
         let seen = self.contended.attempting(key, self.hold_slice);
         let reserved = seen == Some(true);
         if reserved {
-            if let Some(fence) = self.take_reserved(key, token, lease).await? {
+            if let Some(fence) = self.take_reserved(key, token, lease, owner).await? {
                 self.contended.acquired(key, self.hold_slice, true);
                 return Ok(Attempt::Acquired { fence });
             }
         }
-        let attempt = self.attempt_mutex(key, token, lease, mode, reserved).await;
+        let attempt = self
+            .attempt_mutex(key, token, lease, mode, reserved, owner)
+            .await;
         // A key not seen contended has no slice to begin.
         if let (Ok(Attempt::Acquired { .. }), Some(_)) = (&attempt, seen) {
             self.contended.acquired(key, self.hold_slice, false);
@@ -98,6 +110,7 @@ impl RedisBackend {
         key: &str,
         token: Token,
         lease: Duration,
+        owner: &str,
     ) -> Result<Option<u64>> {
         let (hex, lease_ms) = (token.to_hex_bytes(), ms(lease).to_string());
         let member = self.member(token);
@@ -106,13 +119,15 @@ impl RedisBackend {
             &hex,
             lease_ms.as_bytes(),
             &member,
+            owner.as_bytes(),
         ];
         let fence_key = sibling_key(key, "fence");
+        let owners = sibling_key(key, "owners");
         let (queue, waiters) = Self::queue_keys(key);
         let reply = self
             .eval_replicated(
                 &self.scripts.take,
-                &[key, &fence_key, &queue, &waiters],
+                &[key, &fence_key, &queue, &waiters, &owners],
                 args,
             )
             .await?;
@@ -133,8 +148,10 @@ impl RedisBackend {
         lease: Duration,
         mode: AcquireMode,
         reserved: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         let fence_key = sibling_key(key, "fence");
+        let owners = sibling_key(key, "owners");
         let hex = token.to_hex_bytes();
         let lease_ms = ms(lease).to_string();
         // A reservation gone meanwhile (taken over at the end of the slice) is for the script.
@@ -151,10 +168,13 @@ impl RedisBackend {
             let incr: &[&[u8]] = &[
                 b"EVALSHA",
                 lua.sha.as_bytes(),
-                b"2",
+                b"3",
                 key.as_bytes(),
                 fence_key.as_bytes(),
+                owners.as_bytes(),
                 &hex,
+                owner.as_bytes(),
+                lease_ms.as_bytes(),
             ];
             // On Cluster the fence is asked for only once the `SET` won: while the slot
             // migrates, the two keys can be on different nodes, which a busy attempt would
@@ -201,14 +221,49 @@ impl RedisBackend {
                 }
             }
             let f = self
-                .eval_replicated(lua, &[key, &fence_key], &[&hex])
+                .eval_owned(
+                    (lua, &[key, &fence_key], &owners),
+                    &self.scripts.own,
+                    &[&hex, owner.as_bytes(), lease_ms.as_bytes()],
+                    1,
+                )
                 .await?;
             if let Some(f) = f.int().filter(|f| *f >= FENCE_SEED) {
                 return Ok(Attempt::Acquired { fence: f as u64 });
             }
         }
-        self.acquire_script(key, &fence_key, token, &hex, &lease_ms, mode, true)
+        self.acquire_script(key, &fence_key, token, &hex, &lease_ms, mode, true, owner)
             .await
+    }
+
+    /// Runs `lua` (a mutex script that takes the owners hash as its last key, optionally) on
+    /// `keys` with `args`, with the holder's description kept in `owners`: elsewhere the
+    /// owners key goes with the script (one atomic call); on Redis Cluster the script runs on
+    /// `keys` with the first `cluster_args` of `args` and `own` (one key: `owners`, with all
+    /// of `args`) follows it in the same pipeline, so that no script names a key that may be
+    /// missing while the slot migrates (see `scripts::OWN`). The script's reply.
+    pub(super) async fn eval_owned(
+        &self,
+        (lua, keys, owners): (&Lua, &[&str], &str),
+        own: &Lua,
+        args: &[&[u8]],
+        cluster_args: usize,
+    ) -> Result<Reply> {
+        if self.cluster.is_none() {
+            let mut all = keys.to_vec();
+            all.push(owners);
+            return self.eval_replicated(lua, &all, args).await;
+        }
+        let mut first: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        first.extend_from_slice(&args[..cluster_args]);
+        let mut second: Vec<&[u8]> = vec![owners.as_bytes()];
+        second.extend_from_slice(args);
+        let calls = [(lua, first, keys.len()), (own, second, 1)];
+        match self.eval_pipeline(&calls, true).await?.into_iter().next() {
+            Some(Reply::Error(e)) => Err(server_err(e)),
+            Some(r) => Ok(r),
+            None => Err(Error::unavailable(KIND, "missing reply")),
+        }
     }
 
     /// Records what a busy queued attempt saw of the fence counter (see

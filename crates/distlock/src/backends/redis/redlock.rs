@@ -7,11 +7,18 @@
 //!
 //! | operation | on every node, concurrently | outcome |
 //! |---|---|---|
-//! | acquire | `SET key token NX PX lease+drift` | acquired when a majority answered `OK`; otherwise the nodes that did are released again |
+//! | acquire | `SET key token NX PX lease+drift` (in a script that also records the owner, see below) | acquired when a majority answered `OK`; otherwise the nodes that did are released again |
 //! | extend | `PEXPIRE` if the node holds the token; while a majority does, `SET NX PX` again on the nodes that lost the key (a restart) | extended when a majority hold it |
 //! | release | compare-and-delete | held when a majority deleted it |
 //! | inspect | the single-node `INSPECT` script | held when a majority have the key; the lease left is that of the node whose expiry ends the majority |
 //! | list | `SCAN` and `INSPECT`, as on one node | the keys a majority hold |
+//!
+//! **Owners.** Each node records the descriptions of the holds it granted beside the lock key,
+//! as a single node does (the `owners` hash, see `scripts::QUEUE`); the key itself stays the
+//! bare token. `inspect` and `list` report the owners that most of the agreeing nodes report:
+//! every node of a majority granted the same holds, so any of them tells who holds. A node
+//! that lost the key and had it set again by an extension records no description; it is
+//! outvoted by the others.
 //!
 //! **Read-write locks and semaphores** run the single-node scripts (`scripts::KIND_ACQUIRE`,
 //! `KIND_RELEASE`, `KIND_EXTEND`) on every node with `fifo` off: a hold counts when a majority
@@ -63,11 +70,28 @@ use crate::url::{parse_hosts, RawUrl};
 
 const KIND: &str = "redlock";
 
-/// KEYS: lock. ARGV: token. Deletes the key if it holds the token (redsync's release).
-/// `pcall`: a hash at the key (a read-write lock, a semaphore) is not ours.
+/// KEYS: lock, owners. ARGV: token. Deletes the key if it holds the token (redsync's
+/// release), and the holder's description with it. `pcall`: a hash at the key (a read-write
+/// lock, a semaphore) is not ours.
 const UNLOCK: &str = r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  return redis.call('DEL', KEYS[1])
+end
 return 0
+";
+
+/// KEYS: lock, owners. ARGV: token, `PX`, owner description. A mutex try on one node: the
+/// common `SET NX PX` (what redsync and every other client sends), and when it wins, the
+/// holder's description in the owners hash, which keeps the same expiry; in one round trip.
+const OWNED_SET: &str = r"
+local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if won then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return won
 ";
 
 /// The clock drift Redlock allows for: 1% of the lease plus 2 ms.
@@ -81,6 +105,7 @@ pub struct RedlockBackend {
     quorum: usize,
     unlock: Lua,
     extend: Lua,
+    owned_set: Lua,
 }
 
 impl fmt::Debug for RedlockBackend {
@@ -154,6 +179,7 @@ impl RedlockBackend {
             nodes,
             unlock: Lua::new(UNLOCK),
             extend: Lua::new(EXTEND),
+            owned_set: Lua::new(OWNED_SET),
         };
         let pings = join_all(backend.nodes.iter().map(|n| n.ping())).await;
         let mut unreachable = Vec::new();
@@ -190,7 +216,6 @@ impl RedlockBackend {
         join_all(self.nodes.iter().map(|n| async move {
             let call = async {
                 match op {
-                    Op::Command(cmd) => n.request(cmd).await,
                     Op::Script(lua, keys, args) => n.eval(lua, keys, args).await,
                 }
             };
@@ -255,7 +280,15 @@ impl RedlockBackend {
         let px = ms(lease + drift(lease));
         let answers = self
             .on_each(node_timeout(lease), |n| {
-                n.kind_attempt(name, token, px, request.mode, false, -1)
+                n.kind_attempt(
+                    name,
+                    token,
+                    px,
+                    request.mode,
+                    false,
+                    -1,
+                    request.owner_str(),
+                )
             })
             .await;
         let theirs = answers.iter().find_map(|a| match a {
@@ -317,9 +350,18 @@ impl RedlockBackend {
             .on_each(node_timeout(lease), |n| {
                 let (key, fence_key, px) = (&key, &fence_key, &px);
                 async move {
-                    n.acquire_script(key, fence_key, token, &hex, px, AcquireMode::Queue, false)
-                        .await
-                        .map(|a| matches!(a, Attempt::Acquired { .. }))
+                    n.acquire_script(
+                        key,
+                        fence_key,
+                        token,
+                        &hex,
+                        px,
+                        AcquireMode::Queue,
+                        false,
+                        request.owner_str(),
+                    )
+                    .await
+                    .map(|a| matches!(a, Attempt::Acquired { .. }))
                 }
             })
             .await;
@@ -353,10 +395,20 @@ impl RedlockBackend {
             v.get(q).copied().unwrap_or(0)
         };
         let holders = quorum_th(infos.iter().filter_map(|i| i.holders).collect());
+        // The owners most nodes report: each node records the descriptions of the holds it
+        // granted, so any node of the majority tells who holds.
+        let mut lists: Vec<&Vec<String>> = infos.iter().map(|i| &i.owners).collect();
+        lists.sort();
+        let owners = lists
+            .chunk_by(|a, b| a == b)
+            .max_by_key(|run| run.len())
+            .map(|run| run[0].clone())
+            .unwrap_or_default();
         let waiters = infos.iter().filter_map(|i| i.waiters).max().unwrap_or(0);
         let mut info = LockInfo::new(None, remaining)
             .with_holders(holders)
-            .with_waiters(waiters);
+            .with_waiters(waiters)
+            .with_owners(owners);
         if let Some(kind) = kind {
             info = info.with_kind(kind);
         }
@@ -366,7 +418,10 @@ impl RedlockBackend {
     /// Releases `token` on every node; returns how many deleted it.
     async fn unlock_all(&self, key: &str, hex: &[u8]) -> Result<usize> {
         let replies = self
-            .on_all(NODE_TIMEOUT, Op::Script(&self.unlock, &[key], &[hex]))
+            .on_all(
+                NODE_TIMEOUT,
+                Op::Script(&self.unlock, &[key, &sibling_key(key, "owners")], &[hex]),
+            )
             .await;
         self.count(replies, |r| r.int() == Some(1))
     }
@@ -401,7 +456,6 @@ impl RedlockBackend {
 /// One request, sent to every node.
 #[derive(Clone, Copy)]
 enum Op<'a> {
-    Command(&'a [&'a [u8]]),
     Script(&'a Lua, &'a [&'a str], &'a [&'a [u8]]),
 }
 
@@ -417,7 +471,10 @@ fn node_timeout(lease: Duration) -> Duration {
 impl Backend for RedlockBackend {
     /// No fencing, no notifications (waiters poll), no fair queue; every kind.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(KIND).fencing(Fencing::None).all_kinds()
+        Capabilities::new(KIND)
+            .fencing(Fencing::None)
+            .all_kinds()
+            .owners(true)
     }
 
     /// A mutex try is `SET NX PX` on every node. A waiting mutex attempt also keeps a place
@@ -433,10 +490,15 @@ impl Backend for RedlockBackend {
         let key = RedisBackend::lock_key(name);
         let hex = token.to_hex_bytes();
         let px = ms(lease + drift(lease)).to_string();
+        let owners = sibling_key(&key, "owners");
         let replies = self
             .on_all(
                 node_timeout(lease),
-                Op::Command(&[b"SET", key.as_bytes(), &hex, b"NX", b"PX", px.as_bytes()]),
+                Op::Script(
+                    &self.owned_set,
+                    &[&key, &owners],
+                    &[&hex, px.as_bytes(), request.owner_str().as_bytes()],
+                ),
             )
             .await;
         let won = self.count(replies, |r| matches!(r, Reply::Simple(_)));
@@ -494,7 +556,7 @@ impl Backend for RedlockBackend {
             join_all(lost.iter().map(|n| {
                 tokio::time::timeout(
                     timeout,
-                    n.kind_attempt(name, token, px_ms, AcquireMode::Try, false, slot),
+                    n.kind_attempt(name, token, px_ms, AcquireMode::Try, false, slot, ""),
                 )
             }))
             .await;
@@ -503,7 +565,11 @@ impl Backend for RedlockBackend {
         let replies = self
             .on_all(
                 timeout,
-                Op::Script(&self.extend, &[&key], &[&hex, px.as_bytes()]),
+                Op::Script(
+                    &self.extend,
+                    &[&key, &sibling_key(&key, "owners")],
+                    &[&hex, px.as_bytes()],
+                ),
             )
             .await;
         let lost: Vec<&RedisBackend> = replies

@@ -73,20 +73,32 @@ end
 
 macro_rules! queue_helpers {
     () => {
-        r"local function purge()
+        r"local OWNERS = KEYS[#KEYS]
+if not string.find(OWNERS, '}:owners', 1, true) then
+  return redis.error_reply('distlock: the owners key must be the last key')
+end
+local function own(token, desc, px, alone)
+  if alone then redis.call('DEL', OWNERS) end
+  if desc and desc ~= '' then
+    redis.call('HSET', OWNERS, token, desc)
+    if redis.call('PTTL', OWNERS) < tonumber(px) then redis.call('PEXPIRE', OWNERS, px) end
+  end
+end
+local function purge()
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   while head do
     local place = redis.call('HGET', KEYS[4], head) or '0:0'
     local expiry, lease, kind = string.match(place, '^(%d+):(%d+):?(%a*)$')
     if tonumber(expiry or '0') > clock() then return head, lease, kind, tonumber(expiry) end
     redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[4], head)
+    redis.call('HDEL', KEYS[4], head, head .. '|o')
     head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   end
 end
 local function hand_to(head, lease, wake, kind, expiry)
   local token = string.sub(head, 1, 32)
   local px = math.max(math.min(tonumber(lease), expiry - clock()), 1)
+  local desc = redis.call('HGET', KEYS[4], head .. '|o')
   if kind == 'w' then
     redis.call('DEL', KEYS[1])
     redis.call('HSET', KEYS[1], 'mode', 'write', token .. ':write', '1')
@@ -94,8 +106,9 @@ local function hand_to(head, lease, wake, kind, expiry)
   else
     redis.call('SET', KEYS[1], token, 'PX', px)
   end
+  own(token, desc, px, true)
   redis.call('ZREM', KEYS[3], head)
-  redis.call('HDEL', KEYS[4], head)
+  redis.call('HDEL', KEYS[4], head, head .. '|o')
   local told = head
   if px == tonumber(lease) then told = head .. ':' .. string.format('%.0f', fence()) end
   redis.call('PUBLISH', wake .. string.sub(head, 34), told)
@@ -104,14 +117,14 @@ local function pass_on(channel, legacy, wake, leaving, grants)
   local head, lease, kind, expiry = purge()
   while head and string.sub(head, 1, 32) == leaving do
     redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[4], head)
+    redis.call('HDEL', KEYS[4], head, head .. '|o')
     head, lease, kind, expiry = purge()
   end
   if head and grants ~= false and (kind == '' or kind == 'w') then
     hand_to(head, lease, wake, kind, expiry)
     return true
   end
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], OWNERS)
   redis.call('PUBLISH', channel .. ':' .. KEYS[1], KEYS[1])
   if legacy == '1' then redis.call('PUBLISH', channel, KEYS[1]) end
   return false
@@ -122,7 +135,16 @@ end
 
 /// Helpers shared by the scripts that use the wait queue. KEYS are always lock, fence, queue
 /// (`KEYS[3]`), waiters (`KEYS[4]`: each waiter's `<expiry ms>:<lease ms>`, followed by
-/// `:r`, `:w` or `:s` for a reader, writer or permit taker; nothing for a mutex waiter).
+/// `:r`, `:w` or `:s` for a reader, writer or permit taker; nothing for a mutex waiter; and
+/// beside it, field `<member>|o`, the waiter's owner description, so that a hand-over can
+/// record it: a field of its own, so that the place keeps the layout older versions parse),
+/// and the owners hash is always the last key (`OWNERS`).
+///
+/// - `own(token, desc, px, alone)` records a holder's description in the owners hash
+///   (`<token>` = description), whose expiry it raises to `px` if shorter; `alone` (a mutex or
+///   writer, or the first reader or permit) drops every other description first, which keeps
+///   the hash bounded by the live holders. A missing or empty `desc` records nothing: the
+///   holder shows as unknown.
 ///
 /// - `fence()` takes the next fence: `INCR`, and when the counter was missing it starts at the
 ///   server's clock in microseconds (on Redis Cluster: never below the server's clock, see
@@ -145,6 +167,8 @@ end
 ///   attempt, which finds its own token and sets its lease and a fence; so does a head whose
 ///   message was lost. A grant never claimed lapses and the key is free; the waiters behind
 ///   learn it from their next poll (at most `RegistryOptions::max_poll` later).
+/// - Whoever leaves the queue loses its `<member>|o` field with its place; `hand_to` records
+///   it for the head it grants the lock to, `pass_on` deletes the owners hash with the key.
 /// - `pass_on(channel, legacy, wake, leaving, grants)` gives the lock up: to the head of the
 ///   queue (skipping the token `leaving`) when that is a mutex waiter or a writer and `grants`
 ///   is not `false` (Redlock passes `false`: a hand-over on one node is no majority), so that no
@@ -158,18 +182,27 @@ const QUEUE: &str = concat!(queue_clock!(), counter_fence!(), queue_helpers!());
 /// [`QUEUE`] with the fence floored at the server clock (see `floored_fence!`).
 const QUEUE_FLOORED: &str = concat!(queue_clock!(), floored_fence!(), queue_helpers!());
 
-/// KEYS: lock, fence. ARGV: token. The uncontended acquisition's fence, sent in one pipeline
+/// KEYS: lock, fence, and except on Redis Cluster owners. ARGV: token, and with owners the
+/// owner description and lease ms. The uncontended acquisition's fence, sent in one pipeline
 /// after its `SET NX PX`: the next fence (`fence()`, seeded or floored as the queue scripts'
 /// is) when the lock carries `token`, else 0 without touching the counter, so that a failed
-/// attempt never moves the counter past the holder's fence (which `INSPECT` reports).
+/// attempt never moves the counter past the holder's fence (which `INSPECT` reports). The
+/// holder's description goes to the owners hash here, in the same round trip: the `SET`
+/// stays the plain one every foreign client uses. On Redis Cluster [`OWN`] writes it instead,
+/// in the same pipeline (see there).
 pub(super) const FENCE_HELD: &str = r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if KEYS[3] then
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
 return fence()
 ";
 
-/// KEYS: lock, fence, queue, waiter places. ARGV: token, lease ms, waiter ttl ms (0: the
-/// caller will not wait, do not queue it), queue member (`<token>:<instance>`), and on Redlock
-/// `0` (the queue only tells readers that an exclusive waiter waits; no head rule, which would
+/// KEYS: lock, fence, queue, waiter places, owners. ARGV: token, lease ms, waiter ttl ms (0:
+/// the caller will not wait, do not queue it), queue member (`<token>:<instance>`), owner
+/// description, and on Redlock `0` (the queue only tells readers that an exclusive waiter waits; no head rule, which would
 /// let each node pick another head). Returns {1, fence} when acquired, {0, pttl, fence_now}
 /// when busy.
 /// Only the head of the wait queue (or anyone, when nobody waits) may take a free lock; a
@@ -197,7 +230,7 @@ if holder == ARGV[1] then
   won = redis.call('PEXPIRE', KEYS[1], ARGV[2])
   head = ARGV[4]
 elseif not holder then
-  head = ARGV[5] ~= '0' and purge() or nil
+  head = ARGV[6] ~= '0' and purge() or nil
   won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 elseif type(holder) == 'string' and string.byte(holder) == 126 then
   local by, grace = string.match(holder, '^~(%x+):(%d+)$')
@@ -209,22 +242,24 @@ elseif type(holder) == 'string' and string.byte(holder) == 126 then
     if left > 0 then
       retry = left
     else
-      head = ARGV[5] ~= '0' and purge() or nil
+      head = ARGV[6] ~= '0' and purge() or nil
       won = (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     end
   end
 end
 if won then
-  if head or ARGV[5] == '0' then
+  if head or ARGV[6] == '0' then
     redis.call('ZREM', KEYS[3], ARGV[4])
-    redis.call('HDEL', KEYS[4], ARGV[4])
+    redis.call('HDEL', KEYS[4], ARGV[4], ARGV[4] .. '|o')
   end
+  own(ARGV[1], ARGV[5], ARGV[2], true)
   return {1, fence()}
 end
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
   redis.call('ZADD', KEYS[3], 'NX', clock_us(), ARGV[4])
-  redis.call('HSET', KEYS[4], ARGV[4], string.format('%.0f', clock() + ttl) .. ':' .. ARGV[2])
+  redis.call('HSET', KEYS[4], ARGV[4], string.format('%.0f', clock() + ttl) .. ':' .. ARGV[2],
+    ARGV[4] .. '|o', ARGV[5])
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
 end
@@ -235,7 +270,7 @@ return {0, retry or redis.call('PTTL', KEYS[1]), fence_now()}
 /// was missing and is restarted from the server's clock.
 pub(super) const FENCE_SEED: i64 = 1_000_000_000_000;
 
-/// KEYS: lock, fence, queue, waiter places. ARGV: token, channel, wake channel prefix, legacy
+/// KEYS: lock, fence, queue, waiter places, owners. ARGV: token, channel, wake channel prefix, legacy
 /// channel (`1` or `0`), and for a reservation its `PX` (the rest of the slice plus the
 /// grace), its value `~<instance>:<grace ms>` and whether to tell the head waiter (`1` or
 /// `0`). Returns 4 when reserved, 3 when released
@@ -268,6 +303,7 @@ if ARGV[5] and redis.call('EXISTS', KEYS[3]) == 1 then
   if ARGV[7] == '1' then head, lease, kind = purge() end
   if ARGV[7] ~= '1' or (head and kind == '') then
     redis.call('SET', KEYS[1], ARGV[6], 'PX', ARGV[5])
+    redis.call('DEL', OWNERS)
     if head then redis.call('PUBLISH', ARGV[3] .. string.sub(head, 34), head .. ':~') end
     return 4
   end
@@ -276,7 +312,7 @@ if pass_on(ARGV[2], ARGV[4], ARGV[3], ARGV[1]) then return 3 end
 return 1
 ";
 
-/// KEYS: lock, queue. ARGV: token, reservation (`~<instance>:<grace ms>`), its `PX`. The
+/// KEYS: lock, queue, owners. ARGV: token, reservation (`~<instance>:<grace ms>`), its `PX`. The
 /// release of a hold within its slice once the head waiter was told (see [`RELEASE`]): returns
 /// 0 when not held by token, 4 when reserved, and 2, having done nothing, when nobody is
 /// queued any more ([`RELEASE`] then frees the key). Three calls and no helpers to define.
@@ -284,11 +320,12 @@ pub(super) const RESERVE: &str = r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 2 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('DEL', KEYS[3])
 return 4
 ";
 
-/// KEYS: lock, fence, queue, waiter places. ARGV: reservation (`~<instance>:<grace ms>`),
-/// token, lease ms, queue member. Takes the lock reserved for the caller's instance (see
+/// KEYS: lock, fence, queue, waiter places, owners. ARGV: reservation (`~<instance>:<grace
+/// ms>`), token, lease ms, queue member, owner description. Takes the lock reserved for the caller's instance (see
 /// [`RELEASE`]): returns {1, fence}, or {0} when the key holds anything else ([`ACQUIRE`] then
 /// makes the attempt). The caller leaves the queue, where an earlier busy attempt of its put
 /// it: a stale place would later be handed the lock of a hold that has ended.
@@ -296,11 +333,14 @@ pub(super) const TAKE: &str = r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[4])
-redis.call('HDEL', KEYS[4], ARGV[4])
+redis.call('HDEL', KEYS[4], ARGV[4], ARGV[4] .. '|o')
+redis.call('DEL', KEYS[5])
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[5])
+redis.call('PEXPIRE', KEYS[5], ARGV[3])
 return {1, fence()}
 ";
 
-/// KEYS: lock, queue. ARGV: token, the release channel with the key (`<channel>:<lock key>`),
+/// KEYS: lock, queue, owners. ARGV: token, the release channel with the key (`<channel>:<lock key>`),
 /// and with `spring_legacy_channel` the legacy channel. The release of a lock that nobody
 /// was seen waiting for, on its own: returns 0 when not held by token, 1 when released
 /// (deleted and published, as [`RELEASE`] does with nobody queued), and 2, having done
@@ -311,7 +351,7 @@ return {1, fence()}
 pub(super) const RELEASE_ALONE: &str = r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('PUBLISH', ARGV[2], KEYS[1])
 if ARGV[3] then redis.call('PUBLISH', ARGV[3], KEYS[1]) end
 return 1
@@ -322,8 +362,8 @@ const RELEASE_FAST: &str = r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 ";
 
-/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. ARGV: channel, wake channel
-/// prefix, legacy channel, Redisson channel, grants (`0` on Redlock). Returns 1 when a live
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix, owners. ARGV: channel, wake
+/// channel prefix, legacy channel, Redisson channel, grants (`0` on Redlock). Returns 1 when a live
 /// holder was removed. An operator's forced release of whatever holds the key: a mutex (also a
 /// foreign client's), every reader (their timeout keys too) or writer, every permit; passed on
 /// as a release is. Redisson's waiters hear `0` (readers removed) or `1` (a writer removed).
@@ -355,8 +395,8 @@ pass_on(ARGV[1], ARGV[3], ARGV[2], leaving, ARGV[5] ~= '0')
 return removed
 ";
 
-/// KEYS: lock, fence, queue, waiter places. ARGV: queue member, wake channel prefix, channel,
-/// legacy channel, grants (`0` on Redlock). Leaves the queue. A lock already handed to the
+/// KEYS: lock, fence, queue, waiter places, owners. ARGV: queue member, wake channel prefix,
+/// channel, legacy channel, grants (`0` on Redlock). Leaves the queue. A lock already handed to the
 /// leaver (it gave up just after a release chose it: the mutex string or a write hash with its
 /// token) is passed on; a free lock goes to the new head of the queue, or its waiters are woken;
 /// a key held by readers or permits is published, so that readers this waiter kept out (or
@@ -364,7 +404,7 @@ return removed
 pub(super) const LEAVE: &str = r"
 local grants = ARGV[5] ~= '0'
 local removed = redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1], ARGV[1] .. '|o')
 local token = string.sub(ARGV[1], 1, 32)
 local t = redis.call('TYPE', KEYS[1])['ok']
 local handed = false
@@ -392,11 +432,15 @@ end
 return 1
 ";
 
-/// KEYS: lock, fence, queue, waiter places, reader timeout prefix. Returns {lease left ms
-/// (-2: free, -1: no expiry), fence (-1: none yet), kind (`mutex`, `read`, `write`,
-/// `semaphore`), holders, live waiters, permits}, changing nothing. Readers and permits whose
-/// lease ran out do not count; a key held by nothing else is free. The lease left of readers
-/// and permits is the longest of theirs. A string or foreign hash counts as a mutex.
+/// KEYS: lock, fence, queue, waiter places, reader timeout prefix, owners. Returns {lease left
+/// ms (-2: free, -1: no expiry), fence (-1: none yet), kind (`mutex`, `read`, `write`,
+/// `semaphore`), holders, live waiters, permits, owners}, changing nothing. Readers and permits
+/// whose lease ran out do not count; a key held by nothing else is free. The lease left of
+/// readers and permits is the longest of theirs. A string or foreign hash counts as a mutex.
+/// `owners` has one description per holder, looked up by its token (the mutex string's value,
+/// a reader's or permit's field, a writer's field without `:write`) in the owners hash: `''`
+/// where it has none (a foreign holder, or one taken before descriptions were recorded). One
+/// `HGET` per holder: bounded by the holders.
 pub(super) const INSPECT: &str = r"
 local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
 local waiters = 0
@@ -405,21 +449,30 @@ for _, e in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   if tonumber(expiry or '0') > clock() then waiters = waiters + 1 end
 end
 local t = redis.call('TYPE', KEYS[1])['ok']
-if t == 'none' then return {-2, fence, '', 0, waiters, 0} end
+if t == 'none' then return {-2, fence, '', 0, waiters, 0, {}} end
 local pttl = redis.call('PTTL', KEYS[1])
-if t ~= 'hash' then return {pttl, fence, 'mutex', 1, waiters, 0} end
+local function owner_of(token)
+  return redis.call('HGET', OWNERS, token) or ''
+end
+if t == 'string' then return {pttl, fence, 'mutex', 1, waiters, 0, {owner_of(redis.call('GET', KEYS[1]))}} end
+if t ~= 'hash' then return {pttl, fence, 'mutex', 1, waiters, 0, {''}} end
 local mode = redis.call('HGET', KEYS[1], 'mode')
 local all = redis.call('HGETALL', KEYS[1])
+local owners = {}
 if mode == 'read' then
+  local dead = {}
   local readers, others, longest = scan_readers(
     all,
     -2,
     function(left, longest) return left > longest or left == -1 end,
-    function() end
+    function(f) dead[f] = true end
   )
-  if readers + others == 0 then return {-2, fence, '', 0, waiters, 0} end
+  if readers + others == 0 then return {-2, fence, '', 0, waiters, 0, {}} end
   if others > 0 then longest = pttl end
-  return {longest, fence, 'read', readers + others, waiters, 0}
+  for i = 1, #all, 2 do
+    if all[i] ~= 'mode' and not dead[all[i]] then owners[#owners + 1] = owner_of(all[i]) end
+  end
+  return {longest, fence, 'read', readers + others, waiters, 0, owners}
 elseif mode == 'semaphore' then
   local live, longest = 0, 0
   for i = 1, #all, 2 do
@@ -427,17 +480,22 @@ elseif mode == 'semaphore' then
       local left = tonumber(string.match(all[i + 1], '^(%d+)') or '0') - clock()
       if left > 0 then
         live = live + 1
+        owners[live] = owner_of(all[i])
         if left > longest then longest = left end
       end
     end
   end
-  if live == 0 then return {-2, fence, '', 0, waiters, 0} end
+  if live == 0 then return {-2, fence, '', 0, waiters, 0, {}} end
   local permits = tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
-  return {longest, fence, 'semaphore', live, waiters, permits}
+  return {longest, fence, 'semaphore', live, waiters, permits, owners}
 elseif mode == 'write' then
-  return {pttl, fence, 'write', 1, waiters, 0}
+  owners[1] = ''
+  for i = 1, #all, 2 do
+    if writer_field(all[i]) then owners[1] = owner_of(string.sub(all[i], 1, -7)) break end
+  end
+  return {pttl, fence, 'write', 1, waiters, 0, owners}
 end
-return {pttl, fence, 'mutex', 1, waiters, 0}
+return {pttl, fence, 'mutex', 1, waiters, 0, {''}}
 ";
 
 /// A Lua script with its SHA1, run by EVALSHA (EVAL when the server does not know it yet).
@@ -490,22 +548,48 @@ impl Lua {
     }
 }
 
-/// KEYS: lock. ARGV: token, lease ms. `pcall`: a hash at the key is not this mutex's.
+/// KEYS: lock, and except on Redis Cluster owners. ARGV: token, lease ms. `pcall`: a hash at
+/// the key is not this mutex's. The owners hash (the holder's description alone) keeps the
+/// lock's expiry; on Redis Cluster [`OWN_EXTEND`] extends it instead, in the same pipeline.
 pub(super) const EXTEND: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 ";
 
-/// KEYS: locks. ARGV: token and lease ms of each lock, in turn. Returns 1 for each lock
-/// extended, 0 for each not held by its token: a batch of renewals in one call.
+/// KEYS: owners. ARGV: token, owner description, lease ms. Records a mutex holder's
+/// description, alone, on Redis Cluster, where it follows [`FENCE_HELD`] in its pipeline once
+/// the `SET NX` won. A script of its own (one key) because a script whose keys are not all on
+/// the node is refused while its slot migrates (`TRYAGAIN`), and the owners hash of a free
+/// key does not exist: the lock key, the fence and this each follow their own `ASK`, so the
+/// uncontended acquisition keeps working throughout a migration.
+pub(super) const OWN: &str = r"
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// KEYS: owners. ARGV: token, lease ms. Keeps a mutex holder's description as long as its
+/// lease, on Redis Cluster, in [`EXTEND`]'s pipeline (one key each, see [`OWN`]); only the
+/// token's own description (a hash left by an earlier holder is not extended).
+pub(super) const OWN_EXTEND: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+";
+
+/// KEYS: lock and owners of each lock, in turn. ARGV: token and lease ms of each lock, in
+/// turn. Returns 1 for each lock extended, 0 for each not held by its token: a batch of
+/// renewals in one call. Each owners hash keeps its lock's expiry, as in [`EXTEND`].
 pub(super) const EXTEND_MANY: &str = r"
 local out = {}
-for i = 1, #KEYS do
+for i = 1, #KEYS / 2 do
   out[i] = 0
-  if redis.pcall('GET', KEYS[i]) == ARGV[2 * i - 1] then
-    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+  if redis.pcall('GET', KEYS[2 * i - 1]) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[2 * i], ARGV[2 * i])
+    out[i] = redis.call('PEXPIRE', KEYS[2 * i - 1], ARGV[2 * i])
   end
 end
 return out
@@ -536,6 +620,9 @@ pub(super) struct Scripts {
     pub(super) kind_extend: Lua,
     /// [`FENCE_HELD`], the uncontended acquisition's fence.
     pub(super) fence_held: Lua,
+    /// [`OWN`] and [`OWN_EXTEND`], the mutex holder's description on Redis Cluster.
+    pub(super) own: Lua,
+    pub(super) own_extend: Lua,
 }
 
 impl Scripts {
@@ -557,6 +644,8 @@ impl Scripts {
             kind_release: Lua::with_kinds_after(KIND_RELEASE_FAST, KIND_RELEASE, floored),
             kind_extend: Lua::new(KIND_EXTEND),
             fence_held: Lua::new(&with_fence(FENCE_HELD, floored)),
+            own: Lua::new(OWN),
+            own_extend: Lua::new(OWN_EXTEND),
         }
     }
 }

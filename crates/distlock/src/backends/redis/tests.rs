@@ -139,9 +139,10 @@ fn taking_its_own_reservation_leaves_the_queue() {
         sibling_key("lock:own", "queue"),
         sibling_key("lock:own", "waiters"),
     );
+    let owners = sibling_key("lock:own", "owners");
     let far = "99999999999999:30000";
-    let acquire = [token.as_str(), "30000", "2000", &member];
-    let take = [reservation.as_str(), &token, "30000", &member];
+    let acquire = [token.as_str(), "30000", "2000", &member, "me:1"];
+    let take = [reservation.as_str(), &token, "30000", &member, "me:1"];
     for (script, args) in [(&scripts.acquire, acquire), (&scripts.take, take)] {
         server.cli(&["ZADD", &queue, "1", &member]).unwrap();
         server.cli(&["HSET", &waiters, &member, far]).unwrap();
@@ -151,11 +152,12 @@ fn taking_its_own_reservation_leaves_the_queue() {
         let mut cmd = vec![
             "EVAL",
             script.body.as_str(),
-            "4",
+            "5",
             lock,
             &fence,
             &queue,
             &waiters,
+            &owners,
         ];
         cmd.extend(args);
         let reply = server.cli(&cmd).unwrap();
@@ -163,6 +165,7 @@ fn taking_its_own_reservation_leaves_the_queue() {
         assert_eq!(server.cli(&["GET", lock]).unwrap(), token);
         assert_eq!(server.cli(&["ZCARD", &queue]).unwrap(), "0", "still queued");
         assert_eq!(server.cli(&["HLEN", &waiters]).unwrap(), "0");
+        assert_eq!(server.cli(&["HGET", &owners, &token]).unwrap(), "me:1");
         server.cli(&["DEL", lock]).unwrap();
     }
 }
