@@ -71,7 +71,7 @@ impl LockRegistry {
     /// the key rules), with the registry's lease.
     pub fn election(&self, name: &str) -> Result<Election> {
         Ok(Election {
-            lock: self.obtain(name)?,
+            lock: self.obtain_election(name)?,
         })
     }
 }
