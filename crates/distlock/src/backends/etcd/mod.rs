@@ -106,7 +106,6 @@ use self::client::{is_connect_error, map_err, Client, RpcError, Settings};
 use self::kinds::{holders, queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
-use self::queue::lock_dir;
 use self::renew::run_reaper;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, SubKeep, WatchHub};
@@ -385,7 +384,7 @@ impl Backend for EtcdBackend {
     /// operator (or a fault) would. Returns whether there was one.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let s = &self.shared;
-        let all = s.all_queued(&lock_dir(name)).await?;
+        let all = s.all_of(name).await?;
         let Some((_, n)) = holders(&all) else {
             return Ok(false);
         };
@@ -448,7 +447,7 @@ impl Backend for EtcdBackend {
     /// the longest TTL of the holders' session leases (whole seconds).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let s = &self.shared;
-        let all = s.all_queued(&lock_dir(name)).await?;
+        let all = s.all_of(name).await?;
         Ok(s.info_of(&all).await)
     }
 }
