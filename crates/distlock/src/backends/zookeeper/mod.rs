@@ -178,6 +178,8 @@ const LOCK_NAME: &str = "lock-";
 /// Curator's lock names of `InterProcessReadWriteLock`'s readers and writers.
 const READ_NAME: &str = "__READ__";
 const WRITE_NAME: &str = "__WRIT__";
+/// Curator's lock name of `LeaderLatch`'s candidates (distlock's elections).
+const LATCH_NAME: &str = "latch-";
 /// Curator's `InterProcessSemaphoreV2`: the folders of its mutex and of its lease nodes under
 /// the semaphore's node, and the lease nodes' name.
 const GATE_DIR: &str = "locks";
@@ -692,14 +694,21 @@ impl Backend for ZooKeeperBackend {
     /// that they lost the lock at their next renewal.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let conn = self.inner.conn().await?;
-        self.inner.force_release(&conn, &self.lock_path(name)).await
+        let parent = self.lock_path(name);
+        self.inner
+            .force_release(&conn, &parent, name.is_election())
+            .await
     }
 
     /// The holders' kind and number, the waiters, and the highest holder `czxid`; ZooKeeper
     /// has no lease to report.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let conn = self.inner.conn().await?;
-        let holders = self.inner.holders(&conn, &self.lock_path(name)).await?;
+        let parent = self.lock_path(name);
+        let holders = self
+            .inner
+            .holders_of(&conn, &parent, name.is_election())
+            .await?;
         Ok(holders.map(|h| h.info()))
     }
 
