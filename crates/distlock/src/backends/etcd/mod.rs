@@ -9,6 +9,7 @@
 //! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
 //! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
 //! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |
+//! | election candidate | key `<prefix>/<name>/<lease id hex>` (etcd's `concurrency.Election`, `etcdctl elect <prefix>/<name>`); value: the candidate's description alone; the lowest create revision leads (see `LockName::for_election`) |
 //! | lease | one etcd lease per backend instance and lease length (a session, like `concurrency.Session`), kept alive in the background; a waiting key is attached to a short waiter lease until it reaches the head |
 //!
 //! `etcdctl lock lock/voucher:42` and `LockRegistry` with prefix `lock` on key `voucher:42`

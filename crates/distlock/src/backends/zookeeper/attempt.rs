@@ -13,8 +13,6 @@ impl Inner {
     pub(super) async fn attempt(self: &Arc<Self>, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
-        let kind = name.kind();
-        let election = name.is_election();
         let owner = request.owner_str();
         let parent = self.parent_path(name);
         let mut guard = Unowned {
@@ -28,7 +26,7 @@ impl Inner {
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         let mut pause = Duration::from_millis(20);
         let mut res = self
-            .attempt_kind(&parent, kind, election, token, lease, queued, owner)
+            .attempt_kind(&parent, name, token, lease, queued, owner)
             .await;
         while let Err(e) = &res {
             if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
@@ -38,7 +36,7 @@ impl Inner {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));
             res = self
-                .attempt_kind(&parent, kind, election, token, lease, queued, owner)
+                .attempt_kind(&parent, name, token, lease, queued, owner)
                 .await;
         }
         if res.is_ok() {
@@ -50,19 +48,18 @@ impl Inner {
     async fn attempt_kind(
         self: &Arc<Self>,
         parent: &str,
-        kind: LockKind,
-        election: bool,
+        name: &LockName,
         token: Token,
         lease: Duration,
         queued: bool,
         owner: &str,
     ) -> Result<Attempt> {
-        if election {
+        if name.is_election() {
             return self
                 .attempt_inner(parent, Role::Latch, token, lease, queued, owner)
                 .await;
         }
-        match kind {
+        match name.kind() {
             LockKind::Semaphore { permits } => {
                 self.attempt_permit(parent, permits, token, lease, queued, owner)
                     .await

@@ -10,6 +10,7 @@
 //! | holder | an exclusive contender (mutex or writer) that is first by sequence number among all three; a reader with no exclusive contender before it |
 //! | semaphore permit | Curator's semaphore under the same parent: its mutex `<key>/locks/_c_<uuid>-lock-<seq>` admits one taker at a time, which creates its lease `<key>/leases/_c_<uuid>-lease-<seq>` (data `permits=<n>`, a newline, the owner description), waits until `leases` has at most `n` children, and gives the mutex back |
 //! | owner | a holder's node data: distlock writes its [`Owner`](crate::Owner) description there (a waiter's node carries its liveness mark instead until it holds, see below), Curator its client's IP address by default; no data (older distlock versions) shows as unknown |
+//! | election candidate | ephemeral sequential child `_c_<uuid>-latch-<seq>` of `<root>/<name>` (Curator's `LeaderLatch`), data: the candidate's description alone; the lowest sequence leads; an election and the key's lock kinds ignore each other, as `LeaderLatch` and `InterProcessMutex` do |
 //! | waiting | a waiter watches only what it waits for: its predecessor, the exclusive contender before a reader, the `leases` folder; contenders are served in arrival order |
 //! | fence | the holder node's `czxid` (the zxid of the transaction that created it): one sequence for the whole ensemble, so it increases per key across every kind |
 //! | lease | the ZooKeeper session, sized to the lease (see below) |
