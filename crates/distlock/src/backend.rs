@@ -89,13 +89,32 @@ impl fmt::Debug for Token {
 ///
 /// Each backend maps the prefix and key into its own key space (`<prefix>:<key>` on Redis, a
 /// row keyed by region and key in SQL, ...); all kinds of one key live at the same place and
-/// exclude each other there. Two names are equal when prefix, key and kind are. Cloning is
-/// cheap.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// exclude each other there. Two names are equal when prefix, key and kind are (whether it
+/// is an election's is not compared: a backend without a layout of its own for elections
+/// keeps an election as the key's mutex). Cloning is cheap.
+#[derive(Clone)]
 pub struct LockName {
     prefix: Arc<str>,
     key: Arc<str>,
     kind: LockKind,
+    election: bool,
+}
+
+impl PartialEq for LockName {
+    fn eq(&self, other: &Self) -> bool {
+        self.prefix == other.prefix && self.key == other.key && self.kind == other.kind
+    }
+}
+
+impl Eq for LockName {}
+
+// As `eq`: without the election flag.
+impl std::hash::Hash for LockName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.prefix.hash(state);
+        self.key.hash(state);
+        self.kind.hash(state);
+    }
 }
 
 impl LockName {
@@ -107,7 +126,27 @@ impl LockName {
             prefix: prefix.into(),
             key: Arc::from(key),
             kind: LockKind::Mutex,
+            election: false,
         })
+    }
+
+    /// The same key as the mutex of an election ([`LockRegistry::election`]). Backends with a
+    /// layout of their own for elections (etcd's `concurrency.Election`, Curator's
+    /// `LeaderLatch` on ZooKeeper) hold, inspect and list it there; the others ignore the flag,
+    /// so the election is the key's mutex.
+    ///
+    /// [`LockRegistry::election`]: crate::LockRegistry::election
+    #[must_use]
+    pub fn for_election(mut self) -> Self {
+        self.kind = LockKind::Mutex;
+        self.election = true;
+        self
+    }
+
+    /// Whether holds through this name are candidates of an election (see
+    /// [`for_election`](Self::for_election)).
+    pub fn is_election(&self) -> bool {
+        self.election
     }
 
     /// The same key with holds of `kind`.
@@ -138,6 +177,9 @@ impl fmt::Debug for LockName {
         write!(f, "{}:{}", self.prefix, self.key)?;
         if self.kind != LockKind::Mutex {
             write!(f, " ({})", self.kind)?;
+        }
+        if self.election {
+            f.write_str(" (election)")?;
         }
         Ok(())
     }

@@ -1,9 +1,11 @@
 //! Leader election over a lock: [`Election`], [`Leadership`] and [`Leader`].
 //!
-//! An election is the mutex of its name: the leader is whoever holds it, its term is the
-//! hold's fence, and leadership is a lease, renewed and lost exactly as a hold is. So every
-//! backend elects, and a foreign client that takes the same key (Spring's
-//! `LockRegistryLeaderInitiator` takes the lock of its role) takes part in the same election.
+//! An election is a mutex of its name, held through a [`LockName::for_election`]: the leader
+//! is whoever holds it, its term is the hold's fence, and leadership is a lease, renewed and
+//! lost exactly as a hold is. So every backend elects; where it is held (the key's mutex, or
+//! the backend's own election layout) is told in [`Election`]'s docs and `docs/BACKENDS.md`.
+//!
+//! [`LockName::for_election`]: crate::LockName::for_election
 
 use std::time::Duration;
 
@@ -20,6 +22,23 @@ pub const OBSERVE_EVERY: Duration = Duration::from_millis(200);
 
 /// An election among the instances of a service, by name: see
 /// [`LockRegistry::election`].
+///
+/// Where an election is held depends on the backend, so that the election's foreign clients
+/// elect with us:
+///
+/// | backend | layout | foreign candidates |
+/// |---|---|---|
+/// | Redis, SQL, memory | the key's mutex itself | anything that takes the same lock (Spring's `LockRegistryLeaderInitiator` takes the lock of its role) |
+/// | etcd | `concurrency.Election`: keys `<prefix>/<name>/<lease id hex>` whose value is the bare description; the lowest create revision leads | `etcdctl elect <prefix>/<name> ID`, Go's `concurrency.Election` |
+/// | ZooKeeper | Curator's `LeaderLatch`: ephemeral sequential nodes `_c_<uuid>-latch-<seq>` under `<root>/<name>` whose data is the description; the lowest sequence leads | Curator's `LeaderLatch` with that path |
+///
+/// On etcd and ZooKeeper the description is stored exactly as given (it is the foreign
+/// recipe's id), and a foreign leader's id is what [`Leader::description`] shows. There the
+/// election is a recipe of its own beside the key's locks: on ZooKeeper it ignores the key's
+/// mutex, readers, writers and permits and they ignore it (as Curator's `LeaderLatch` and
+/// `InterProcessMutex` on one path do); on etcd both live in the same directory and, as
+/// etcd's `Mutex` and `Election` of one name do, exclude each other. On the other backends the
+/// election *is* the key's mutex. See `docs/BACKENDS.md`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
@@ -68,10 +87,13 @@ pub struct Leadership {
 
 impl LockRegistry {
     /// The election `name`: its candidates hold the mutex of the key `name` (so `name` follows
-    /// the key rules), with the registry's lease.
+    /// the key rules), with the registry's lease, in the backend's election layout (etcd's
+    /// `concurrency.Election`, Curator's `LeaderLatch`; elsewhere the key's mutex itself: see
+    /// [`Election`]). Its handle is cached apart from
+    /// [`obtain(name)`](LockRegistry::obtain)'s.
     pub fn election(&self, name: &str) -> Result<Election> {
         Ok(Election {
-            lock: self.obtain(name)?,
+            lock: self.obtain_election(name)?,
         })
     }
 }
@@ -218,5 +240,37 @@ impl Leadership {
     /// As [`LockGuard::release`].
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::memory::MemoryBackend;
+
+    /// The election has a handle of its own, flagged for the backend; a backend without an
+    /// election layout (memory) keeps it as the key's mutex, so the two exclude each other.
+    #[tokio::test]
+    async fn election_handle_is_apart_but_memory_keeps_it_the_keys_mutex() {
+        let registry = LockRegistry::new(MemoryBackend::new());
+        let election = registry.election("jobs").unwrap();
+        assert!(election.lock.slot.name.is_election());
+        assert!(!registry.obtain("jobs").unwrap().slot.name.is_election());
+        assert!(registry
+            .election("jobs")
+            .unwrap()
+            .lock
+            .slot
+            .name
+            .is_election());
+        let leading = election.campaign(Owner::new("a").unwrap()).await.unwrap();
+        assert!(registry.obtain("jobs").unwrap().try_lock().await.is_err());
+        leading.resign().await.unwrap();
+        let guard = registry.obtain("jobs").unwrap().lock().await.unwrap();
+        assert!(election
+            .campaign_for(Owner::new("b").unwrap(), Duration::from_millis(50))
+            .await
+            .is_err());
+        guard.release().await.unwrap();
     }
 }

@@ -301,20 +301,34 @@ impl LockRegistry {
             });
         }
         let name = LockName::new(inner.prefix.clone(), key)?.with_kind(kind);
+        Ok(self.obtain_other(name))
+    }
+
+    /// The handle of the election `key` (see [`LockName::for_election`]): a slot of its own,
+    /// apart from the key's mutex, as the backend may keep them apart.
+    pub(crate) fn obtain_election(&self, key: &str) -> Result<Lock> {
+        let name = LockName::new(self.inner.prefix.clone(), key)?.for_election();
+        Ok(self.obtain_other(name))
+    }
+
+    /// The cached handle of a name that is not a plain mutex.
+    fn obtain_other(&self, name: LockName) -> Lock {
+        let inner = &self.inner;
         let mut slots = inner.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = match slots.others.get(&name) {
+        let at = (name.clone(), name.is_election());
+        let slot = match slots.others.get(&at) {
             Some(s) => s.clone(),
             None => {
                 if slots.len() >= slots.evict_at {
                     slots.evict_idle(inner.opts.max_cached_locks);
                 }
-                let slot = Slot::new(name.clone());
-                slots.others.insert(name, slot.clone());
+                let slot = Slot::new(name);
+                slots.others.insert(at, slot.clone());
                 slot
             }
         };
         drop(slots);
-        Ok(self.handle(slot))
+        self.handle(slot)
     }
 
     fn handle(&self, slot: Arc<Slot>) -> Lock {

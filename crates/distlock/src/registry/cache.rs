@@ -13,11 +13,12 @@ use crate::backend::{LockKind, LockName};
 
 /// The handle cache: slots found by their key. A registry may cache a million handles, so a
 /// mutex entry is one pointer, and the key it is found by is the slot name's own allocation.
-/// The other kinds (read and write sides of read-write locks, semaphores) are found by their
-/// whole name.
+/// The other kinds (read and write sides of read-write locks, semaphores) and elections are
+/// found by their whole name and whether it is an election's (which `LockName` does not
+/// compare).
 pub(super) struct Slots {
     pub(super) by_key: HashSet<CachedSlot>,
-    pub(super) others: HashMap<LockName, Arc<Slot>>,
+    pub(super) others: HashMap<(LockName, bool), Arc<Slot>>,
     /// The size at which `obtain` next looks for idle handles to evict (see `evict_idle`).
     pub(super) evict_at: usize,
 }
@@ -93,10 +94,10 @@ impl Slots {
         idle.sort_unstable_by_key(|(used, _)| *used);
         let excess = self.len().saturating_sub(target);
         for (_, s) in idle.into_iter().take(excess) {
-            if s.name.kind() == LockKind::Mutex {
+            if s.name.kind() == LockKind::Mutex && !s.name.is_election() {
                 self.by_key.remove(s.name.key());
             } else {
-                self.others.remove(&s.name);
+                self.others.remove(&(s.name.clone(), s.name.is_election()));
             }
         }
         self.plan_next_eviction(bound);

@@ -1,6 +1,7 @@
 //! Real Apache Curator for the ZooKeeper interop tests: Debian's `libcurator-recipes-java`
 //! (Curator 5.4) on the JDK runs `tests/curator/CuratorHold.java`, which takes one lock with
-//! Curator's own recipes, reports on stdout and holds it until a line arrives on stdin.
+//! Curator's own recipes, reports on stdout and holds it until a line arrives on stdin, and
+//! `tests/curator/CuratorLatch.java`, one participant of a `LeaderLatch` election.
 //! Missing Java or jars fail the test loudly (`scripts/test.sh` installs them).
 
 #![allow(dead_code)]
@@ -22,7 +23,7 @@ pub const SLF4J_NOP_JAR: &str = "/usr/share/java/slf4j-nop.jar";
 /// How long a JVM may take to start, connect and answer: a hang guard, not a measurement.
 pub const JVM_LIMIT: Duration = Duration::from_secs(90);
 
-/// `CuratorHold` compiled once per test process into a directory of its own.
+/// `CuratorHold` and `CuratorLatch` compiled once per test process into a directory of its own.
 fn classes() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -39,17 +40,18 @@ fn classes() -> &'static Path {
             rand_suffix()
         ));
         std::fs::create_dir_all(&dir).expect("a directory for the compiled fixture");
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/curator/CuratorHold.java");
+        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/curator");
         let out = Command::new("javac")
             .args(["-cp", RECIPES_JAR, "-d"])
             .arg(&dir)
-            .arg(&source)
+            .arg(sources.join("CuratorHold.java"))
+            .arg(sources.join("CuratorLatch.java"))
             .output()
             .expect("javac must be installed (the JDK; scripts/test.sh installs it)");
         assert!(
             out.status.success(),
-            "javac {} failed: {}",
-            source.display(),
+            "javac in {} failed: {}",
+            sources.display(),
             String::from_utf8_lossy(&out.stderr)
         );
         dir
@@ -72,6 +74,18 @@ impl Curator {
     /// Starts a Curator client on `connect` that takes `mode` (`read`, `write`, `mutex`,
     /// `sem:N`) at `path`, waiting at most `timeout`, and waits until it is connected.
     pub async fn start(connect: &str, mode: &str, path: &str, timeout: Duration) -> Curator {
+        let args = [connect, mode, path, &timeout.as_millis().to_string()];
+        Self::run("CuratorHold", &args, format!("Curator {mode} at {path}")).await
+    }
+
+    /// Starts a `LeaderLatch` participant with `id` on the election at `path` and waits until
+    /// it is connected; it prints `leading` when it leads (see `CuratorLatch.java`).
+    pub async fn latch(connect: &str, path: &str, id: &str) -> Curator {
+        let what = format!("Curator's LeaderLatch {id} at {path}");
+        Self::run("CuratorLatch", &[connect, path, id], what).await
+    }
+
+    async fn run(class: &str, args: &[&str], what: String) -> Curator {
         let classpath = format!("{RECIPES_JAR}:{SLF4J_NOP_JAR}:{}", classes().display());
         let mut child = Command::new("java")
             .args([
@@ -81,8 +95,8 @@ impl Curator {
                 "-cp",
             ])
             .arg(&classpath)
-            .arg("CuratorHold")
-            .args([connect, mode, path, &timeout.as_millis().to_string()])
+            .arg(class)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -103,7 +117,7 @@ impl Curator {
             child,
             stdin,
             lines,
-            what: format!("Curator {mode} at {path}"),
+            what,
         };
         c.expect("connected", JVM_LIMIT).await;
         c
@@ -135,6 +149,32 @@ impl Curator {
     /// Whether it has said nothing more so far (still waiting for its lock).
     pub fn waiting(&mut self) -> bool {
         matches!(self.lines.try_recv(), Err(mpsc::error::TryRecvError::Empty))
+    }
+
+    /// Sends it one command line.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("write to Curator");
+        stdin.flush().expect("flush to Curator");
+    }
+
+    /// The leader's id as its `LeaderLatch.getLeader()` reads it (empty when nobody leads).
+    pub async fn leader(&mut self) -> String {
+        self.send("leader");
+        let line = self.line(JVM_LIMIT).await;
+        match line.strip_prefix("leader ") {
+            Some(id) => id.to_owned(),
+            None if line == "leader" => String::new(),
+            None => panic!("{}: unexpected {line:?}", self.what),
+        }
+    }
+
+    /// Leaves the election (a `CuratorLatch`) and waits for the process to end.
+    pub async fn close(mut self) {
+        self.send("close");
+        self.expect("closed", JVM_LIMIT).await;
+        let status = self.child.wait().expect("wait for Curator");
+        assert!(status.success(), "{} ended with {status}", self.what);
     }
 
     /// Lets go of the lock it holds and waits for the process to end.

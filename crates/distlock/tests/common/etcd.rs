@@ -103,11 +103,17 @@ pub struct CtlLock {
 
 impl CtlLock {
     pub fn spawn(endpoint: &str, name: &str, cmd: &[&str]) -> CtlLock {
+        let mut args = vec!["lock", "--ttl=5", name];
+        args.extend_from_slice(cmd);
+        Self::spawn_args(endpoint, &args)
+    }
+
+    /// `etcdctl ARGS` as a child process whose output lines are read as they come.
+    pub fn spawn_args(endpoint: &str, args: &[&str]) -> CtlLock {
         let mut child = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={endpoint}"))
-            .args(["lock", "--ttl=5", name])
-            .args(cmd)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -71,7 +71,11 @@ impl Shared {
         }
         if e.name.is_none() {
             e.dir = lock_dir(&name);
-            e.value = value_of(name.kind(), token, owner);
+            e.value = match name.is_election() {
+                // `concurrency.Election`'s value: the candidate's description, nothing else.
+                true => owner.as_bytes().to_vec(),
+                false => value_of(name.kind(), token, owner),
+            };
             e.name = Some(name);
         }
         let kind = e.name.as_ref().map_or(LockKind::Mutex, LockName::kind);
@@ -459,11 +463,7 @@ impl Shared {
             return Ok(false);
         }
         let key = e.key.as_bytes();
-        let txn = pb::txn(
-            vec![pb::value_is(key, &e.value)],
-            vec![pb::op_delete(key)],
-            vec![],
-        );
+        let txn = pb::txn(e.owned(key), vec![pb::op_delete(key)], vec![]);
         Ok(self.txn(txn).await?.succeeded)
     }
 

@@ -150,6 +150,22 @@ pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
         .collect()
 }
 
+/// The direct children of `dir` among `kvs` as the candidates of the election `dir`
+/// (`concurrency.Election`): each one a contender for the one leadership, its value the
+/// candidate's description as it is.
+pub(super) fn candidates(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
+    kvs.iter()
+        .filter(|kv| is_direct_child(dir, &kv.key))
+        .map(|kv| Queued {
+            key: kv.key.clone(),
+            rev: kv.create_revision,
+            lease: kv.lease,
+            kind: LockKind::Mutex,
+            owner: Owner::shown(&kv.value),
+        })
+        .collect()
+}
+
 /// The keys of `dir` for the permits of its semaphore, as a watched range.
 pub(super) fn permits_range(dir: &str) -> WatchTarget {
     let mut key = dir.as_bytes().to_vec();

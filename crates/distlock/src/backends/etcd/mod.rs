@@ -9,6 +9,7 @@
 //! | holder | a mutex or writer with the lowest create revision under `<prefix>/<key>/`; a reader with no older key but readers'; a permit with no older key but permits' and fewer than `n` older permits |
 //! | waiting | each waiter watches only what it waits for: a mutex or writer the key created just before it (FIFO, no herd), a reader or permit the nearest older key of another kind, a permit waiting for its turn the deletions of the permits' keys |
 //! | fence | the holder key's create revision: cluster-wide, strictly increasing (also across kinds), the same number every etcd client sees |
+//! | election candidate | key `<prefix>/<name>/<lease id hex>` (etcd's `concurrency.Election`, `etcdctl elect <prefix>/<name>`); value: the candidate's description alone; the lowest create revision leads (see `LockName::for_election`) |
 //! | lease | one etcd lease per backend instance and lease length (a session, like `concurrency.Session`), kept alive in the background; a waiting key is attached to a short waiter lease until it reaches the head |
 //!
 //! `etcdctl lock lock/voucher:42` and `LockRegistry` with prefix `lock` on key `voucher:42`
@@ -106,7 +107,6 @@ use self::client::{is_connect_error, map_err, Client, RpcError, Settings};
 use self::kinds::{holders, queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
-use self::queue::lock_dir;
 use self::renew::run_reaper;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, SubKeep, WatchHub};
@@ -385,7 +385,7 @@ impl Backend for EtcdBackend {
     /// operator (or a fault) would. Returns whether there was one.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let s = &self.shared;
-        let all = s.all_queued(&lock_dir(name)).await?;
+        let all = s.all_of(name).await?;
         let Some((_, n)) = holders(&all) else {
             return Ok(false);
         };
@@ -448,7 +448,7 @@ impl Backend for EtcdBackend {
     /// the longest TTL of the holders' session leases (whole seconds).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let s = &self.shared;
-        let all = s.all_queued(&lock_dir(name)).await?;
+        let all = s.all_of(name).await?;
         Ok(s.info_of(&all).await)
     }
 }

@@ -108,6 +108,22 @@ impl Shared {
         Ok(queued(dir.as_bytes(), &resp.kvs))
     }
 
+    /// Every key of `name`'s directory, oldest first, read as an election's candidates when
+    /// `name` is an election's.
+    pub(super) async fn all_of(&self, name: &LockName) -> Result<Vec<Queued>> {
+        if !name.is_election() {
+            return self.all_queued(&lock_dir(name)).await;
+        }
+        let dir = lock_dir(name);
+        let resp = self
+            .range(with_values(pb::range_by_create(
+                dir.as_bytes(),
+                SortOrder::Ascend,
+            )))
+            .await?;
+        Ok(super::kinds::candidates(dir.as_bytes(), &resp.kvs))
+    }
+
     pub(super) async fn txn(&self, txn: pb::TxnRequest) -> Result<pb::TxnResponse> {
         self.client.txn(txn).await.map_err(map_err)
     }

@@ -130,10 +130,16 @@ impl Shared {
             return Ok(false);
         };
         let sent = Instant::now();
-        let (key, value, rev, mut attached) = {
+        let (key, value, rev, mut attached, owned) = {
             let e = slot.entry.lock().await;
             match (e.phase, e.attached.clone()) {
-                (Phase::Held, Some(a)) => (e.key.clone(), e.value.clone(), e.create_rev, a),
+                (Phase::Held, Some(a)) => (
+                    e.key.clone(),
+                    e.value.clone(),
+                    e.create_rev,
+                    a,
+                    e.owned(e.key.as_bytes()),
+                ),
                 _ => return Ok(false),
             }
         };
@@ -143,7 +149,7 @@ impl Shared {
             // create revision and place stay the same).
             let longer = self.session_at_least(class).await?;
             let txn = pb::txn(
-                vec![pb::value_is(key.as_bytes(), &value)],
+                owned,
                 vec![pb::op_put(key.as_bytes(), &value, longer.id)],
                 vec![],
             );

@@ -112,8 +112,8 @@ pub(super) struct Entry {
     /// `<dir><session lease id hex>` for a mutex, `<dir><kind>-<token>` for the other kinds
     /// (see `kinds.rs`).
     pub(super) key: String,
-    /// What the key holds (the owner token; a permit's also its number of permits): releases
-    /// and renewals compare it.
+    /// What the key holds (the owner token; a permit's also its number of permits; an
+    /// election candidate's: its bare description): releases and renewals compare it.
     pub(super) value: Vec<u8>,
     /// The session whose id names the key.
     pub(super) session: Option<Arc<Session>>,
@@ -213,5 +213,20 @@ impl Shared {
         if self.ms(at) < self.reaper_next_ms.load(Ordering::Acquire) {
             self.reaper_wake.notify_one();
         }
+    }
+}
+
+impl Entry {
+    /// The conditions under which the key `key` is still this entry's: its value and, for an
+    /// election candidate once its create revision is known, that revision too. An election's
+    /// value is the bare description, which other candidates may share; the name (the own
+    /// lease's id) and the create revision are what make the key ours.
+    pub(super) fn owned(&self, key: &[u8]) -> Vec<super::pb::Compare> {
+        let mut conds = vec![super::pb::value_is(key, &self.value)];
+        let election = self.name.as_ref().is_some_and(LockName::is_election);
+        if election && self.create_rev != 0 && key == self.key.as_bytes() {
+            conds.push(super::pb::create_revision_is(key, self.create_rev));
+        }
+        conds
     }
 }

@@ -3,7 +3,7 @@
 //! and the guard that deletes the node when the call ends without handing it over.
 
 use super::contender::{Target, Which};
-use super::queue::{place, sort_contenders, Place, Role};
+use super::queue::{place, sort_for, Place, Role};
 use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
@@ -13,7 +13,6 @@ impl Inner {
     pub(super) async fn attempt(self: &Arc<Self>, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
-        let kind = name.kind();
         let owner = request.owner_str();
         let parent = self.parent_path(name);
         let mut guard = Unowned {
@@ -27,7 +26,7 @@ impl Inner {
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         let mut pause = Duration::from_millis(20);
         let mut res = self
-            .attempt_kind(&parent, kind, token, lease, queued, owner)
+            .attempt_kind(&parent, name, token, lease, queued, owner)
             .await;
         while let Err(e) = &res {
             if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
@@ -37,7 +36,7 @@ impl Inner {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));
             res = self
-                .attempt_kind(&parent, kind, token, lease, queued, owner)
+                .attempt_kind(&parent, name, token, lease, queued, owner)
                 .await;
         }
         if res.is_ok() {
@@ -49,13 +48,18 @@ impl Inner {
     async fn attempt_kind(
         self: &Arc<Self>,
         parent: &str,
-        kind: LockKind,
+        name: &LockName,
         token: Token,
         lease: Duration,
         queued: bool,
         owner: &str,
     ) -> Result<Attempt> {
-        match kind {
+        if name.is_election() {
+            return self
+                .attempt_inner(parent, Role::Latch, token, lease, queued, owner)
+                .await;
+        }
+        match name.kind() {
             LockKind::Semaphore { permits } => {
                 self.attempt_permit(parent, permits, token, lease, queued, owner)
                     .await
@@ -119,7 +123,9 @@ impl Inner {
         }
     }
 
-    /// A mutex, reader or writer attempt (`role`) on the key's node `parent`.
+    /// A mutex, reader, writer or election candidate attempt (`role`) on the key's node
+    /// `parent`. A candidate's node carries its bare description for life (`LeaderLatch`'s
+    /// id): it is never marked as a waiter's, and it waits for its predecessor alone.
     pub(super) async fn attempt_inner(
         self: &Arc<Self>,
         parent: &str,
@@ -130,7 +136,11 @@ impl Inner {
         owner: &str,
     ) -> Result<Attempt> {
         let slot = session_of_lease(lease);
-        let data = holder_data(owner);
+        let latch = role == Role::Latch;
+        let data = match latch {
+            true => owner.as_bytes().to_vec(),
+            false => holder_data(owner),
+        };
         for _ in 0..MAX_SETTLE {
             let conn = self.conn_for(slot).await?;
             check_lease(&conn, lease)?;
@@ -186,7 +196,7 @@ impl Inner {
                     (name, czxid, children)
                 }
             };
-            let blocker = match place(&sort_contenders(&children), &own) {
+            let blocker = match place(&sort_for(role, &children), &own) {
                 Place::Gone => {
                     // Our node is gone (deleted underneath): join the queue again.
                     if self.forget(token).is_some_and(|n| n.marked.is_some()) {
@@ -194,7 +204,9 @@ impl Inner {
                     }
                     continue;
                 }
+                Place::Behind(pred) if latch => Some(Watch::Plain(format!("{parent}/{pred}"))),
                 Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
+                Place::First if latch => None,
                 Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
             };
             let own_path = format!("{parent}/{own}");
@@ -222,7 +234,9 @@ impl Inner {
                 self.forget(token);
                 return Ok(Attempt::Busy { retry_after: None });
             }
-            self.mark_node(&conn, token, parent, &own_path).await;
+            if !latch {
+                self.mark_node(&conn, token, parent, &own_path).await;
+            }
             if !self.watch(&conn, token, blocker).await? {
                 continue; // what we wait for changed meanwhile: look again
             }

@@ -10,6 +10,7 @@
 //! | holder | an exclusive contender (mutex or writer) that is first by sequence number among all three; a reader with no exclusive contender before it |
 //! | semaphore permit | Curator's semaphore under the same parent: its mutex `<key>/locks/_c_<uuid>-lock-<seq>` admits one taker at a time, which creates its lease `<key>/leases/_c_<uuid>-lease-<seq>` (data `permits=<n>`, a newline, the owner description), waits until `leases` has at most `n` children, and gives the mutex back |
 //! | owner | a holder's node data: distlock writes its [`Owner`](crate::Owner) description there (a waiter's node carries its liveness mark instead until it holds, see below), Curator its client's IP address by default; no data (older distlock versions) shows as unknown |
+//! | election candidate | ephemeral sequential child `_c_<uuid>-latch-<seq>` of `<root>/<name>` (Curator's `LeaderLatch`), data: the candidate's description alone; the lowest sequence leads; an election and the key's lock kinds ignore each other, as `LeaderLatch` and `InterProcessMutex` do |
 //! | waiting | a waiter watches only what it waits for: its predecessor, the exclusive contender before a reader, the `leases` folder; contenders are served in arrival order |
 //! | fence | the holder node's `czxid` (the zxid of the transaction that created it): one sequence for the whole ensemble, so it increases per key across every kind |
 //! | lease | the ZooKeeper session, sized to the lease (see below) |
@@ -178,6 +179,8 @@ const LOCK_NAME: &str = "lock-";
 /// Curator's lock names of `InterProcessReadWriteLock`'s readers and writers.
 const READ_NAME: &str = "__READ__";
 const WRITE_NAME: &str = "__WRIT__";
+/// Curator's lock name of `LeaderLatch`'s candidates (distlock's elections).
+const LATCH_NAME: &str = "latch-";
 /// Curator's `InterProcessSemaphoreV2`: the folders of its mutex and of its lease nodes under
 /// the semaphore's node, and the lease nodes' name.
 const GATE_DIR: &str = "locks";
@@ -692,14 +695,21 @@ impl Backend for ZooKeeperBackend {
     /// that they lost the lock at their next renewal.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let conn = self.inner.conn().await?;
-        self.inner.force_release(&conn, &self.lock_path(name)).await
+        let parent = self.lock_path(name);
+        self.inner
+            .force_release(&conn, &parent, name.is_election())
+            .await
     }
 
     /// The holders' kind and number, the waiters, and the highest holder `czxid`; ZooKeeper
     /// has no lease to report.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let conn = self.inner.conn().await?;
-        let holders = self.inner.holders(&conn, &self.lock_path(name)).await?;
+        let parent = self.lock_path(name);
+        let holders = self
+            .inner
+            .holders_of(&conn, &parent, name.is_election())
+            .await?;
         Ok(holders.map(|h| h.info()))
     }
 

@@ -38,6 +38,9 @@ pub(super) enum Role {
     Read,
     /// `__WRIT__`: its writer.
     Write,
+    /// `latch-`: a candidate of Curator's `LeaderLatch` (a distlock election's). A recipe of
+    /// its own: the other roles ignore it, and it ignores them.
+    Latch,
 }
 
 impl Role {
@@ -54,6 +57,7 @@ impl Role {
             Role::Mutex => LOCK_NAME,
             Role::Read => READ_NAME,
             Role::Write => WRITE_NAME,
+            Role::Latch => LATCH_NAME,
         }
     }
 
@@ -63,7 +67,7 @@ impl Role {
 
     pub(super) fn kind(self) -> LockKind {
         match self {
-            Role::Mutex => LockKind::Mutex,
+            Role::Mutex | Role::Latch => LockKind::Mutex,
             Role::Read => LockKind::Read,
             Role::Write => LockKind::Write,
         }
@@ -116,6 +120,31 @@ pub(super) fn sort_contenders(children: &[String]) -> Vec<Contender<'_>> {
     let mut v: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
     v.sort_unstable_by(|a, b| (a.seq, a.name).cmp(&(b.seq, b.name)));
     v
+}
+
+/// A key's `LeaderLatch` candidates in queue order (lowest sequence first, ties by name); the
+/// other children are ignored, as `LeaderLatch` sorts them after its own. The first leads.
+pub(super) fn sort_latches(children: &[String]) -> Vec<Contender<'_>> {
+    let mut v: Vec<Contender<'_>> = children
+        .iter()
+        .filter_map(|c| {
+            Some(Contender {
+                seq: sequence_after(c, LATCH_NAME)?,
+                role: Role::Latch,
+                name: c,
+            })
+        })
+        .collect();
+    v.sort_unstable_by(|a, b| (a.seq, a.name).cmp(&(b.seq, b.name)));
+    v
+}
+
+/// The contenders of `role`'s recipe among a key's children, in queue order.
+pub(super) fn sort_for(role: Role, children: &[String]) -> Vec<Contender<'_>> {
+    match role {
+        Role::Latch => sort_latches(children),
+        _ => sort_contenders(children),
+    }
 }
 
 /// Lease nodes in creation order (every child of a `leases` folder counts, as in Curator).

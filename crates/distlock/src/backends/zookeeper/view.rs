@@ -2,7 +2,7 @@
 //! `inspect`, `force_release` and `list` read it.
 
 use super::*;
-use queue::{sort_contenders, sort_leases};
+use queue::{sort_contenders, sort_latches, sort_leases};
 use semaphore::{lease_owner, permits_of};
 use waiters::node_owner;
 
@@ -148,9 +148,59 @@ impl Inner {
         ))
     }
 
-    /// Deletes every holder node of the key at `parent`; whether one was deleted.
-    pub(super) async fn force_release(&self, conn: &Conn, parent: &str) -> Result<bool> {
-        let Some(holders) = self.holders(conn, parent).await? else {
+    /// Who leads the election whose node is `parent` (Curator's `LeaderLatch`): its first
+    /// `latch-` node, its data the leader's description (`LeaderLatch`'s id). `None` when
+    /// nobody stands.
+    pub(super) async fn leader(&self, conn: &Conn, parent: &str) -> Result<Option<Holders>> {
+        for _ in 0..MAX_SETTLE {
+            let children = self.list(conn, parent).await?;
+            let sorted = sort_latches(&children);
+            let Some(first) = sorted.first() else {
+                return Ok(None);
+            };
+            let path = format!("{parent}/{}", first.name);
+            match self.timed("get data", conn.client.get_data(&path)).await? {
+                Ok((data, stat)) => {
+                    return Ok(Some(Holders {
+                        kind: LockKind::Mutex,
+                        paths: vec![path],
+                        owners: vec![crate::backend::Owner::shown(&data)],
+                        fence: u64::try_from(stat.czxid).ok(),
+                        waiters: u32::try_from(sorted.len() - 1).unwrap_or(u32::MAX),
+                    }))
+                }
+                Err(zookeeper_client::Error::NoNode) => continue, // it resigned meanwhile
+                Err(e) => return Err(zk_err(e)),
+            }
+        }
+        Err(Error::unavailable(
+            KIND,
+            "the election's nodes kept changing while inspecting it",
+        ))
+    }
+
+    /// The holders of the key at `parent`, or its election's leader when `election`.
+    pub(super) async fn holders_of(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        election: bool,
+    ) -> Result<Option<Holders>> {
+        match election {
+            true => self.leader(conn, parent).await,
+            false => self.holders(conn, parent).await,
+        }
+    }
+
+    /// Deletes every holder node of the key at `parent` (its election's leader when
+    /// `election`); whether one was deleted.
+    pub(super) async fn force_release(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        election: bool,
+    ) -> Result<bool> {
+        let Some(holders) = self.holders_of(conn, parent, election).await? else {
             return Ok(false);
         };
         let results = self
@@ -172,7 +222,9 @@ impl Inner {
         Ok(deleted)
     }
 
-    /// The held keys under `root`, each as `inspect` describes it.
+    /// The held keys under `root`, each as `inspect` describes it; a key whose mutex, readers,
+    /// writers and permits have no holder but whose election has a leader, as the election's
+    /// `inspect` describes it.
     pub(super) async fn list_held(&self, conn: &Conn, root: &str) -> Result<Vec<ListedLock>> {
         let children = self.list(conn, root).await?;
         let keys: Vec<(String, String)> = children
@@ -181,9 +233,12 @@ impl Inner {
             .collect();
         let mut out = Vec::new();
         for batch in keys.chunks(LIST_BATCH) {
-            let found = futures_util::future::join_all(
-                batch.iter().map(|(_, path)| self.holders(conn, path)),
-            )
+            let found = futures_util::future::join_all(batch.iter().map(|(_, path)| async move {
+                match self.holders(conn, path).await? {
+                    Some(h) => Ok(Some(h)),
+                    None => self.leader(conn, path).await,
+                }
+            }))
             .await;
             for ((key, _), holders) in batch.iter().zip(found) {
                 if let Some(h) = holders? {

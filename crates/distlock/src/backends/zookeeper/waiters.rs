@@ -212,12 +212,14 @@ impl Inner {
 /// Waits until the watched predecessor `path` asks its waiter to look again: the node deleted,
 /// its mark gone, the session's end. A change of the node's data alone (its waiter marking it,
 /// or clearing the mark as it goes on to hold) re-arms the watches instead, so that the
-/// successor of a new holder is not woken for nothing.
+/// successor of a new holder is not woken for nothing. Without `marks` (an election
+/// candidate's predecessor, which is never marked) any change asks to look again.
 pub(super) async fn follow(
     client: Client,
     path: String,
     mut watcher: zookeeper_client::OneshotWatcher,
     mut mark: Option<zookeeper_client::OneshotWatcher>,
+    marks: bool,
 ) {
     loop {
         let event = match mark.take() {
@@ -231,7 +233,7 @@ pub(super) async fn follow(
             None => watcher.changed().await,
         };
         tracing::trace!(?event, "watch fired");
-        if event.event_type != zookeeper_client::EventType::NodeDataChanged {
+        if !marks || event.event_type != zookeeper_client::EventType::NodeDataChanged {
             return;
         }
         let Ok((data, _, w)) = client.get_and_watch_data(&path).await else {

@@ -9,6 +9,9 @@ use super::*;
 pub(super) enum Watch {
     /// One node's deletion (or change): a predecessor, a holder of another kind.
     Node(String),
+    /// One node's deletion (or change), whose data is never taken for a waiter's mark: an
+    /// election candidate's predecessor, whose data is a description of anyone's choosing.
+    Plain(String),
     /// The children of a folder (a semaphore's leases), as last seen.
     Children { dir: String, seen: Vec<String> },
 }
@@ -17,7 +20,7 @@ impl Watch {
     /// What tells two watches apart (a waiter does not watch the same thing twice).
     fn key(&self) -> String {
         match self {
-            Watch::Node(path) => path.clone(),
+            Watch::Node(path) | Watch::Plain(path) => path.clone(),
             Watch::Children { dir, .. } => format!("{dir}/"),
         }
     }
@@ -42,10 +45,11 @@ impl Inner {
         }
         let mut mark = None;
         let watcher = match &what {
-            Watch::Node(path) => match self
+            Watch::Node(path) | Watch::Plain(path) => match self
                 .timed("watch", conn.client.get_and_watch_data(path))
                 .await?
             {
+                Ok((_, _, w)) if matches!(what, Watch::Plain(_)) => w,
                 Ok((data, stat, w)) => {
                     match self.predecessor_mark(conn, path, &data, &stat).await? {
                         Mark::None => {}
@@ -78,12 +82,13 @@ impl Inner {
         let weak = Arc::downgrade(self);
         let watched = key.clone();
         let node = match &what {
-            Watch::Node(path) => Some((conn.client.clone(), path.clone())),
+            Watch::Node(path) => Some((conn.client.clone(), path.clone(), true)),
+            Watch::Plain(path) => Some((conn.client.clone(), path.clone(), false)),
             Watch::Children { .. } => None,
         };
         let task = tokio::spawn(async move {
             match node {
-                Some((client, path)) => follow(client, path, watcher, mark).await,
+                Some((client, path, marks)) => follow(client, path, watcher, mark, marks).await,
                 None => {
                     let event = watcher.changed().await;
                     tracing::trace!(?event, "watch fired");
