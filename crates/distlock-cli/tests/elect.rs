@@ -43,7 +43,7 @@ fn elect_runs_cmd_while_leading_and_leader_names_it() {
     assert_eq!(json["leader"], "alpha", "{json}");
     assert!(json["term"].as_u64().unwrap() > term, "terms rise: {json}");
 
-    let mut watch = Proc::spawn(&mut home.cmd(&["leader", "jobs", "--watch"]));
+    let watch = Proc::spawn(&mut home.cmd(&["leader", "jobs", "--watch"]));
     let standby = Proc::spawn(&mut home.cmd(&[
         "elect", "--name", "jobs", "--id", "beta", "--", "sh", "-c", "sleep 1",
     ]));

@@ -53,14 +53,14 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |_| format!("{flag}: bad value {value:?}");
+        let bad = || format!("{flag}: bad value {value:?}");
         match flag.as_str() {
             "--backend" => a.backend = value.clone(),
             "--spawn" => a.spawn = Some(value.clone()),
-            "--rounds" => a.rounds = value.parse().map_err(bad)?,
-            "--lease-ms" => a.lease = Duration::from_millis(value.parse().map_err(bad)?),
-            "--candidates" => a.candidates = value.parse().map_err(bad)?,
-            "--seconds" => a.seconds = value.parse().map_err(bad)?,
+            "--rounds" => a.rounds = value.parse().map_err(|_| bad())?,
+            "--lease-ms" => a.lease = Duration::from_millis(value.parse().map_err(|_| bad())?),
+            "--candidates" => a.candidates = value.parse().map_err(|_| bad())?,
+            "--seconds" => a.seconds = value.parse().map_err(|_| bad())?,
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
