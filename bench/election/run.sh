@@ -26,6 +26,10 @@ mkdir -p "$out"
 jsonl=$out/$(date -u +%Y%m%dT%H%M%SZ).jsonl
 for b in ${backends//,/ }; do
   echo "== $b"
-  "$bin" --spawn "$b" "${extra[@]}" --json | tee -a "$jsonl"
+  more=()
+  # Each ZooKeeper candidate has a session (a connection) of its own for its lease beside its
+  # registry's, and ZooKeeper takes at most 60 connections from one address by default.
+  if [ "$b" = zookeeper ]; then more=(--candidates 20); fi
+  "$bin" --spawn "$b" "${more[@]}" "${extra[@]}" --json | tee -a "$jsonl"
 done
 echo "results: $jsonl"

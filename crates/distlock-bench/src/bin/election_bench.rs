@@ -42,7 +42,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         spawn: None,
         rounds: 3,
         lease: Duration::from_millis(2000),
-        candidates: 50,
+        candidates: 40,
         seconds: 3.0,
         json: false,
     };
