@@ -601,3 +601,44 @@ async fn critical_section(inside: &AtomicBool, counter: &AtomicU64, cycles: &Ato
     inside.store(false, Ordering::SeqCst);
     cycles.fetch_add(1, Ordering::SeqCst);
 }
+
+/// Spring's `LockRegistryLeaderInitiator` leads while it holds the lock of its role: on the
+/// Spring layout that lock is distlock's election of the same name. While Spring leads, distlock
+/// names Spring's `CLIENT_ID` as the leader and its candidate waits; when Spring lets go,
+/// distlock leads and Spring's next attempt fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spring_leader_initiators_role_is_distlocks_election() {
+    let db = pg_db();
+    db.query(PG_SCHEMA).unwrap();
+    let url = format!("{}?spring=true&region={REGION}", db.url());
+    let spring = Spring::pg(db.url(), Duration::from_secs(30)).await;
+    let role = "cluster-leader";
+    assert!(spring.acquire(role).await, "Spring leads first");
+
+    let reg = LockRegistry::new(PostgresBackend::connect(&url).await.unwrap());
+    let election = reg.election(role).unwrap();
+    let leader = election.leader().await.unwrap().expect("Spring leads");
+    assert_eq!(leader.description, spring.id, "Spring's CLIENT_ID names it");
+    let me = Owner::new("distlock-candidate").unwrap();
+    assert!(matches!(
+        election
+            .campaign_for(me.clone(), Duration::from_millis(300))
+            .await,
+        Err(Error::NotAcquired { .. })
+    ));
+
+    assert!(spring.delete(role).await, "Spring yields");
+    let leading = election
+        .campaign_for(me, Duration::from_secs(10))
+        .await
+        .expect("distlock leads once Spring let go");
+    let now = election.leader().await.unwrap().unwrap();
+    assert_eq!(now.description, "distlock-candidate");
+    assert!(now.term >> 10 >= leading.term() >> 10);
+    assert!(!spring.acquire(role).await, "Spring cannot lead meanwhile");
+    leading.resign().await.unwrap();
+    assert!(
+        spring.acquire(role).await,
+        "Spring leads again after the resignation"
+    );
+}
