@@ -125,6 +125,12 @@ async fn connect(servers: &Arc<Servers>) -> Option<Conn> {
         .await
         .ok()?
         .ok()?;
+    // In the run's log: which server it took the key on, to tell after a failover whether it
+    // talked to the master everybody else did.
+    eprintln!(
+        "torture: foreign client connects to {addr} at {:.1} ms (CLOCK_MONOTONIC)",
+        now_ns() as f64 / 1e6
+    );
     Conn::open(addr).await.ok()
 }
 
