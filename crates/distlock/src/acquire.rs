@@ -614,7 +614,16 @@ impl Inner {
         local: Option<OwnedMutexGuard<SlotState>>,
         hold: &Hold,
     ) -> Result<bool> {
-        let released = self.backend.release(&hold.name, hold.token).await?;
+        let released = match self.backend.release(&hold.name, hold.token).await {
+            Ok(r) => r,
+            Err(e @ Error::Unavailable { .. }) => {
+                // The caller hears of the failure, and the release goes on in the background
+                // until the server answers or the lease ends anyway.
+                self.release_retrying(hold.name.clone(), hold.token, hold.valid_until());
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(mut local) = local {
             if released.contended {
                 let grace = self.opts.contended_release_grace();
@@ -667,6 +676,71 @@ mod tests {
         }
         async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
             self.inner.inspect(name).await
+        }
+    }
+
+    /// Memory locks whose first `failures` releases fail as a restarting server's would.
+    #[derive(Debug)]
+    struct Flaky {
+        inner: MemoryBackend,
+        failures: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Backend for Flaky {
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+            self.inner.acquire(request).await
+        }
+        async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+            let left = self.failures.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, Ordering::SeqCst);
+                return Err(Error::unavailable("flaky", "connection reset by peer"));
+            }
+            self.inner.release(name, token).await
+        }
+        async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+            self.inner.extend(name, token, lease).await
+        }
+        async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+            self.inner.inspect(name).await
+        }
+    }
+
+    /// A release that meets a server's restart is reported, and tried again in the background
+    /// until it goes through: the key does not stay held by nobody for the rest of its lease.
+    #[tokio::test]
+    async fn a_release_that_fails_transiently_is_retried_in_the_background() {
+        for drop_it in [false, true] {
+            let backend = Arc::new(Flaky {
+                inner: MemoryBackend::new(),
+                failures: AtomicUsize::new(0),
+            });
+            let options = RegistryOptions::default().with_lease(Duration::from_secs(60));
+            let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
+            let lock = registry.obtain("k").unwrap();
+            let guard = lock.lock().await.unwrap();
+            backend.failures.store(3, Ordering::SeqCst);
+            if drop_it {
+                drop(guard);
+            } else {
+                assert!(matches!(
+                    guard.release().await,
+                    Err(Error::Unavailable { .. })
+                ));
+            }
+            assert!(
+                registry.flush(Duration::from_secs(10)).await,
+                "retries ended"
+            );
+            assert_eq!(backend.failures.load(Ordering::SeqCst), 0);
+            assert!(
+                lock.inspect().await.unwrap().is_none(),
+                "released after the retries (dropped: {drop_it})"
+            );
         }
     }
 

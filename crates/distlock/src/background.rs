@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{LockName, Token};
+use crate::error::Error;
 use crate::registry::{Inner, LockRegistry};
 
 /// The registry's background undo tasks that have not ended yet.
@@ -75,13 +76,43 @@ impl Background {
     }
 }
 
+/// The first pause before a failed background release is tried again; it doubles up to
+/// [`RETRY_PAUSE_MAX`].
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 impl Inner {
-    /// Gives a remote hold back in the background (cancelled acquisitions, stale holds).
+    /// Gives a remote hold back in the background (cancelled acquisitions, stale holds),
+    /// trying again after a transient failure for up to the registry's lease.
     pub(crate) fn release_in_background(&self, name: LockName, token: Token) {
+        let until = Instant::now()
+            .checked_add(self.opts.lease())
+            .unwrap_or_else(Instant::now);
+        self.release_retrying(name, token, until);
+    }
+
+    /// Gives a remote hold back in the background, trying again after each transient failure
+    /// ([`Error::Unavailable`]: a server restarting, a connection reset) until `until`, when
+    /// the server lets the lease go by itself. Without the retries, a release that met a
+    /// server's restart would leave the key held by nobody for the rest of the lease. A
+    /// release is owner-checked, so one that arrives late frees nothing of anybody else's.
+    pub(crate) fn release_retrying(&self, name: LockName, token: Token, until: Instant) {
         let backend = self.backend.clone();
         self.background.spawn(async move {
-            if let Err(e) = backend.release(&name, token).await {
-                tracing::debug!(lock = ?name, error = %e, "background release failed; the lease will expire");
+            let mut pause = RETRY_PAUSE;
+            loop {
+                match backend.release(&name, token).await {
+                    Ok(_) => return,
+                    Err(e @ Error::Unavailable { .. }) if Instant::now() + pause < until => {
+                        tracing::debug!(lock = ?name, error = %e, "release failed; trying again");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                    }
+                    Err(e) => {
+                        tracing::debug!(lock = ?name, error = %e, "background release failed; the lease will expire");
+                        return;
+                    }
+                }
             }
         });
     }

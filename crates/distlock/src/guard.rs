@@ -229,7 +229,11 @@ impl LockGuard {
     }
 
     /// Gives the lock back. `Ok(())` when it was still held; [`Error::LockLost`] when it had
-    /// been lost meanwhile (nothing is then released: somebody else may hold it).
+    /// been lost meanwhile (nothing is then released: somebody else may hold it). A transient
+    /// failure ([`Error::Unavailable`]: the server restarting, a connection reset) is returned
+    /// and the release goes on in the background, tried again until the server takes it or
+    /// the lease ends, so that the key is not left held by nobody for the rest of its lease
+    /// ([`LockRegistry::flush`](crate::LockRegistry::flush) waits for it).
     ///
     /// # Cancel safety
     /// Dropped before its first poll, the future drops the guard, which releases in the
