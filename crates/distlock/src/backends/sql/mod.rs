@@ -231,6 +231,7 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server;
+pub mod shedlock;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -238,6 +239,8 @@ pub mod sqlite;
 pub const DEFAULT_TABLE: &str = "distlock_locks";
 /// Spring Integration's table (`DefaultLockRepository`'s prefix `INT_` + `LOCK`).
 pub const SPRING_TABLE: &str = "INT_LOCK";
+/// ShedLock's table (its JDBC provider's default name).
+pub const SHEDLOCK_TABLE: &str = "shedlock";
 /// The region of Spring mode when neither a region nor a prefix other than the registry's
 /// default is given: Spring's `DefaultLockRepository`'s default region.
 pub const SPRING_DEFAULT_REGION: &str = "DEFAULT";
@@ -287,6 +290,9 @@ pub struct SqlOptions {
     pub region: Option<String>,
     /// Spring Integration's `INT_LOCK` layout (see the [module docs](self#spring-compatibility)).
     pub spring: bool,
+    /// ShedLock's `shedlock` table layout (URL `layout=shedlock`; see the
+    /// [module docs](self#shedlock-layout)).
+    pub shedlock: bool,
     /// Create the table on first use when it is missing (default true).
     pub create_table: bool,
     /// Most statement connections open at once (default [`DEFAULT_POOL_SIZE`]); waiters use
@@ -313,6 +319,7 @@ impl Default for SqlOptions {
             schema: None,
             region: None,
             spring: false,
+            shedlock: false,
             create_table: true,
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -335,6 +342,20 @@ impl SqlOptions {
             spring: true,
             ..Self::default()
         }
+    }
+
+    /// ShedLock's `shedlock` table and layout (mutex only; the key is the row's `name`).
+    pub fn shedlock_compatible() -> Self {
+        SqlOptions {
+            table: SHEDLOCK_TABLE.to_owned(),
+            shedlock: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is distlock's own layout (neither Spring's nor ShedLock's table).
+    pub(crate) fn native(&self) -> bool {
+        !self.spring && !self.shedlock
     }
 
     /// Sets the table name.
@@ -398,7 +419,17 @@ impl SqlOptions {
         if let Some(schema) = &self.schema {
             validate_ident(kind, "schema", schema)?;
         }
+        if self.spring && self.shedlock {
+            return Err(Error::config(format!(
+                "{kind}: choose one layout: Spring's INT_LOCK or ShedLock's table, not both"
+            )));
+        }
         if let Some(region) = &self.region {
+            if self.shedlock {
+                return Err(Error::config(format!(
+                    "{kind}: ShedLock's table has no region; drop the region with layout=shedlock"
+                )));
+            }
             check_region(kind, self.spring, region)?;
         }
         if self.pool_size == 0 || self.pool_size > 1000 {
@@ -654,6 +685,18 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
     if let Some(v) = params.bool("spring")? {
         options.spring = v;
     }
+    if let Some(layout) = params.string("layout") {
+        match layout.as_str() {
+            "native" => {}
+            "spring" => options.spring = true,
+            "shedlock" => options.shedlock = true,
+            other => {
+                return Err(Error::config(format!(
+                    "{kind} URL: layout must be native, spring or shedlock, got {other:?}"
+                )))
+            }
+        }
+    }
     if let Some(v) = params.bool("create_table")? {
         options.create_table = v;
     }
@@ -673,7 +716,9 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
     }
     let rest = params.into_rest();
     options.table = table.unwrap_or_else(|| {
-        if options.spring {
+        if options.shedlock {
+            SHEDLOCK_TABLE.to_owned()
+        } else if options.spring {
             SPRING_TABLE.to_owned()
         } else {
             DEFAULT_TABLE.to_owned()
