@@ -188,14 +188,28 @@
 //! deleted with the hold in the same statement (PostgreSQL) or packet (MySQL), so that
 //! `INT_LOCK` stays exactly Spring's. A hold of a Spring client shows its `CLIENT_ID`.
 //!
+//! # ShedLock layout
+//!
+//! [`SqlOptions::shedlock_compatible`] (URL `?layout=shedlock`) uses ShedLock's table
+//! (`shedlock(name VARCHAR(64) PRIMARY KEY, lock_until, locked_at TIMESTAMP(3), locked_by
+//! VARCHAR(255))`, default name `shedlock`) with ShedLock's own statements and the database's
+//! UTC time, so that ShedLock's JDBC lock provider and distlock exclude each other. The row
+//! is never deleted (a release sets `lock_until` to now); `locked_by` is the holder's
+//! description followed by ` #<token>`, so that ShedLock (which releases by host name) never
+//! releases distlock's hold. The registry's default prefix writes the bare key as `name`,
+//! any other prefix `<prefix>:<key>`; a name longer than 64 characters is
+//! [`Error::InvalidKey`]. Mutex only, [`Fencing::None`](crate::Fencing). See
+//! [`shedlock`] for the statements and the limits.
+//!
 //! # URL parameters
 //!
 //! | parameter | default | meaning |
 //! |---|---|---|
-//! | `table` | `distlock_locks` (`INT_LOCK` with `spring=true`) | the lease table |
+//! | `table` | `distlock_locks` (`INT_LOCK` with `spring=true`, `shedlock` with `layout=shedlock`) | the lease table |
 //! | `schema` | the connection's default | PostgreSQL schema / MySQL database of the table |
 //! | `region` | the registry's prefix (`DEFAULT` for the default prefix `lock` with `spring=true`) | a fixed region for every lock |
 //! | `spring` | `false` | Spring `INT_LOCK` layout |
+//! | `layout` | `native` | `native`, `spring` (as `spring=true`) or `shedlock` (ShedLock's table, default name `shedlock`) |
 //! | `create_table` | `true` | create the table on first use when it is missing |
 //! | `pool_size` | 1 | statement connections (plus one listening connection while waiting): a registry needs two connections whatever the number of keys it holds or waits for; more let one process run statements in parallel |
 //! | `connect_timeout` | `5s` | per connection attempt; `500ms`, `5s`, `1m` or plain seconds |

@@ -8,7 +8,7 @@
 //!
 //! | column | type | value written by distlock |
 //! |---|---|---|
-//! | `name` | `VARCHAR(64)` primary key | the key, bare (no prefix, no region) |
+//! | `name` | `VARCHAR(64)` primary key | the key (with the default prefix), else `<prefix>:<key>` |
 //! | `lock_until` | `TIMESTAMP(3)` | end of the lease while held; the release time after a release |
 //! | `locked_at` | `TIMESTAMP(3)` | when it was taken |
 //! | `locked_by` | `VARCHAR(255)` | `<owner description> #<token, 32 hex digits>` |
@@ -37,17 +37,21 @@
 //!   description is cut so that the whole fits 255 characters. `inspect` and `list` show the
 //!   description of distlock's rows and the whole `locked_by` (ShedLock's host name) of the
 //!   others.
-//! - **Prefix**: ShedLock's names have none. The registry's prefix (and so the CLI's
-//!   `--prefix`) is ignored in this layout: the key alone is the row's `name`, and `list` shows
-//!   every held row whatever prefix it is given. `?region=` is refused. Use distinct keys
-//!   (or tables) for distinct applications.
+//! - **Prefix**: ShedLock's names have none. The registry's default prefix `lock` (also the
+//!   CLI's `--prefix` default) is ShedLock's namespace: the key alone is the row's `name`. Any
+//!   other prefix `p` writes `p:<key>`, so that registries with distinct prefixes keep
+//!   distinct locks as on every other backend (a ShedLock job named `p:<key>` is the same
+//!   lock). `list("lock")` shows every held row by its whole `name`; `list(p)` the rows
+//!   whose name starts with `p:`, without it. `?region=` is refused.
 //! - **Limits**: the mutex only (read-write locks and semaphores answer
-//!   [`Error::Unsupported`](crate::Error)); a key longer than 64 characters is
-//!   [`Error::InvalidKey`](crate::Error). The table has no fence column: the fence reported is
+//!   [`Error::Unsupported`](crate::Error)); a name longer than 64 characters is
+//!   [`Error::InvalidKey`](crate::Error) (the capabilities' `max_key_len` says 64). The table has no fence column: the fence reported is
 //!   `locked_at` in microseconds, which increases only as far as the database's clock does, so
 //!   the capabilities say [`Fencing::None`](crate::Fencing). On MySQL/MariaDB `name` has the
 //!   table's collation: with the usual case-insensitive ones, keys that differ only in case
-//!   (or in trailing spaces) are one lock, as they are for ShedLock.
+//!   (or in trailing spaces) are one lock, as they are for ShedLock. MySQL converts
+//!   `TIMESTAMP` values through the session's time zone: every client (ShedLock's too) must
+//!   use the same one, the server's default (distlock sets none), ideally UTC.
 //! - **Waiting**: distlock's releases wake distlock's waiters as in the other layouts
 //!   (PostgreSQL `NOTIFY`, MySQL's doorbell); ShedLock's releases are noticed by polling (at
 //!   most every 500 ms). ShedLock itself never waits: it skips a run when the lock is busy.
