@@ -47,7 +47,7 @@ pub const SCHEMES: &[&str] = &[
 /// | `mysql://[user:pass@]host:port/db[?params]`, `mariadb://…` | MySQL / MariaDB lease table | `mysql` |
 /// | `zk://[user:pass@]host:port[,host:port][/root][?params]`, `zks://…` (TLS) | ZooKeeper, Curator `InterProcessMutex` layout | `zookeeper` (`zookeeper-tls`) |
 ///
-/// The SQL parameters (`table`, `schema`, `region`, `spring`, `pool_size`, `connect_timeout`,
+/// The SQL parameters (`table`, `schema`, `region`, `spring`, `layout`, `pool_size`, `connect_timeout`,
 /// `sslmode` / `ssl-mode`, ...) are listed in [`backends::sql`](crate::backends::sql).
 ///
 /// Every backend reads its URL with the same rules: user and password are percent-decoded, a

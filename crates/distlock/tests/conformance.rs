@@ -1,7 +1,7 @@
 //! The conformance suite on every backend this build has: memory, Redis (a throwaway
 //! `redis-server` per test), Redlock (three of them), Sentinel (a master, two replicas, three
 //! Sentinels), Redis Cluster (three masters, a replica each), SQLite (a fresh database file per test), PostgreSQL and
-//! MariaDB, each also in Spring mode (a fresh database per test on the machine's server, or on
+//! MariaDB, each also in Spring mode and in ShedLock's layout (a fresh database per test on the machine's server, or on
 //! a throwaway server the test process starts when none runs), ZooKeeper and etcd (a
 //! throwaway server per test process). Each harness is reached by URL, so the lost-signal
 //! scenarios delete locks with `Backend::force_release` and the cross-process scenarios start
@@ -125,10 +125,14 @@ distlock::conformance_suite!(on_sqlite, sqlite);
 distlock::conformance_suite!(on_postgres, || postgres_with(""));
 #[cfg(feature = "postgres")]
 distlock::conformance_suite!(on_postgres_spring, || postgres_with("?spring=true"));
+#[cfg(feature = "postgres")]
+distlock::conformance_suite!(on_postgres_shedlock, || postgres_with("?layout=shedlock"));
 #[cfg(feature = "mysql")]
 distlock::conformance_suite!(on_mariadb, || mariadb_with(""));
 #[cfg(feature = "mysql")]
 distlock::conformance_suite!(on_mariadb_spring, || mariadb_with("?spring=true"));
+#[cfg(feature = "mysql")]
+distlock::conformance_suite!(on_mariadb_shedlock, || mariadb_with("?layout=shedlock"));
 #[cfg(feature = "zookeeper")]
 distlock::conformance_suite!(on_zookeeper, zookeeper);
 #[cfg(feature = "etcd")]

@@ -62,6 +62,11 @@ pub struct Capabilities {
     /// The backend stores each hold's [`Owner`](super::Owner) and reports it in
     /// [`LockInfo::owners`](super::LockInfo::owners).
     pub owners: bool,
+    /// The longest lock name the backend's layout stores, in characters: the key, plus the
+    /// prefix and one separator where the layout writes the prefix into the name. Keys that
+    /// do not fit are refused with [`Error::InvalidKey`](crate::Error). [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)
+    /// (no limit of the backend's own) for every backend but ShedLock's SQL table (64).
+    pub max_key_len: usize,
 }
 
 impl Capabilities {
@@ -77,7 +82,15 @@ impl Capabilities {
             read_write: false,
             semaphores: false,
             owners: false,
+            max_key_len: crate::backend::MAX_KEY_LEN,
         }
+    }
+
+    /// Sets the `max_key_len` field.
+    #[must_use]
+    pub const fn max_key_len(mut self, len: usize) -> Self {
+        self.max_key_len = len;
+        self
     }
 
     /// Sets the `fencing` field.

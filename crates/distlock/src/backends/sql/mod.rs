@@ -188,14 +188,28 @@
 //! deleted with the hold in the same statement (PostgreSQL) or packet (MySQL), so that
 //! `INT_LOCK` stays exactly Spring's. A hold of a Spring client shows its `CLIENT_ID`.
 //!
+//! # ShedLock layout
+//!
+//! [`SqlOptions::shedlock_compatible`] (URL `?layout=shedlock`) uses ShedLock's table
+//! (`shedlock(name VARCHAR(64) PRIMARY KEY, lock_until, locked_at TIMESTAMP(3), locked_by
+//! VARCHAR(255))`, default name `shedlock`) with ShedLock's own statements and the database's
+//! UTC time, so that ShedLock's JDBC lock provider and distlock exclude each other. The row
+//! is never deleted (a release sets `lock_until` to now); `locked_by` is the holder's
+//! description followed by ` #<token>`, so that ShedLock (which releases by host name) never
+//! releases distlock's hold. The registry's default prefix writes the bare key as `name`,
+//! any other prefix `<prefix>:<key>`; a name longer than 64 characters is
+//! [`Error::InvalidKey`]. Mutex only, [`Fencing::None`](crate::Fencing). See
+//! [`shedlock`] for the statements and the limits.
+//!
 //! # URL parameters
 //!
 //! | parameter | default | meaning |
 //! |---|---|---|
-//! | `table` | `distlock_locks` (`INT_LOCK` with `spring=true`) | the lease table |
+//! | `table` | `distlock_locks` (`INT_LOCK` with `spring=true`, `shedlock` with `layout=shedlock`) | the lease table |
 //! | `schema` | the connection's default | PostgreSQL schema / MySQL database of the table |
 //! | `region` | the registry's prefix (`DEFAULT` for the default prefix `lock` with `spring=true`) | a fixed region for every lock |
 //! | `spring` | `false` | Spring `INT_LOCK` layout |
+//! | `layout` | `native` | `native`, `spring` (as `spring=true`) or `shedlock` (ShedLock's table, default name `shedlock`) |
 //! | `create_table` | `true` | create the table on first use when it is missing |
 //! | `pool_size` | 1 | statement connections (plus one listening connection while waiting): a registry needs two connections whatever the number of keys it holds or waits for; more let one process run statements in parallel |
 //! | `connect_timeout` | `5s` | per connection attempt; `500ms`, `5s`, `1m` or plain seconds |
@@ -231,6 +245,7 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server;
+pub mod shedlock;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -238,6 +253,8 @@ pub mod sqlite;
 pub const DEFAULT_TABLE: &str = "distlock_locks";
 /// Spring Integration's table (`DefaultLockRepository`'s prefix `INT_` + `LOCK`).
 pub const SPRING_TABLE: &str = "INT_LOCK";
+/// ShedLock's table (its JDBC provider's default name).
+pub const SHEDLOCK_TABLE: &str = "shedlock";
 /// The region of Spring mode when neither a region nor a prefix other than the registry's
 /// default is given: Spring's `DefaultLockRepository`'s default region.
 pub const SPRING_DEFAULT_REGION: &str = "DEFAULT";
@@ -287,6 +304,9 @@ pub struct SqlOptions {
     pub region: Option<String>,
     /// Spring Integration's `INT_LOCK` layout (see the [module docs](self#spring-compatibility)).
     pub spring: bool,
+    /// ShedLock's `shedlock` table layout (URL `layout=shedlock`; see the
+    /// [module docs](self#shedlock-layout)).
+    pub shedlock: bool,
     /// Create the table on first use when it is missing (default true).
     pub create_table: bool,
     /// Most statement connections open at once (default [`DEFAULT_POOL_SIZE`]); waiters use
@@ -313,6 +333,7 @@ impl Default for SqlOptions {
             schema: None,
             region: None,
             spring: false,
+            shedlock: false,
             create_table: true,
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -335,6 +356,20 @@ impl SqlOptions {
             spring: true,
             ..Self::default()
         }
+    }
+
+    /// ShedLock's `shedlock` table and layout (mutex only; the key is the row's `name`).
+    pub fn shedlock_compatible() -> Self {
+        SqlOptions {
+            table: SHEDLOCK_TABLE.to_owned(),
+            shedlock: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is distlock's own layout (neither Spring's nor ShedLock's table).
+    pub(crate) fn native(&self) -> bool {
+        !self.spring && !self.shedlock
     }
 
     /// Sets the table name.
@@ -398,7 +433,17 @@ impl SqlOptions {
         if let Some(schema) = &self.schema {
             validate_ident(kind, "schema", schema)?;
         }
+        if self.spring && self.shedlock {
+            return Err(Error::config(format!(
+                "{kind}: choose one layout: Spring's INT_LOCK or ShedLock's table, not both"
+            )));
+        }
         if let Some(region) = &self.region {
+            if self.shedlock {
+                return Err(Error::config(format!(
+                    "{kind}: ShedLock's table has no region; drop the region with layout=shedlock"
+                )));
+            }
             check_region(kind, self.spring, region)?;
         }
         if self.pool_size == 0 || self.pool_size > 1000 {
@@ -654,6 +699,18 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
     if let Some(v) = params.bool("spring")? {
         options.spring = v;
     }
+    if let Some(layout) = params.string("layout") {
+        match layout.as_str() {
+            "native" => {}
+            "spring" => options.spring = true,
+            "shedlock" => options.shedlock = true,
+            other => {
+                return Err(Error::config(format!(
+                    "{kind} URL: layout must be native, spring or shedlock, got {other:?}"
+                )))
+            }
+        }
+    }
     if let Some(v) = params.bool("create_table")? {
         options.create_table = v;
     }
@@ -673,7 +730,9 @@ pub(crate) fn parse_url(kind: &str, schemes: &[&str], raw: &str) -> Result<Parse
     }
     let rest = params.into_rest();
     options.table = table.unwrap_or_else(|| {
-        if options.spring {
+        if options.shedlock {
+            SHEDLOCK_TABLE.to_owned()
+        } else if options.spring {
             SPRING_TABLE.to_owned()
         } else {
             DEFAULT_TABLE.to_owned()

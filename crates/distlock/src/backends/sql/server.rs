@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::kinds::{row_owner, WriterPlaces};
+use super::shedlock::{namespace, row_name};
 use super::{check_region, per_entry, scrub, spring_lock_key, token_uuid, SqlOptions};
 #[cfg(doc)]
 use crate::backend::Backend;
@@ -41,6 +42,11 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
     /// region is known to fit the layout.
     fn row_key(&self, name: &LockName) -> Result<(String, String)> {
         let o = self.options();
+        if o.shedlock {
+            // ShedLock's names have no region: the key alone is the row.
+            let prefix = namespace(name.prefix()).to_owned();
+            return Ok((prefix, row_name(name.prefix(), name.key())?));
+        }
         let region = o.region_of(name);
         check_region(Self::KIND, o.spring, region)?;
         let key = if o.spring {
@@ -54,7 +60,10 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
     /// The owner column's value for an exclusive hold of `name` by `token`: Spring's UUID
     /// form in Spring mode, else the token's hex (upper case for a writer, see `sql::kinds`).
     fn owner(&self, name: &LockName, token: Token) -> String {
-        if self.options().spring {
+        if self.options().shedlock {
+            // The token part of `locked_by` (see `sql::shedlock::locked_by`).
+            token.to_string()
+        } else if self.options().spring {
             token_uuid(token)
         } else {
             row_owner(name, token)
@@ -64,6 +73,9 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
     /// The region whose locks `list(prefix)` shows (see [`SqlOptions::region_for`]).
     fn list_region(&self, prefix: &str) -> Result<String> {
         let o = self.options();
+        if o.shedlock {
+            return Ok(namespace(prefix).to_owned());
+        }
         let region = o.region_for(prefix);
         check_region(Self::KIND, o.spring, region)?;
         Ok(region.to_owned())
@@ -71,10 +83,16 @@ pub(crate) trait Server: Send + Sync + Sized + 'static {
 
     /// Refuses a kind the layout does not take (Spring mode takes the mutex only).
     fn check_kind(&self, name: &LockName) -> Result<()> {
-        if self.options().spring && name.kind() != crate::backend::LockKind::Mutex {
+        let o = self.options();
+        if !o.native() && name.kind() != crate::backend::LockKind::Mutex {
+            let layout = if o.shedlock {
+                "ShedLock's table"
+            } else {
+                "Spring's INT_LOCK layout"
+            };
             return Err(Error::Unsupported {
                 backend: Self::KIND,
-                what: format!("{} locks in Spring's INT_LOCK layout", name.kind().name()),
+                what: format!("{} locks in {layout}", name.kind().name()),
             });
         }
         Ok(())
@@ -222,6 +240,7 @@ pub(crate) fn debug<S: Server>(
         .field("table", &o.table)
         .field("schema", &o.schema)
         .field("spring", &o.spring)
+        .field("shedlock", &o.shedlock)
         .finish()
 }
 
@@ -409,7 +428,10 @@ pub(crate) fn context<S: Server>(
 /// mutex only).
 pub(crate) fn capabilities(kind: &'static str, options: &SqlOptions) -> Capabilities {
     let caps = Capabilities::new(kind).notifies_release(true);
-    if options.spring {
+    if options.shedlock {
+        caps.fencing(Fencing::None)
+            .max_key_len(super::shedlock::NAME_CHARS)
+    } else if !options.native() {
         caps.fencing(Fencing::None)
     } else {
         caps.fencing(Fencing::MonotonicAcrossDataLoss).all_kinds()

@@ -75,8 +75,20 @@ fn urls_parse_and_name_the_bad_part() {
     let spring = parse_url("mysql", &["mysql"], "mysql://h/db?spring=true").unwrap();
     assert_eq!(spring.options.table, SPRING_TABLE);
     assert!(spring.options.spring);
+    let shed = parse_url("mysql", &["mysql"], "mysql://h/db?layout=shedlock").unwrap();
+    assert_eq!(shed.options.table, SHEDLOCK_TABLE);
+    assert!(shed.options.shedlock && !shed.options.native());
+    let named = parse_url(
+        "mysql",
+        &["mysql"],
+        "mysql://h/db?layout=shedlock&table=jobs_lock",
+    );
+    assert_eq!(named.unwrap().options.table, "jobs_lock");
 
     for (url, part) in [
+        ("postgres://h/db?layout=other", "layout"),
+        ("postgres://h/db?layout=shedlock&region=r", "region"),
+        ("postgres://h/db?layout=shedlock&spring=true", "one layout"),
         ("postgres://", "host"),
         ("postgres:///db", "host"),
         ("postgres://h:99999/db", "malformed"),

@@ -21,6 +21,7 @@
 mod lite;
 mod my;
 mod pg;
+mod pg_shedlock;
 #[cfg(test)]
 mod tests;
 

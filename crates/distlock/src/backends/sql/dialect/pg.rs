@@ -437,6 +437,13 @@ pub(super) fn exists_query(
     )
 }
 
+/// [`exists_query`] of a layout with one table (ShedLock's): no side table, no place for
+/// descriptions to miss.
+pub(super) fn exists_query_of(schema: Option<&str>, table: &str) -> String {
+    let name = pg_table(schema, table).replace('\'', "''");
+    format!("SELECT to_regclass('{name}') IS NOT NULL, true, true")
+}
+
 /// The common acquisition's `UPDATE` of an existing row (see [`Pg::acquire_existing`]),
 /// returning `returning`.
 fn acquire_existing(t: &str, returning: &str) -> String {

@@ -13,6 +13,7 @@ use crate::backends::sql::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
 use crate::backends::sql::doorbell::HEAD_GRACE_MS;
 use crate::backends::sql::kinds::{disagreement, place, share_owner, Place, Share};
 use crate::backends::sql::server::{self, Server};
+use crate::backends::sql::shedlock::locked_by;
 use crate::backends::sql::{fence_from, lease_ms, millis, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
 
@@ -160,7 +161,10 @@ impl MySqlBackend {
     /// acquisitions take the doorbell in the same round trip.
     pub(super) async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (token, lease, queued) = (request.token, request.lease, request.queued());
-        let described = request.owner_str().to_owned();
+        let mut described = request.owner_str().to_owned();
+        if self.inner.options.shedlock {
+            described = locked_by(&described, token);
+        }
         server::acquire(&self.inner, request, move |inner, name| async move {
             inner.check_kind(&name)?;
             if let Place::Shared(share) = place(&name) {
@@ -179,7 +183,7 @@ impl MySqlBackend {
             let doorbell = inner.doorbell(&a, &b);
             let mut outcome = None;
             let mut armed = false;
-            if !inner.options.spring {
+            if inner.options.native() {
                 // Behind another process in the lock's queue: leave a free lock to it for a
                 // while (it is being woken), which keeps the handoff first come, first served
                 // even when this waiter's polling comes first.
@@ -264,7 +268,7 @@ impl MySqlBackend {
                         MyOutcome::Acquired {
                             fence: int(row, 1).unwrap_or(0),
                             // A new row was wanted by nobody; Spring's table cannot say.
-                            wanted: inner.options.spring,
+                            wanted: !inner.options.native(),
                         }
                     } else {
                         MyOutcome::Busy {

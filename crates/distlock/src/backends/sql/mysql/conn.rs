@@ -174,7 +174,7 @@ impl Inner {
         if table > 0
             && (n(2) == 0 || n(3) == 0)
             && !self.options.create_table
-            && !self.options.spring
+            && self.options.native()
         {
             tracing::warn!(
                 table = %self.options.table,
@@ -188,7 +188,7 @@ impl Inner {
             // data dictionary serialises them and the losers only get a warning.
             self.doorbells.run(Job::Text(self.sql.create())).await?;
             self.side_table.store(true, Ordering::Release);
-            if !self.options.spring {
+            if self.options.native() {
                 // Tables made before the holders' descriptions were recorded.
                 for (i, side) in [(2, false), (3, true)] {
                     let existed = if side { n(1) > 0 } else { table > 0 };
@@ -221,7 +221,7 @@ impl Inner {
 
     /// The release statement of the layout, without a doorbell.
     pub(super) async fn release_plain(&self, lock: &MyLock<'_>) -> Result<Outcome> {
-        if self.options.spring {
+        if !self.options.native() {
             self.run("release", &self.sql.release(lock), false).await
         } else {
             self.run_prepared("release", &self.release_prepared, lock, 0, false)

@@ -40,7 +40,7 @@ impl MySqlBackend {
                 other => {
                     return Err(Error::config(format!(
                         "mysql URL: unknown query parameter {other:?} (known: table, schema, \
-                         region, spring, create_table, pool_size, connect_timeout, \
+                         region, spring, layout, create_table, pool_size, connect_timeout, \
                          request_timeout, allow_insecure_auth, ssl-mode, ssl-ca, ssl-cert, \
                          ssl-key)"
                     )))
@@ -214,7 +214,11 @@ impl MySqlBackend {
                 target,
                 user,
                 password,
-                sql: My::new(options.schema.as_deref(), &options.table, options.spring),
+                sql: if options.shedlock {
+                    My::shedlock(options.schema.as_deref(), &options.table)
+                } else {
+                    My::new(options.schema.as_deref(), &options.table, options.spring)
+                },
                 acquire_prepared: native.acquire_existing_prepared(None),
                 acquire_deferring: native.acquire_existing_prepared(Some(HEAD_GRACE_MS)),
                 release_prepared: native.release_prepared(),

@@ -28,6 +28,7 @@ use super::dialect::MyLock;
 use super::doorbell::{doorbell_name, LISTEN_WAIT_S};
 use super::kinds::{place, share_owner, HeldRow, Place, WriterPlaces};
 use super::server::{capabilities, server_backend, LockTable, Server};
+use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis};
 use crate::backend::{
     Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription, Released,
@@ -102,9 +103,14 @@ fn bytes(row: &mysql_async::Row, i: usize) -> Option<Vec<u8>> {
         .flatten()
 }
 
-/// What a Spring-layout row says of its holder from column `at` on: distlock's description,
-/// else the `CLIENT_ID` (a Spring client's hold).
+/// What a Spring- or ShedLock-layout row says of its holder from column `at` on: distlock's
+/// description, else the `CLIENT_ID` (a Spring client's hold) or the `locked_by` (the
+/// ShedLock layout's column `at` is always NULL; `shown_owner` keeps the description part of
+/// distlock's `locked_by`, and shows any other value, a `CLIENT_ID` too, whole).
 fn spring_owner(row: &mysql_async::Row, at: usize) -> String {
+    if bytes(row, at).is_none() {
+        return shown_owner(bytes(row, at + 1).as_deref().unwrap_or_default());
+    }
     let shown = bytes(row, at).or_else(|| bytes(row, at + 1));
     Owner::shown(shown.as_deref().unwrap_or_default())
 }
@@ -150,7 +156,7 @@ impl LockTable for Inner {
         let out = self.run("list", &self.sql.list(&region), true).await?;
         let mut listed = Vec::with_capacity(out.rows.len());
         for row in &out.rows {
-            if self.options.spring {
+            if !self.options.native() {
                 let Some(key) = text(row, 0).or_else(|| text(row, 1)) else {
                     continue;
                 };
@@ -230,7 +236,7 @@ impl LockTable for Inner {
         } else {
             self.release_plain(&lock).await?
         };
-        let (was_held, contended) = if self.options.spring {
+        let (was_held, contended) = if !self.options.native() {
             let row = out.rows.first();
             let held = row.and_then(|r| int(r, 0)).unwrap_or(0) > 0;
             (held, row.and_then(|r| int(r, 1)).unwrap_or(0) > 0)
@@ -297,7 +303,7 @@ impl LockTable for Inner {
         let Some(row) = out.rows.first() else {
             return Ok(None);
         };
-        if self.options.spring {
+        if !self.options.native() {
             return Ok(Some(
                 LockInfo::new(
                     Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
@@ -319,7 +325,7 @@ impl LockTable for Inner {
             token: "",
             described: "",
         });
-        let existed = if self.options.spring {
+        let existed = if !self.options.native() {
             self.run("force_release", &sql, true).await?.affected > 0
         } else {
             let out = self.run_transaction("force_release", &sql, true).await?;
@@ -400,7 +406,7 @@ impl MySqlBackend {
         // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
         // so it promises no order.
         capabilities(KIND, &self.inner.options)
-            .fifo(!self.inner.options.spring)
+            .fifo(self.inner.options.native())
             .owners(true)
     }
 

@@ -26,6 +26,7 @@ use tokio_postgres::{Config, Row};
 use super::dialect::Pg;
 use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
 use super::server::{self, capabilities, context, server_backend, LockTable, Server};
+use super::shedlock::{locked_by, shown_owner};
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
     detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner,
@@ -95,7 +96,7 @@ impl PostgresBackend {
                 other => {
                     return Err(Error::config(format!(
                         "postgres URL: unknown query parameter {other:?} (known: table, schema, \
-                         region, spring, create_table, pool_size, connect_timeout, \
+                         region, spring, layout, create_table, pool_size, connect_timeout, \
                          request_timeout, allow_insecure_auth, sslmode, sslrootcert, sslcert, \
                          sslkey, application_name)"
                     )))
@@ -168,7 +169,9 @@ impl PostgresBackend {
             let hex: String = d.iter().take(8).map(|b| format!("{b:02x}")).collect();
             format!("distlock_{hex}")
         };
-        let sql = if options.spring {
+        let sql = if options.shedlock {
+            Pg::shedlock(options.schema.as_deref(), &options.table)
+        } else if options.spring {
             Pg::spring(options.schema.as_deref(), &options.table)
         } else {
             Pg::native(options.schema.as_deref(), &options.table)
@@ -232,7 +235,7 @@ impl Inner {
     /// (the order of Spring's own statements).
     fn ident(&self, name: &LockName) -> Result<(String, String)> {
         let (region, key) = self.row_key(name)?;
-        Ok(if self.options.spring {
+        Ok(if !self.options.native() {
             (key, region)
         } else {
             (region, key)
@@ -273,12 +276,18 @@ fn held_row(row: &Row, at: usize) -> HeldRow {
     }
 }
 
-/// What a Spring-layout row says of its holder from column `at` on: distlock's description,
-/// else the `CLIENT_ID` (a Spring client's hold).
-fn spring_owner(row: &Row, at: usize) -> String {
-    let described: Option<String> = row.get(at);
-    let client: Option<String> = row.get(at + 1);
-    Owner::shown(described.or(client).unwrap_or_default().as_bytes())
+impl Inner {
+    /// What a Spring- or ShedLock-layout row says of its holder from column `at` on: Spring:
+    /// distlock's description, else the `CLIENT_ID` (a Spring client's hold); ShedLock: the
+    /// description part of distlock's `locked_by`, else all of it (ShedLock's host name).
+    fn foreign_owner(&self, row: &Row, at: usize) -> String {
+        let described: Option<String> = row.get(at);
+        let client: Option<String> = row.get(at + 1);
+        if self.options.shedlock {
+            return shown_owner(client.unwrap_or_default().as_bytes());
+        }
+        Owner::shown(described.or(client).unwrap_or_default().as_bytes())
+    }
 }
 
 /// Most key names a Spring-mode backend remembers having recorded.
@@ -438,7 +447,7 @@ impl LockTable for Inner {
         let rows = self.query("list", Stmt::List, &[&region], true).await?;
         let mut listed = Vec::with_capacity(rows.len());
         for row in &rows {
-            if self.options.spring {
+            if !self.options.native() {
                 let key: Option<String> = row.get(0);
                 let key = key.unwrap_or_else(|| row.get(1));
                 listed.push(ListedLock {
@@ -449,7 +458,7 @@ impl LockTable for Inner {
                     )
                     .with_kind(crate::backend::LockKind::Mutex)
                     .with_holders(1)
-                    .with_owners([spring_owner(row, 4)]),
+                    .with_owners([self.foreign_owner(row, 4)]),
                 });
             } else if let Some(info) = held_row(row, 1).info(KIND)? {
                 listed.push(ListedLock {
@@ -554,7 +563,7 @@ impl LockTable for Inner {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        if self.options.spring {
+        if !self.options.native() {
             return Ok(Some(
                 LockInfo::new(
                     Some(fence_from(KIND, row.get(0))?),
@@ -562,7 +571,7 @@ impl LockTable for Inner {
                 )
                 .with_kind(crate::backend::LockKind::Mutex)
                 .with_holders(1)
-                .with_owners([spring_owner(row, 2)]),
+                .with_owners([self.foreign_owner(row, 2)]),
             ));
         }
         held_row(row, 0).info(KIND)
@@ -571,7 +580,7 @@ impl LockTable for Inner {
     async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let (a, b) = self.ident(name)?;
         let payload = self.payload(name);
-        if !self.options.spring {
+        if self.options.native() {
             let rows = self
                 .query_locked(
                     "force_release",
@@ -683,7 +692,10 @@ impl PostgresBackend {
     /// task; an attempt whose caller went away gives the lock back once it committed.
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (token, lease, queued) = (request.token, request.lease, request.queued());
-        let described = request.owner_str().to_owned();
+        let mut described = request.owner_str().to_owned();
+        if self.inner.options.shedlock {
+            described = locked_by(&described, token);
+        }
         server::acquire(&self.inner, request, move |inner, name| async move {
             inner.check_kind(&name)?;
             if let Place::Shared(share) = place(&name) {
@@ -698,7 +710,7 @@ impl PostgresBackend {
                 [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &described];
             let (rows, _) = tokio::join!(inner.try_take(&params), inner.record_name(&name, &a, &b));
             let row = rows?.into_iter().next();
-            if queued && !inner.options.spring {
+            if queued && inner.options.native() {
                 // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
                 let (ours, readers) = row.as_ref().map_or((false, false), |r| {
                     (r.get::<_, bool>(0), r.get::<_, bool>(3))

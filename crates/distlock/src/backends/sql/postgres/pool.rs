@@ -354,7 +354,7 @@ impl Inner {
         let (exists, side) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
         let described = row.get::<_, bool>(2);
         self.side_table.store(side, Ordering::Release);
-        if exists && !described && !self.options.create_table && !self.options.spring {
+        if exists && !described && !self.options.create_table && self.options.native() {
             tracing::warn!(
                 table = %self.options.table,
                 "the lease table has no place for holder descriptions (an older layout) and \

@@ -15,6 +15,7 @@ use crate::backends::sql::kinds::{
 
 mod kinds;
 mod mutex;
+mod shedlock;
 
 /// MySQL / MariaDB statements, built per call.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub(crate) struct My {
     /// have none; then nothing is recorded and the `CLIENT_ID` is shown).
     described: Arc<AtomicBool>,
     spring: bool,
+    /// ShedLock's table (see `sql::shedlock`; its statements are in `shedlock.rs`).
+    shedlock: bool,
 }
 
 /// The type of a description column: bytes, so that whatever another writer stored reads
@@ -226,6 +229,15 @@ impl My {
             owners_name,
             described: Arc::new(AtomicBool::new(true)),
             spring,
+            shedlock: false,
+        }
+    }
+
+    /// ShedLock's table.
+    pub(crate) fn shedlock(schema: Option<&str>, table: &str) -> Self {
+        My {
+            shedlock: true,
+            ..Self::new(schema, table, false)
         }
     }
 
@@ -259,6 +271,9 @@ impl My {
                  WHERE table_schema = {schema} AND table_name = '{t}' AND column_name = 'owner')"
             )
         };
+        if self.shedlock {
+            return format!("SELECT {}, 1, 1, 1", count(table));
+        }
         if self.spring {
             let o = count(&self.owners_name);
             return format!(
@@ -287,6 +302,9 @@ impl My {
     /// Creates the table and its side table (the holds, or Spring's key names) where missing.
     pub(crate) fn create(&self) -> String {
         let (t, side) = (&self.table, &self.side);
+        if self.shedlock {
+            return self.shed_create();
+        }
         if self.spring {
             // Spring's schema-mysql.sql, with IF NOT EXISTS.
             format!(
@@ -342,7 +360,9 @@ impl My {
     }
 
     fn where_lock(&self, l: &MyLock<'_>) -> String {
-        if self.spring {
+        if self.shedlock {
+            self.shed_where(l)
+        } else if self.spring {
             format!(
                 "LOCK_KEY = '{}' AND REGION = {}",
                 l.key.replace('\'', ""),
@@ -363,6 +383,9 @@ impl My {
     pub(crate) fn inspect(&self, l: &MyLock<'_>) -> String {
         let t = &self.table;
         let w = self.where_lock(l);
+        if self.shedlock {
+            return self.shed_inspect(l);
+        }
         if self.spring {
             return format!(
                 "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', CREATED_DATE),
@@ -418,6 +441,9 @@ impl My {
     /// (key name or NULL, LOCK_KEY, fence, remaining ms).
     pub(crate) fn list(&self, region: &str) -> String {
         let (t, side) = (&self.table, &self.side);
+        if self.shedlock {
+            return self.shed_list(region);
+        }
         if self.spring {
             return format!(
                 "SELECT n.LOCK_NAME, l.LOCK_KEY,
@@ -487,7 +513,9 @@ impl My {
     pub(crate) fn doorbell_wait(&self, l: &MyLock<'_>, doorbell: &str, wait_s: f64) -> String {
         let t = &self.table;
         let w = self.where_lock(l);
-        let live = if self.spring {
+        let live = if self.shedlock {
+            format!("lock_until > {}", shedlock::NOW)
+        } else if self.spring {
             format!("EXPIRED_AFTER >= {MY_UTC}")
         } else {
             // Shares leave room too: readers without a waiting writer let readers in, a
@@ -509,7 +537,9 @@ impl My {
             )
         };
         let free = format!("NOT EXISTS (SELECT 1 FROM {t} m WHERE {w} AND {live})");
-        let version = if self.spring {
+        let version = if self.shedlock {
+            shedlock::FENCE
+        } else if self.spring {
             "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', CREATED_DATE)"
         } else {
             "fence"
@@ -528,6 +558,9 @@ impl My {
     pub(crate) fn force_delete(&self, l: &MyLock<'_>) -> String {
         let (t, h) = (&self.table, &self.side);
         let w = self.where_lock(l);
+        if self.shedlock {
+            return self.shed_force(l);
+        }
         if self.spring {
             return format!("DELETE FROM {t} WHERE {w} AND EXPIRED_AFTER >= {MY_UTC}");
         }

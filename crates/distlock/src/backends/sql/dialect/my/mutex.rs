@@ -26,7 +26,7 @@ impl My {
         want_ms: i64,
         defer_ms: Option<i64>,
     ) -> Option<String> {
-        if self.spring {
+        if self.spring || self.shedlock {
             return None;
         }
         let tok = format!("'{}'", l.checked_token());
@@ -103,6 +103,9 @@ impl My {
     /// Two statements; the second returns one row (ours: 0/1, fence, remaining ms, and in the
     /// native layout whether readers hold it: 0/1) or none.
     pub(crate) fn acquire(&self, l: &MyLock<'_>, lease_ms: i64, want_ms: i64) -> String {
+        if self.shedlock {
+            return self.shed_acquire(l, lease_ms);
+        }
         let t = &self.table;
         let tok = l.checked_token();
         let w = self.where_lock(l);
@@ -170,6 +173,9 @@ impl My {
     /// `UPDATE`; one matched row means released, and `LAST_INSERT_ID` is 2 when a waiter said
     /// it waits (contended), else 1.
     pub(crate) fn release(&self, l: &MyLock<'_>) -> String {
+        if self.shedlock {
+            return self.shed_release(l);
+        }
         let t = &self.table;
         let tok = l.checked_token();
         let w = self.where_lock(l);
@@ -212,6 +218,9 @@ impl My {
 
     /// One statement; affected rows (with CLIENT_FOUND_ROWS) tell whether it was extended.
     pub(crate) fn extend(&self, l: &MyLock<'_>, lease_ms: i64) -> String {
+        if self.shedlock {
+            return self.shed_extend(l, lease_ms);
+        }
         let t = &self.table;
         let tok = l.checked_token();
         let w = self.where_lock(l);
@@ -233,6 +242,9 @@ impl My {
     /// Two statements: one `UPDATE` joined with the batch, then a `SELECT` of the entries that
     /// now hold an unexpired lease, as (index) rows.
     pub(crate) fn extend_many(&self, batch: &[(MyLock<'_>, i64)]) -> String {
+        if self.shedlock {
+            return self.shed_extend_many(batch);
+        }
         let t = &self.table;
         let mut derived = String::new();
         for (i, (l, lease_ms)) in batch.iter().enumerate() {
