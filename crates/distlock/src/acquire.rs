@@ -130,6 +130,7 @@ impl Lock {
             hold,
             fence,
         )
+        .keep_until(self.at_least.and_then(|d| Instant::now().checked_add(d)))
     }
 
     fn not_acquired(&self, started: Instant) -> Error {

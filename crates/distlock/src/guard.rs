@@ -52,7 +52,10 @@ pub(crate) struct ToRelease {
 /// (a local waiter that arrives meanwhile starts after that release completes). Without a
 /// runtime nothing can be sent: the lock stays taken on the server until its lease expires.
 /// A runtime that ends drops the task unfinished: a process about to end waits for it with
-/// [`LockRegistry::flush`](crate::LockRegistry::flush).
+/// [`LockRegistry::flush`](crate::LockRegistry::flush). The guard of a
+/// [`Lock::with_at_least`](crate::Lock::with_at_least) dropped before its at-least time keeps
+/// the lock (renewed, and not handed to a local waiter) until then, in a background task that
+/// `flush` also waits for.
 #[must_use = "dropping the guard releases the lock (in the background) at once"]
 pub struct LockGuard {
     slot: Arc<Slot>,
@@ -60,6 +63,8 @@ pub struct LockGuard {
     ownership: Ownership,
     hold: Arc<Hold>,
     fence: u64,
+    /// [`Lock::with_at_least`](crate::Lock::with_at_least): no release before this.
+    keep_until: Option<Instant>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -86,6 +91,25 @@ impl LockGuard {
             ownership,
             hold,
             fence,
+            keep_until: None,
+        }
+    }
+
+    /// Keeps the lock until `until` whatever ends the guard (see
+    /// [`Lock::with_at_least`](crate::Lock::with_at_least)).
+    pub(crate) fn keep_until(mut self, until: Option<Instant>) -> Self {
+        self.keep_until = until;
+        self
+    }
+
+    /// Waits, renewing, until the guard's keep-until (if any) or until the lock is lost.
+    async fn kept(&mut self) {
+        if let Some(until) = self.keep_until.take() {
+            let lost = self.lost();
+            tokio::select! {
+                () = lost => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
         }
     }
 
@@ -219,12 +243,8 @@ impl LockGuard {
     /// # Cancel safety
     /// Dropped while it waits, the guard is dropped: the lock is released in the background
     /// at once, as on any drop.
-    pub async fn release_not_before(self, not_before: Instant) -> Result<()> {
-        let lost = self.lost();
-        tokio::select! {
-            () = lost => {}
-            () = tokio::time::sleep_until(not_before) => {}
-        }
+    pub async fn release_not_before(mut self, not_before: Instant) -> Result<()> {
+        self.keep_until = Some(self.keep_until.map_or(not_before, |k| k.max(not_before)));
         self.release().await
     }
 
@@ -233,7 +253,9 @@ impl LockGuard {
     /// failure ([`Error::Unavailable`]: the server restarting, a connection reset) is returned
     /// and the release goes on in the background, tried again until the server takes it or
     /// the lease ends, so that the key is not left held by nobody for the rest of its lease
-    /// ([`LockRegistry::flush`](crate::LockRegistry::flush) waits for it).
+    /// ([`LockRegistry::flush`](crate::LockRegistry::flush) waits for it). A guard of a
+    /// [`Lock::with_at_least`](crate::Lock::with_at_least) first waits, renewing, until its
+    /// at-least time (or the loss of the lock).
     ///
     /// # Cancel safety
     /// Dropped before its first poll, the future drops the guard, which releases in the
@@ -241,6 +263,7 @@ impl LockGuard {
     /// already stopped: the lock is released if the request reached the server, and otherwise
     /// expires with its lease. Either way nothing stays held beyond the lease.
     pub async fn release(mut self) -> Result<()> {
+        self.kept().await;
         let span = tracing::debug_span!(
             "distlock.release",
             key = %self.key(),
@@ -322,6 +345,31 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if let Some(until) = self.keep_until.take().filter(|u| *u > Instant::now()) {
+            if !matches!(self.ownership, Ownership::Done) {
+                // Kept for `with_at_least`: the hold (renewed, and not handed to a local
+                // waiter) moves to a guard that a background task drops at `until`.
+                let later = LockGuard {
+                    slot: self.slot.clone(),
+                    registry: self.registry.clone(),
+                    ownership: std::mem::replace(&mut self.ownership, Ownership::Done),
+                    hold: self.hold.clone(),
+                    fence: self.fence,
+                    keep_until: None,
+                };
+                let lost = later.lost();
+                // Without a runtime the closure, `later` with it, is dropped at once: a
+                // plain drop.
+                self.registry.background.spawn(async move {
+                    tokio::select! {
+                        () = lost => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                    drop(later);
+                });
+                return;
+            }
+        }
         let Some(ToRelease { local, hold }) = self.give_up() else {
             return;
         };

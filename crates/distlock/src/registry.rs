@@ -339,6 +339,7 @@ impl LockRegistry {
             registry: inner.clone(),
             lease: inner.opts.lease,
             owner: inner.opts.owner.clone(),
+            at_least: None,
         }
     }
 
@@ -441,6 +442,7 @@ pub struct Lock {
     pub(crate) registry: Arc<Inner>,
     pub(crate) lease: Duration,
     pub(crate) owner: Owner,
+    pub(crate) at_least: Option<Duration>,
 }
 
 impl fmt::Debug for Lock {
@@ -494,6 +496,40 @@ impl Lock {
             owner,
             ..self.clone()
         }
+    }
+
+    /// The same lock, each of whose holds is kept at least `at_least` after it was acquired,
+    /// however soon it is released or dropped: ShedLock's `lockAtLeastFor`, for a scheduled
+    /// job that another instance, whose clock or schedule is a little off, must not run again
+    /// at once. The hold is renewed meanwhile, and not handed to a local waiter before then.
+    /// Fails when `at_least` is longer than a day ([`MAX_LEASE`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// # use distlock::{LockRegistry, backends::memory::MemoryBackend};
+    /// use std::time::Duration;
+    /// # let registry = LockRegistry::new(MemoryBackend::new());
+    /// let job = registry.obtain("nightly-report")?.with_at_least(Duration::from_millis(50))?;
+    /// let started = tokio::time::Instant::now();
+    /// job.lock().await?.release().await?; // the job was quick; the lock was not
+    /// assert!(started.elapsed() >= Duration::from_millis(50));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_at_least(&self, at_least: Duration) -> Result<Lock> {
+        if at_least > MAX_LEASE {
+            return Err(Error::InvalidConfig(format!(
+                "at_least {at_least:?} is longer than a day"
+            )));
+        }
+        Ok(Lock {
+            at_least: (!at_least.is_zero()).then_some(at_least),
+            ..self.clone()
+        })
+    }
+
+    /// See [`with_at_least`](Self::with_at_least).
+    pub fn at_least(&self) -> Option<Duration> {
+        self.at_least
     }
 
     /// Waits until the lock is acquired, however long that takes.

@@ -33,6 +33,7 @@ mod kinds;
 mod owners;
 mod processes;
 mod scenarios;
+mod scheduled;
 
 pub use elections::{dead_leader_is_replaced_within_its_lease, election_has_one_leader_at_a_time};
 pub use faults::failed_acquisitions_leave_the_lock_free;
@@ -44,6 +45,7 @@ pub use processes::{
     semaphore_admits_its_permits_across_processes,
 };
 pub use scenarios::*;
+pub use scheduled::at_least_keeps_a_quick_job_locked;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -361,6 +363,7 @@ macro_rules! __conformance_scenarios {
             owners_are_reported: OWNERS,
             election_has_one_leader_at_a_time: OWNERS,
             dead_leader_is_replaced_within_its_lease: ANY,
+            at_least_keeps_a_quick_job_locked: ANY,
             blocking_facade_covers_every_kind: ANY,
             kinds_exclude_each_other_across_processes: READ_WRITE_ACROSS_PROCESSES,
             semaphore_admits_its_permits_across_processes: SEMAPHORES_ACROSS_PROCESSES,
