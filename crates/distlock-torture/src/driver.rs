@@ -168,10 +168,14 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
         ))
     });
     let until = Instant::now() + opts.duration;
+    let stop_watch = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = tokio::spawn(nemesis::watch_failovers(fleet.clone(), stop_watch.clone()));
     let (mut faults, fault_errors) =
         nemesis::run(fleet.clone(), injected, opts.lease, until, opts.quick).await;
     // A last stretch without faults, so that the system is seen to recover.
     tokio::time::sleep(opts.lease).await;
+    stop_watch.store(true, std::sync::atomic::Ordering::Release);
+    let changes = watch.await.unwrap_or_default();
     let t_end = now_ns();
     if let Some(task) = &foreign {
         task.abort();
@@ -195,6 +199,8 @@ async fn run_backend(backend: &str, opts: &Options) -> Result<BackendReport, Str
                 }
             }),
     );
+    let failovers = nemesis::unexplained_failovers(&changes, &faults);
+    faults.extend(failovers);
     faults.sort_by_key(|f| f.start);
     let mut report = analysis::analyse(
         backend,

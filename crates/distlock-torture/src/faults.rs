@@ -24,6 +24,10 @@ pub(crate) enum FaultKind {
     ServerRestart,
     /// The leader of the 3-node ensemble is killed and started again.
     LeaderKill,
+    /// Not injected: the Sentinels moved the master by themselves (a master that missed their
+    /// pings under load), seen by the driver's watch. `[start, end]`: from the last time the
+    /// old master was named to the first time the new one was.
+    Failover,
 }
 
 impl FaultKind {
@@ -37,6 +41,7 @@ impl FaultKind {
             FaultKind::Cut => "cut",
             FaultKind::ServerRestart => "server_restart",
             FaultKind::LeaderKill => "leader_kill",
+            FaultKind::Failover => "failover",
         }
     }
 

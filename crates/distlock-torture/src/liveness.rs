@@ -323,7 +323,7 @@ impl Run<'_> {
                 // Listed with the stretches it precedes, but a live worker that stops
                 // waiting must leave nothing behind.
                 (FaultKind::Abandon, _) => f.start,
-                (FaultKind::ServerRestart | FaultKind::LeaderKill, _) => {
+                (FaultKind::ServerRestart | FaultKind::LeaderKill | FaultKind::Failover, _) => {
                     f.end + b.recovery.ns(lease)
                 }
                 (_, Some(w)) if self.may_have_held(f, w) => f.start + b.holder.ns(lease),

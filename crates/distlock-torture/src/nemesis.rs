@@ -66,7 +66,7 @@ pub(crate) async fn run(
 }
 
 /// How long a quick run's nemesis may go on past the run's end to inject every kind once.
-const OVERTIME: Duration = Duration::from_secs(15);
+pub(crate) const OVERTIME: Duration = Duration::from_secs(15);
 
 /// How long a worker-level fault lasts: longer than the lease for pauses and stalls (so the
 /// lease runs out under them), anything from half to one and a half leases for cuts.
@@ -226,7 +226,7 @@ async fn inject(
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
         }
-        FaultKind::WaiterKill | FaultKind::Abandon => {
+        FaultKind::WaiterKill | FaultKind::Abandon | FaultKind::Failover => {
             return Err(format!("{} is not injected this way", kind.name()))
         }
     }
@@ -238,4 +238,56 @@ async fn inject(
         end: now_ns(),
         data_loss,
     })
+}
+
+/// Watches, until `stop` is set, which server the Sentinels name master (every 100 ms), and
+/// returns each change of master: when the old one was last named, and when the new one was
+/// first. Empty for other backends.
+pub(crate) async fn watch_failovers(
+    fleet: Arc<Fleet>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<(u64, u64)> {
+    let mut changes = Vec::new();
+    let mut last: Option<(usize, u64)> = None;
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let servers = fleet.servers.clone();
+        let Ok(Some(master)) = tokio::task::spawn_blocking(move || servers.sentinel_master()).await
+        else {
+            if last.is_none() && !fleet.servers.has_sentinels() {
+                return changes;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let now = now_ns();
+        match last {
+            Some((old, seen)) if old != master => changes.push((seen, now)),
+            _ => {}
+        }
+        last = Some((master, now));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    changes
+}
+
+/// The failovers of `changes` that no leader kill of `faults` covers (from its start to 2 s
+/// after its end), as faults.
+pub(crate) fn unexplained_failovers(changes: &[(u64, u64)], faults: &[Fault]) -> Vec<Fault> {
+    let slack = 2_000_000_000;
+    changes
+        .iter()
+        .filter(|(seen, found)| {
+            !faults.iter().any(|f| {
+                f.kind == FaultKind::LeaderKill && f.start <= *found && *seen <= f.end + slack
+            })
+        })
+        .map(|&(start, end)| Fault {
+            kind: FaultKind::Failover,
+            worker: None,
+            start,
+            end,
+            at_write: false,
+            data_loss: false,
+        })
+        .collect()
 }

@@ -220,6 +220,20 @@ impl Servers {
         }
     }
 
+    /// With Sentinel: which data node the Sentinels name master now (`None` for the other
+    /// backends, or when none is named).
+    pub(crate) fn sentinel_master(&self) -> Option<usize> {
+        match self {
+            Servers::RedisSentinel(set) => set.lock().unwrap_or_else(|e| e.into_inner()).master(),
+            _ => None,
+        }
+    }
+
+    /// Whether this is Redis under Sentinel.
+    pub(crate) fn has_sentinels(&self) -> bool {
+        matches!(self, Servers::RedisSentinel(_))
+    }
+
     /// Whether the backend issues fences (Redlock does not).
     pub(crate) fn fences(&self) -> bool {
         !matches!(self, Servers::Redlock(_))
