@@ -1,0 +1,164 @@
+//! Unit tests of the acquisition path over memory backends with hooks.
+
+use std::sync::atomic::AtomicUsize;
+
+use async_trait::async_trait;
+use tokio::sync::Semaphore;
+
+use super::*;
+use crate::backend::{AcquireRequest, Capabilities, LockInfo, Released};
+use crate::backends::memory::MemoryBackend;
+use crate::{Backend, LockRegistry, RegistryOptions};
+
+/// Memory locks whose first acquisition reply waits until the gate opens.
+#[derive(Debug)]
+struct Gated {
+    inner: MemoryBackend,
+    calls: AtomicUsize,
+    gate: Semaphore,
+}
+
+#[async_trait]
+impl Backend for Gated {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            let _ = self.gate.acquire().await;
+        }
+        self.inner.acquire(request).await
+    }
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        self.inner.release(name, token).await
+    }
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        self.inner.extend(name, token, lease).await
+    }
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// Memory locks whose first `failures` releases fail as a restarting server's would.
+#[derive(Debug)]
+struct Flaky {
+    inner: MemoryBackend,
+    failures: AtomicUsize,
+}
+
+#[async_trait]
+impl Backend for Flaky {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.inner.acquire(request).await
+    }
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            return Err(Error::unavailable("flaky", "connection reset by peer"));
+        }
+        self.inner.release(name, token).await
+    }
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        self.inner.extend(name, token, lease).await
+    }
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// A release that meets a server's restart is reported, and tried again in the background
+/// until it goes through: the key does not stay held by nobody for the rest of its lease.
+#[tokio::test]
+async fn a_release_that_fails_transiently_is_retried_in_the_background() {
+    for drop_it in [false, true] {
+        let backend = Arc::new(Flaky {
+            inner: MemoryBackend::new(),
+            failures: AtomicUsize::new(0),
+        });
+        let options = RegistryOptions::default().with_lease(Duration::from_secs(60));
+        let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
+        let lock = registry.obtain("k").unwrap();
+        let guard = lock.lock().await.unwrap();
+        backend.failures.store(3, Ordering::SeqCst);
+        if drop_it {
+            drop(guard);
+        } else {
+            assert!(matches!(
+                guard.release().await,
+                Err(Error::Unavailable { .. })
+            ));
+        }
+        assert!(
+            registry.flush(Duration::from_secs(10)).await,
+            "retries ended"
+        );
+        assert_eq!(backend.failures.load(Ordering::SeqCst), 0);
+        assert!(
+            lock.inspect().await.unwrap().is_none(),
+            "released after the retries (dropped: {drop_it})"
+        );
+    }
+}
+
+/// A registry whose first attempt is held up, and a lock of `kind` on it whose first
+/// `try_lock` is in flight (it holds the local lock) when this returns.
+async fn with_an_attempt_in_flight(
+    handoffs: u32,
+    kind: LockKind,
+) -> (Arc<Gated>, Lock, tokio::task::JoinHandle<Result<LockGuard>>) {
+    let backend = Arc::new(Gated {
+        inner: MemoryBackend::new(),
+        calls: AtomicUsize::new(0),
+        gate: Semaphore::new(0),
+    });
+    let options = RegistryOptions::default().with_max_local_handoffs(handoffs);
+    let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
+    let lock = registry.obtain_kind("k", kind).unwrap();
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_lock().await }
+    });
+    while backend.calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    (backend, lock, first)
+}
+
+#[tokio::test]
+async fn a_shared_try_is_not_refused_for_a_local_attempt_in_flight() {
+    for handoffs in [0, 8] {
+        for kind in [LockKind::Read, LockKind::Semaphore { permits: 2 }] {
+            let (backend, lock, first) = with_an_attempt_in_flight(handoffs, kind).await;
+            let second = lock.try_lock().await;
+            assert!(second.is_ok(), "{kind} (handoffs {handoffs}): {second:?}");
+            backend.gate.add_permits(1);
+            let first = first.await.unwrap();
+            assert!(first.is_ok(), "{kind} (handoffs {handoffs}): {first:?}");
+            if handoffs == 0 {
+                assert_ne!(
+                    first.unwrap().token(),
+                    second.unwrap().token(),
+                    "each its own remote hold"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_exclusive_try_is_refused_while_a_local_attempt_is_in_flight() {
+    for kind in [LockKind::Mutex, LockKind::Write] {
+        let (backend, lock, first) = with_an_attempt_in_flight(0, kind).await;
+        assert!(matches!(
+            lock.try_lock().await,
+            Err(Error::NotAcquired { .. })
+        ));
+        backend.gate.add_permits(1);
+        assert!(first.await.unwrap().is_ok());
+    }
+}
