@@ -105,8 +105,6 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
 fi
 need_pkg mariadbd mariadb-server
 need_pkg mariadb-install-db mariadb-server
-# The PostgreSQL TLS test makes its certificates with openssl.
-need_pkg openssl openssl
 # The page test of `distlock serve` drives headless Chromium.
 need_pkg chromium chromium
 # The serve tests run the README's Python client example.

@@ -204,7 +204,7 @@ fn etcd_mutual_exclusion() {
 fn etcds_mutual_exclusion() {
     use distlock::testkit::etcd::EtcdServer;
     let certs = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "distlock")
-        .expect("openssl");
+        .expect("test CA");
     let d = certs.dir();
     let server =
         EtcdServer::start_tls(&certs).expect("etcd with TLS (apt-get install etcd-server)");

@@ -488,7 +488,7 @@ async fn shutdown_releases_open_holds_and_their_tokens_answer_410() {
 #[tokio::test]
 async fn tls_serves_https_with_the_given_certificate() {
     let ca = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "client")
-        .expect("openssl");
+        .expect("test CA");
     let (cert, key) = ca.server_cert_and_key();
     let served = Served::start(
         "memory://",

@@ -568,7 +568,7 @@ mod etcd {
     #[cfg(feature = "etcd-tls")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tls_with_a_private_ca() {
-        let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+        let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA");
         let d = certs.dir();
         let server = EtcdServer::start_tls(&certs).expect("etcd-server with TLS");
         assert!(server.url().starts_with("etcds://"));

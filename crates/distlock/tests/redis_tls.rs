@@ -1,5 +1,5 @@
 //! `rediss://` and `redlocks://`: real TLS redis-servers with a private CA made for the test by
-//! `openssl`.
+//! the testkit's `TestCa`.
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -24,7 +24,7 @@ impl Drop for TlsRedis {
 }
 
 fn start_tls_redis() -> TlsRedis {
-    let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+    let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA");
     let mut server = start_tls_redis_with(&certs);
     server._certs = Some(certs);
     server
@@ -121,7 +121,7 @@ async fn a_server_certificate_from_an_unknown_ca_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_works_over_tls_nodes() {
-    let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl");
+    let certs = TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA");
     let nodes: Vec<TlsRedis> = (0..3).map(|_| start_tls_redis_with(&certs)).collect();
     let hosts: Vec<String> = nodes
         .iter()

@@ -1,6 +1,6 @@
 //! `rediss+sentinel://` and `rediss+cluster://`: Sentinel and Cluster whose every link is TLS
 //! (clients, replication, Sentinel's links, the cluster bus), with a private CA made for the
-//! test by `openssl`. The servers also keep a plain port, for the testkit's own commands only.
+//! test by the testkit's `TestCa`. The servers also keep a plain port, for the testkit's own commands only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,7 @@ use distlock::testkit::tls::TestCa;
 use distlock::{Error, LockGuard, LockRegistry, RegistryOptions};
 
 fn certs() -> TestCa {
-    TestCa::new(&["localhost", "127.0.0.1"], "distlock")
-        .expect("openssl must be installed (scripts/test.sh installs it)")
+    TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA")
 }
 
 fn with_ca(url: &str, certs: &TestCa) -> String {

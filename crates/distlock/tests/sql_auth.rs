@@ -94,7 +94,7 @@ async fn postgres_passwords_and_tls() {
     assert!(!format!("{err:?}").contains("not-the-password"));
 
     // TLS: a test CA and a server certificate for "localhost", switched on with a reload.
-    let ca = TestCa::new(&["localhost"], "certuser").expect("openssl");
+    let ca = TestCa::new(&["localhost"], "certuser").expect("test CA");
     pg_enable_tls(&db, &ca);
     let ca = ca.path("ca.crt");
 
@@ -215,7 +215,7 @@ async fn postgres_cleartext_passwords_go_only_to_verified_servers() {
         .await
         .expect("the explicit opt-in sends it");
 
-    let ca = TestCa::new(&["localhost"], "certuser").expect("openssl");
+    let ca = TestCa::new(&["localhost"], "certuser").expect("test CA");
     pg_enable_tls(&db, &ca);
     let root = ca.path("ca.crt").display().to_string();
     // Encrypted, but the certificate is not verified: still refused.
@@ -295,7 +295,7 @@ async fn mariadb_passwords_are_not_sent_to_unverified_servers() {
 /// must show a client certificate can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_tls_with_a_private_ca_and_client_certificates() {
-    let ca = TestCa::new(&["localhost"], "certuser").expect("openssl");
+    let ca = TestCa::new(&["localhost"], "certuser").expect("test CA");
     let arg = |name: &str, file: &str| format!("--{name}={}", ca.path(file).display());
     let (c, k, a) = (
         arg("ssl-cert", "server.crt"),

@@ -16,7 +16,7 @@ use distlock::testkit::zookeeper::{ZooKeeperServer, ZooKeeperTls};
 use distlock::{Error, LockRegistry, RegistryOptions};
 
 fn test_ca() -> TestCa {
-    TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("openssl")
+    TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA")
 }
 
 fn tls_server(ca: &TestCa, need_client_auth: bool) -> ZooKeeperServer {
