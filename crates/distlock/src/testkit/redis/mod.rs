@@ -14,10 +14,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
-mod resp;
 pub mod sentinel;
 
-use self::resp::{encode_command, read_reply, render, Reply};
+use ::redis::{ConnectionLike, IntoConnectionInfo, Value};
+
 use super::process::{self, read_log, spawn_error};
 use super::{free_port, spawn_tied_to_process, TempDir};
 
@@ -297,8 +297,8 @@ impl RedisServer {
         process::signal(self.child.as_ref(), BINARY, signal)
     }
 
-    /// Sends one command over a fresh raw TCP connection (RESP, no `redis-cli` needed) and
-    /// returns the reply as text. Authenticates first when the server has a password or an ACL
+    /// Sends one command over a fresh connection (the `redis` crate's, no `redis-cli` needed)
+    /// and returns the reply as text. Authenticates first when the server has a password or an ACL
     /// user.
     ///
     /// Rendering: simple strings, integers and bulk strings as their text (`"OK"`, `"1"`,
@@ -320,40 +320,38 @@ impl RedisServer {
     /// `ERR unknown command ...`); connection failures and timeouts (60 s) are returned as they
     /// are. `args` must not be empty.
     pub fn cli(&self, args: &[&str]) -> io::Result<String> {
-        if args.is_empty() {
+        let Some((command, rest)) = args.split_first() else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "cli needs a command",
             ));
-        }
-        let stream = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(5))?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(CLI_TIMEOUT))?;
-        stream.set_write_timeout(Some(CLI_TIMEOUT))?;
-
-        let auth: Option<Vec<&str>> = match (&self.options.acl_user, &self.options.password) {
-            (Some((user, pass)), _) => Some(vec!["AUTH", user, pass]),
-            (None, Some(pass)) => Some(vec!["AUTH", pass]),
-            (None, None) => None,
         };
-        let mut request = Vec::new();
-        if let Some(auth) = &auth {
-            encode_command(&mut request, auth);
+        // No `CLIENT SETINFO` on connect: the one command asked for is all the server sees.
+        let mut login = ::redis::RedisConnectionInfo::default().set_skip_set_lib_name();
+        match (&self.options.acl_user, &self.options.password) {
+            (Some((user, pass)), _) => login = login.set_username(user).set_password(pass),
+            (None, Some(pass)) => login = login.set_password(pass),
+            (None, None) => {}
         }
-        encode_command(&mut request, args);
-        (&stream).write_all(&request)?;
-
-        let mut reader = BufReader::new(stream);
-        if auth.is_some() {
-            if let Reply::Error(e) = read_reply(&mut reader)? {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!("AUTH failed: {e}"),
-                ));
-            }
-        }
-        match read_reply(&mut reader)? {
-            Reply::Error(e) => Err(io::Error::other(e)),
+        let info = ::redis::ConnectionAddr::Tcp("127.0.0.1".to_owned(), self.port)
+            .into_connection_info()
+            .map_err(cli_error)?
+            .set_redis_settings(login);
+        let client = ::redis::Client::open(info).map_err(cli_error)?;
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .map_err(cli_error)?;
+        connection
+            .set_read_timeout(Some(CLI_TIMEOUT))
+            .map_err(cli_error)?;
+        connection
+            .set_write_timeout(Some(CLI_TIMEOUT))
+            .map_err(cli_error)?;
+        match connection
+            .req_command(::redis::cmd(command).arg(rest))
+            .map_err(cli_error)?
+        {
+            Value::ServerError(e) => Err(io::Error::other(server_error(&e))),
             reply => Ok(render(&reply)),
         }
     }
@@ -534,6 +532,58 @@ fn major_version(binary: &str) -> io::Result<u32> {
         let _ = DEFAULT.set(version);
     }
     Ok(version)
+}
+
+/// A failure of [`RedisServer::cli`] as an [`io::Error`]: a refused login is `PermissionDenied`,
+/// a connection failure keeps its kind, an error reply is the server's text.
+fn cli_error(e: ::redis::RedisError) -> io::Error {
+    if e.kind() == ::redis::ErrorKind::AuthenticationFailed {
+        return io::Error::new(io::ErrorKind::PermissionDenied, format!("AUTH failed: {e}"));
+    }
+    if let Some(code) = e.code() {
+        let text = match e.detail() {
+            Some(detail) => format!("{code} {detail}"),
+            None => code.to_owned(),
+        };
+        return io::Error::other(text);
+    }
+    let kind = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<io::Error>())
+        .map_or(io::ErrorKind::Other, io::Error::kind);
+    io::Error::new(kind, e.to_string())
+}
+
+/// An error reply as the server sent it: `ERR unknown command ...`.
+fn server_error(e: &::redis::ServerError) -> String {
+    match e.details() {
+        Some(detail) => format!("{} {detail}", e.code()),
+        None => e.code().to_owned(),
+    }
+}
+
+/// A reply as text: scalars as their text, nil as `(nil)`, the elements of arrays, sets and
+/// maps (keys and values in turn) on lines of their own, errors inside them as `(error) ...`.
+fn render(reply: &Value) -> String {
+    let lines = |items: &[Value]| items.iter().map(render).collect::<Vec<_>>().join("\n");
+    match reply {
+        Value::Nil => "(nil)".to_owned(),
+        Value::Okay => "OK".to_owned(),
+        Value::Int(n) => n.to_string(),
+        Value::Double(x) => x.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::SimpleString(text) | Value::VerbatimString { text, .. } => text.clone(),
+        Value::BulkString(data) => String::from_utf8_lossy(data).into_owned(),
+        Value::Array(items) | Value::Set(items) | Value::Push { data: items, .. } => lines(items),
+        Value::Map(pairs) => lines(
+            &pairs
+                .iter()
+                .flat_map(|(k, v)| [k.clone(), v.clone()])
+                .collect::<Vec<_>>(),
+        ),
+        Value::Attribute { data, .. } => render(data),
+        Value::ServerError(e) => format!("(error) {}", server_error(e)),
+        other => format!("{other:?}"),
+    }
 }
 
 /// Whether something at `addr` answers a raw `PING` the way a running Redis does.
