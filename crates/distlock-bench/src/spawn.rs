@@ -61,31 +61,31 @@ pub fn spawn(kind: &str) -> Result<Spawned, String> {
         }
         #[cfg(feature = "redis")]
         "redis" => {
-            let server = distlock::testkit::redis::RedisServer::start().map_err(failed)?;
+            let server = distlock_testkit::redis::RedisServer::start().map_err(failed)?;
             Ok(keep(server.url(), server.pid(), vec![Box::new(server)]))
         }
         #[cfg(feature = "sql")]
         "postgres" => database(
-            distlock::testkit::postgres::PostgresServer::start(),
+            distlock_testkit::postgres::PostgresServer::start(),
             |s| s.fresh_database(),
             |d| d.url().to_owned(),
         )
         .map_err(failed),
         #[cfg(feature = "sql")]
         "mysql" => database(
-            distlock::testkit::mysql::MariaDbServer::start(),
+            distlock_testkit::mysql::MariaDbServer::start(),
             |s| s.fresh_database(),
             |d| d.url().to_owned(),
         )
         .map_err(failed),
         #[cfg(feature = "zookeeper")]
         "zookeeper" => {
-            let server = distlock::testkit::zookeeper::ZooKeeperServer::start().map_err(failed)?;
+            let server = distlock_testkit::zookeeper::ZooKeeperServer::start().map_err(failed)?;
             Ok(keep(server.url(), None, vec![Box::new(server)]))
         }
         #[cfg(feature = "etcd")]
         "etcd" => {
-            let server = distlock::testkit::etcd::EtcdServer::start().map_err(failed)?;
+            let server = distlock_testkit::etcd::EtcdServer::start().map_err(failed)?;
             Ok(keep(server.url(), None, vec![Box::new(server)]))
         }
         other => Err(format!(

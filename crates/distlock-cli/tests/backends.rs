@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use distlock::testkit::redis::RedisServer;
+use distlock_testkit::redis::RedisServer;
 
 #[test]
 fn redis_mutual_exclusion() {
@@ -43,7 +43,7 @@ fn redis_mutual_exclusion() {
 /// the holder's fence, concurrent waiting runs never overlap, and SIGTERM releases.
 #[test]
 fn zookeeper_mutual_exclusion_across_processes() {
-    use distlock::testkit::zookeeper::ZooKeeperServer;
+    use distlock_testkit::zookeeper::ZooKeeperServer;
     let server = ZooKeeperServer::start().expect("ZooKeeper (apt-get install zookeeper)");
     let url = server.url();
     let home = Home::new();
@@ -80,7 +80,7 @@ fn zookeeper_mutual_exclusion_across_processes() {
 /// Curator's readers wait for), not the mutex (a `lock-` node, which they ignore).
 #[test]
 fn zookeeper_write_is_the_read_write_locks_write_side() {
-    use distlock::testkit::zookeeper::ZooKeeperServer;
+    use distlock_testkit::zookeeper::ZooKeeperServer;
     let server = ZooKeeperServer::start().expect("ZooKeeper (apt-get install zookeeper)");
     let url = server.url();
     let home = Home::new();
@@ -149,7 +149,7 @@ fn sql_mutual_exclusion(url: &str, kind: &str, rows: impl Fn() -> usize) {
 
 #[test]
 fn postgres_mutual_exclusion() {
-    use distlock::testkit::postgres::PostgresServer;
+    use distlock_testkit::postgres::PostgresServer;
     let server = PostgresServer::machine_or_start()
         .expect("PostgreSQL must run or be installed (apt-get install postgresql)");
     let db = server.fresh_database().expect("fresh database");
@@ -166,7 +166,7 @@ fn postgres_mutual_exclusion() {
 
 #[test]
 fn mysql_mutual_exclusion() {
-    use distlock::testkit::mysql::MariaDbServer;
+    use distlock_testkit::mysql::MariaDbServer;
     let server = MariaDbServer::machine_or_start()
         .expect("MariaDB must run or be installed (apt-get install mariadb-server)");
     let db = server.fresh_database().expect("fresh database");
@@ -186,7 +186,7 @@ fn mysql_mutual_exclusion() {
 /// never overlap.
 #[test]
 fn etcd_mutual_exclusion() {
-    use distlock::testkit::etcd::EtcdServer;
+    use distlock_testkit::etcd::EtcdServer;
     let server = EtcdServer::start().expect("etcd (apt-get install etcd-server)");
     sql_mutual_exclusion(&server.url(), "etcd", || {
         server
@@ -202,8 +202,8 @@ fn etcd_mutual_exclusion() {
 /// server's private authority named by `ca_file`; without it the server is not trusted.
 #[test]
 fn etcds_mutual_exclusion() {
-    use distlock::testkit::etcd::EtcdServer;
-    let certs = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "distlock")
+    use distlock_testkit::etcd::EtcdServer;
+    let certs = distlock_testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "distlock")
         .expect("test CA");
     let d = certs.dir();
     let server =
@@ -231,7 +231,7 @@ fn etcds_mutual_exclusion() {
 /// explicit `--lease 30s` it cannot grant stays a configuration error.
 #[test]
 fn zookeeper_run_without_a_lease_takes_the_longest_session() {
-    use distlock::testkit::zookeeper::ZooKeeperServer;
+    use distlock_testkit::zookeeper::ZooKeeperServer;
     let server = ZooKeeperServer::start_with_tick(Duration::from_secs(1))
         .expect("ZooKeeper (apt-get install zookeeper)");
     let url = server.url();

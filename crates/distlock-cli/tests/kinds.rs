@@ -274,14 +274,14 @@ fn kinds_on_the_default_sqlite_file() {
 
 #[test]
 fn kinds_on_redis() {
-    let server = distlock::testkit::redis::RedisServer::start()
+    let server = distlock_testkit::redis::RedisServer::start()
         .expect("redis-server (scripts/test.sh installs it)");
     every_kind(&["--backend", &server.url()]);
 }
 
 #[test]
 fn kinds_on_postgres() {
-    let server = distlock::testkit::postgres::PostgresServer::machine_or_start()
+    let server = distlock_testkit::postgres::PostgresServer::machine_or_start()
         .expect("PostgreSQL (scripts/test.sh installs postgresql)");
     let db = server.fresh_database().expect("fresh database");
     every_kind(&["--backend", db.url()]);
@@ -289,7 +289,7 @@ fn kinds_on_postgres() {
 
 #[test]
 fn kinds_on_mariadb() {
-    let server = distlock::testkit::mysql::MariaDbServer::machine_or_start()
+    let server = distlock_testkit::mysql::MariaDbServer::machine_or_start()
         .expect("MariaDB (scripts/test.sh installs mariadb-server)");
     let db = server.fresh_database().expect("fresh database");
     every_kind(&["--backend", db.url()]);
@@ -297,14 +297,14 @@ fn kinds_on_mariadb() {
 
 #[test]
 fn kinds_on_zookeeper() {
-    let server = distlock::testkit::zookeeper::ZooKeeperServer::start()
+    let server = distlock_testkit::zookeeper::ZooKeeperServer::start()
         .expect("ZooKeeper (scripts/test.sh installs zookeeper)");
     every_kind(&["--backend", &server.url()]);
 }
 
 #[test]
 fn kinds_on_etcd() {
-    let server = distlock::testkit::etcd::EtcdServer::start()
+    let server = distlock_testkit::etcd::EtcdServer::start()
         .expect("etcd (scripts/test.sh installs etcd-server)");
     every_kind(&["--backend", &server.url()]);
 }

@@ -7,7 +7,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use distlock::testkit::redis::RedisServer;
+use distlock_testkit::redis::RedisServer;
 use nix::sys::signal::Signal;
 
 // ioctl(fd, TIOCSCTTY, steal): makes the terminal on `fd` the caller's controlling terminal.
@@ -144,7 +144,7 @@ fn killing_distlock_kills_the_commands_whole_process_group() {
 /// and the 500 ms grace fits: SIGTERM at 1 s left, SIGKILL at 500 ms left.
 #[test]
 fn failing_renewals_stop_the_group_before_the_lease_ends_on_the_server() {
-    use distlock::testkit::proxy::FaultProxy;
+    use distlock_testkit::proxy::FaultProxy;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = RedisServer::start().expect("redis-server");
     let proxy = rt.block_on(FaultProxy::start(server.addr())).unwrap();

@@ -271,7 +271,7 @@ async fn requests_without_the_right_bearer_token_answer_401() {
 
 #[tokio::test]
 async fn an_unreachable_backend_answers_503_and_nothing_is_held() {
-    let mut redis = distlock::testkit::redis::RedisServer::start().expect("redis-server");
+    let mut redis = distlock_testkit::redis::RedisServer::start().expect("redis-server");
     let served = Served::start(&redis.url(), &[]);
     let http = client();
     let (status, ok) = post(&http, &served, "r", json!({"lease_ms": 5000})).await;
@@ -323,7 +323,7 @@ async fn a_hold_neither_extended_nor_released_ends_with_its_lease() {
     // its answer: a lease after the answer, the hold has ended.
     tokio::time::sleep((answered + lease).saturating_duration_since(Instant::now())).await;
     // The service ends it by itself, with a `lost` event, before anybody asks.
-    let slack = distlock::testkit::timing::scheduling_slack().await;
+    let slack = distlock_testkit::timing::scheduling_slack().await;
     let deadline = Instant::now() + slack;
     let list = loop {
         let list = listed(&http, &served).await;
@@ -487,8 +487,8 @@ async fn shutdown_releases_open_holds_and_their_tokens_answer_410() {
 
 #[tokio::test]
 async fn tls_serves_https_with_the_given_certificate() {
-    let ca = distlock::testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "client")
-        .expect("test CA");
+    let ca =
+        distlock_testkit::tls::TestCa::new(&["localhost", "127.0.0.1"], "client").expect("test CA");
     let (cert, key) = ca.server_cert_and_key();
     let served = Served::start(
         "memory://",

@@ -245,7 +245,7 @@ fn seconds_after(line: &str, marker: &str) -> f64 {
 async fn the_demonstration_shows_the_workers_taking_the_lock_one_hold_apart() {
     const WORKERS: usize = 10;
     let hold = Duration::from_secs(1);
-    let slack = distlock::testkit::timing::scheduling_slack().await;
+    let slack = distlock_testkit::timing::scheduling_slack().await;
     let served = Served::start("memory://", &[]);
     let http = client();
     // Some other holds, so that the page (and its screenshot) shows more than the demo.

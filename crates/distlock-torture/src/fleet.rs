@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::testkit::proxy::FaultProxy;
+use distlock_testkit::proxy::FaultProxy;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 

@@ -1,4 +1,4 @@
-//! The servers of each backend under test, all started by `distlock::testkit`, and the faults
+//! The servers of each backend under test, all started by `distlock_testkit`, and the faults
 //! each one can suffer as a whole (restart, leader loss).
 
 use std::io;
@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::testkit::etcd::EtcdCluster;
-use distlock::testkit::mysql::{self, MariaDbServer};
-use distlock::testkit::postgres::{self, PostgresServer};
-use distlock::testkit::redis::cluster::ClusterSet;
-use distlock::testkit::redis::sentinel::SentinelSet;
-use distlock::testkit::redis::RedisServer;
-use distlock::testkit::zookeeper::ZooKeeperEnsemble;
+use distlock_testkit::etcd::EtcdCluster;
+use distlock_testkit::mysql::{self, MariaDbServer};
+use distlock_testkit::postgres::{self, PostgresServer};
+use distlock_testkit::redis::cluster::ClusterSet;
+use distlock_testkit::redis::sentinel::SentinelSet;
+use distlock_testkit::redis::RedisServer;
+use distlock_testkit::zookeeper::ZooKeeperEnsemble;
 
 use crate::faults::FaultKind;
 

@@ -97,8 +97,6 @@
 //! | `etcd` | no | `backends::etcd`: etcd `concurrency.Mutex` layout (`etcdctl lock` compatible), FIFO (`etcd://`) |
 //! | `etcd-tls` | no | TLS for the etcd backend (`etcds://`) |
 //! | `metrics` | no | counters and histograms through the `metrics` facade |
-//! | `conformance` | no | `distlock::conformance`: the behaviour suite every backend passes, and the `conformance_suite!` macro for third-party backends (implies `testkit`) |
-//! | `testkit` | no | `distlock::testkit`: throwaway Redis, PostgreSQL, MariaDB, ZooKeeper and etcd servers and a fault-injecting TCP proxy for tests |
 //!
 //! [`connect`] turns a URL into a backend; it lists the schemes this build understands in
 //! [`SCHEMES`].
@@ -157,13 +155,9 @@ mod tls;
 mod url;
 
 pub use backend::*;
-pub use error::{Error, Result, ShortKey};
-#[cfg(feature = "conformance")]
-pub mod conformance;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 pub use connect::{connect, SCHEMES};
 pub use election::{Election, Leader, Leadership, OBSERVE_EVERY};
+pub use error::{Error, Result, ShortKey};
 pub use guard::LockGuard;
 pub use multi::{MultiGuard, MultiLock};
 pub use registry::{Lock, LockRegistry, ReadWriteLock, RegistryOptions, MAX_LEASE, MIN_LEASE};

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use distlock::backends::memory::MemoryBackend;
-use distlock::conformance::Harness;
-use distlock::testkit::redis::RedisServer;
 use distlock::Backend;
+use distlock_testkit::conformance::Harness;
+use distlock_testkit::redis::RedisServer;
 
 /// One backend shared by every registry of a test (it is in-process).
 async fn memory() -> Harness {
@@ -40,7 +40,7 @@ async fn redlock() -> Harness {
 /// replica. No scenario fails the master over (`tests/redis_sentinel.rs` does), so the set is
 /// used before the Sentinels have discovered each other.
 async fn redis_sentinel() -> Harness {
-    use distlock::testkit::redis::sentinel::{SentinelOptions, SentinelSet};
+    use distlock_testkit::redis::sentinel::{SentinelOptions, SentinelSet};
     let options = SentinelOptions {
         no_failover: true,
         ..SentinelOptions::default()
@@ -52,7 +52,7 @@ async fn redis_sentinel() -> Harness {
 
 /// Redis Cluster: three masters with a replica each; acquisitions wait for one replica.
 async fn redis_cluster() -> Harness {
-    use distlock::testkit::redis::cluster::ClusterSet;
+    use distlock_testkit::redis::cluster::ClusterSet;
     let set = tokio::task::block_in_place(ClusterSet::start)
         .expect("redis-server must be installed (scripts/test.sh installs it)");
     Harness::connect(set.url()).keep_alive(set)
@@ -66,7 +66,7 @@ async fn sqlite() -> Harness {
 
 #[cfg(feature = "postgres")]
 async fn postgres_with(query: &str) -> Harness {
-    use distlock::testkit::postgres::PostgresServer;
+    use distlock_testkit::postgres::PostgresServer;
     let server = PostgresServer::machine_or_start()
         .expect("PostgreSQL must run or be installed (scripts/test.sh installs postgresql)");
     let db = server.fresh_database().expect("fresh database");
@@ -75,7 +75,7 @@ async fn postgres_with(query: &str) -> Harness {
 
 #[cfg(feature = "mysql")]
 async fn mariadb_with(query: &str) -> Harness {
-    use distlock::testkit::mysql::MariaDbServer;
+    use distlock_testkit::mysql::MariaDbServer;
     let server = MariaDbServer::machine_or_start()
         .expect("MariaDB must run or be installed (scripts/test.sh installs mariadb-server)");
     let db = server.fresh_database().expect("fresh database");
@@ -87,7 +87,7 @@ async fn mariadb_with(query: &str) -> Harness {
 #[cfg(feature = "zookeeper")]
 async fn zookeeper() -> Harness {
     use distlock::backends::zookeeper::ZooKeeperBackend;
-    use distlock::testkit::zookeeper::ZooKeeperServer;
+    use distlock_testkit::zookeeper::ZooKeeperServer;
     let server = ZooKeeperServer::shared()
         .expect("ZooKeeper must be installed (scripts/test.sh installs zookeeper)");
     let url = server.url();
@@ -108,32 +108,32 @@ async fn zookeeper() -> Harness {
 /// etcd: one throwaway single-node server per test process; every scenario has its own prefix.
 #[cfg(feature = "etcd")]
 async fn etcd() -> Harness {
-    use distlock::testkit::etcd::EtcdServer;
+    use distlock_testkit::etcd::EtcdServer;
     let server = EtcdServer::shared()
         .expect("etcd must be installed (scripts/test.sh installs etcd-server)");
     Harness::connect(server.url()).keep_alive(server)
 }
 
 // One line per backend: the suite's name (its tests are `<name>::<scenario>`) and its harness.
-distlock::conformance_suite!(on_memory, memory);
-distlock::conformance_suite!(on_redis, redis);
-distlock::conformance_suite!(on_redlock, redlock);
-distlock::conformance_suite!(on_redis_sentinel, redis_sentinel);
-distlock::conformance_suite!(on_redis_cluster, redis_cluster);
-distlock::conformance_suite!(on_sqlite, sqlite);
+distlock_testkit::conformance_suite!(on_memory, memory);
+distlock_testkit::conformance_suite!(on_redis, redis);
+distlock_testkit::conformance_suite!(on_redlock, redlock);
+distlock_testkit::conformance_suite!(on_redis_sentinel, redis_sentinel);
+distlock_testkit::conformance_suite!(on_redis_cluster, redis_cluster);
+distlock_testkit::conformance_suite!(on_sqlite, sqlite);
 #[cfg(feature = "postgres")]
-distlock::conformance_suite!(on_postgres, || postgres_with(""));
+distlock_testkit::conformance_suite!(on_postgres, || postgres_with(""));
 #[cfg(feature = "postgres")]
-distlock::conformance_suite!(on_postgres_spring, || postgres_with("?spring=true"));
+distlock_testkit::conformance_suite!(on_postgres_spring, || postgres_with("?spring=true"));
 #[cfg(feature = "postgres")]
-distlock::conformance_suite!(on_postgres_shedlock, || postgres_with("?layout=shedlock"));
+distlock_testkit::conformance_suite!(on_postgres_shedlock, || postgres_with("?layout=shedlock"));
 #[cfg(feature = "mysql")]
-distlock::conformance_suite!(on_mariadb, || mariadb_with(""));
+distlock_testkit::conformance_suite!(on_mariadb, || mariadb_with(""));
 #[cfg(feature = "mysql")]
-distlock::conformance_suite!(on_mariadb_spring, || mariadb_with("?spring=true"));
+distlock_testkit::conformance_suite!(on_mariadb_spring, || mariadb_with("?spring=true"));
 #[cfg(feature = "mysql")]
-distlock::conformance_suite!(on_mariadb_shedlock, || mariadb_with("?layout=shedlock"));
+distlock_testkit::conformance_suite!(on_mariadb_shedlock, || mariadb_with("?layout=shedlock"));
 #[cfg(feature = "zookeeper")]
-distlock::conformance_suite!(on_zookeeper, zookeeper);
+distlock_testkit::conformance_suite!(on_zookeeper, zookeeper);
 #[cfg(feature = "etcd")]
-distlock::conformance_suite!(on_etcd, etcd);
+distlock_testkit::conformance_suite!(on_etcd, etcd);

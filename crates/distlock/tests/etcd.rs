@@ -19,11 +19,11 @@ use std::time::Duration;
 use common::etcd::*;
 use common::fifo::{queued_attempt, spawn_waiter};
 use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
-use distlock::testkit::etcd::EtcdServer;
-use distlock::testkit::tls::TestCa;
 use distlock::{
     AcquireRequest, Attempt, Backend, Error, LockName, LockRegistry, RegistryOptions, Token,
 };
+use distlock_testkit::etcd::EtcdServer;
+use distlock_testkit::tls::TestCa;
 use tokio::time::Instant;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
@@ -548,7 +548,7 @@ mod etcd {
             assert!(matches!(err, Error::InvalidConfig(_)), "{url}: {err:?}");
             assert!(err.to_string().contains(part), "{url}: {err}");
         }
-        let port = distlock::testkit::free_port();
+        let port = distlock_testkit::free_port();
         let opts = EtcdOptions {
             connect_timeout: Duration::from_millis(500),
             ..EtcdOptions::default()

@@ -9,8 +9,8 @@ mod common {
 use std::time::Duration;
 
 use common::etcd::*;
-use distlock::testkit::etcd::EtcdServer;
 use distlock::{Owner, RegistryOptions};
+use distlock_testkit::etcd::EtcdServer;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use common::etcd::*;
 use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
-use distlock::testkit::etcd::{EtcdCluster, EtcdServer};
-use distlock::testkit::proxy::FaultProxy;
-use distlock::testkit::timing::scheduling_slack;
 use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
 use distlock::{LockName, RegistryOptions, Token};
+use distlock_testkit::etcd::{EtcdCluster, EtcdServer};
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::timing::scheduling_slack;
 use tokio::time::Instant;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.

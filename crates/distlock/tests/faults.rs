@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::proxy::FaultProxy;
-use distlock::testkit::redis::{RedisServer, RedisServerOptions};
 use distlock::{Backend, Error, LockRegistry, RegistryOptions};
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::redis::{RedisServer, RedisServerOptions};
 
 async fn registry(url: &str, opts: RegistryOptions) -> LockRegistry {
     let backend: Arc<dyn Backend> = Arc::new(RedisBackend::connect(url).await.expect("connect"));
@@ -199,7 +199,7 @@ async fn acl_user_and_password_work() {
 
 #[tokio::test]
 async fn unreachable_server_is_retryable_and_leaves_nothing_held() {
-    let port = distlock::testkit::free_port();
+    let port = distlock_testkit::free_port();
     let err = RedisBackend::connect(&format!("redis://127.0.0.1:{port}"))
         .await
         .expect_err("connected to nothing");

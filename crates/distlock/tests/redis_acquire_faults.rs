@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::{RedisBackend, RedisOptions};
-use distlock::testkit::proxy::FaultProxy;
-use distlock::testkit::redis::RedisServer;
 use distlock::{Backend, Error, LockRegistry, RegistryOptions};
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(60);

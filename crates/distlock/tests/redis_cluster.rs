@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::cluster::ClusterSet;
-use distlock::testkit::redis::RedisServer;
-use distlock::testkit::timing::scheduling_slack;
 use distlock::{Backend, Error, LockGuard, LockKind, LockRegistry, RegistryOptions};
+use distlock_testkit::redis::cluster::ClusterSet;
+use distlock_testkit::redis::RedisServer;
+use distlock_testkit::timing::scheduling_slack;
 use futures_util::StreamExt;
 
 /// The lock key of `job` under the default prefix.

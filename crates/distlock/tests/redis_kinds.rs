@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::proxy::FaultProxy;
-use distlock::testkit::redis::RedisServer;
-use distlock::testkit::timing;
 use distlock::{Backend, Error, LockKind, LockRegistry, RegistryOptions};
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::redis::RedisServer;
+use distlock_testkit::timing;
 use futures_util::StreamExt;
 
 async fn registry(url: &str, opts: RegistryOptions) -> LockRegistry {

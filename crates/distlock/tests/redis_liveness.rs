@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::{RedisBackend, RedisOptions};
-use distlock::testkit::redis::RedisServer;
-use distlock::testkit::timing::scheduling_slack;
 use distlock::{
     AcquireMode, AcquireRequest, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token,
 };
+use distlock_testkit::redis::RedisServer;
+use distlock_testkit::timing::scheduling_slack;
 
 async fn backend(server: &RedisServer) -> RedisBackend {
     RedisBackend::connect(&server.url()).await.expect("connect")

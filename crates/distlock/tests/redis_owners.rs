@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::RedisServer;
 use distlock::{Backend, LockRegistry, Owner, RegistryOptions, UNKNOWN_OWNER};
+use distlock_testkit::redis::RedisServer;
 
 async fn registry(url: &str, owner: &str) -> LockRegistry {
     let backend: Arc<dyn Backend> = Arc::new(RedisBackend::connect(url).await.expect("connect"));

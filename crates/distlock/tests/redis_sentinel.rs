@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::sentinel::SentinelSet;
 use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock_testkit::redis::sentinel::SentinelSet;
 
 use redis_common::take_and_release;
 
@@ -163,7 +163,7 @@ async fn waiters_are_woken_on_the_new_master_after_a_failover() {
     g.release().await.expect("released on the new master");
     let at = std::time::Instant::now();
     // The first poll comes a quarter of the poll interval after an attempt.
-    let bound = Duration::from_secs(5) + distlock::testkit::timing::scheduling_slack().await;
+    let bound = Duration::from_secs(5) + distlock_testkit::timing::scheduling_slack().await;
     let next = tokio::time::timeout(bound, waiting)
         .await
         .unwrap_or_else(|_| panic!("the waiter was not woken within {bound:?} of the release"))
@@ -370,7 +370,7 @@ async fn fences_stay_increasing_when_the_counter_is_rolled_back() {
 /// permanent error that names no secret.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_of_the_sentinels_and_of_the_data_nodes_are_used() {
-    use distlock::testkit::redis::sentinel::SentinelOptions;
+    use distlock_testkit::redis::sentinel::SentinelOptions;
     let set = tokio::task::block_in_place(|| {
         SentinelSet::start_with(
             2,
@@ -417,7 +417,7 @@ async fn passwords_of_the_sentinels_and_of_the_data_nodes_are_used() {
 }
 
 /// Whether `server` has run a `WAIT` since it started.
-fn waited_on(server: &distlock::testkit::redis::RedisServer) -> bool {
+fn waited_on(server: &distlock_testkit::redis::RedisServer) -> bool {
     server
         .cli(&["INFO", "commandstats"])
         .unwrap()

@@ -6,8 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::{RedisBackend, RedisOptions};
-use distlock::testkit::tls::TestCa;
 use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock_testkit::tls::TestCa;
 
 struct TlsRedis {
     child: Child,
@@ -33,7 +33,7 @@ fn start_tls_redis() -> TlsRedis {
 /// A TLS server with the certificate of `certs`, whose directory must outlive it.
 fn start_tls_redis_with(certs: &TestCa) -> TlsRedis {
     let d = certs.dir();
-    let port = distlock::testkit::free_port();
+    let port = distlock_testkit::free_port();
     let child = Command::new("redis-server")
         .args([
             "--port",

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::cluster::ClusterSet;
-use distlock::testkit::redis::sentinel::SentinelSet;
-use distlock::testkit::tls::TestCa;
 use distlock::{Error, LockGuard, LockRegistry, RegistryOptions};
+use distlock_testkit::redis::cluster::ClusterSet;
+use distlock_testkit::redis::sentinel::SentinelSet;
+use distlock_testkit::tls::TestCa;
 
 fn certs() -> TestCa {
     TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA")

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::RedisServer;
 use distlock::{LockRegistry, RegistryOptions};
+use distlock_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
 const KEY: &str = "job";

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::fifo::spawn_waiter;
 use distlock::backends::redis::{RedisBackend, RedisOptions};
-use distlock::testkit::redis::RedisServer;
 use distlock::{
     AcquireMode, AcquireRequest, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token,
 };
+use distlock_testkit::redis::RedisServer;
 use futures_util::StreamExt;
 
 async fn registry(url: &str) -> LockRegistry {

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::redlock::RedlockBackend;
-use distlock::testkit::redis::RedisServer;
 use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock_testkit::redis::RedisServer;
 
 fn nodes() -> Vec<RedisServer> {
     RedisServer::start_independent(3).expect("redis-server must be installed")

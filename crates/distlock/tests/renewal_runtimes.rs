@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use distlock::backends::memory::MemoryBackend;
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::RedisServer;
 use distlock::{Backend, LockRegistry, RegistryOptions};
+use distlock_testkit::redis::RedisServer;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

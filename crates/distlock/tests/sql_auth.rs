@@ -13,13 +13,13 @@ use std::time::Duration;
 use common::sql::*;
 use distlock::backends::mysql::MySqlBackend;
 use distlock::backends::postgres::PostgresBackend;
-use distlock::testkit::mysql::MariaDbServer;
-use distlock::testkit::postgres::PostgresServer;
-use distlock::testkit::tls::TestCa;
 use distlock::Error;
+use distlock_testkit::mysql::MariaDbServer;
+use distlock_testkit::postgres::PostgresServer;
+use distlock_testkit::tls::TestCa;
 
 /// A new MariaDB user (random name) with `password`, allowed everything in `db`.
-fn my_user(db: &distlock::testkit::mysql::TestDatabase, password: &str) -> String {
+fn my_user(db: &distlock_testkit::mysql::TestDatabase, password: &str) -> String {
     let user = format!("dl{:08x}", rand::random::<u32>());
     db.query(&format!(
         "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'; \

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::sql::*;
-use distlock::testkit::mysql::MariaDbServer;
-use distlock::testkit::timing::scheduling_slack;
 use distlock::{LockRegistry, RegistryOptions};
+use distlock_testkit::mysql::MariaDbServer;
+use distlock_testkit::timing::scheduling_slack;
 use mysql_async::prelude::Queryable;
 
 const KEYS: usize = 5;

@@ -181,7 +181,7 @@ async fn read_cycle_beside_mutex_cycle() {
     ))
     .unwrap();
     compare("postgres", common::sql::pg(pg.url()).await).await;
-    let server = Arc::new(distlock::testkit::mysql::MariaDbServer::start().expect("mariadb"));
+    let server = Arc::new(distlock_testkit::mysql::MariaDbServer::start().expect("mariadb"));
     let my = server.fresh_database().unwrap();
     compare("mariadb", common::sql::my(my.url()).await).await;
 }

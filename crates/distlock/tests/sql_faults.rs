@@ -17,9 +17,9 @@ use std::time::Duration;
 use common::fifo::spawn_waiter;
 use common::sql::*;
 use distlock::backends::sql::DEFAULT_REQUEST_TIMEOUT;
-use distlock::testkit::postgres::PostgresServer;
-use distlock::testkit::proxy::FaultProxy;
 use distlock::{AcquireRequest, Attempt, Backend, Error, LockName, Token};
+use distlock_testkit::postgres::PostgresServer;
+use distlock_testkit::proxy::FaultProxy;
 
 /// The holder keeps its lock across the server killing every connection: renewal reconnects.
 async fn renewal_survives_killed_connections(
@@ -551,7 +551,7 @@ async fn mariadb_read_hold_survives_kill() {
 /// ended (once the server is back), and their fences tell the stale holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restart_mid_share_is_reported_to_the_holders() {
-    use distlock::testkit::timing::scheduling_slack;
+    use distlock_testkit::timing::scheduling_slack;
     let server = Arc::new(PostgresServer::start().expect("postgresql"));
     let db = server.fresh_database().unwrap();
     let lease = Duration::from_millis(800);
@@ -607,7 +607,7 @@ async fn postgres_restart_mid_share_is_reported_to_the_holders() {
 /// writer waiting for the last reader, a reader waiting for a writer that gave up its place,
 /// a permit taker waiting for a permit.
 async fn waiters_of_every_kind_are_woken(url: &str, backend: fn(&str) -> BoxBackend) {
-    use distlock::testkit::timing::scheduling_slack;
+    use distlock_testkit::timing::scheduling_slack;
     let holder = registry(backend(url).await, opts(5000));
     let waiter = registry(
         backend(url).await,

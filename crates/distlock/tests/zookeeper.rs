@@ -20,8 +20,8 @@ use common::curator::{Curator, JVM_LIMIT};
 use common::fifo::{queued_attempt, spawn_waiter};
 use common::zookeeper::*;
 use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
-use distlock::testkit::proxy::FaultProxy;
 use distlock::{Attempt, Backend, Error, LockName, RegistryOptions, Token};
+use distlock_testkit::proxy::FaultProxy;
 use tokio::time::{timeout, Instant};
 
 /// Curator's names of readers and writers.

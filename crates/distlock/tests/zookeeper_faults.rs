@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use common::zookeeper::*;
 use distlock::backends::zookeeper::zookeeper_client;
-use distlock::testkit::proxy::FaultProxy;
-use distlock::testkit::timing::scheduling_slack;
-use distlock::testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
 use distlock::Error;
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::timing::scheduling_slack;
+use distlock_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
 use tokio::time::{timeout, Instant};
 
 /// Named `zookeeper::…` so that `-E 'test(/zookeeper/)'` selects them.

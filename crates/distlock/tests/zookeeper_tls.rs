@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::zookeeper::{acl, root};
 use distlock::backends::zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
-use distlock::testkit::tls::TestCa;
-use distlock::testkit::zookeeper::{ZooKeeperServer, ZooKeeperTls};
 use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock_testkit::tls::TestCa;
+use distlock_testkit::zookeeper::{ZooKeeperServer, ZooKeeperTls};
 
 fn test_ca() -> TestCa {
     TestCa::new(&["localhost", "127.0.0.1"], "distlock").expect("test CA")

@@ -17,15 +17,15 @@
 //! ```
 //!
 //! It creates a fresh database on the machine's PostgreSQL (or a throwaway server; see
-//! `distlock::testkit::postgres`) with `synchronous_commit = off`, and drops it at the end.
+//! `distlock_testkit::postgres`) with `synchronous_commit = off`, and drops it at the end.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::backends::postgres::{LockCycle, PostgresBackend};
-use distlock::testkit::postgres::PostgresServer;
 use distlock::{AcquireRequest, Attempt, Backend, LockName, Token};
+use distlock_testkit::postgres::PostgresServer;
 use tokio_postgres::{Client, NoTls, Statement};
 
 const LEASE: Duration = Duration::from_secs(30);

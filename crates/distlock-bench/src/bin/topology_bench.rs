@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use distlock::backends::redis::redlock::RedlockBackend;
 use distlock::backends::redis::RedisBackend;
-use distlock::testkit::redis::cluster::ClusterSet;
-use distlock::testkit::redis::sentinel::SentinelSet;
-use distlock::testkit::redis::{RedisServer, RedisServerOptions};
 use distlock::{LockRegistry, RegistryOptions};
+use distlock_testkit::redis::cluster::ClusterSet;
+use distlock_testkit::redis::sentinel::SentinelSet;
+use distlock_testkit::redis::{RedisServer, RedisServerOptions};
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 

@@ -144,7 +144,7 @@ async fn a_shared_caller_that_stops_extending_loses_its_hold_while_another_exten
     let http = client();
     // Short enough to end soon, long enough that the extending reader's PUTs, one every
     // sixth of it, land in time on this machine.
-    let slack = distlock::testkit::timing::scheduling_slack().await;
+    let slack = distlock_testkit::timing::scheduling_slack().await;
     let lease = (slack * 2).max(Duration::from_millis(600));
     let lease_ms = u64::try_from(lease.as_millis()).unwrap();
     let body = json!({"shared": true, "lease_ms": lease_ms});
@@ -189,7 +189,7 @@ async fn a_shared_caller_that_stops_extending_loses_its_hold_while_another_exten
 async fn a_backend_without_the_kind_answers_501() {
     // PostgreSQL in Spring mode (Spring Integration's INT_LOCK table) takes the mutex only,
     // and lists what it holds.
-    let server = distlock::testkit::postgres::PostgresServer::machine_or_start()
+    let server = distlock_testkit::postgres::PostgresServer::machine_or_start()
         .expect("PostgreSQL (scripts/test.sh installs postgresql)");
     let db = server.fresh_database().expect("fresh database");
     let url = format!("{}?spring=true", db.url());

@@ -214,7 +214,7 @@ async fn the_demonstration_is_a_bounded_post_one_at_a_time() {
 }
 
 /// `connected_clients` of the Redis server.
-fn redis_clients(server: &distlock::testkit::redis::RedisServer) -> u64 {
+fn redis_clients(server: &distlock_testkit::redis::RedisServer) -> u64 {
     let info = server.cli(&["INFO", "clients"]).expect("INFO");
     info.lines()
         .find_map(|l| l.strip_prefix("connected_clients:"))
@@ -227,7 +227,7 @@ fn redis_clients(server: &distlock::testkit::redis::RedisServer) -> u64 {
 #[tokio::test]
 async fn the_demonstrations_workers_share_the_services_connections() {
     const WORKERS: u64 = 10;
-    let server = distlock::testkit::redis::RedisServer::start().expect("redis-server");
+    let server = distlock_testkit::redis::RedisServer::start().expect("redis-server");
     let served = Served::start(&server.url(), &[]);
     let http = client();
     let body = json!({"key": "shared", "workers": WORKERS, "hold_ms": 20});

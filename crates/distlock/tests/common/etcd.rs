@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::etcd::EtcdBackend;
-use distlock::testkit::etcd::EtcdServer;
 use distlock::{Backend, LockRegistry, RegistryOptions};
+use distlock_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
 pub fn prefix() -> String {

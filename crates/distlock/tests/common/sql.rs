@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use distlock::backends::mysql::MySqlBackend;
 use distlock::backends::postgres::PostgresBackend;
-use distlock::testkit::mysql::{self, MariaDbServer};
-use distlock::testkit::postgres::{self, PostgresServer};
-use distlock::testkit::tls::TestCa;
 use distlock::{AcquireRequest, Attempt, Backend, LockName, LockRegistry, RegistryOptions, Token};
+use distlock_testkit::mysql::{self, MariaDbServer};
+use distlock_testkit::postgres::{self, PostgresServer};
+use distlock_testkit::tls::TestCa;
 
 /// A fresh database on the machine's PostgreSQL server (or a throwaway one).
 pub fn pg_db() -> postgres::TestDatabase {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::zookeeper::{zookeeper_client, ZooKeeperBackend};
-use distlock::testkit::zookeeper::ZooKeeperServer;
 use distlock::{Backend, LockRegistry, RegistryOptions, Token};
+use distlock_testkit::zookeeper::ZooKeeperServer;
 
 pub fn shared() -> Arc<ZooKeeperServer> {
     ZooKeeperServer::shared().expect("ZooKeeper must be installed (apt-get install zookeeper)")

@@ -125,11 +125,10 @@ fn cluster_scripts_differ_from_single_node_ones_only_in_the_floored_fence() {
 /// A caller that takes its own instance's reservation, by `ACQUIRE` or `TAKE`, leaves the wait
 /// queue its earlier busy attempt put it in: a place left behind would later be handed the
 /// lock of a hold that has ended, and keep the key from everybody for that grant.
-#[cfg(feature = "testkit")]
 #[test]
 fn taking_its_own_reservation_leaves_the_queue() {
     use super::scripts::Scripts;
-    let server = crate::testkit::redis::RedisServer::start().expect("redis-server");
+    let server = distlock_testkit::redis::RedisServer::start().expect("redis-server");
     let scripts = Scripts::new(false);
     let (instance, token) = ("00000000000000ab", "a".repeat(32));
     let member = format!("{token}:{instance}");

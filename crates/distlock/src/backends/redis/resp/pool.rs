@@ -309,6 +309,6 @@ fn unsent(e: RespError) -> RespError {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 #[path = "pool_tests.rs"]
 mod tests;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::testkit::redis::RedisServer;
+use distlock_testkit::redis::RedisServer;
 
 fn pool(server: &RedisServer) -> Arc<Pool> {
     Arc::new(Pool::new(ConnInfo {

@@ -44,7 +44,7 @@ mod conn;
 mod connect;
 pub(in crate::backends::sql) mod session;
 mod state;
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests;
 
 use self::conn::int;

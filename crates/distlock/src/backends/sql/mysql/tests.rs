@@ -1,9 +1,13 @@
 use super::*;
 use crate::backend::{AcquireMode, AcquireRequest, Attempt, Backend, LockKind};
-use crate::testkit::mysql::MariaDbServer;
+use distlock_testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).
-fn doorbell_held(db: &crate::testkit::mysql::TestDatabase, b: &MySqlBackend, n: &LockName) -> bool {
+fn doorbell_held(
+    db: &distlock_testkit::mysql::TestDatabase,
+    b: &MySqlBackend,
+    n: &LockName,
+) -> bool {
     let (region, key) = b.inner.row_key(n).unwrap();
     let bell = b.inner.doorbell(&region, &key);
     let rows = db.query(&format!("SELECT IS_USED_LOCK('{bell}')")).unwrap();
@@ -113,7 +117,7 @@ async fn concurrent_permits_are_released_as_taken() {
 }
 
 /// Counts the rows of the holds table of `db` (`places`: the waiting writers' only).
-fn holds_of(db: &crate::testkit::mysql::TestDatabase) -> impl Fn(bool) -> usize + Sync + '_ {
+fn holds_of(db: &distlock_testkit::mysql::TestDatabase) -> impl Fn(bool) -> usize + Sync + '_ {
     move |places| {
         let filter = if places { " WHERE kind = 'w'" } else { "" };
         let rows = db

@@ -38,7 +38,7 @@ mod cycle;
 mod listen;
 mod pool;
 mod state;
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests;
 mod tls;
 

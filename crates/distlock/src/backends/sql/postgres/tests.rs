@@ -1,7 +1,7 @@
 use super::*;
 use crate::backend::Backend;
 use crate::backends::sql::DEFAULT_TABLE;
-use crate::testkit::postgres::{PostgresServer, TestDatabase};
+use distlock_testkit::postgres::{PostgresServer, TestDatabase};
 
 /// A backend with a pool of `pool_size` on a fresh database, and the lock the tests use.
 struct Setup {

@@ -149,7 +149,7 @@ fn servers_die_with_the_test_process() {
     let mut helper = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "testkit::redis::tests::helper_starts_a_server_and_waits_to_be_killed",
+            "redis::tests::helper_starts_a_server_and_waits_to_be_killed",
             "--ignored",
             "--nocapture",
         ])

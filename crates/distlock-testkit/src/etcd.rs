@@ -10,7 +10,7 @@
 //! Missing binaries are an error that says what to install, never a skip.
 //!
 //! ```no_run
-//! use distlock::testkit::etcd::EtcdServer;
+//! use distlock_testkit::etcd::EtcdServer;
 //! let server = EtcdServer::start()?;
 //! println!("{}", server.url()); // etcd://127.0.0.1:PORT
 //! server.etcdctl(&["put", "k", "v"])?;
@@ -416,7 +416,7 @@ impl EtcdServer {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `etcd://127.0.0.1:PORT` (`etcds://` with TLS), for [`distlock::connect`](crate::connect).
+    /// `etcd://127.0.0.1:PORT` (`etcds://` with TLS), for [`distlock::connect`].
     pub fn url(&self) -> String {
         self.url.clone()
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{within, Harness};
-use crate::error::Error;
+use distlock::Error;
 
 /// A lock `with_at_least` stays held until its at-least time after a quick release or drop:
 /// another registry finds it busy, a task of the same registry is not handed it, and both

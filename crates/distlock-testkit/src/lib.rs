@@ -1,17 +1,24 @@
-//! Test infrastructure: throwaway servers on free loopback ports and a fault-injecting TCP proxy.
+//! distlock's test infrastructure (not published): throwaway servers on free loopback ports, a
+//! fault-injecting TCP proxy, and the shared behaviour suite every backend passes.
 //!
-//! Enabled by the `testkit` cargo feature. Nothing here is meant for production use: the server
-//! helpers block the calling thread while a server starts, and they assume a Unix machine with the
-//! server binaries installed (`scripts/test.sh` installs them). A missing binary is an error that
-//! says what to install, never a silent skip.
+//! Nothing here is meant for production use: the server helpers block the calling thread while a
+//! server starts, and they assume a Unix machine with the server binaries installed
+//! (`scripts/test.sh` installs them). A missing binary is an error that says what to install,
+//! never a silent skip.
 //!
 //! - [`redis::RedisServer`] runs a private `redis-server` that can be killed and restarted on the
-//!   same port mid-test.
+//!   same port mid-test; [`postgres`], [`mysql`], [`zookeeper`] and [`etcd`] do the same for
+//!   their servers.
 //! - [`proxy::FaultProxy`] sits between a client and a server and cuts, delays or pauses the
 //!   traffic on demand.
 //! - [`free_port`] finds a loopback port nobody listens on.
 //! - [`tls::TestCa`] makes a private CA with server and client certificates for TLS tests.
 //! - [`timing::scheduling_slack`] sizes a test's time limit by how late this machine runs now.
+//! - [`conformance`] is the behaviour suite, and [`conformance_suite!`] runs it on a backend.
+//!
+//! distlock's own unit tests use this crate too (a dev-dependency cycle Cargo allows): there the
+//! library is compiled twice, so only plain values (URLs, strings) cross between the two.
+#![warn(missing_docs, unreachable_pub, rustdoc::broken_intra_doc_links)]
 
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
@@ -73,14 +80,13 @@ macro_rules! member_controls {
 /// throwaway one, whose `Owned` has a `port` and can `kill` and `launch` it): sharing one
 /// server per test process, `Debug`, fresh databases, and stopping and restarting throwaway
 /// servers. `$what` names the server in messages, `$package` is the one to install.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! database_server_controls {
     ($server:ident, $what:literal, $package:literal) => {
         impl fmt::Debug for $server {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 let mut d = f.debug_struct(stringify!($server));
                 match &self.mode {
-                    Mode::Machine { base, .. } => d.field("machine", &crate::redact(base)),
+                    Mode::Machine { base, .. } => d.field("machine", &distlock::redact(base)),
                     Mode::Owned(o) => {
                         let port = o.lock().unwrap_or_else(|e| e.into_inner()).port;
                         d.field("throwaway_port", &port)
@@ -146,12 +152,10 @@ macro_rules! database_server_controls {
     };
 }
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod conformance;
 mod db;
 pub mod etcd;
-#[cfg(feature = "mysql")]
 pub mod mysql;
-#[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod process;
 pub mod proxy;
@@ -284,7 +288,7 @@ pub(crate) fn remove_leftover_dirs(prefix: &str) {
 
 /// A directory under the system temp dir that is removed, with its contents, on drop.
 ///
-/// The crate's runtime dependencies do not include `tempfile`, and the testkit needs only this.
+/// The testkit needs only this of the `tempfile` crate.
 #[derive(Debug)]
 pub(crate) struct TempDir {
     path: PathBuf,

@@ -94,7 +94,7 @@ pub fn four_letter(addr: SocketAddr, cmd: &str) -> io::Result<String> {
 /// the directory.
 ///
 /// ```no_run
-/// use distlock::testkit::zookeeper::ZooKeeperServer;
+/// use distlock_testkit::zookeeper::ZooKeeperServer;
 /// let server = ZooKeeperServer::start()?;
 /// assert_eq!(server.four_letter("ruok")?, "imok");
 /// server.restart()?; // same port, same data
@@ -209,7 +209,7 @@ impl ZooKeeperServer {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// `zk://127.0.0.1:port`, for [`distlock::connect`](crate::connect).
+    /// `zk://127.0.0.1:port`, for [`distlock::connect`].
     pub fn url(&self) -> String {
         format!("zk://127.0.0.1:{}", self.port)
     }

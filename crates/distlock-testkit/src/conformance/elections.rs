@@ -9,9 +9,9 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::{short_lease, within, Harness};
-use crate::backend::Owner;
-use crate::election::Leader;
-use crate::registry::RegistryOptions;
+use distlock::Leader;
+use distlock::Owner;
+use distlock::RegistryOptions;
 
 /// Three candidates lead twice each, one at a time; `leader()` names whoever leads with a term
 /// at least its own; terms rise; and an observer sees every leadership, in order (each leader
@@ -105,9 +105,13 @@ pub async fn election_has_one_leader_at_a_time(h: &Harness) {
     }
 }
 
+/// The low bits of a fence that number local hand-overs: the crate's documented fence layout
+/// (the backend's fence shifted left by 10 bits).
+const LOCAL_SEQ_BITS: u32 = 10;
+
 /// The backend's part of a term (the local hand-over bits dropped).
 fn backend_fence(term: u64) -> u64 {
-    term >> crate::renewal::LOCAL_SEQ_BITS
+    term >> LOCAL_SEQ_BITS
 }
 
 /// A leader that stops renewing (a dead process) is replaced within its lease, by a standby

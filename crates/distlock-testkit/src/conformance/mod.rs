@@ -7,12 +7,12 @@
 //! a test, and passes printing `not applicable: ...`; a missing server fails, never skips.
 //!
 //! A backend joins the suite with one [`conformance_suite!`](crate::conformance_suite) line.
-//! A backend reachable through [`connect`](crate::connect) gives its URL, which also lets the
+//! A backend reachable through [`connect`](distlock::connect) gives its URL, which also lets the
 //! cross-process scenarios start child processes on it:
 //!
 //! ```ignore
-//! distlock::conformance_suite!(on_my_backend, || async {
-//!     distlock::conformance::Harness::connect("mine://127.0.0.1:1234")
+//! distlock_testkit::conformance_suite!(on_my_backend, || async {
+//!     distlock_testkit::conformance::Harness::connect("mine://127.0.0.1:1234")
 //! });
 //! ```
 //!
@@ -20,8 +20,8 @@
 //! applicable):
 //!
 //! ```ignore
-//! distlock::conformance_suite!(on_my_backend, || async {
-//!     distlock::conformance::Harness::new(|| async { Ok(my_backend().await?) })
+//! distlock_testkit::conformance_suite!(on_my_backend, || async {
+//!     distlock_testkit::conformance::Harness::new(|| async { Ok(my_backend().await?) })
 //! });
 //! ```
 //!
@@ -54,12 +54,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Capabilities, LockName};
-use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use distlock::Error;
+use distlock::{Backend, Capabilities, LockName};
+use distlock::{LockRegistry, RegistryOptions};
 
 type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-type Factory = Arc<dyn Fn() -> BoxFut<crate::Result<Arc<dyn Backend>>> + Send + Sync>;
+type Factory = Arc<dyn Fn() -> BoxFut<distlock::Result<Arc<dyn Backend>>> + Send + Sync>;
 type Deleter = Arc<dyn Fn(LockName) -> BoxFut<()> + Send + Sync>;
 
 /// How the suite reaches one backend: a factory of independent connections (each registry gets
@@ -79,7 +79,7 @@ impl Harness {
     pub fn new<F, Fut>(factory: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = crate::Result<Arc<dyn Backend>>> + Send + 'static,
+        Fut: Future<Output = distlock::Result<Arc<dyn Backend>>> + Send + 'static,
     {
         let factory: Factory = Arc::new(move || Box::pin(factory()));
         Harness {
@@ -92,14 +92,14 @@ impl Harness {
         }
     }
 
-    /// A harness over backends reached through [`connect`](crate::connect)`(url)`. Child
+    /// A harness over backends reached through [`connect`](distlock::connect)`(url)`. Child
     /// processes of the cross-process scenarios connect with the same URL.
     pub fn connect(url: impl Into<String>) -> Self {
         let url = url.into();
         let u = url.clone();
         let mut h = Harness::new(move || {
             let u = u.clone();
-            async move { crate::connect(&u).await }
+            async move { distlock::connect(&u).await }
         });
         h.url = Some(url);
         h

@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{within, Harness};
-use crate::backend::{AcquireRequest, Attempt, Backend, Capabilities, LockName, Token};
-use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use distlock::Error;
+use distlock::{AcquireRequest, Attempt, Backend, Capabilities, LockName, Token};
+use distlock::{LockRegistry, RegistryOptions};
 
 /// What [`ReplyFaults`] does to an acquisition attempt.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -39,7 +39,7 @@ impl Backend for ReplyFaults {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn acquire(&self, request: &AcquireRequest) -> crate::Result<Attempt> {
+    async fn acquire(&self, request: &AcquireRequest) -> distlock::Result<Attempt> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
         let (inner, request) = (self.inner.clone(), request.clone());
         let delay = match fault {
@@ -51,38 +51,46 @@ impl Backend for ReplyFaults {
             tokio::time::sleep(delay).await;
             inner.acquire(&request).await
         });
-        let outcome = request
-            .await
-            .unwrap_or_else(|e| Err(Error::backend("faults", e.to_string())));
+        let outcome = request.await.unwrap_or_else(|e| {
+            Err(Error::Backend {
+                backend: "faults",
+                message: e.to_string(),
+            })
+        });
         tokio::time::sleep(delay).await;
         if fault == ReplyFault::Lose {
-            return Err(Error::unavailable(
-                "faults",
-                "connection reset before the reply",
-            ));
+            return Err(Error::Unavailable {
+                backend: "faults",
+                message: "connection reset before the reply".to_owned(),
+            });
         }
         outcome
     }
-    async fn leave_queue(&self, name: &LockName, token: Token) -> crate::Result<()> {
+    async fn leave_queue(&self, name: &LockName, token: Token) -> distlock::Result<()> {
         self.inner.leave_queue(name, token).await
     }
-    async fn release(&self, name: &LockName, token: Token) -> crate::Result<crate::Released> {
+    async fn release(&self, name: &LockName, token: Token) -> distlock::Result<distlock::Released> {
         self.inner.release(name, token).await
     }
-    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> crate::Result<bool> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+    ) -> distlock::Result<bool> {
         self.inner.extend(name, token, lease).await
     }
     async fn subscribe(
         &self,
         name: &LockName,
         waiter: Token,
-    ) -> crate::Result<crate::ReleaseSubscription> {
+    ) -> distlock::Result<distlock::ReleaseSubscription> {
         self.inner.subscribe(name, waiter).await
     }
-    async fn force_release(&self, name: &LockName) -> crate::Result<bool> {
+    async fn force_release(&self, name: &LockName) -> distlock::Result<bool> {
         self.inner.force_release(name).await
     }
-    async fn inspect(&self, name: &LockName) -> crate::Result<Option<crate::LockInfo>> {
+    async fn inspect(&self, name: &LockName) -> distlock::Result<Option<distlock::LockInfo>> {
         self.inner.inspect(name).await
     }
 }

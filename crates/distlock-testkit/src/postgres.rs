@@ -11,7 +11,7 @@
 //! Missing binaries are an error that says what to install, never a skip.
 //!
 //! ```no_run
-//! use distlock::testkit::postgres::PostgresServer;
+//! use distlock_testkit::postgres::PostgresServer;
 //! let server = PostgresServer::machine_or_start()?;
 //! let db = server.fresh_database()?; // dropped again with `db`
 //! println!("{}", db.url());

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Harness;
-use crate::registry::{LockRegistry, RegistryOptions};
+use distlock::{LockRegistry, RegistryOptions};
 
 const ROLE: &str = "DISTLOCK_CONFORMANCE_CHILD";
 const URL: &str = "DISTLOCK_CONFORMANCE_URL";
@@ -28,15 +28,14 @@ const CHILD_LIMIT: Duration = Duration::from_secs(120);
 
 /// Child processes of one scenario, killed if the scenario fails before they exit.
 struct Children {
-    dir: crate::testkit::TempDir,
+    dir: crate::TempDir,
     children: Vec<(usize, Child)>,
 }
 
 impl Children {
     fn new() -> Self {
         Children {
-            dir: crate::testkit::TempDir::new("distlock-conformance")
-                .expect("a temporary directory"),
+            dir: crate::TempDir::new("distlock-conformance").expect("a temporary directory"),
             children: Vec::new(),
         }
     }
@@ -294,7 +293,7 @@ pub async fn run_child_if_asked() -> bool {
     let dir = PathBuf::from(var(DIR));
     let index: usize = var(INDEX).parse().unwrap();
     let rounds: usize = var(ROUNDS).parse().unwrap();
-    let backend = crate::connect(&var(URL)).await.expect("child connects");
+    let backend = distlock::connect(&var(URL)).await.expect("child connects");
     let reg =
         LockRegistry::from_backend(backend, RegistryOptions::default().with_prefix(var(PREFIX)))
             .expect("valid options");

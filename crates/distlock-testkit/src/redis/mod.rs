@@ -57,7 +57,7 @@ pub struct RedisServerOptions {
     pub cluster: bool,
     /// Also listen for TLS on a port of its own ([`RedisServer::tls_port`]), with
     /// `server.crt`, `server.key` and `ca.crt` from this directory (a
-    /// [`TestCa`](crate::testkit::tls::TestCa)'s, which must outlive the server). Replication,
+    /// [`TestCa`](crate::tls::TestCa)'s, which must outlive the server). Replication,
     /// Sentinel's links and the cluster bus then go over TLS too (`tls-replication`,
     /// `tls-cluster`), so [`replica_of`](Self::replica_of) and
     /// [`sentinel_of`](Self::sentinel_of) name TLS ports. The plain port stays open for
@@ -75,7 +75,7 @@ pub struct RedisServerOptions {
 /// answer); that is fine inside `#[tokio::test]` bodies.
 ///
 /// ```no_run
-/// use distlock::testkit::redis::RedisServer;
+/// use distlock_testkit::redis::RedisServer;
 ///
 /// let mut server = RedisServer::start()?;
 /// assert_eq!(server.cli(&["SET", "k", "v"])?, "OK");
@@ -306,7 +306,7 @@ impl RedisServer {
     /// (`""` when empty), errors inside arrays as `"(error) ERR ..."`.
     ///
     /// ```no_run
-    /// # let server = distlock::testkit::redis::RedisServer::start()?;
+    /// # let server = distlock_testkit::redis::RedisServer::start()?;
     /// server.cli(&["DEL", "some-lock"])?;
     /// server.cli(&["CLIENT", "KILL", "TYPE", "normal"])?; // drops every client but this one
     /// server.cli(&["DEBUG", "SLEEP", "2"])?; // blocks the server for two seconds

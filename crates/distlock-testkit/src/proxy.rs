@@ -47,7 +47,7 @@ struct Faults {
 ///
 /// ```no_run
 /// # async fn demo() -> std::io::Result<()> {
-/// use distlock::testkit::{proxy::FaultProxy, redis::RedisServer};
+/// use distlock_testkit::{proxy::FaultProxy, redis::RedisServer};
 ///
 /// let server = RedisServer::start()?;
 /// let proxy = FaultProxy::start(server.addr()).await?;
@@ -370,7 +370,7 @@ mod tests {
     use tokio::time::timeout;
 
     use super::*;
-    use crate::testkit::free_port;
+    use crate::free_port;
 
     /// A server that echoes every byte back and half-closes when its client does.
     async fn echo_server() -> (SocketAddr, JoinHandle<()>) {
@@ -601,7 +601,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn proxy_in_front_of_a_redis_server_survives_its_restart() {
-        let mut server = crate::testkit::redis::RedisServer::start().unwrap();
+        let mut server = crate::redis::RedisServer::start().unwrap();
         let proxy = FaultProxy::start(server.addr()).await.unwrap();
         let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(ping(&mut client).await.unwrap(), b"+PONG\r\n");

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{short_lease, within, Harness};
-use crate::backend::LockKind;
-use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use distlock::Error;
+use distlock::LockKind;
+use distlock::{LockRegistry, RegistryOptions};
 
-fn busy<T: std::fmt::Debug>(res: crate::Result<T>, what: &str) {
+fn busy<T: std::fmt::Debug>(res: distlock::Result<T>, what: &str) {
     match res {
         Err(Error::NotAcquired { .. }) => {}
         other => panic!("{what}: expected NotAcquired, got {other:?}"),
@@ -353,7 +353,7 @@ pub async fn semaphore_holders_must_agree_on_permits(h: &Harness) {
     q.release().await.unwrap();
     assert!(matches!(a.semaphore("n", 0), Err(Error::InvalidConfig(_))));
     assert!(matches!(
-        a.semaphore("n", crate::MAX_PERMITS + 1),
+        a.semaphore("n", distlock::MAX_PERMITS + 1),
         Err(Error::InvalidConfig(_))
     ));
     // The error names a long key by its start and length, not whole.
@@ -639,7 +639,7 @@ pub async fn inspect_and_list_show_every_kind(h: &Harness) {
             _ => (LockKind::Semaphore { permits: 3 }, 1),
         }
     };
-    let check = |key: &str, info: &crate::LockInfo| {
+    let check = |key: &str, info: &distlock::LockInfo| {
         let (kind, holders) = expect(key);
         if let Some(k) = info.kind {
             match (k, kind) {
@@ -689,7 +689,7 @@ pub async fn blocking_facade_covers_every_kind(h: &Harness) {
     let caps = backend.capabilities();
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = crate::blocking::LockRegistry::from_backend(
+        let reg = distlock::blocking::LockRegistry::from_backend(
             backend,
             RegistryOptions::default().with_prefix(prefix),
         )

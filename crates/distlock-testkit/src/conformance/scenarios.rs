@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{short_lease, within, Harness};
-use crate::backend::{AcquireRequest, Attempt, LockName, Token};
-use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use distlock::Error;
+use distlock::{AcquireRequest, Attempt, LockName, Token};
+use distlock::{LockRegistry, RegistryOptions};
 
 /// Many tasks over four registries increment a non-atomic counter under the lock: no two are
 /// ever inside at once and no update is lost.
@@ -265,7 +265,7 @@ pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
 }
 
 /// Fences strictly increase per key across holders, registries and local handoffs. Runs
-/// only on backends whose capabilities promise fencing (not [`Fencing::None`](crate::Fencing)).
+/// only on backends whose capabilities promise fencing (not [`Fencing::None`](distlock::Fencing)).
 pub async fn fencing_is_monotonic(h: &Harness) {
     let regs = [h.registry().await, h.registry().await, h.registry().await];
     let mut last = 0;
@@ -308,7 +308,7 @@ pub async fn blocking_facade_is_reentrant(h: &Harness) {
     let backend = h.backend().await;
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = crate::blocking::LockRegistry::from_backend(
+        let reg = distlock::blocking::LockRegistry::from_backend(
             backend,
             RegistryOptions::default().with_prefix(prefix),
         )
@@ -416,7 +416,7 @@ pub async fn odd_keys_are_distinct_locks(h: &Harness) {
     let caps = h.capabilities().await;
     // A layout with a shorter name column (ShedLock's) takes the longest key that fits with
     // the harness's prefix, and refuses one more with a typed error.
-    let room = if caps.max_key_len < crate::MAX_KEY_LEN {
+    let room = if caps.max_key_len < distlock::MAX_KEY_LEN {
         let room = caps.max_key_len - h.prefix().chars().count() - 1;
         assert!(
             matches!(
@@ -427,7 +427,7 @@ pub async fn odd_keys_are_distinct_locks(h: &Harness) {
         );
         room
     } else {
-        crate::MAX_KEY_LEN
+        distlock::MAX_KEY_LEN
     };
     let long = "x".repeat(room);
     let keys = [
@@ -473,7 +473,7 @@ pub async fn invalid_input_is_rejected(h: &Harness) {
     let reg = h.registry().await;
     assert!(matches!(reg.obtain(""), Err(Error::InvalidKey(_))));
     assert!(matches!(
-        reg.obtain(&"x".repeat(crate::MAX_KEY_LEN + 1)),
+        reg.obtain(&"x".repeat(distlock::MAX_KEY_LEN + 1)),
         Err(Error::InvalidKey(_))
     ));
     let lock = reg.obtain("ok").unwrap();
