@@ -105,8 +105,10 @@ pub(crate) enum Place {
 }
 
 /// A shared hold: its kind in the holds table, the row's mark and the permits (0 for readers).
+///
+/// `pub` in this crate-private module because the lease table's engine trait names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Share {
+pub struct Share {
     pub(crate) code: &'static str,
     pub(crate) mark: &'static str,
     pub(crate) permits: i32,
@@ -267,8 +269,10 @@ impl HeldRow {
 /// when they found readers in): their next successful attempt, or their `leave_queue`, gives
 /// the place back. Everybody else's `leave_queue` costs nothing. Bounded: past the bound the
 /// places are forgotten here and expire on the server after [`WRITER_PLACE_MS`].
+///
+/// `pub` in this crate-private module because the lease table's engine trait names it.
 #[derive(Debug, Default)]
-pub(crate) struct WriterPlaces(Mutex<HashSet<Token>>);
+pub struct WriterPlaces(Mutex<HashSet<Token>>);
 
 const MAX_WRITER_PLACES: usize = 10_000;
 

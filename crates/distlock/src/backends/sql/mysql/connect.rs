@@ -7,15 +7,15 @@ use std::sync::Arc;
 
 use mysql_async::{OptsBuilder, SslOpts};
 
-use super::conn::{discard, SslMode};
+use super::doorbell::{Doorbells, HEAD_GRACE_MS};
+use super::driver::{discard, SslMode};
 use super::session::Failed;
-use super::state::{Inner, KIND};
+use super::state::{MySql, KIND};
 use super::{MySqlBackend, SCHEMES};
 use crate::backend::detached;
 use crate::backends::sql::dialect::My;
-use crate::backends::sql::doorbell::{Doorbells, HEAD_GRACE_MS};
 use crate::backends::sql::kinds::WriterPlaces;
-use crate::backends::sql::server::context;
+use crate::backends::sql::lease_table::context;
 use crate::backends::sql::{parse_url, scrub, SqlOptions};
 use crate::error::{Error, Result};
 
@@ -202,7 +202,7 @@ impl MySqlBackend {
         // The prepared statements are those of the native layout (Spring's are sent as text).
         let native = My::new(options.schema.as_deref(), &options.table, false);
         let backend = MySqlBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new(MySql {
                 qualified_table,
                 // The statement connections (sessions), which also hold the doorbells.
                 doorbells: Doorbells::new(

@@ -25,31 +25,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dialect::MyLock;
-use super::doorbell::{doorbell_name, LISTEN_WAIT_S};
-use super::kinds::{place, share_owner, HeldRow, Place, WriterPlaces};
-use super::server::{capabilities, server_backend, LockTable, Server};
+use super::kinds::{place, share_owner, HeldRow, Place, Share, WriterPlaces};
+use super::lease_table::{capabilities, Engine, LeaseTable};
 use super::shedlock::shown_owner;
-use super::{channel, fence_from, lease_ms, millis};
+use super::{channel, fence_from, lease_ms, millis, SqlOptions};
 use crate::backend::{
-    Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription, Released,
-    Renewal, Token,
+    Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription,
+    Released, Renewal, Token,
 };
 use crate::error::Result;
 
 // One job per file, so that each reads on its own: `connect` opens the backend, `acquire`
-// makes the attempts; this file keeps the type, its `LockTable` operations and the waiters'
+// makes the attempts; this file keeps the type, its `Engine` operations and the waiters'
 // subscription.
 mod acquire;
 mod conn;
 mod connect;
-pub(in crate::backends::sql) mod session;
+mod doorbell;
+mod driver;
+mod session;
 mod state;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
 
-use self::conn::int;
+use self::doorbell::{doorbell_name, LISTEN_WAIT_S};
+use self::driver::int;
 use self::session::{Failed, Ring};
-use self::state::{Inner, KIND};
+use self::state::{MySql, KIND};
 
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
@@ -63,13 +65,10 @@ const BATCH: usize = 2500;
 /// Locks in a MySQL or MariaDB lease table; see the [module docs](self).
 ///
 /// Cloning is cheap and shares the connections. `Debug` never shows the password.
-#[derive(Clone)]
-pub struct MySqlBackend {
-    inner: Arc<Inner>,
-}
+pub type MySqlBackend = LeaseTable<MySql>;
 
-impl Inner {
-    /// The `GET_LOCK` name that rings when the lock of [`row_key`](Server::row_key) `(a, b)` is
+impl MySql {
+    /// The `GET_LOCK` name that rings when the lock of [`row_key`](Engine::row_key) `(a, b)` is
     /// released.
     fn doorbell(&self, a: &str, b: &str) -> String {
         doorbell_name(&self.qualified_table, a, b)
@@ -128,7 +127,83 @@ fn text(row: &mysql_async::Row, i: usize) -> Option<String> {
         .and_then(|b| String::from_utf8(b).ok())
 }
 
-impl LockTable for Inner {
+impl Engine for MySql {
+    const KIND: &'static str = KIND;
+    const NAME: &'static str = "MySqlBackend";
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn user(&self) -> &str {
+        &self.user
+    }
+
+    fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    fn options(&self) -> &SqlOptions {
+        &self.options
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
+        // arrival order: one process is woken per release, first come, first served. A
+        // waiter's fallback poll that finds the row free between two rings can still take it
+        // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
+        // so it promises no order.
+        capabilities(KIND, &self.options)
+            .fifo(self.options.native())
+            .owners(true)
+    }
+
+    async fn take_share(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        share: Share,
+        described: &str,
+    ) -> Result<Attempt> {
+        self.take_shared(name, token, lease, share, described).await
+    }
+
+    async fn take_row(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+        described: &str,
+    ) -> Result<Attempt> {
+        self.take_exclusive(name, token, lease, queued, described)
+            .await
+    }
+
+    /// Releases made through this backend (or its clones) fire the subscription at once;
+    /// other processes' releases ring the lock's doorbell, on which a waiter connection
+    /// listens while anybody is subscribed.
+    async fn subscribe_waiter(self: &Arc<Self>, name: &LockName) -> Result<ReleaseSubscription> {
+        let _ = self.signals.take_idle(1024);
+        let ch = channel(name);
+        let sub = self.signals.subscribe(&ch).0;
+        let (a, b) = self.row_key(name)?;
+        let doorbell = self.doorbell(&a, &b);
+        let sql = self.sql.doorbell_wait(
+            &MyLock {
+                region: &a,
+                key: &b,
+                token: "",
+                described: "",
+            },
+            &doorbell,
+            LISTEN_WAIT_S,
+        );
+        self.doorbells.listen(doorbell, ch, sql, &self.signals);
+        Ok(sub)
+    }
+
     fn places(&self) -> &WriterPlaces {
         &self.writers
     }
@@ -393,44 +468,5 @@ impl LockTable for Inner {
             }
         }
         Ok(extended)
-    }
-}
-
-server_backend!(MySqlBackend);
-
-impl MySqlBackend {
-    fn caps(&self) -> Capabilities {
-        // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
-        // arrival order: one process is woken per release, first come, first served. A
-        // waiter's fallback poll that finds the row free between two rings can still take it
-        // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
-        // so it promises no order.
-        capabilities(KIND, &self.inner.options)
-            .fifo(self.inner.options.native())
-            .owners(true)
-    }
-
-    /// Releases made through this backend (or its clones) fire the subscription at once;
-    /// other processes' releases ring the lock's doorbell, on which a waiter connection
-    /// listens while anybody is subscribed.
-    async fn subscribe_waiter(&self, name: &LockName) -> Result<ReleaseSubscription> {
-        let _ = self.inner.signals.take_idle(1024);
-        let ch = channel(name);
-        let sub = self.inner.signals.subscribe(&ch).0;
-        let i = &self.inner;
-        let (a, b) = i.row_key(name)?;
-        let doorbell = i.doorbell(&a, &b);
-        let sql = i.sql.doorbell_wait(
-            &MyLock {
-                region: &a,
-                key: &b,
-                token: "",
-                described: "",
-            },
-            &doorbell,
-            LISTEN_WAIT_S,
-        );
-        i.doorbells.listen(doorbell, ch, sql, &i.signals);
-        Ok(sub)
     }
 }

@@ -1,4 +1,4 @@
-//! The backend's shared state ([`Inner`]), behind the `Arc` that every clone and the doorbell
+//! The backend's shared state ([`MySql`]), behind the `Arc` that every clone and the doorbell
 //! tasks hold. Apart from `mod.rs` so that the parts (connections) import it from here and
 //! nothing imports back from the module root.
 
@@ -6,16 +6,16 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use super::doorbell::Doorbells;
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::{My, Prepared};
-use crate::backends::sql::doorbell::Doorbells;
 use crate::backends::sql::kinds::WriterPlaces;
-use crate::backends::sql::server::server_state;
 use crate::backends::sql::SqlOptions;
 
 pub(super) const KIND: &str = "mysql";
 
-pub(super) struct Inner {
+/// The MySQL/MariaDB engine of [`LeaseTable`](crate::backends::sql::LeaseTable).
+pub struct MySql {
     pub(super) target: String,
     pub(super) user: String,
     pub(super) password: Option<String>,
@@ -25,7 +25,7 @@ pub(super) struct Inner {
     pub(super) ready_fast: AtomicBool,
     pub(super) signals: Arc<ReleaseSignals>,
     pub(super) doorbells: Arc<Doorbells>,
-    /// `database.table`, which names the doorbells (see [`Inner::doorbell`]).
+    /// `database.table`, which names the doorbells (see [`MySql::doorbell`]).
     pub(super) qualified_table: String,
     /// The common acquisition and the release, prepared (native layout).
     pub(super) acquire_prepared: Prepared,
@@ -40,6 +40,3 @@ pub(super) struct Inner {
     /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
     pub(super) named: Mutex<HashSet<(String, String)>>,
 }
-
-// The shared operation plumbing of the server backends (see `sql::server`).
-server_state!(Inner, KIND);

@@ -9,18 +9,12 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch};
 use tokio_postgres::AsyncMessage;
 
-use super::state::Inner;
-
-/// The listening connection's state: the generation of the current `LISTEN` (0 while down).
-pub(super) struct ListenerHandle {
-    pub(super) up: watch::Receiver<u64>,
-    pub(super) _stop: oneshot::Sender<()>,
-}
+use super::state::{ListenerHandle, Postgres};
 
 /// How often the listening connection is checked.
 const LISTENER_CHECK: Duration = Duration::from_secs(30);
 
-impl Inner {
+impl Postgres {
     /// Starts the listening task once.
     pub(super) fn listener(self: &Arc<Self>) -> &ListenerHandle {
         self.listener.get_or_init(|| {
@@ -35,7 +29,7 @@ impl Inner {
 /// Keeps one connection listening on the table's channel, reconnecting when it drops. After a
 /// reconnect every waiter is woken, since releases in between were not heard.
 pub(super) async fn listen(
-    weak: Weak<Inner>,
+    weak: Weak<Postgres>,
     up: watch::Sender<u64>,
     mut stop: oneshot::Receiver<()>,
 ) {

@@ -25,18 +25,19 @@ use tokio_postgres::{Config, Row};
 
 use super::dialect::Pg;
 use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
-use super::server::{self, capabilities, context, server_backend, LockTable, Server};
-use super::shedlock::{locked_by, shown_owner};
+use super::lease_table::{capabilities, context, Engine, LeaseTable};
+use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner, ReleaseSignals,
+    ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
 mod cycle;
 mod listen;
 mod pool;
+mod run;
 mod state;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
@@ -45,7 +46,7 @@ mod tls;
 #[doc(hidden)]
 pub use self::cycle::LockCycle;
 use self::pool::{Connector, Pool, Stmt};
-use self::state::{Inner, KIND};
+use self::state::{Postgres, KIND};
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
 
@@ -56,10 +57,7 @@ pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 ///
 /// Cloning is cheap and shares the pool and the listening connection. `Debug` shows the
 /// server, database, user and table, never the password.
-#[derive(Clone)]
-pub struct PostgresBackend {
-    inner: Arc<Inner>,
-}
+pub type PostgresBackend = LeaseTable<Postgres>;
 
 impl PostgresBackend {
     /// Connects with a URL: `postgres://[user[:password]@]host[:port][/database][?params]`
@@ -188,7 +186,7 @@ impl PostgresBackend {
             .build()
             .map_err(|e| Error::config(format!("postgres: the connection pool: {e}")))?;
         let backend = PostgresBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Postgres {
                 target,
                 user,
                 password,
@@ -230,7 +228,7 @@ impl PostgresBackend {
     }
 }
 
-impl Inner {
+impl Postgres {
     /// The first two statement parameters for a lock: its row, LOCK_KEY first in Spring mode
     /// (the order of Spring's own statements).
     fn ident(&self, name: &LockName) -> Result<(String, String)> {
@@ -276,7 +274,7 @@ fn held_row(row: &Row, at: usize) -> HeldRow {
     }
 }
 
-impl Inner {
+impl Postgres {
     /// What a Spring- or ShedLock-layout row says of its holder from column `at` on: Spring:
     /// distlock's description, else the `CLIENT_ID` (a Spring client's hold); ShedLock: the
     /// description part of distlock's `locked_by`, else all of it (ShedLock's host name).
@@ -293,7 +291,7 @@ impl Inner {
 /// Most key names a Spring-mode backend remembers having recorded.
 const MAX_NAMED: usize = 100_000;
 
-impl Inner {
+impl Postgres {
     /// Records the name of `name`'s row (Spring mode, once per key and backend) so that
     /// `list` can show the key; `false` when there is nothing to record or it failed (it is
     /// tried again next time).
@@ -332,7 +330,7 @@ impl Inner {
     /// A read hold or a permit: one statement, or where that finds the key's row changing (or
     /// missing), the transaction after the row lock (see `PgKinds`). A reader first tries the
     /// key's row alone (`PgKinds::acquire_lone`).
-    async fn take_share(
+    async fn take_shared(
         &self,
         name: &LockName,
         token: Token,
@@ -418,7 +416,96 @@ impl Inner {
     }
 }
 
-impl LockTable for Inner {
+impl Engine for Postgres {
+    const KIND: &'static str = KIND;
+    const NAME: &'static str = "PostgresBackend";
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn user(&self) -> &str {
+        &self.user
+    }
+
+    fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    fn options(&self) -> &SqlOptions {
+        &self.options
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities(KIND, &self.options).owners(true)
+    }
+
+    async fn take_share(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        share: Share,
+        described: &str,
+    ) -> Result<Attempt> {
+        self.take_shared(name, token, lease, share, described).await
+    }
+
+    /// PostgreSQL has no wait queue: both modes make the same attempt.
+    async fn take_row(
+        &self,
+        name: &LockName,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+        described: &str,
+    ) -> Result<Attempt> {
+        let (a, b) = self.ident(name)?;
+        let owner = self.owner(name, token);
+        let lease = lease_ms(lease);
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &described];
+        let (rows, _) = tokio::join!(self.try_take(&params), self.record_name(name, &a, &b));
+        let row = rows?.into_iter().next();
+        if queued && self.options.native() {
+            // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
+            let (ours, readers) = row.as_ref().map_or((false, false), |r| {
+                (r.get::<_, bool>(0), r.get::<_, bool>(3))
+            });
+            if ours && self.writers.has(token) {
+                self.writer_place(&a, &b, token, true).await;
+            } else if !ours && readers {
+                self.writer_place(&a, &b, token, false).await;
+            }
+        }
+        let Some(row) = row else {
+            return Ok(Attempt::Busy { retry_after: None });
+        };
+        let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if !ours {
+            return Ok(Attempt::Busy {
+                retry_after: Some(millis(remaining)),
+            });
+        }
+        Ok(Attempt::Acquired {
+            fence: fence_from(KIND, fence)?,
+        })
+    }
+
+    /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
+    /// when the `LISTEN` is in force, so that no later release is missed. If the listening
+    /// connection cannot be had within the connect timeout, the subscription still works from
+    /// the moment it comes up (waiters poll meanwhile).
+    async fn subscribe_waiter(self: &Arc<Self>, name: &LockName) -> Result<ReleaseSubscription> {
+        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
+        let _ = self.signals.take_idle(1024);
+        let (sub, _) = self.signals.subscribe(&channel(name));
+        let mut up = self.listener().up.clone();
+        let timeout = self.options.connect_timeout;
+        let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
+        Ok(sub)
+    }
+
     fn places(&self) -> &WriterPlaces {
         &self.writers
     }
@@ -635,7 +722,7 @@ impl LockTable for Inner {
     }
 }
 
-impl Inner {
+impl Postgres {
     /// Renewals of exclusive holds in one `UPDATE … FROM unnest(…)` statement.
     async fn extend_rows(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
         let mut a = Vec::with_capacity(batch.len());
@@ -678,76 +765,5 @@ impl Inner {
             .into_iter()
             .map(|e| e.is_some_and(|k| extended.contains(&k)))
             .collect::<Vec<bool>>())
-    }
-}
-
-server_backend!(PostgresBackend);
-
-impl PostgresBackend {
-    fn caps(&self) -> Capabilities {
-        capabilities(KIND, &self.inner.options).owners(true)
-    }
-
-    /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
-    /// task; an attempt whose caller went away gives the lock back once it committed.
-    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
-        let (token, lease, queued) = (request.token, request.lease, request.queued());
-        let mut described = request.owner_str().to_owned();
-        if self.inner.options.shedlock {
-            described = locked_by(&described, token);
-        }
-        server::acquire(&self.inner, request, move |inner, name| async move {
-            inner.check_kind(&name)?;
-            if let Place::Shared(share) = place(&name) {
-                return inner
-                    .take_share(&name, token, lease, share, &described)
-                    .await;
-            }
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(&name, token);
-            let lease = lease_ms(lease);
-            let params: [&(dyn ToSql + Sync); 6] =
-                [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &described];
-            let (rows, _) = tokio::join!(inner.try_take(&params), inner.record_name(&name, &a, &b));
-            let row = rows?.into_iter().next();
-            if queued && inner.options.native() {
-                // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
-                let (ours, readers) = row.as_ref().map_or((false, false), |r| {
-                    (r.get::<_, bool>(0), r.get::<_, bool>(3))
-                });
-                if ours && inner.writers.has(token) {
-                    inner.writer_place(&a, &b, token, true).await;
-                } else if !ours && readers {
-                    inner.writer_place(&a, &b, token, false).await;
-                }
-            }
-            let Some(row) = row else {
-                return Ok(Attempt::Busy { retry_after: None });
-            };
-            let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
-            if !ours {
-                return Ok(Attempt::Busy {
-                    retry_after: Some(millis(remaining)),
-                });
-            }
-            Ok(Attempt::Acquired {
-                fence: fence_from(KIND, fence)?,
-            })
-        })
-        .await
-    }
-
-    /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
-    /// when the `LISTEN` is in force, so that no later release is missed. If the listening
-    /// connection cannot be had within the connect timeout, the subscription still works from
-    /// the moment it comes up (waiters poll meanwhile).
-    async fn subscribe_waiter(&self, name: &LockName) -> Result<ReleaseSubscription> {
-        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
-        let _ = self.inner.signals.take_idle(1024);
-        let (sub, _) = self.inner.signals.subscribe(&channel(name));
-        let mut up = self.inner.listener().up.clone();
-        let timeout = self.inner.options.connect_timeout;
-        let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
-        Ok(sub)
     }
 }

@@ -1,22 +1,31 @@
-//! The backend's shared state ([`Inner`]), behind the `Arc` that every clone, the pool's
-//! loans and the listening task hold. Apart from `mod.rs` so that the parts (pool, listener)
-//! import it from here and nothing imports back from the module root.
+//! The backend's shared state ([`Postgres`]), behind the `Arc` that every clone, the pool's
+//! loans and the listening task hold. Apart from `mod.rs` so that the parts (statements, listener)
+//! import it from here and nothing imports back from the module root; it imports only the
+//! pool, which needs nothing of it.
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, OnceLock};
 
-use super::listen::ListenerHandle;
+use tokio::sync::{oneshot, watch};
+
 use super::pool::Pool;
 use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::Pg;
 use crate::backends::sql::kinds::WriterPlaces;
-use crate::backends::sql::server::server_state;
 use crate::backends::sql::SqlOptions;
 
 pub(super) const KIND: &str = "postgres";
 
-pub(super) struct Inner {
+/// The listening connection's state (see `listen.rs`): the generation of the current `LISTEN`
+/// (0 while down).
+pub(super) struct ListenerHandle {
+    pub(super) up: watch::Receiver<u64>,
+    pub(super) _stop: oneshot::Sender<()>,
+}
+
+/// The PostgreSQL engine of [`LeaseTable`](crate::backends::sql::LeaseTable).
+pub struct Postgres {
     /// `host:port/database` for messages.
     pub(super) target: String,
     pub(super) user: String,
@@ -42,6 +51,3 @@ pub(super) struct Inner {
     /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
     pub(super) named: Mutex<HashSet<(String, String)>>,
 }
-
-// The shared operation plumbing of the server backends (see `sql::server`).
-server_state!(Inner, KIND);

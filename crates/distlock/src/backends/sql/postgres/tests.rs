@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{AcquireRequest, Backend};
 use crate::backends::sql::DEFAULT_TABLE;
 use crate::testkit::postgres::{PostgresServer, TestDatabase};
 
