@@ -269,10 +269,8 @@ impl HeldRow {
 /// when they found readers in): their next successful attempt, or their `leave_queue`, gives
 /// the place back. Everybody else's `leave_queue` costs nothing. Bounded: past the bound the
 /// places are forgotten here and expire on the server after [`WRITER_PLACE_MS`].
-///
-/// `pub` in this crate-private module because the lease table's engine trait names it.
 #[derive(Debug, Default)]
-pub struct WriterPlaces(Mutex<HashSet<Token>>);
+pub(crate) struct WriterPlaces(Mutex<HashSet<Token>>);
 
 const MAX_WRITER_PLACES: usize = 10_000;
 

@@ -4,16 +4,18 @@
 //! limits, gives back an attempt that took the lock after its caller went away, names the
 //! server in messages without the password and derives the rows' keys and owners.
 
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::kinds::{place, row_owner, Place, Share, WriterPlaces};
 use super::shedlock::{locked_by, namespace, row_name};
-use super::{check_region, per_entry, scrub, spring_lock_key, token_uuid, SqlOptions};
+use super::{channel, check_region, per_entry, scrub, spring_lock_key, token_uuid, SqlOptions};
 use crate::backend::{
     detached, detached_attempt, AcquireRequest, Attempt, Backend, Capabilities, Fencing,
-    ListedLock, LockInfo, LockName, ReleaseSubscription, Released, Renewal, Token,
+    ListedLock, LockInfo, LockName, ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::Error;
 use crate::error::Result;
@@ -36,6 +38,88 @@ impl<E> Clone for LeaseTable<E> {
     }
 }
 
+/// What every engine's state holds: the server as messages name it, the options, and the
+/// table's set-up and bookkeeping.
+pub struct Common {
+    /// `host:port/database` (no credentials), for messages.
+    pub(crate) target: String,
+    pub(crate) user: String,
+    /// The password, scrubbed from every message.
+    pub(crate) password: Option<String>,
+    pub(crate) options: SqlOptions,
+    /// Whether the table is known to exist (created once per backend, again after it
+    /// vanished); `ready_fast` answers without the lock once it is.
+    pub(crate) ready: tokio::sync::Mutex<bool>,
+    pub(crate) ready_fast: AtomicBool,
+    /// Whether the side table (native: the holds; Spring: the key names) exists.
+    pub(crate) side_table: AtomicBool,
+    /// The waiting writers of this backend that took a place.
+    pub(crate) writers: WriterPlaces,
+    /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
+    pub(crate) named: Mutex<HashSet<(String, String)>>,
+    /// This process's waiters, woken at once by its own releases.
+    pub(crate) signals: Arc<ReleaseSignals>,
+}
+
+impl Common {
+    /// A table nothing is known of yet on the server `target`.
+    pub(crate) fn new(
+        target: String,
+        user: String,
+        password: Option<String>,
+        options: SqlOptions,
+    ) -> Self {
+        Self {
+            target,
+            user,
+            password,
+            options,
+            ready: tokio::sync::Mutex::new(false),
+            ready_fast: AtomicBool::new(false),
+            side_table: AtomicBool::new(false),
+            writers: WriterPlaces::default(),
+            named: Mutex::default(),
+            signals: Arc::default(),
+        }
+    }
+
+    /// Spring mode: whether the key name of the row `(a, b)` is still to be recorded in the
+    /// side table (once per key and backend, so that `list` can show the key).
+    pub(crate) fn name_unrecorded(&self, a: &str, b: &str) -> bool {
+        self.side_table.load(Ordering::Acquire)
+            && !self
+                .named
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(a.to_owned(), b.to_owned()))
+    }
+
+    /// Remembers that the key name of the row `(a, b)` is recorded, forgetting them all past
+    /// [`MAX_NAMED`].
+    pub(crate) fn name_recorded(&self, a: &str, b: &str) {
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if named.len() >= MAX_NAMED {
+            named.clear();
+        }
+        named.insert((a.to_owned(), b.to_owned()));
+    }
+}
+
+/// Most key names a Spring-mode backend remembers having recorded.
+const MAX_NAMED: usize = 100_000;
+
+/// One attempt as an engine makes it, the kind and layout already checked.
+#[derive(Clone, Copy)]
+pub struct Take<'a> {
+    pub(crate) name: &'a LockName,
+    pub(crate) token: Token,
+    pub(crate) lease: Duration,
+    /// For a caller that will wait (see [`AcquireRequest::queued`]).
+    pub(crate) queued: bool,
+    /// The owner column's description (ShedLock: all of `locked_by`).
+    pub(crate) described: &'a str,
+}
+
 /// What a member of the lease-table family writes: its statements and connection handling.
 /// Unreachable from outside the crate (its module is private), so that only the crate's
 /// engines implement it.
@@ -44,42 +128,24 @@ pub trait Engine: Send + Sync + Sized + 'static {
     const KIND: &'static str;
     /// The backend's type name, for `Debug`.
     const NAME: &'static str;
-    /// `host:port/database` (no credentials), for messages.
-    fn target(&self) -> &str;
-    /// The user name.
-    fn user(&self) -> &str;
-    /// The password, scrubbed from every message.
-    fn password(&self) -> Option<&str>;
-    /// The options in force.
-    fn options(&self) -> &SqlOptions;
+    /// The state every engine has.
+    fn common(&self) -> &Common;
 
     /// [`Backend::capabilities`].
     fn capabilities(&self) -> Capabilities;
-    /// One attempt at a shared hold (read lock, permit) of `name`, within [`Backend::acquire`].
+    /// One attempt at a shared hold (read lock, permit), within [`Backend::acquire`].
     fn take_share(
         &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
+        take: Take<'_>,
         share: Share,
-        described: &str,
     ) -> impl Future<Output = Result<Attempt>> + Send;
-    /// One attempt at an exclusive hold (mutex, writer) of `name`, within [`Backend::acquire`];
-    /// `queued` for a caller that will wait, `described` the owner column's description.
-    fn take_row(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-        described: &str,
-    ) -> impl Future<Output = Result<Attempt>> + Send;
-    /// [`Backend::subscribe`]: how this engine hears of releases.
-    fn subscribe_waiter(
-        self: &Arc<Self>,
-        name: &LockName,
-    ) -> impl Future<Output = Result<ReleaseSubscription>> + Send;
-    /// Deletes the row if held with `token` and wakes waiters ([`Backend::release`]).
+    /// One attempt at an exclusive hold (mutex, writer), within [`Backend::acquire`].
+    fn take_row(&self, take: Take<'_>) -> impl Future<Output = Result<Attempt>> + Send;
+    /// Hears of other processes' releases of `name` from now on (within
+    /// [`Backend::subscribe`]; this process's own releases wake its waiters at once).
+    fn listen(self: &Arc<Self>, name: &LockName) -> impl Future<Output = Result<()>> + Send;
+    /// Deletes the row if held with `token` and tells other processes' waiters
+    /// ([`Backend::release`]).
     fn release_token(
         &self,
         name: &LockName,
@@ -102,17 +168,21 @@ pub trait Engine: Send + Sync + Sized + 'static {
     fn extend_all(&self, batch: Vec<Renewal>) -> impl Future<Output = Result<Vec<bool>>> + Send;
     /// Deletes the row whoever holds it and wakes waiters ([`Backend::force_release`]).
     fn force_delete(&self, name: &LockName) -> impl Future<Output = Result<bool>> + Send;
-    /// The waiting writers of this backend that took a place.
-    fn places(&self) -> &WriterPlaces;
     /// Gives back the place of a waiting writer, if it took one ([`Backend::leave_queue`]).
     fn leave_place(&self, name: &LockName, token: Token)
         -> impl Future<Output = Result<()>> + Send;
     /// Every held key of `region` ([`Backend::list`]).
     fn held_keys(&self, region: String) -> impl Future<Output = Result<Vec<ListedLock>>> + Send;
 
+    /// The options in force.
+    fn options(&self) -> &SqlOptions {
+        &self.common().options
+    }
+
     /// `op` on this server with `e`, without the password.
     fn message(&self, op: &str, e: &dyn std::fmt::Display) -> String {
-        scrub(format!("{op} on {}: {e}", self.target()), self.password())
+        let c = self.common();
+        scrub(format!("{op} on {}: {e}", c.target), c.password.as_deref())
     }
 
     /// The lock's row: (region, key), the key in Spring's UUID form in Spring mode, once the
@@ -186,11 +256,11 @@ impl<E: Engine> LeaseTable<E> {
 /// Shows the server, user, table and mode, never the password.
 impl<E: Engine> std::fmt::Debug for LeaseTable<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = &*self.inner;
-        let o = state.options();
+        let c = self.inner.common();
+        let o = &c.options;
         f.debug_struct(E::NAME)
-            .field("target", &state.target())
-            .field("user", &state.user())
+            .field("target", &c.target.as_str())
+            .field("user", &c.user.as_str())
             .field("table", &o.table)
             .field("schema", &o.schema)
             .field("spring", &o.spring)
@@ -237,22 +307,21 @@ impl<E: Engine> Backend for LeaseTable<E> {
         let limit = self.inner.options().request_timeout;
         let attempt = async move {
             engine.check_kind(&name)?;
+            let take = Take {
+                name: &name,
+                token,
+                lease,
+                queued,
+                described: &described,
+            };
             match place(&name) {
-                Place::Shared(share) => {
-                    engine
-                        .take_share(&name, token, lease, share, &described)
-                        .await
-                }
-                _ => {
-                    engine
-                        .take_row(&name, token, lease, queued, &described)
-                        .await
-                }
+                Place::Shared(share) => engine.take_share(take, share).await,
+                _ => engine.take_row(take).await,
             }
         };
         let named = context(&self.inner, "try_acquire");
         detached_attempt(E::KIND, named, Some(limit), attempt, move || async move {
-            let _ = undo.release_token(&undo_name, token).await;
+            let _ = release_waking(&*undo, &undo_name, token).await;
         })
         .await
     }
@@ -260,7 +329,7 @@ impl<E: Engine> Backend for LeaseTable<E> {
     async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
         let (name, limit) = (name.clone(), self.inner.options().request_timeout);
         on_own_task(&self.inner, "release", limit, move |s| async move {
-            s.release_token(&name, token).await
+            release_waking(&*s, &name, token).await
         })
         .await
     }
@@ -289,7 +358,12 @@ impl<E: Engine> Backend for LeaseTable<E> {
     }
 
     async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
-        self.inner.subscribe_waiter(name).await
+        let signals = &self.inner.common().signals;
+        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
+        let _ = signals.take_idle(1024);
+        let (sub, _) = signals.subscribe(&channel(name));
+        self.inner.listen(name).await?;
+        Ok(sub)
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
@@ -311,7 +385,7 @@ impl<E: Engine> Backend for LeaseTable<E> {
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {
         // Most waiters took no place (they waited for an exclusive holder): nothing to do.
-        if !self.inner.places().has(token) {
+        if !self.inner.common().writers.has(token) {
             return Ok(());
         }
         let (name, limit) = (name.clone(), self.inner.options().request_timeout);
@@ -331,13 +405,25 @@ impl<E: Engine> Backend for LeaseTable<E> {
     }
 }
 
+/// [`Engine::release_token`], waking this process's waiters at once when it released.
+async fn release_waking<E: Engine>(engine: &E, name: &LockName, token: Token) -> Result<Released> {
+    let released = engine.release_token(name, token).await?;
+    if released.was_held {
+        engine.common().signals.fire(&channel(name));
+    }
+    Ok(released)
+}
+
 /// Names `op` on this server, for [`detached`]'s timeout message.
 pub(crate) fn context<S: Engine>(
     state: &Arc<S>,
     op: &'static str,
 ) -> impl FnOnce() -> String + Send + 'static {
     let state = state.clone();
-    move || scrub(format!("{op} on {}", state.target()), state.password())
+    move || {
+        let c = state.common();
+        scrub(format!("{op} on {}", c.target), c.password.as_deref())
+    }
 }
 
 /// What a server table promises: release notifications, and fences from the server's clock

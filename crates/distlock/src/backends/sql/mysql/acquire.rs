@@ -1,9 +1,6 @@
 //! Acquisition: one attempt at an exclusive hold (with the doorbell when the lock is
 //! contended), a read hold or a permit, a waiting writer's place, and the key names that
 //! Spring mode records for `list`.
-
-use std::time::Duration;
-
 use super::doorbell::HEAD_GRACE_MS;
 use super::driver::{classify, int, Class};
 use super::session::{Failed, Ring};
@@ -12,24 +9,15 @@ use super::statement;
 use crate::backend::{Attempt, LockName, Token};
 use crate::backends::sql::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
 use crate::backends::sql::kinds::{disagreement, share_owner, Share};
-use crate::backends::sql::lease_table::Engine;
+use crate::backends::sql::lease_table::{Engine, Take};
 use crate::backends::sql::{fence_from, lease_ms, millis, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
-
-/// Most key names a Spring-mode backend remembers having recorded.
-const MAX_NAMED: usize = 100_000;
 
 impl MySql {
     /// The statement that records the key name of `name`'s row `(a, b)` (Spring mode, once
     /// per key and backend) so that `list` can show the key, if it is still to be recorded.
     fn name_to_record(&self, name: &LockName, a: &str, b: &str) -> Option<String> {
-        let fresh = self.options.spring
-            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
-            && !self
-                .named
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&(a.to_owned(), b.to_owned()));
+        let fresh = self.common.options.spring && self.common.name_unrecorded(a, b);
         fresh.then(|| {
             self.sql.name_key(
                 &MyLock {
@@ -43,33 +31,19 @@ impl MySql {
         })
     }
 
-    fn recorded_name(&self, a: &str, b: &str) {
-        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
-        if named.len() >= MAX_NAMED {
-            named.clear();
-        }
-        named.insert((a.to_owned(), b.to_owned()));
-    }
-
     /// A read hold or a permit: one transaction in one round trip (see `My::acquire_share`).
     /// A reader first tries the key's row alone (`My::acquire_lone_prepared`).
-    pub(super) async fn take_shared(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        share: Share,
-        described: &str,
-    ) -> Result<Attempt> {
+    pub(super) async fn take_shared(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
         let (a, b) = self.row_key(name)?;
         let owner = share_owner(name, token);
         let lock = MyLock {
             region: &a,
             key: &b,
             token: &owner,
-            described,
+            described: take.described,
         };
-        let (lease, want) = (lease_ms(lease), WANT_WINDOW_MS);
+        let (lease, want) = (lease_ms(take.lease), WANT_WINDOW_MS);
         let unreported =
             || Error::backend(KIND, "the server did not report the acquisition's outcome");
         let mut outcome = None;
@@ -139,7 +113,7 @@ impl MySql {
             ..lock.clone()
         };
         if acquired {
-            if self.writers.take(token) {
+            if self.common.writers.take(token) {
                 let _ = self.run("leave_queue", &self.sql.leave(&lock), true).await;
             }
             return;
@@ -148,7 +122,7 @@ impl MySql {
             .run("try_acquire", &self.sql.writer_place(&lock), true)
             .await
         {
-            Ok(out) if out.affected > 0 => self.writers.taken(token),
+            Ok(out) if out.affected > 0 => self.common.writers.taken(token),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
         }
@@ -158,37 +132,31 @@ impl MySql {
 impl MySql {
     /// One attempt at an exclusive hold; `queued` for a caller that will wait: its
     /// acquisitions take the doorbell in the same round trip.
-    pub(super) async fn take_exclusive(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-        described: &str,
-    ) -> Result<Attempt> {
+    pub(super) async fn take_exclusive(&self, take: Take<'_>) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
         let (a, b) = self.row_key(name)?;
         let owner = self.owner(name, token);
         let lock = MyLock {
             region: &a,
             key: &b,
             token: &owner,
-            described,
+            described: take.described,
         };
         let doorbell = self.doorbell(&a, &b);
         let mut outcome = None;
         let mut armed = false;
-        if self.options.native() {
+        if self.common.options.native() {
             // Behind another process in the lock's queue: leave a free lock to it for a
             // while (it is being woken), which keeps the handoff first come, first served
             // even when this waiter's polling comes first.
-            let defer = queued && self.doorbells.behind(&doorbell);
+            let defer = take.queued && self.doorbells.behind(&doorbell);
             let mut rung = None;
-            if queued && self.doorbells.recently_contended(&doorbell) {
+            if take.queued && self.doorbells.recently_contended(&doorbell) {
                 // Take the doorbell in the same round trip, on the session that will give
                 // it back with the release.
                 if let Some(sql) = self.sql.acquire_existing(
                     &lock,
-                    lease_ms(lease),
+                    lease_ms(take.lease),
                     WANT_WINDOW_MS,
                     defer.then_some(HEAD_GRACE_MS),
                 ) {
@@ -220,7 +188,7 @@ impl MySql {
                     } else {
                         &self.acquire_prepared
                     };
-                    self.run_prepared("try_acquire", p, &lock, lease_ms(lease), true)
+                    self.run_prepared("try_acquire", p, &lock, lease_ms(take.lease), true)
                         .await?
                 }
             };
@@ -239,14 +207,16 @@ impl MySql {
             None => {
                 // First use of the key (no row yet), or the Spring layout (whose key name
                 // goes along, the first time, for `list`).
-                let mut sql = self.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
+                let mut sql = self
+                    .sql
+                    .acquire(&lock, lease_ms(take.lease), WANT_WINDOW_MS);
                 let named = self.name_to_record(name, &a, &b);
                 if let Some(n) = &named {
                     sql = format!("{n};\n{sql}");
                 }
                 let out = self.run("try_acquire", &sql, true).await?;
                 if named.is_some() {
-                    self.recorded_name(&a, &b);
+                    self.common.name_recorded(&a, &b);
                 }
                 let Some(row) = out.rows.first() else {
                     return Ok(Attempt::Busy { retry_after: None });
@@ -255,7 +225,7 @@ impl MySql {
                     MyOutcome::Acquired {
                         fence: int(row, 1).unwrap_or(0),
                         // A new row was wanted by nobody; Spring's table cannot say.
-                        wanted: !self.options.native(),
+                        wanted: !self.common.options.native(),
                     }
                 } else {
                     MyOutcome::Busy {
@@ -272,7 +242,7 @@ impl MySql {
                 read_shared,
             } => {
                 self.doorbells.note_contended(&doorbell);
-                if queued && read_shared {
+                if take.queued && read_shared {
                     // A waiting writer keeps new readers out.
                     self.writer_place(&lock, token, false).await;
                 }
@@ -281,7 +251,7 @@ impl MySql {
                 });
             }
         };
-        if self.writers.has(token) {
+        if self.common.writers.has(token) {
             self.writer_place(&lock, token, true).await;
         }
         // Ring the doorbell for waiters when there are (or lately were) any; a waiter that

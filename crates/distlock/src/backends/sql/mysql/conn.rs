@@ -27,7 +27,7 @@ impl MySql {
                         op,
                         &format!(
                             "access denied for user {:?}: wrong password or no access ({} {})",
-                            self.user, s.code, s.message
+                            self.common.user, s.code, s.message
                         ),
                     ),
                 );
@@ -66,43 +66,44 @@ impl MySql {
     /// first call also opens the session's connection, so that a wrong address or password
     /// is reported by `connect`.
     pub(super) async fn ensure_table(&self) -> std::result::Result<(), Failed> {
-        if self.ready_fast.load(Ordering::Acquire) {
+        if self.common.ready_fast.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut ready = self.ready.lock().await;
+        let mut ready = self.common.ready.lock().await;
         if *ready {
             return Ok(());
         }
-        let exists = self
-            .sql
-            .exists(self.options.schema.as_deref(), &self.options.table);
+        let exists = self.sql.exists(
+            self.common.options.schema.as_deref(),
+            &self.common.options.table,
+        );
         let out = self.doorbells.run(Job::Text(exists)).await?;
         let row = out.rows.first();
         let n = |i| row.and_then(|r| int(r, i)).unwrap_or(0);
         let (table, side) = (n(0), n(1));
-        self.side_table.store(side > 0, Ordering::Release);
-        if self.options.spring {
+        self.common.side_table.store(side > 0, Ordering::Release);
+        if self.common.options.spring {
             self.sql
-                .set_described(n(2) > 0 || self.options.create_table);
+                .set_described(n(2) > 0 || self.common.options.create_table);
         }
         if table > 0
             && (n(2) == 0 || n(3) == 0)
-            && !self.options.create_table
-            && self.options.native()
+            && !self.common.options.create_table
+            && self.common.options.native()
         {
             tracing::warn!(
-                table = %self.options.table,
+                table = %self.common.options.table,
                 "the lease table has no place for holder descriptions (an older layout) and \
                  create_table=false forbids adding it: add it as docs/BACKENDS.md says \
                  (\"Holder descriptions on the SQL backends\"), or statements will fail"
             );
         }
-        if (table == 0 || side == 0 || n(2) == 0 || n(3) == 0) && self.options.create_table {
+        if (table == 0 || side == 0 || n(2) == 0 || n(3) == 0) && self.common.options.create_table {
             // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
             // data dictionary serialises them and the losers only get a warning.
             self.doorbells.run(Job::Text(self.sql.create())).await?;
-            self.side_table.store(true, Ordering::Release);
-            if self.options.native() {
+            self.common.side_table.store(true, Ordering::Release);
+            if self.common.options.native() {
                 // Tables made before the holders' descriptions were recorded.
                 for (i, side) in [(2, false), (3, true)] {
                     let existed = if side { n(1) > 0 } else { table > 0 };
@@ -113,7 +114,7 @@ impl MySql {
             }
         }
         *ready = true;
-        self.ready_fast.store(true, Ordering::Release);
+        self.common.ready_fast.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -135,7 +136,7 @@ impl MySql {
 
     /// The release statement of the layout, without a doorbell.
     pub(super) async fn release_plain(&self, lock: &MyLock<'_>) -> Result<Outcome> {
-        if !self.options.native() {
+        if !self.common.options.native() {
             self.run("release", &self.sql.release(lock), false).await
         } else {
             self.run_prepared("release", &self.release_prepared, lock, 0, false)
@@ -216,8 +217,8 @@ impl MySql {
                 Err(Failed { error: e, sent }) => {
                     let class = classify(&e);
                     if matches!(class, Class::NoTable) {
-                        self.ready_fast.store(false, Ordering::Release);
-                        *self.ready.lock().await = false;
+                        self.common.ready_fast.store(false, Ordering::Release);
+                        *self.common.ready.lock().await = false;
                     }
                     let retry = match class {
                         Class::RolledBack | Class::NoTable => true,

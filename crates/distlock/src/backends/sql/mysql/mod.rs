@@ -25,13 +25,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dialect::MyLock;
-use super::kinds::{place, share_owner, HeldRow, Place, Share, WriterPlaces};
-use super::lease_table::{capabilities, Engine, LeaseTable};
+use super::kinds::{place, share_owner, HeldRow, Place, Share};
+use super::lease_table::{capabilities, Common, Engine, LeaseTable, Take};
 use super::shedlock::shown_owner;
-use super::{channel, fence_from, lease_ms, millis, SqlOptions};
+use super::{channel, fence_from, lease_ms, millis};
 use crate::backend::{
-    Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription,
-    Released, Renewal, Token,
+    Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, Released, Renewal,
+    Token,
 };
 use crate::error::Result;
 
@@ -131,63 +131,33 @@ impl Engine for MySql {
     const KIND: &'static str = KIND;
     const NAME: &'static str = "MySqlBackend";
 
-    fn target(&self) -> &str {
-        &self.target
-    }
-
-    fn user(&self) -> &str {
-        &self.user
-    }
-
-    fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    fn options(&self) -> &SqlOptions {
-        &self.options
-    }
-
     fn capabilities(&self) -> Capabilities {
         // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
         // arrival order: one process is woken per release, first come, first served. A
         // waiter's fallback poll that finds the row free between two rings can still take it
         // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
         // so it promises no order.
-        capabilities(KIND, &self.options)
-            .fifo(self.options.native())
+        capabilities(KIND, &self.common.options)
+            .fifo(self.common.options.native())
             .owners(true)
     }
 
-    async fn take_share(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        share: Share,
-        described: &str,
-    ) -> Result<Attempt> {
-        self.take_shared(name, token, lease, share, described).await
+    fn common(&self) -> &Common {
+        &self.common
     }
 
-    async fn take_row(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-        described: &str,
-    ) -> Result<Attempt> {
-        self.take_exclusive(name, token, lease, queued, described)
-            .await
+    async fn take_share(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        self.take_shared(take, share).await
     }
 
-    /// Releases made through this backend (or its clones) fire the subscription at once;
-    /// other processes' releases ring the lock's doorbell, on which a waiter connection
+    async fn take_row(&self, take: Take<'_>) -> Result<Attempt> {
+        self.take_exclusive(take).await
+    }
+
+    /// Other processes' releases ring the lock's doorbell, on which a waiter connection
     /// listens while anybody is subscribed.
-    async fn subscribe_waiter(self: &Arc<Self>, name: &LockName) -> Result<ReleaseSubscription> {
-        let _ = self.signals.take_idle(1024);
+    async fn listen(self: &Arc<Self>, name: &LockName) -> Result<()> {
         let ch = channel(name);
-        let sub = self.signals.subscribe(&ch).0;
         let (a, b) = self.row_key(name)?;
         let doorbell = self.doorbell(&a, &b);
         let sql = self.sql.doorbell_wait(
@@ -200,16 +170,13 @@ impl Engine for MySql {
             &doorbell,
             LISTEN_WAIT_S,
         );
-        self.doorbells.listen(doorbell, ch, sql, &self.signals);
-        Ok(sub)
-    }
-
-    fn places(&self) -> &WriterPlaces {
-        &self.writers
+        self.doorbells
+            .listen(doorbell, ch, sql, &self.common.signals);
+        Ok(())
     }
 
     async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
-        if !self.writers.take(token) {
+        if !self.common.writers.take(token) {
             return Ok(());
         }
         let (a, b) = self.row_key(name)?;
@@ -223,7 +190,7 @@ impl Engine for MySql {
         // Readers kept out may come in: those of this process are woken here, the others'
         // doorbell listeners see the row free of a waiting writer.
         self.run("leave_queue", &sql, true).await?;
-        self.signals.fire(&channel(name));
+        self.common.signals.fire(&channel(name));
         Ok(())
     }
 
@@ -231,7 +198,7 @@ impl Engine for MySql {
         let out = self.run("list", &self.sql.list(&region), true).await?;
         let mut listed = Vec::with_capacity(out.rows.len());
         for row in &out.rows {
-            if !self.options.native() {
+            if !self.common.options.native() {
                 let Some(key) = text(row, 0).or_else(|| text(row, 1)) else {
                     continue;
                 };
@@ -270,7 +237,6 @@ impl Engine for MySql {
                     .run_prepared("release", &self.release_prepared, &lock, 0, false)
                     .await?;
                 if out.affected > 0 {
-                    self.signals.fire(&channel(name));
                     return Ok(Released {
                         was_held: true,
                         contended: out.last_insert_id == Some(2),
@@ -281,13 +247,9 @@ impl Engine for MySql {
             let out = self.run_transaction("release", &sql, false).await?;
             let (matched, code) = statement(&out, 1);
             let code = code.unwrap_or(0);
-            let (released, contended) = (matched > 0, code & 2 == 2);
-            if released {
-                self.signals.fire(&channel(name));
-            }
             return Ok(Released {
-                was_held: released,
-                contended,
+                was_held: matched > 0,
+                contended: code & 2 == 2,
             });
         }
         let owner = self.owner(name, token);
@@ -311,7 +273,7 @@ impl Engine for MySql {
         } else {
             self.release_plain(&lock).await?
         };
-        let (was_held, contended) = if !self.options.native() {
+        let (was_held, contended) = if !self.common.options.native() {
             let row = out.rows.first();
             let held = row.and_then(|r| int(r, 0)).unwrap_or(0) > 0;
             (held, row.and_then(|r| int(r, 1)).unwrap_or(0) > 0)
@@ -321,7 +283,6 @@ impl Engine for MySql {
         if !was_held {
             return Ok(Released::default());
         }
-        self.signals.fire(&channel(name));
         Ok(Released {
             was_held,
             contended,
@@ -378,7 +339,7 @@ impl Engine for MySql {
         let Some(row) = out.rows.first() else {
             return Ok(None);
         };
-        if !self.options.native() {
+        if !self.common.options.native() {
             return Ok(Some(
                 LockInfo::new(
                     Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
@@ -400,13 +361,13 @@ impl Engine for MySql {
             token: "",
             described: "",
         });
-        let existed = if !self.options.native() {
+        let existed = if !self.common.options.native() {
             self.run("force_release", &sql, true).await?.affected > 0
         } else {
             let out = self.run_transaction("force_release", &sql, true).await?;
             out.rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0
         };
-        self.signals.fire(&channel(name));
+        self.common.signals.fire(&channel(name));
         Ok(existed)
     }
 

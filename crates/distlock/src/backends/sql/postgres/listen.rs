@@ -37,8 +37,8 @@ pub(super) async fn listen(
     let mut backoff = Duration::from_millis(10);
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let timeout = inner.options.connect_timeout;
-        let request_timeout = inner.options.request_timeout;
+        let timeout = inner.common.options.connect_timeout;
+        let request_timeout = inner.common.options.request_timeout;
         let channel_name = inner.listen_channel.clone();
         let origin = inner.origin.clone();
         let connecting = async move {
@@ -76,7 +76,7 @@ pub(super) async fn listen(
                         // Our own releases fired their local signal already.
                         if !payload.starts_with(&prefix) {
                             if let Some((_, ch)) = payload.split_once(':') {
-                                inner.signals.fire(ch);
+                                inner.common.signals.fire(ch);
                             }
                         }
                     }
@@ -104,7 +104,7 @@ pub(super) async fn listen(
         let _ = up.send(generation);
         if generation > 1 {
             if let Some(inner) = weak.upgrade() {
-                inner.signals.fire_all();
+                inner.common.signals.fire_all();
             }
         }
         // A silent connection (a stalled network, a dead server) is noticed by a periodic

@@ -24,13 +24,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, Row};
 
 use super::dialect::Pg;
-use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
-use super::lease_table::{capabilities, context, Engine, LeaseTable};
+use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share};
+use super::lease_table::{capabilities, context, Common, Engine, LeaseTable, Take};
 use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner, ReleaseSignals,
-    ReleaseSubscription, Released, Renewal, Token,
+    detached, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner, Released, Renewal,
+    Token,
 };
 use crate::error::{Error, Result};
 
@@ -187,22 +187,13 @@ impl PostgresBackend {
             .map_err(|e| Error::config(format!("postgres: the connection pool: {e}")))?;
         let backend = PostgresBackend {
             inner: Arc::new(Postgres {
-                target,
-                user,
-                password,
+                common: Common::new(target, user, password, options),
                 pool,
-                options,
                 sql,
-                ready: tokio::sync::Mutex::new(false),
-                ready_fast: AtomicBool::new(false),
-                signals: ReleaseSignals::default(),
                 listener: OnceLock::new(),
                 listen_channel,
                 origin: format!("{:016x}", rand::random::<u64>()),
-                side_table: AtomicBool::new(false),
                 described: AtomicBool::new(true),
-                writers: WriterPlaces::default(),
-                named: Default::default(),
             }),
         };
         // Open and check one connection now, so that a wrong host or password is reported
@@ -233,7 +224,7 @@ impl Postgres {
     /// (the order of Spring's own statements).
     fn ident(&self, name: &LockName) -> Result<(String, String)> {
         let (region, key) = self.row_key(name)?;
-        Ok(if !self.options.native() {
+        Ok(if !self.common.options.native() {
             (key, region)
         } else {
             (region, key)
@@ -281,30 +272,19 @@ impl Postgres {
     fn foreign_owner(&self, row: &Row, at: usize) -> String {
         let described: Option<String> = row.get(at);
         let client: Option<String> = row.get(at + 1);
-        if self.options.shedlock {
+        if self.common.options.shedlock {
             return shown_owner(client.unwrap_or_default().as_bytes());
         }
         Owner::shown(described.or(client).unwrap_or_default().as_bytes())
     }
 }
 
-/// Most key names a Spring-mode backend remembers having recorded.
-const MAX_NAMED: usize = 100_000;
-
 impl Postgres {
     /// Records the name of `name`'s row (Spring mode, once per key and backend) so that
     /// `list` can show the key; `false` when there is nothing to record or it failed (it is
     /// tried again next time).
     async fn record_name(&self, name: &LockName, a: &str, b: &str) -> bool {
-        let row = (a.to_owned(), b.to_owned());
-        let fresh = self.sql.name_key.is_some()
-            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
-            && !self
-                .named
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&row);
-        if !fresh {
+        if self.sql.name_key.is_none() || !self.common.name_unrecorded(a, b) {
             return false;
         }
         let key = name.key();
@@ -313,11 +293,7 @@ impl Postgres {
             .await
         {
             Ok(_) => {
-                let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
-                if named.len() >= MAX_NAMED {
-                    named.clear();
-                }
-                named.insert(row);
+                self.common.name_recorded(a, b);
                 true
             }
             Err(e) => {
@@ -330,22 +306,16 @@ impl Postgres {
     /// A read hold or a permit: one statement, or where that finds the key's row changing (or
     /// missing), the transaction after the row lock (see `PgKinds`). A reader first tries the
     /// key's row alone (`PgKinds::acquire_lone`).
-    async fn take_shared(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        share: Share,
-        described: &str,
-    ) -> Result<Attempt> {
+    async fn take_shared(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
         let (a, b) = self.ident(name)?;
-        let (owner, lease) = (share_owner(name, token), lease_ms(lease));
+        let (owner, lease) = (share_owner(name, token), lease_ms(take.lease));
         if share.is_read() {
             let rows = self
                 .query(
                     "try_acquire",
                     Stmt::AcquireLone,
-                    &[&a, &b, &owner, &lease, &described],
+                    &[&a, &b, &owner, &lease, &take.described],
                     true,
                 )
                 .await?;
@@ -364,7 +334,7 @@ impl Postgres {
             &share.code,
             &share.permits,
             &share.mark,
-            &described,
+            &take.described,
         ];
         let mut rows = self
             .query("try_acquire", Stmt::AcquireShareNow, &params, true)
@@ -398,7 +368,7 @@ impl Postgres {
     async fn writer_place(&self, a: &str, b: &str, token: Token, acquired: bool) {
         let waiter = token.to_string();
         if acquired {
-            if self.writers.take(token) {
+            if self.common.writers.take(token) {
                 let _ = self
                     .query("try_acquire", Stmt::Unplace, &[&a, &b, &waiter], true)
                     .await;
@@ -409,7 +379,7 @@ impl Postgres {
             .query("try_acquire", Stmt::WriterPlace, &[&a, &b, &waiter], true)
             .await
         {
-            Ok(rows) if !rows.is_empty() => self.writers.taken(token),
+            Ok(rows) if !rows.is_empty() => self.common.writers.taken(token),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
         }
@@ -420,59 +390,34 @@ impl Engine for Postgres {
     const KIND: &'static str = KIND;
     const NAME: &'static str = "PostgresBackend";
 
-    fn target(&self) -> &str {
-        &self.target
-    }
-
-    fn user(&self) -> &str {
-        &self.user
-    }
-
-    fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    fn options(&self) -> &SqlOptions {
-        &self.options
-    }
-
     fn capabilities(&self) -> Capabilities {
-        capabilities(KIND, &self.options).owners(true)
+        capabilities(KIND, &self.common.options).owners(true)
     }
 
-    async fn take_share(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        share: Share,
-        described: &str,
-    ) -> Result<Attempt> {
-        self.take_shared(name, token, lease, share, described).await
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    async fn take_share(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        self.take_shared(take, share).await
     }
 
     /// PostgreSQL has no wait queue: both modes make the same attempt.
-    async fn take_row(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-        described: &str,
-    ) -> Result<Attempt> {
+    async fn take_row(&self, take: Take<'_>) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
         let (a, b) = self.ident(name)?;
         let owner = self.owner(name, token);
-        let lease = lease_ms(lease);
+        let lease = lease_ms(take.lease);
         let params: [&(dyn ToSql + Sync); 6] =
-            [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &described];
+            [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &take.described];
         let (rows, _) = tokio::join!(self.try_take(&params), self.record_name(name, &a, &b));
         let row = rows?.into_iter().next();
-        if queued && self.options.native() {
+        if take.queued && self.common.options.native() {
             // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
             let (ours, readers) = row.as_ref().map_or((false, false), |r| {
                 (r.get::<_, bool>(0), r.get::<_, bool>(3))
             });
-            if ours && self.writers.has(token) {
+            if ours && self.common.writers.has(token) {
                 self.writer_place(&a, &b, token, true).await;
             } else if !ours && readers {
                 self.writer_place(&a, &b, token, false).await;
@@ -496,22 +441,15 @@ impl Engine for Postgres {
     /// when the `LISTEN` is in force, so that no later release is missed. If the listening
     /// connection cannot be had within the connect timeout, the subscription still works from
     /// the moment it comes up (waiters poll meanwhile).
-    async fn subscribe_waiter(self: &Arc<Self>, name: &LockName) -> Result<ReleaseSubscription> {
-        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
-        let _ = self.signals.take_idle(1024);
-        let (sub, _) = self.signals.subscribe(&channel(name));
+    async fn listen(self: &Arc<Self>, _name: &LockName) -> Result<()> {
         let mut up = self.listener().up.clone();
-        let timeout = self.options.connect_timeout;
+        let timeout = self.common.options.connect_timeout;
         let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
-        Ok(sub)
-    }
-
-    fn places(&self) -> &WriterPlaces {
-        &self.writers
+        Ok(())
     }
 
     async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
-        if !self.writers.take(token) {
+        if !self.common.writers.take(token) {
             return Ok(());
         }
         let (a, b) = self.ident(name)?;
@@ -525,7 +463,7 @@ impl Engine for Postgres {
             )
             .await?;
         if !rows.is_empty() {
-            self.signals.fire(&channel(name));
+            self.common.signals.fire(&channel(name));
         }
         Ok(())
     }
@@ -534,7 +472,7 @@ impl Engine for Postgres {
         let rows = self.query("list", Stmt::List, &[&region], true).await?;
         let mut listed = Vec::with_capacity(rows.len());
         for row in &rows {
-            if !self.options.native() {
+            if !self.common.options.native() {
                 let key: Option<String> = row.get(0);
                 let key = key.unwrap_or_else(|| row.get(1));
                 listed.push(ListedLock {
@@ -569,7 +507,6 @@ impl Engine for Postgres {
                 // holds table.
                 let rows = self.query("release", Stmt::Release, &params, false).await?;
                 if let Some(row) = rows.first() {
-                    self.signals.fire(&channel(name));
                     return Ok(Released {
                         was_held: true,
                         contended: row.get(0),
@@ -586,14 +523,11 @@ impl Engine for Postgres {
                     .query_locked("release", &[&a, &b], Stmt::ReleaseShare, &params, false)
                     .await?;
             }
-            let (released, contended) = rows
+            let (was_held, contended) = rows
                 .first()
                 .map_or((false, false), |r| (r.get(1), r.get(2)));
-            if released {
-                self.signals.fire(&channel(name));
-            }
             return Ok(Released {
-                was_held: released,
+                was_held,
                 contended,
             });
         }
@@ -606,14 +540,10 @@ impl Engine for Postgres {
                 false,
             )
             .await?;
-        let Some(row) = rows.first() else {
-            return Ok(Released::default());
-        };
-        self.signals.fire(&channel(name));
-        Ok(Released {
+        Ok(rows.first().map_or_else(Released::default, |row| Released {
             was_held: true,
             contended: row.get(0),
-        })
+        }))
     }
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
@@ -650,7 +580,7 @@ impl Engine for Postgres {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        if !self.options.native() {
+        if !self.common.options.native() {
             return Ok(Some(
                 LockInfo::new(
                     Some(fence_from(KIND, row.get(0))?),
@@ -667,7 +597,7 @@ impl Engine for Postgres {
     async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let (a, b) = self.ident(name)?;
         let payload = self.payload(name);
-        if self.options.native() {
+        if self.common.options.native() {
             let rows = self
                 .query_locked(
                     "force_release",
@@ -677,7 +607,7 @@ impl Engine for Postgres {
                     true,
                 )
                 .await?;
-            self.signals.fire(&channel(name));
+            self.common.signals.fire(&channel(name));
             return Ok(rows.first().is_some_and(|r| r.get(0)));
         }
         let rows = self
@@ -689,7 +619,7 @@ impl Engine for Postgres {
             )
             .await?;
         if !rows.is_empty() {
-            self.signals.fire(&channel(name));
+            self.common.signals.fire(&channel(name));
         }
         Ok(!rows.is_empty())
     }

@@ -43,7 +43,7 @@ impl Postgres {
                         &format!(
                             "authentication failed for user {:?}: wrong password or no access \
                              ({text})",
-                            self.user
+                            self.common.user
                         ),
                     ),
                 )
@@ -77,7 +77,7 @@ impl Postgres {
                      was not verified (sslmode={}). Verify the server (sslmode=verify-full or \
                      verify-ca with sslrootcert=<CA file>), let the server use \
                      scram-sha-256, or add allow_insecure_auth=true to the URL to send it anyway",
-                    self.user,
+                    self.common.user,
                     self.pool.manager().transport.ssl.name()
                 ),
             ),
@@ -106,27 +106,28 @@ impl Postgres {
         &self,
         client: &Client,
     ) -> std::result::Result<(), tokio_postgres::Error> {
-        if self.ready_fast.load(Ordering::Acquire) {
+        if self.common.ready_fast.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut ready = self.ready.lock().await;
+        let mut ready = self.common.ready.lock().await;
         if *ready {
             return Ok(());
         }
         let row = client.query_one(&self.sql.exists, &[]).await?;
         let (exists, side) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
         let described = row.get::<_, bool>(2);
-        self.side_table.store(side, Ordering::Release);
-        if exists && !described && !self.options.create_table && self.options.native() {
+        self.common.side_table.store(side, Ordering::Release);
+        if exists && !described && !self.common.options.create_table && self.common.options.native()
+        {
             tracing::warn!(
-                table = %self.options.table,
+                table = %self.common.options.table,
                 "the lease table has no place for holder descriptions (an older layout) and \
                  create_table=false forbids adding it: add it as docs/BACKENDS.md says \
                  (\"Holder descriptions on the SQL backends\"), or statements will fail"
             );
         }
         // A table made before the holders' descriptions were recorded gets their place here.
-        if !(exists && side && described) && self.options.create_table {
+        if !(exists && side && described) && self.common.options.create_table {
             // A transaction-scoped advisory lock serialises creators (concurrent CREATE TABLE
             // IF NOT EXISTS can fail on the catalog's unique index); it ends with the
             // transaction, so nothing stays on the pooled connection.
@@ -142,13 +143,13 @@ impl Postgres {
                 let _ = client.batch_execute("ROLLBACK").await;
                 return Err(e);
             }
-            self.side_table.store(true, Ordering::Release);
+            self.common.side_table.store(true, Ordering::Release);
             self.described.store(true, Ordering::Release);
         } else {
             self.described.store(described, Ordering::Release);
         }
         *ready = true;
-        self.ready_fast.store(true, Ordering::Release);
+        self.common.ready_fast.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -308,8 +309,8 @@ impl Postgres {
                     if matches!(class, Class::NoTable) {
                         // Prepared statements of other connections name the old table: drop
                         // them all, and create the table again.
-                        self.ready_fast.store(false, Ordering::Release);
-                        *self.ready.lock().await = false;
+                        self.common.ready_fast.store(false, Ordering::Release);
+                        *self.common.ready.lock().await = false;
                         self.pool.retain(|_, _| false);
                     }
                     let retry = match class {

@@ -3,17 +3,14 @@
 //! import it from here and nothing imports back from the module root; it imports only the
 //! pool, which needs nothing of it.
 
-use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use tokio::sync::{oneshot, watch};
 
 use super::pool::Pool;
-use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::Pg;
-use crate::backends::sql::kinds::WriterPlaces;
-use crate::backends::sql::SqlOptions;
+use crate::backends::sql::lease_table::Common;
 
 pub(super) const KIND: &str = "postgres";
 
@@ -26,28 +23,17 @@ pub(super) struct ListenerHandle {
 
 /// The PostgreSQL engine of [`LeaseTable`](crate::backends::sql::LeaseTable).
 pub struct Postgres {
-    /// `host:port/database` for messages.
-    pub(super) target: String,
-    pub(super) user: String,
-    pub(super) password: Option<String>,
-    pub(super) options: SqlOptions,
+    /// The server, the options and the table's bookkeeping, as every engine has them.
+    pub(super) common: Common,
     pub(super) sql: Pg,
     /// The connection pool; its manager holds the connection settings and the transport.
     pub(super) pool: Pool,
-    pub(super) ready: tokio::sync::Mutex<bool>,
-    pub(super) ready_fast: AtomicBool,
-    pub(super) signals: ReleaseSignals,
     pub(super) listener: OnceLock<ListenerHandle>,
     /// The NOTIFY channel of this table.
     pub(super) listen_channel: String,
     /// Identifies this backend instance in NOTIFY payloads, to skip its own.
     pub(super) origin: String,
-    /// Whether the side table (native: the holds; Spring: the key names) exists.
-    pub(super) side_table: AtomicBool,
     /// Whether the holders' descriptions have their place (Spring: `<table>_OWNERS`); a
     /// Spring table made by Spring, with `create_table=false`, works without.
     pub(super) described: AtomicBool,
-    pub(super) writers: WriterPlaces,
-    /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
-    pub(super) named: Mutex<HashSet<(String, String)>>,
 }
