@@ -288,8 +288,7 @@ where
 }
 
 /// The one-row operations run as operations of their own with the backend's time limits; the
-/// attempt's undo gives back a lock taken after its caller went away (see
-/// [`detached_attempt`]).
+/// attempt's undo gives back a lock taken after its caller went away.
 #[async_trait::async_trait]
 impl<E: Engine> Backend for LeaseTable<E> {
     fn capabilities(&self) -> Capabilities {

@@ -108,7 +108,7 @@
 //! - **Verified** means TLS whose certificate chains to a trusted root (the CA file of
 //!   `sslrootcert` / `ssl-ca`, else the Mozilla roots) and, except with `verify-ca` /
 //!   `verify_ca`, names the host of the URL. A Unix socket (PostgreSQL, through
-//!   [`PostgresBackend::connect_with`](postgres::PostgresBackend::connect_with)) counts as
+//!   [`PostgresBackend::connect_with`](postgres::PostgresBackend)) counts as
 //!   verified.
 //! - **PostgreSQL** (`sslmode`, default `prefer`): `prefer` uses TLS when the server offers
 //!   it, `require` insists on it; both check the certificate, and one that fails still

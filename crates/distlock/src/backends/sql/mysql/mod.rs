@@ -51,7 +51,8 @@ mod tests;
 use self::doorbell::{doorbell_name, LISTEN_WAIT_S};
 use self::driver::int;
 use self::session::{Failed, Ring};
-use self::state::{MySql, KIND};
+pub use self::state::MySql;
+use self::state::KIND;
 
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];

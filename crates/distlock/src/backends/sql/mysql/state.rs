@@ -10,7 +10,8 @@ use crate::backends::sql::lease_table::Common;
 
 pub(super) const KIND: &str = "mysql";
 
-/// The MySQL/MariaDB engine of [`LeaseTable`](crate::backends::sql::LeaseTable).
+/// The MySQL/MariaDB engine of [`MySqlBackend`](super::MySqlBackend): its sessions, doorbells
+/// and statements. Opaque: it only names the backend's type.
 pub struct MySql {
     /// The server, the options and the table's bookkeeping, as every engine has them.
     pub(super) common: Common,

@@ -46,7 +46,8 @@ mod tls;
 #[doc(hidden)]
 pub use self::cycle::LockCycle;
 use self::pool::{Connector, Pool, Stmt};
-use self::state::{Postgres, KIND};
+pub use self::state::Postgres;
+use self::state::KIND;
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
 

@@ -21,7 +21,8 @@ pub(super) struct ListenerHandle {
     pub(super) _stop: oneshot::Sender<()>,
 }
 
-/// The PostgreSQL engine of [`LeaseTable`](crate::backends::sql::LeaseTable).
+/// The PostgreSQL engine of [`PostgresBackend`](super::PostgresBackend): its pool, listening
+/// connection and statements. Opaque: it only names the backend's type.
 pub struct Postgres {
     /// The server, the options and the table's bookkeeping, as every engine has them.
     pub(super) common: Common,
