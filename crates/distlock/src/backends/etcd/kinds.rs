@@ -27,8 +27,7 @@ use crate::backend::{LockKind, Owner, Token, UNKNOWN_OWNER};
 use crate::backends::contenders;
 
 use super::pb;
-use super::queue::is_direct_child;
-use super::state::WatchTarget;
+use super::watch::WatchTarget;
 
 const READ_TAG: &[u8] = b"read-";
 const WRITE_TAG: &[u8] = b"write-";
@@ -124,6 +123,12 @@ fn permits_of(value: &[u8]) -> Option<u32> {
         .ok()?
         .parse()
         .ok()
+}
+
+/// Whether `key` is a key of the directory `dir` itself, not of a lock whose key extends the
+/// directory's with `/`.
+pub(super) fn is_direct_child(dir: &[u8], key: &[u8]) -> bool {
+    key.len() > dir.len() && key.starts_with(dir) && !key[dir.len()..].contains(&b'/')
 }
 
 /// One key of a lock directory.

@@ -108,8 +108,9 @@ use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
 use self::renew::run_reaper;
+use self::state::SubKeep;
 use self::state::{Phase, Shared};
-use self::watch::{run_watch_hub, SubKeep, WatchHub};
+use self::watch::{run_watch_hub, WatchHub};
 use crate::backends::contenders;
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
