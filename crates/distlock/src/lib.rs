@@ -171,6 +171,8 @@ pub use url::redact;
 
 /// The backends, one module each behind a cargo feature.
 pub mod backends {
+    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
+    pub(crate) mod contenders;
     #[cfg(feature = "etcd")]
     pub mod etcd;
     #[cfg(feature = "memory")]
