@@ -219,7 +219,7 @@ impl Lock {
         // A backend with read-write locks also queues a waiting exclusive attempt, which
         // keeps new readers out until it is served.
         let queues = waits && (caps.fifo || (caps.read_write && self.kind().is_exclusive()));
-        let expect_busy = local.contended || backend.expects_busy(name);
+        let expect_busy = local.contended;
         let mut sub: Option<ReleaseSubscription> = None;
         // With notifications, polling only catches expiry and lost messages: start slower.
         let mut poll = if notifies {
@@ -266,49 +266,50 @@ impl Lock {
             armed: false,
         };
         loop {
-            // A lock handed to us while we waited needs no attempt; its lease is counted from
-            // before the last attempt that found the lock busy (see `Backend::take_grant`).
-            let granted = last_busy_sent
-                .and_then(|at| backend.take_grant(name, token).map(|fence| (fence, at)));
-            let (attempt, sent) = if let Some((fence, at)) = granted {
-                (Ok(Attempt::Acquired { fence }), at)
+            let mode = if queues && (was_busy || expect_busy) {
+                AcquireMode::Queue
             } else {
-                let mode = if queues && (was_busy || expect_busy) {
-                    AcquireMode::Queue
-                } else {
-                    AcquireMode::Try
-                };
-                let sent = Instant::now();
-                let mut in_flight =
-                    InFlight::start(reg, name, token, self.lease, mode, &self.owner);
-                // `try_lock_for` bounds its attempts too: a reply that comes after the
-                // deadline is not waited for (the attempt finishes in the background, then is
-                // undone).
-                let attempt = match wait {
-                    Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
-                        Ok(a) => a,
-                        Err(_) => {
-                            // The in-flight attempt's undo releases and leaves the queue,
-                            // after it.
-                            queued.joined = false;
-                            uncertain.armed = false;
-                            drop(in_flight);
-                            local.contended = true;
-                            return Err(self.not_acquired(started));
-                        }
-                    },
-                    _ => in_flight.outcome().await,
-                };
-                in_flight.finished();
-                if matches!(attempt, Ok(Attempt::Busy { .. })) {
+                AcquireMode::Try
+            };
+            // A busy reply to this try is followed at once by a queued attempt (see below).
+            let opens_wait = mode == AcquireMode::Try && queues && notifies && sub.is_none();
+            let sent = Instant::now();
+            let mut in_flight =
+                InFlight::start(reg, name, token, self.lease, mode, opens_wait, &self.owner);
+            // `try_lock_for` bounds its attempts too: a reply that comes after the deadline is
+            // not waited for (the attempt finishes in the background, then is undone).
+            let attempt = match wait {
+                Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
+                    Ok(a) => a,
+                    Err(_) => {
+                        // The in-flight attempt's undo releases and leaves the queue, after it.
+                        queued.joined = false;
+                        uncertain.armed = false;
+                        drop(in_flight);
+                        local.contended = true;
+                        return Err(self.not_acquired(started));
+                    }
+                },
+                _ => in_flight.outcome().await,
+            };
+            in_flight.finished();
+            let sent = match attempt {
+                Ok(Attempt::Busy { .. }) => {
                     last_busy_sent = Some(sent);
                     queued.joined = mode == AcquireMode::Queue;
+                    sent
                 }
-                (attempt, sent)
+                // A lock handed to us while we waited: its lease is counted from before the
+                // last attempt that found the lock busy (were there none, from before the
+                // first attempt of this token).
+                Ok(Attempt::HandedOver { .. }) => last_busy_sent.unwrap_or(started),
+                _ => sent,
             };
             uncertain.armed |= attempt.is_err();
             let retry_after = match attempt {
-                Ok(Attempt::Acquired { .. }) if arrived_too_late(sent, self.lease) => {
+                Ok(Attempt::Acquired { .. } | Attempt::HandedOver { .. })
+                    if arrived_too_late(sent, self.lease) =>
+                {
                     // The reply took (nearly) the whole lease, counted from before the
                     // request: the server may have let the lease run out and handed the lock
                     // on meanwhile, and a guard made now would start out lost, or lose the
@@ -324,9 +325,14 @@ impl Lock {
                     was_busy = true;
                     None
                 }
-                Ok(Attempt::Acquired {
-                    fence: backend_fence,
-                }) => {
+                Ok(
+                    Attempt::Acquired {
+                        fence: backend_fence,
+                    }
+                    | Attempt::HandedOver {
+                        fence: backend_fence,
+                    },
+                ) => {
                     queued.joined = false;
                     uncertain.armed = false;
                     local.contended = was_busy;
@@ -501,17 +507,20 @@ struct InFlight<'a> {
 }
 
 impl<'a> InFlight<'a> {
+    #[allow(clippy::too_many_arguments)]
     fn start(
         registry: &'a Inner,
         name: &'a LockName,
         token: Token,
         lease: Duration,
         mode: AcquireMode,
+        waits: bool,
         owner: &Owner,
     ) -> Self {
         let backend = registry.backend.clone();
         let request = AcquireRequest::new(name.clone(), token, lease)
             .with_mode(mode)
+            .with_waits(waits)
             .with_owner(owner.clone());
         let attempt: AttemptFuture = Box::pin(async move { backend.acquire(&request).await });
         InFlight {
