@@ -384,6 +384,11 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// request can still take effect after its future completed (a statement left running on a
     /// dropped connection) must prevent that or document it.
     ///
+    /// A backend that learnt without asking how the attempt would end may answer with no I/O:
+    /// [`Attempt::HandedOver`] for a lock a release handed to the token, and
+    /// [`Attempt::Busy`] for a [`waits`](AcquireRequest::waits) try of a lock it knows to be
+    /// somebody else's.
+    ///
     /// # Cancel safety
     /// See the trait's `# Cancel safety`: dropped midway, the attempt leaves the lock free
     /// (possibly after it completed in the background) or held until its lease ends.
@@ -530,7 +535,7 @@ where
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
         let outcome = bounded(kind, context, deadline, attempt).await;
-        if let Err(Ok(Attempt::Acquired { .. })) = tx.send(outcome) {
+        if let Err(Ok(Attempt::Acquired { .. } | Attempt::HandedOver { .. })) = tx.send(outcome) {
             undo().await;
         }
         Ok(())
