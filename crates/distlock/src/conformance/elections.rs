@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{short_lease, within, Harness};
 use crate::backend::Owner;
 use crate::election::Leader;
-use crate::registry::RegistryOptions;
+use crate::RegistryOptions;
 
 /// Three candidates lead twice each, one at a time; `leader()` names whoever leads with a term
 /// at least its own; terms rise; and an observer sees every leadership, in order (each leader

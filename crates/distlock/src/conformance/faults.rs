@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{within, Harness};
 use crate::backend::{AcquireRequest, Attempt, Backend, Capabilities, LockName, Token};
 use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use crate::{LockRegistry, RegistryOptions};
 
 /// What [`ReplyFaults`] does to an acquisition attempt.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{short_lease, within, Harness};
 use crate::backend::LockKind;
 use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use crate::{LockRegistry, RegistryOptions};
 
 fn busy<T: std::fmt::Debug>(res: crate::Result<T>, what: &str) {
     match res {

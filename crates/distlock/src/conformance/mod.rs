@@ -56,7 +56,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Capabilities, LockName};
 use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use crate::{LockRegistry, RegistryOptions};
 
 type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type Factory = Arc<dyn Fn() -> BoxFut<crate::Result<Arc<dyn Backend>>> + Send + Sync>;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{short_lease, within, Harness};
 use crate::backend::{LockInfo, Owner};
-use crate::registry::LockRegistry;
+use crate::LockRegistry;
 
 async fn registry_as(h: &Harness, owner: &str) -> LockRegistry {
     h.registry_with(short_lease().with_owner(Owner::new(owner).unwrap()))

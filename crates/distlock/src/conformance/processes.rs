@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Harness;
-use crate::registry::{LockRegistry, RegistryOptions};
+use crate::{LockRegistry, RegistryOptions};
 
 const ROLE: &str = "DISTLOCK_CONFORMANCE_CHILD";
 const URL: &str = "DISTLOCK_CONFORMANCE_URL";

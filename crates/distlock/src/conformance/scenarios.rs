@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{short_lease, within, Harness};
 use crate::backend::{AcquireRequest, Attempt, LockName, Token};
 use crate::error::Error;
-use crate::registry::{LockRegistry, RegistryOptions};
+use crate::{LockRegistry, RegistryOptions};
 
 /// Many tasks over four registries increment a non-atomic counter under the lock: no two are
 /// ever inside at once and no update is lost.

@@ -18,7 +18,7 @@ fn temp_backend() -> (tempfile::TempDir, SqliteBackend) {
 
 fn fence_of(attempt: Attempt) -> u64 {
     match attempt {
-        Attempt::Acquired { fence } => fence,
+        Attempt::Acquired { fence } | Attempt::HandedOver { fence } => fence,
         Attempt::Busy { .. } => panic!("expected Acquired, got {attempt:?}"),
     }
 }
@@ -453,7 +453,9 @@ async fn dropped_acquire_gives_the_lock_back() {
                 .await
                 .unwrap()
             {
-                Attempt::Acquired { fence } => break (token, fence),
+                Attempt::Acquired { fence } | Attempt::HandedOver { fence } => {
+                    break (token, fence)
+                }
                 Attempt::Busy { .. } => {
                     assert!(
                         tokio::time::Instant::now() < deadline,
