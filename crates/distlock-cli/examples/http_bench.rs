@@ -51,6 +51,12 @@ struct Args {
     ceiling: bool,
     /// Worker threads of a second ceiling server (0: current-thread runtime).
     ceiling_threads: Option<usize>,
+    /// An axum server whose handlers do nothing: the service's overhead is measured against it.
+    axum_ceiling: bool,
+    /// etcd's own HTTP gateway (`/v3/lock/lock`, `/v3/lock/unlock`) at this URL, as a target.
+    etcd_gateway: Option<String>,
+    /// The etcd process behind it, whose CPU is the gateway's server CPU.
+    etcd_pid: Option<u32>,
 }
 
 fn args() -> Args {
@@ -64,11 +70,18 @@ fn args() -> Args {
         client: "reqwest".into(),
         ceiling: false,
         ceiling_threads: None,
+        axum_ceiling: false,
+        etcd_gateway: None,
+        etcd_pid: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--ceiling" {
             a.ceiling = true;
+            continue;
+        }
+        if flag == "--axum-ceiling" {
+            a.axum_ceiling = true;
             continue;
         }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -79,6 +92,8 @@ fn args() -> Args {
             "--concurrency" => a.concurrency = value.parse().expect("--concurrency C"),
             "--waiters" => a.waiters = value.parse().expect("--waiters W"),
             "--compare" => a.compare = Some(value),
+            "--etcd-gateway" => a.etcd_gateway = Some(value),
+            "--etcd-pid" => a.etcd_pid = Some(value.parse().expect("--etcd-pid PID")),
             "--client" => a.client = value,
             "--ceiling-threads" => {
                 a.ceiling_threads = Some(value.parse().expect("--ceiling-threads N"));
@@ -89,8 +104,9 @@ fn args() -> Args {
     a
 }
 
-/// Runs `cycle(task)` on `tasks` tasks for `length`; how many cycles and how long it took.
-async fn measure<F, Fut>(tasks: usize, length: Duration, cycle: F) -> (u64, Duration)
+/// Runs `cycle(task)` on `tasks` tasks for `length`; how many cycles, how long it took, and
+/// each cycle's latency in microseconds.
+async fn measure<F, Fut>(tasks: usize, length: Duration, cycle: F) -> (u64, Duration, Vec<u32>)
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -103,21 +119,36 @@ where
         .map(|i| {
             let (cycle, stop, count) = (cycle.clone(), stop.clone(), count.clone());
             tokio::spawn(async move {
+                let mut latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
+                    let began = Instant::now();
                     cycle(i).await;
+                    latencies.push(began.elapsed().as_micros().min(u32::MAX as u128) as u32);
                     count.fetch_add(1, Ordering::Relaxed);
                     // An in-process backend never waits: let the timer and the others run.
                     tokio::task::yield_now().await;
                 }
+                latencies
             })
         })
         .collect();
     tokio::time::sleep(length).await;
     stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
     for h in handles {
-        h.await.expect("bench task");
+        latencies.extend(h.await.expect("bench task"));
     }
-    (count.load(Ordering::Relaxed), started.elapsed())
+    (count.load(Ordering::Relaxed), started.elapsed(), latencies)
+}
+
+/// The `q` quantile of `latencies` (sorted here), in microseconds.
+fn quantile(latencies: &mut [u32], q: f64) -> u32 {
+    if latencies.is_empty() {
+        return 0;
+    }
+    latencies.sort_unstable();
+    let at = ((latencies.len() - 1) as f64 * q).round() as usize;
+    latencies[at]
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -174,33 +205,42 @@ fn start_service(distlock: &str, backend: &str, prefix: &str) -> (Child, String)
 /// A server measured over HTTP.
 struct Target {
     name: &'static str,
-    child: Child,
+    pid: u32,
+    /// The server process, when this program started it.
+    child: Option<Child>,
     base: String,
     cycles: u64,
     elapsed: Duration,
     server_cpu: Duration,
     client_cpu: Duration,
+    latencies: Vec<u32>,
+    /// etcd's gateway: lock and unlock by etcd's own lock API instead of distlock's.
+    gateway: bool,
 }
 
 impl Target {
     fn new(name: &'static str, (child, base): (Child, String)) -> Self {
         Target {
             name,
-            child,
+            pid: child.id(),
+            child: Some(child),
             base,
             cycles: 0,
             elapsed: Duration::ZERO,
             server_cpu: Duration::ZERO,
             client_cpu: Duration::ZERO,
+            latencies: Vec::new(),
+            gateway: false,
         }
     }
 
     /// One slice of POST + DELETE cycles.
     async fn slice(&mut self, client: &Client, tasks: usize) {
-        let pid = self.child.id().to_string();
+        let pid = self.pid.to_string();
         let (server, own) = (cpu_time(&pid), cpu_time("self"));
         let base = self.base.clone();
-        let (cycles, elapsed) = match client {
+        let (cycles, elapsed, latencies) = match client {
+            Client::Reqwest(http) if self.gateway => gateway_slice(http, &base, tasks).await,
             Client::Reqwest(http) => {
                 let http = http.clone();
                 measure(tasks, Duration::from_secs(1), move |i| {
@@ -250,6 +290,7 @@ impl Target {
         };
         self.cycles += cycles;
         self.elapsed += elapsed;
+        self.latencies.extend(latencies);
         self.server_cpu += cpu_time(&pid).saturating_sub(server);
         self.client_cpu += cpu_time("self").saturating_sub(own);
     }
@@ -264,11 +305,63 @@ impl Target {
     }
 
     fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
     }
+}
+
+/// One slice of cycles on etcd's HTTP gateway, as its own lock API is used over HTTP: a lease
+/// per task (granted once, long enough for the run), then `POST /v3/lock/lock` with the key's
+/// name and the lease, and `POST /v3/lock/unlock` with the key it answered.
+async fn gateway_slice(
+    http: &reqwest::Client,
+    base: &str,
+    tasks: usize,
+) -> (u64, Duration, Vec<u32>) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut leases = Vec::new();
+    for _ in 0..tasks {
+        let granted: Value = http
+            .post(format!("{base}/v3/lease/grant"))
+            .json(&json!({"TTL": 300}))
+            .send()
+            .await
+            .expect("lease grant")
+            .json()
+            .await
+            .expect("JSON");
+        leases.push(granted["ID"].as_str().expect("lease ID").to_owned());
+    }
+    let leases = Arc::new(leases);
+    let (http, base) = (http.clone(), base.to_owned());
+    let answer = measure(tasks, Duration::from_secs(1), move |i| {
+        let (http, base, leases) = (http.clone(), base.clone(), leases.clone());
+        let name = b64.encode(format!("gateway-{i}"));
+        async move {
+            let locked: Value = http
+                .post(format!("{base}/v3/lock/lock"))
+                .json(&json!({"name": name, "lease": leases[i]}))
+                .send()
+                .await
+                .expect("lock")
+                .json()
+                .await
+                .expect("JSON");
+            let key = locked["key"].as_str().expect("lock key");
+            let r = http
+                .post(format!("{base}/v3/lock/unlock"))
+                .json(&json!({ "key": key }))
+                .send()
+                .await
+                .expect("unlock");
+            assert_eq!(r.status(), 200);
+        }
+    })
+    .await;
+    answer
 }
 
 /// The HTTP client of the slices.
@@ -396,7 +489,94 @@ fn null_server(threads: usize) {
     });
 }
 
+/// The service's resident memory (KiB) before and with `waiters` requests waiting for one
+/// held key.
+async fn waiting_memory(http: &reqwest::Client, service: &Target, waiters: usize) -> (u64, u64) {
+    // One holder, then `waiters` requests that wait for the same key.
+    let base = service.base.clone();
+    let service_pid = service.pid;
+    let held = http
+        .post(format!("{base}/v1/locks/wait"))
+        .json(&json!({"lease_ms": 300_000}))
+        .send()
+        .await
+        .expect("hold");
+    assert_eq!(held.status(), 200);
+    let before = rss_kib(service_pid);
+    let waiting: Vec<_> = (0..waiters)
+        .map(|_| {
+            let (http, url) = (http.clone(), format!("{base}/v1/locks/wait"));
+            tokio::spawn(async move {
+                let _ = http
+                    .post(url)
+                    .json(&json!({"wait_ms": 120_000}))
+                    .send()
+                    .await;
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list: serde_json::Value = http
+            .get(format!("{base}/v1/locks"))
+            .send()
+            .await
+            .expect("list")
+            .json()
+            .await
+            .expect("JSON");
+        if list["waiters"].as_array().map_or(0, Vec::len) >= waiters {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiters did not all arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let with_waiters = rss_kib(service_pid);
+    for w in waiting {
+        w.abort();
+    }
+    (before, with_waiters)
+}
+
+/// `--null-axum`: an axum router whose handlers do nothing (POST answers a fixed grant, DELETE
+/// 204), on a runtime like the service's: what the service's HTTP layer costs by itself.
+fn null_axum() {
+    use axum::http::StatusCode;
+    use axum::routing::{delete, post};
+
+    const GRANT: &str =
+        r#"{"key":"k","token":"00000000000000000000000000000000","fence":1024,"lease_ms":30000}"#;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            println!(
+                "null axum: listening on http://{}",
+                listener.local_addr().unwrap()
+            );
+            let router = axum::Router::new()
+                .route(
+                    "/v1/locks/{key}",
+                    post(|| async { ([("content-type", "application/json")], GRANT) }),
+                )
+                .route(
+                    "/v1/locks/{key}/{token}",
+                    delete(|| async { StatusCode::NO_CONTENT }),
+                );
+            axum::serve(listener, router).await.expect("serve");
+        });
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--null-axum") {
+        null_axum();
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("--null-server") {
         let threads = std::env::args()
             .nth(2)
@@ -437,6 +617,26 @@ async fn bench(a: Args) {
         command.arg("--null-server");
         targets.push(Target::new("ceiling", start(command)));
     }
+    if a.axum_ceiling {
+        let mut command = Command::new(std::env::current_exe().expect("this program"));
+        command.arg("--null-axum");
+        targets.push(Target::new("axum_ceiling", start(command)));
+    }
+    if let Some(url) = &a.etcd_gateway {
+        // The gateway is etcd itself: its process is the server measured.
+        targets.push(Target {
+            name: "etcd_gateway",
+            pid: a.etcd_pid.expect("--etcd-gateway needs --etcd-pid"),
+            child: None,
+            base: url.trim_end_matches('/').to_owned(),
+            cycles: 0,
+            elapsed: Duration::ZERO,
+            server_cpu: Duration::ZERO,
+            client_cpu: Duration::ZERO,
+            latencies: Vec::new(),
+            gateway: true,
+        });
+    }
     if let Some(threads) = a.ceiling_threads {
         let mut command = Command::new(std::env::current_exe().expect("this program"));
         command.args(["--null-server", &threads.to_string()]);
@@ -457,24 +657,27 @@ async fn bench(a: Args) {
     // falls on all alike.
     let (mut direct_cycles, mut direct_elapsed, mut direct_cpu) =
         (0, Duration::ZERO, Duration::ZERO);
+    let mut direct_latencies = Vec::new();
     for _ in 0..a.seconds {
         let registry = registry.clone();
         let cpu = cpu_time("self");
-        let (cycles, elapsed) = measure(a.concurrency, Duration::from_secs(1), move |i| {
-            let registry = registry.clone();
-            async move {
-                let guard = registry
-                    .obtain(&format!("direct-{i}"))
-                    .expect("key")
-                    .try_lock()
-                    .await
-                    .expect("free key");
-                guard.release().await.expect("release");
-            }
-        })
-        .await;
+        let (cycles, elapsed, latencies) =
+            measure(a.concurrency, Duration::from_secs(1), move |i| {
+                let registry = registry.clone();
+                async move {
+                    let guard = registry
+                        .obtain(&format!("direct-{i}"))
+                        .expect("key")
+                        .try_lock()
+                        .await
+                        .expect("free key");
+                    guard.release().await.expect("release");
+                }
+            })
+            .await;
         direct_cycles += cycles;
         direct_elapsed += elapsed;
+        direct_latencies.extend(latencies);
         direct_cpu += cpu_time("self").saturating_sub(cpu);
         for target in &mut targets {
             target.slice(&client, a.concurrency).await;
@@ -482,51 +685,13 @@ async fn bench(a: Args) {
     }
     let direct = direct_cycles as f64 / direct_elapsed.as_secs_f64();
 
-    // Waiters: one holder, then `waiters` requests that wait for the same key.
-    let base = targets[0].base.clone();
-    let service_pid = targets[0].child.id();
-    let held = http
-        .post(format!("{base}/v1/locks/wait"))
-        .json(&json!({"lease_ms": 300_000}))
-        .send()
-        .await
-        .expect("hold");
-    assert_eq!(held.status(), 200);
-    let before = rss_kib(service_pid);
-    let waiting: Vec<_> = (0..a.waiters)
-        .map(|_| {
-            let (http, url) = (http.clone(), format!("{base}/v1/locks/wait"));
-            tokio::spawn(async move {
-                let _ = http
-                    .post(url)
-                    .json(&json!({"wait_ms": 120_000}))
-                    .send()
-                    .await;
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let list: serde_json::Value = http
-            .get(format!("{base}/v1/locks"))
-            .send()
-            .await
-            .expect("list")
-            .json()
-            .await
-            .expect("JSON");
-        if list["waiters"].as_array().map_or(0, Vec::len) >= a.waiters {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the waiters did not all arrive");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let with_waiters = rss_kib(service_pid);
+    let memory = if a.waiters > 0 {
+        Some(waiting_memory(&http, &targets[0], a.waiters).await)
+    } else {
+        None
+    };
     for target in &mut targets {
         target.stop();
-    }
-    for w in waiting {
-        w.abort();
     }
 
     let mut out = Map::new();
@@ -540,6 +705,24 @@ async fn bench(a: Args) {
         "direct_cpu_us_per_cycle".into(),
         json!((direct_us * 10.0).round() / 10.0),
     );
+    out.insert(
+        "direct_p50_us".into(),
+        json!(quantile(&mut direct_latencies, 0.5)),
+    );
+    out.insert(
+        "direct_p99_us".into(),
+        json!(quantile(&mut direct_latencies, 0.99)),
+    );
+    for t in &mut targets {
+        out.insert(
+            format!("{}_p50_us", t.name),
+            json!(quantile(&mut t.latencies, 0.5)),
+        );
+        out.insert(
+            format!("{}_p99_us", t.name),
+            json!(quantile(&mut t.latencies, 0.99)),
+        );
+    }
     for t in &targets {
         let rate = t.rate();
         out.insert(format!("{}_cycles_per_s", t.name), json!(rate.round()));
@@ -553,14 +736,32 @@ async fn bench(a: Args) {
             json!(t.per_cycle(t.client_cpu)),
         );
     }
+    // The service's own overhead: its CPU per cycle against what a do-nothing axum server
+    // spends on the same two requests plus what the library spends on the cycle itself.
+    if let Some(axum) = targets.iter().find(|t| t.name == "axum_ceiling") {
+        let service = &targets[0];
+        let floor = axum.per_cycle(axum.server_cpu) + direct_us;
+        out.insert(
+            "overhead_ratio".into(),
+            json!(round2(service.per_cycle(service.server_cpu) / floor)),
+        );
+    }
+    if let Some(gateway) = targets.iter().find(|t| t.gateway) {
+        out.insert(
+            "http_to_gateway_ratio".into(),
+            json!(round2(targets[0].rate() / gateway.rate())),
+        );
+    }
     // The names of earlier runs.
     out.insert("ratio".into(), out["http_ratio"].clone());
     out.insert("waiters".into(), json!(a.waiters));
-    out.insert("rss_before_kib".into(), json!(before));
-    out.insert("rss_with_waiters_kib".into(), json!(with_waiters));
-    out.insert(
-        "extra_rss_mib".into(),
-        json!(round2(with_waiters.saturating_sub(before) as f64 / 1024.0)),
-    );
+    if let Some((before, with_waiters)) = memory {
+        out.insert("rss_before_kib".into(), json!(before));
+        out.insert("rss_with_waiters_kib".into(), json!(with_waiters));
+        out.insert(
+            "extra_rss_mib".into(),
+            json!(round2(with_waiters.saturating_sub(before) as f64 / 1024.0)),
+        );
+    }
     println!("{}", Value::Object(out));
 }

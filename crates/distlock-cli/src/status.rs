@@ -41,7 +41,7 @@ fn to_text(key: &str, backend: &str, info: Option<&LockInfo>) -> String {
 }
 
 /// The JSON object of `status --json`; the field order is the output's.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct StatusJson<'a> {
     key: &'a str,
     prefix: &'a str,

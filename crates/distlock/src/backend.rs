@@ -216,6 +216,17 @@ pub enum Attempt {
         /// their fallback poll.
         retry_after: Option<Duration>,
     },
+    /// The lock is ours: a release handed it to this token after the server answered the
+    /// token's last [`Attempt::Busy`] (a backend with a wait queue may tell the head waiter so
+    /// with its wake-up, which saves it a round trip; the answer may then come without I/O).
+    /// The caller counts the lease from before that busy attempt was sent, so a backend
+    /// returns it only for a hand-over it knows came after the server answered that attempt:
+    /// news of an earlier hand-over can arrive after the busy reply (the process was stopped,
+    /// or a notification lagged), and by then that hand-over's lease has run out.
+    HandedOver {
+        /// The backend's fencing token for this acquisition.
+        fence: u64,
+    },
 }
 
 /// The outcome of a release.
@@ -373,6 +384,11 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// request can still take effect after its future completed (a statement left running on a
     /// dropped connection) must prevent that or document it.
     ///
+    /// A backend that learnt without asking how the attempt would end may answer with no I/O:
+    /// [`Attempt::HandedOver`] for a lock a release handed to the token, and
+    /// [`Attempt::Busy`] for a [`waits`](AcquireRequest::waits) try of a lock it knows to be
+    /// somebody else's.
+    ///
     /// # Cancel safety
     /// See the trait's `# Cancel safety`: dropped midway, the attempt leaves the lock free
     /// (possibly after it completed in the background) or held until its lease ends.
@@ -425,34 +441,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
-    /// Whether the backend knows `name` to be held by somebody else now, as when its own last
-    /// release of it handed the lock to a queued waiter. No I/O. An acquisition that may wait
-    /// then listens and joins the queue with its first attempt instead of trying first, which
-    /// saves it a round trip (and, on one CPU, lets the new holder run before it); a `try_lock`
-    /// still makes its attempt. The default knows nothing.
-    fn expects_busy(&self, name: &LockName) -> bool {
-        let _ = name;
-        false
-    }
-
     /// The longest lease this backend is known to grant, when it is shorter than the default
     /// lease may be: a registry whose lease was not set explicitly takes this one instead of
     /// failing on every acquisition. No I/O. The default knows no limit.
     fn longest_lease(&self) -> Option<Duration> {
-        None
-    }
-
-    /// The fence of a lock the backend has handed to the waiting `token`, if it has: a
-    /// release passed the lock to the head of a wait queue and told that waiter so (Redis puts
-    /// the fence in its wake-up message), which saves the waiter an attempt. Taken at most
-    /// once; no I/O. The registry counts the lease from before the token's last
-    /// [`Attempt::Busy`] was sent, so a backend returns only a hand-over it knows came after
-    /// the server answered that attempt: a message of an earlier hand-over can arrive after
-    /// the busy reply (the process was stopped, or the notification lagged), and by then that
-    /// hand-over's lease has run out (Redis compares fences: the busy reply carries the
-    /// fence counter). The default hands nothing over.
-    fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
-        let _ = (name, token);
         None
     }
 
@@ -543,7 +535,7 @@ where
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
         let outcome = bounded(kind, context, deadline, attempt).await;
-        if let Err(Ok(Attempt::Acquired { .. })) = tx.send(outcome) {
+        if let Err(Ok(Attempt::Acquired { .. } | Attempt::HandedOver { .. })) = tx.send(outcome) {
             undo().await;
         }
         Ok(())

@@ -17,12 +17,13 @@
 //! ```
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::registry::{RegistryOptions, ThreadHold};
+use crate::guard::LockGuard;
+use crate::options::RegistryOptions;
 
 /// A [`crate::LockRegistry`] driven by its own small runtime (one worker thread that also runs
 /// lease renewal), for synchronous code (threads of your own, or `spawn_blocking`); async code uses the
@@ -170,6 +171,17 @@ impl LockRegistry {
     }
 }
 
+/// A hold taken by one thread (the blocking facade's reentrant lock): the owner thread, how
+/// often it locked without unlocking, and the guard.
+struct ThreadHold {
+    thread: std::thread::ThreadId,
+    count: u32,
+    guard: LockGuard,
+}
+
+/// The thread holds of one key, kept with the key's local lock so that all handles share them.
+type ThreadHolds = Mutex<Vec<ThreadHold>>;
+
 /// A reentrant lock for synchronous code: the thread that holds it may lock it again and must
 /// unlock it as often. Other threads wait (locally first, then remotely).
 #[derive(Clone)]
@@ -200,10 +212,23 @@ impl Lock {
         self.acquire(Some(timeout))
     }
 
+    /// The holds threads took through this facade, shared by all handles of the key.
+    fn thread_holds(&self) -> MutexGuard<'_, Vec<ThreadHold>> {
+        self.lock
+            .slot
+            .local()
+            .thread_holds
+            .get_or_init(|| Box::new(ThreadHolds::default()))
+            .downcast_ref::<ThreadHolds>()
+            .expect("only the blocking facade keeps thread holds")
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     fn acquire(&self, timeout: Option<Duration>) -> Result<bool> {
         let me = std::thread::current().id();
         {
-            let mut holds = self.lock.thread_holds();
+            let mut holds = self.thread_holds();
             if let Some(r) = holds.iter_mut().find(|r| r.thread == me) {
                 r.guard.ensure_held()?;
                 r.count = r
@@ -226,7 +251,7 @@ impl Lock {
             Err(Error::NotAcquired { .. }) => return Ok(false),
             Err(e) => return Err(e),
         };
-        self.lock.thread_holds().push(ThreadHold {
+        self.thread_holds().push(ThreadHold {
             thread: me,
             count: 1,
             guard,
@@ -240,7 +265,7 @@ impl Lock {
     pub fn unlock(&self) -> Result<()> {
         let me = std::thread::current().id();
         let guard = {
-            let mut holds = self.lock.thread_holds();
+            let mut holds = self.thread_holds();
             match holds.iter().position(|r| r.thread == me) {
                 Some(i) => {
                     holds[i].count -= 1;
@@ -262,11 +287,7 @@ impl Lock {
 
     fn with_mine<T>(&self, f: impl FnOnce(&ThreadHold) -> T) -> Option<T> {
         let me = std::thread::current().id();
-        self.lock
-            .thread_holds()
-            .iter()
-            .find(|r| r.thread == me)
-            .map(f)
+        self.thread_holds().iter().find(|r| r.thread == me).map(f)
     }
 
     /// Whether the calling thread holds the lock (and it is not lost).

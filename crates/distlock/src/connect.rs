@@ -1,10 +1,13 @@
-//! A backend from a URL: the one place that knows every scheme. The URL's parts are parsed by
-//! the backends with the helpers of `url.rs`, which knows no backend.
+//! A backend from a URL, and a registry over it ([`LockRegistry::connect`]): the one place
+//! that knows every scheme, above the registry so that the core depends on no backend. The
+//! URL's parts are parsed by the backends with the helpers of `url.rs`, which knows no backend.
 
 use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::options::RegistryOptions;
+use crate::registry::LockRegistry;
 
 /// The URL schemes this build understands, for error messages and `--help`.
 pub const SCHEMES: &[&str] = &[
@@ -201,6 +204,17 @@ const FEATURES_ON: &[&str] = &[
 /// A URL as an error message shows it: without its password, and shortened as keys are.
 fn shown_url(url: &str) -> String {
     crate::ShortKey(&crate::url::redact(url)).to_string()
+}
+
+impl LockRegistry {
+    /// Connects to the backend named by `url` (see [`crate::connect`]) and builds a registry.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
+    /// table, a root node) stays, as the next call would make it anyway.
+    pub async fn connect(url: &str, options: RegistryOptions) -> Result<Self> {
+        Self::from_backend(connect(url).await?, options)
+    }
 }
 
 #[cfg(test)]

@@ -14,14 +14,14 @@ use futures_util::stream::{self, Stream};
 use crate::backend::{LockInfo, Owner};
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::registry::{Lock, LockRegistry};
+use crate::lock::Lock;
 use crate::renewal::compose_fence;
 
 /// How often [`Election::observe`] asks who leads, by default.
 pub const OBSERVE_EVERY: Duration = Duration::from_millis(200);
 
 /// An election among the instances of a service, by name: see
-/// [`LockRegistry::election`].
+/// [`LockRegistry::election`](crate::LockRegistry::election).
 ///
 /// Where an election is held depends on the backend, so that the election's foreign clients
 /// elect with us:
@@ -85,20 +85,12 @@ pub struct Leadership {
     description: Owner,
 }
 
-impl LockRegistry {
-    /// The election `name`: its candidates hold the mutex of the key `name` (so `name` follows
-    /// the key rules), with the registry's lease, in the backend's election layout (etcd's
-    /// `concurrency.Election`, Curator's `LeaderLatch`; elsewhere the key's mutex itself: see
-    /// [`Election`]). Its handle is cached apart from
-    /// [`obtain(name)`](LockRegistry::obtain)'s.
-    pub fn election(&self, name: &str) -> Result<Election> {
-        Ok(Election {
-            lock: self.obtain_election(name)?,
-        })
-    }
-}
-
 impl Election {
+    /// The election held with the slot of `lock` (see `LockRegistry::election`).
+    pub(crate) fn new(lock: Lock) -> Election {
+        Election { lock }
+    }
+
     /// The election's name.
     pub fn name(&self) -> &str {
         self.lock.key()
@@ -247,6 +239,7 @@ impl Leadership {
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
+    use crate::LockRegistry;
 
     /// The election has a handle of its own, flagged for the backend; a backend without an
     /// election layout (memory) keeps it as the key's mutex, so the two exclude each other.

@@ -11,8 +11,9 @@ use tracing::Instrument;
 
 use crate::backend::Token;
 use crate::error::{Error, Result};
-use crate::registry::{check_lease, Inner, ReadGroup, Slot, SlotState};
+use crate::options::check_lease;
 use crate::renewal::Hold;
+use crate::state::{Inner, ReadGroup, Slot, SlotState};
 
 /// What a guard owns besides its remote hold, by kind of lock.
 pub(crate) enum Ownership {

@@ -137,7 +137,9 @@
 // item behind a cargo feature carries that feature's badge; stable builds never see this.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod acquire;
+// The core, each module above those it uses: error, backend, renewal, options, background,
+// state (what one registry shares), guard, lock (handles and the acquisition path), multi,
+// election, registry (the facade), connect (every scheme), blocking.
 mod backend;
 mod background;
 pub mod blocking;
@@ -146,10 +148,13 @@ pub mod duration;
 mod election;
 mod error;
 mod guard;
+mod lock;
 mod metrics;
 mod multi;
+mod options;
 mod registry;
 mod renewal;
+mod state;
 #[cfg(any(feature = "zookeeper-tls", feature = "redis", feature = "postgres"))]
 mod tls;
 mod url;
@@ -159,12 +164,16 @@ pub use connect::{connect, SCHEMES};
 pub use election::{Election, Leader, Leadership, OBSERVE_EVERY};
 pub use error::{Error, Result, ShortKey};
 pub use guard::LockGuard;
+pub use lock::{Lock, ReadWriteLock};
 pub use multi::{MultiGuard, MultiLock};
-pub use registry::{Lock, LockRegistry, ReadWriteLock, RegistryOptions, MAX_LEASE, MIN_LEASE};
+pub use options::{RegistryOptions, MAX_LEASE, MIN_LEASE};
+pub use registry::LockRegistry;
 pub use url::redact;
 
 /// The backends, one module each behind a cargo feature.
 pub mod backends {
+    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
+    pub(crate) mod contenders;
     #[cfg(feature = "etcd")]
     pub mod etcd;
     #[cfg(feature = "memory")]

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::acquire::Wait;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::registry::Lock;
+use crate::lock::{Lock, Wait};
 
 /// Several locks held together: [`lock`](Self::lock) returns one [`MultiGuard`] once every
 /// lock is held, or nothing at all. From [`LockRegistry::multi`](crate::LockRegistry::multi)

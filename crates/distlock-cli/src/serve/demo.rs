@@ -31,7 +31,7 @@ pub const MIN_HOLD: Duration = Duration::from_millis(10);
 const DEFAULT_HOLD: Duration = Duration::from_secs(3);
 
 /// The body of `POST /demo`; every field is optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DemoRequest {
     /// Default `demo`.
@@ -43,7 +43,7 @@ pub struct DemoRequest {
 }
 
 /// What `POST /demo` answers (202): the demonstration's id, which its events carry as `demo`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Started {
     pub demo: u64,
     pub key: String,

@@ -23,6 +23,15 @@ const CHANNEL_LEN: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Name(Arc<str>);
 
+/// A string in the API's schemas.
+impl utoipa::PartialSchema for Name {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <String as utoipa::PartialSchema>::schema()
+    }
+}
+
+impl utoipa::ToSchema for Name {}
+
 impl Name {
     pub fn as_str(&self) -> &str {
         &self.0
@@ -67,7 +76,7 @@ impl Serialize for Name {
 
 /// One change of the board, as sent on `/v1/events` (the SSE event name is `kind`). Shared
 /// (`Arc`) between the timeline and the subscribers.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Event {
     /// `acquired`, `extended`, `released`, `lost`, `waiting`, `stopped_waiting`,
     /// `demo_started` or `demo_ended`.
@@ -127,7 +136,7 @@ impl Event {
 }
 
 /// A demonstration as its `demo_started` and `demo_ended` events tell it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DemoReport {
     pub workers: u32,
     pub hold_ms: u64,
@@ -146,7 +155,7 @@ pub struct DemoReport {
 }
 
 /// A hold as listed by `GET /v1/locks` and drawn by the page.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ShownHold {
     pub hold: u64,
     pub key: Name,
@@ -168,7 +177,7 @@ pub struct ShownHold {
 }
 
 /// A caller waiting for a key.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ShownWaiter {
     pub waiter: u64,
     pub key: Name,

@@ -36,7 +36,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
 /// The body of `POST /v1/locks/{key}`; every field is optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireRequest {
     pub lease_ms: Option<u64>,
@@ -54,7 +54,7 @@ pub struct AcquireRequest {
 pub struct Peer(pub std::net::SocketAddr);
 
 /// The body of `PUT /v1/locks/{key}/{token}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendRequest {
     pub lease_ms: Option<u64>,
@@ -78,7 +78,7 @@ fn kind_of(req: &AcquireRequest) -> Result<HoldKind, ApiError> {
 }
 
 /// What `POST` answers on success.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Granted {
     pub key: String,
     pub token: String,

@@ -34,7 +34,7 @@ fn by_key<'a>(holds: &'a [ShownHold], waiters: &'a [ShownWaiter]) -> HashMap<&'a
 }
 
 /// One `list --json` object, with what this service has of the key.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ListedJson<'a> {
     #[serde(flatten)]
     status: StatusJson<'a>,
@@ -69,8 +69,8 @@ fn lock_object<'a>(
 }
 
 /// The answer of `GET /v1/locks`; the field order is the output's.
-#[derive(Serialize)]
-struct ListAnswer<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ListAnswer<'a> {
     complete: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'static str>,

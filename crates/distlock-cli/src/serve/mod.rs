@@ -135,7 +135,9 @@ impl From<distlock::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(serde_json::json!({ "error": self.message }));
+        let body = Json(openapi::ErrorBody {
+            error: self.message,
+        });
         (self.status, body).into_response()
     }
 }

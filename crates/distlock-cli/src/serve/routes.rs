@@ -6,113 +6,41 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use serde_json::json;
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::demo::{DemoRequest, Started};
+use super::holds::{AcquireRequest, ExtendRequest, Granted};
+use super::openapi::{self, ApiDoc, CommonAnswers, ErrorBody};
 use super::{page, ApiError, Service};
 
 /// Largest request body accepted: the bodies are a few small numbers.
 const MAX_BODY: usize = 16 * 1024;
 
-/// The routes, one variant each. The router and the OpenAPI document are both made from
-/// [`Route::ALL`], and the matches on a route are exhaustive, so a route cannot be served
-/// without being described, nor described without being served (a variant left out of `ALL`
-/// is never constructed, which the compiler reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    Page,
-    Script,
-    Health,
-    Metrics,
-    Demo,
-    OpenApi,
-    Events,
-    List,
-    Status,
-    Acquire,
-    Extend,
-    Release,
-}
-
-impl Route {
-    pub const ALL: [Route; 12] = [
-        Route::Page,
-        Route::Script,
-        Route::Health,
-        Route::Metrics,
-        Route::Demo,
-        Route::OpenApi,
-        Route::Events,
-        Route::List,
-        Route::Status,
-        Route::Acquire,
-        Route::Extend,
-        Route::Release,
-    ];
-
-    /// The path, in the syntax of both axum and OpenAPI.
-    pub fn path(self) -> &'static str {
-        match self {
-            Route::Page => "/",
-            Route::Script => "/page.js",
-            Route::Health => "/healthz",
-            Route::Metrics => "/metrics",
-            Route::Demo => "/demo",
-            Route::OpenApi => "/v1/openapi.json",
-            Route::Events => "/v1/events",
-            Route::List => "/v1/locks",
-            Route::Status | Route::Acquire => "/v1/locks/{key}",
-            Route::Extend | Route::Release => "/v1/locks/{key}/{token}",
-        }
-    }
-
-    pub fn method(self) -> Method {
-        match self {
-            Route::Demo | Route::Acquire => Method::POST,
-            Route::Extend => Method::PUT,
-            Route::Release => Method::DELETE,
-            Route::Page
-            | Route::Script
-            | Route::Health
-            | Route::Metrics
-            | Route::OpenApi
-            | Route::Events
-            | Route::List
-            | Route::Status => Method::GET,
-        }
-    }
-
-    fn handler(self) -> MethodRouter<Arc<Service>> {
-        let filter = MethodFilter::try_from(self.method()).unwrap_or(MethodFilter::GET);
-        match self {
-            Route::Page => on(filter, page::index),
-            Route::Script => on(filter, page::script),
-            Route::Health => on(filter, || async { "ok\n" }),
-            Route::Metrics => on(filter, metrics),
-            Route::Demo => on(filter, demo),
-            Route::OpenApi => on(filter, openapi),
-            Route::Events => on(filter, events),
-            Route::List => on(filter, list),
-            Route::Status => on(filter, status),
-            Route::Acquire => on(filter, acquire),
-            Route::Extend => on(filter, extend),
-            Route::Release => on(filter, release),
-        }
-    }
-}
-
-/// The whole router over `service`.
+/// The whole router over `service`. The API's routes are registered with the operation each
+/// handler declares (`#[utoipa::path]`), which also makes the OpenAPI document: the page, its
+/// script and the document itself are the only routes outside it.
 pub fn router(service: Arc<Service>) -> Router {
-    Route::ALL
-        .into_iter()
-        .fold(Router::new(), |router, route| {
-            router.route(route.path(), route.handler())
-        })
+    let (api, doc) = api();
+    let doc = Arc::new(openapi::to_json(&doc));
+    api.route("/", get(page::index))
+        .route("/page.js", get(page::script))
+        .route(
+            "/v1/openapi.json",
+            get(move || async move {
+                (
+                    [(header::CONTENT_TYPE, "application/json")],
+                    doc.to_string(),
+                )
+            }),
+        )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
@@ -120,6 +48,21 @@ pub fn router(service: Arc<Service>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(service.clone(), gate))
         .with_state(service)
+}
+
+/// The API's routes and their document.
+fn api() -> (Router<Arc<Service>>, utoipa::openapi::OpenApi) {
+    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health))
+        .routes(routes!(metrics))
+        .routes(routes!(demo))
+        .routes(routes!(events))
+        .routes(routes!(list))
+        .routes(routes!(status, acquire))
+        .routes(routes!(extend, release))
+        .split_for_parts();
+    CommonAnswers.modify(&mut doc);
+    (router, doc)
 }
 
 /// Requests from other sites (see `sites`), the bearer token (or `access_token` in the query,
@@ -190,11 +133,32 @@ fn body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("bad JSON body: {e}")))
 }
 
+/// What `PUT` answers.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Extended {
+    /// The lease left, from now.
+    pub remaining_ms: u64,
+}
+
 fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(t)| t)
         .map_err(|e| ApiError::bad_request(format!("bad path: {}", e.body_text())))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{key}",
+    summary = "Acquire the key's mutex, a shared (read) hold, or one permit of its semaphore: one attempt, or wait up to wait_ms",
+    params(("key" = String, Path, description = "The lock's key, percent-encoded (1 to 1024 bytes of UTF-8)")),
+    request_body(content = Option<AcquireRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Acquired", body = Granted),
+        (status = 400, description = "Bad input: also shared and permits together, permits outside 1..=1000000, or permits other than the semaphore's holders use", body = ErrorBody),
+        (status = 409, description = "Not acquired in time", body = ErrorBody),
+        (status = 415, description = "A body without Content-Type: application/json", body = ErrorBody),
+        (status = 501, description = "The backend has no locks of this kind (read-write locks or semaphores); nothing was taken", body = ErrorBody),
+    )
+)]
 async fn acquire(
     State(service): State<Arc<Service>>,
     key: Result<Path<String>, PathRejection>,
@@ -208,6 +172,18 @@ async fn acquire(
     Ok(Json(granted).into_response())
 }
 
+#[utoipa::path(
+    put,
+    path = "/v1/locks/{key}/{token}",
+    summary = "Extend: the lease becomes lease_ms from now",
+    params(("key" = String, Path, description = "The lock's key, percent-encoded (1 to 1024 bytes of UTF-8)"), ("token" = String, Path, description = "The token the acquisition answered")),
+    request_body(content = Option<ExtendRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Extended", body = Extended),
+        (status = 410, description = "The hold is gone", body = ErrorBody),
+        (status = 415, description = "A body without Content-Type: application/json", body = ErrorBody),
+    )
+)]
 async fn extend(
     State(service): State<Arc<Service>>,
     p: Result<Path<(String, String)>, PathRejection>,
@@ -216,9 +192,20 @@ async fn extend(
     let (key, token) = path(p)?;
     let req = body(&bytes)?;
     let remaining = service.holds.extend(&key, &token, req).await?;
-    Ok(Json(json!({ "remaining_ms": super::events::millis(remaining) })).into_response())
+    let remaining_ms = super::events::millis(remaining);
+    Ok(Json(Extended { remaining_ms }).into_response())
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/locks/{key}/{token}",
+    summary = "Release",
+    params(("key" = String, Path, description = "The lock's key, percent-encoded (1 to 1024 bytes of UTF-8)"), ("token" = String, Path, description = "The token the acquisition answered")),
+    responses(
+        (status = 204, description = "Released"),
+        (status = 410, description = "The hold was already gone", body = ErrorBody),
+    )
+)]
 async fn release(
     State(service): State<Arc<Service>>,
     p: Result<Path<(String, String)>, PathRejection>,
@@ -228,6 +215,13 @@ async fn release(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{key}",
+    summary = "The lock's state on the backend (the object of `distlock status --json`)",
+    params(("key" = String, Path, description = "The lock's key, percent-encoded (1 to 1024 bytes of UTF-8)")),
+    responses((status = 200, description = "State", body = crate::status::StatusJson)),
+)]
 /// The object of `distlock status --json`, from the backend itself.
 async fn status(
     State(service): State<Arc<Service>>,
@@ -245,6 +239,12 @@ async fn status(
     Ok(([(header::CONTENT_TYPE, "application/json")], object).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/locks",
+    summary = "Every lock under the prefix, as `distlock list --json` (complete: true), with this service's holds and waiters; where the backend cannot list, this service's holds only (complete: false)",
+    responses((status = 200, description = "Locks", body = super::listing::ListAnswer)),
+)]
 /// Every lock under the prefix (from the backend where it can list), with this service's
 /// holds and waiters.
 async fn list(State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
@@ -252,10 +252,27 @@ async fn list(State(service): State<Arc<Service>>) -> Result<Response, ApiError>
     Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    summary = "Server-sent events: acquired (with lock_kind and, for a permit, permits), extended, released, lost, waiting, stopped_waiting, demo_started, demo_ended (with demonstration)",
+    responses((status = 200, description = "An event stream", body = String, content_type = "text/event-stream")),
+)]
 async fn events(State(service): State<Arc<Service>>) -> Response {
     service.board.stream().into_response()
 }
 
+#[utoipa::path(
+    post,
+    path = "/demo",
+    summary = "Starts the demonstration: workers hold the key in turn (one demonstration at a time)",
+    request_body(content = Option<DemoRequest>, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Started", body = Started),
+        (status = 409, description = "A demonstration is running", body = ErrorBody),
+        (status = 415, description = "A body without Content-Type: application/json", body = ErrorBody),
+    )
+)]
 /// `POST /demo` with `{"key", "workers", "hold_ms"}` (all optional): 202 once it started.
 async fn demo(State(service): State<Arc<Service>>, bytes: Bytes) -> Result<Response, ApiError> {
     let req = body(&bytes)?;
@@ -263,10 +280,22 @@ async fn demo(State(service): State<Arc<Service>>, bytes: Bytes) -> Result<Respo
     Ok((StatusCode::ACCEPTED, Json(started)).into_response())
 }
 
-async fn openapi() -> Response {
-    Json(super::openapi::document()).into_response()
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    summary = "Liveness",
+    responses((status = 200, description = "ok", body = String, content_type = "text/plain")),
+)]
+async fn health() -> &'static str {
+    "ok\n"
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    summary = "Prometheus text",
+    responses((status = 200, description = "Metrics", body = String, content_type = "text/plain")),
+)]
 async fn metrics(State(service): State<Arc<Service>>) -> Response {
     super::metrics::gauges(service.holds.len(), service.board.snapshot().1.len());
     (
@@ -308,20 +337,54 @@ mod tests {
     }
 
     #[test]
-    fn the_openapi_document_describes_the_routes_served() {
-        let doc = super::super::openapi::document();
-        assert_eq!(doc["openapi"], "3.0.3");
-        let mut described = 0;
+    fn the_openapi_document_describes_every_api_route_and_its_bodies() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&openapi::to_json(&api().1)).expect("JSON");
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        let mut described: Vec<String> = Vec::new();
         for (path, operations) in doc["paths"].as_object().unwrap() {
-            for method in operations.as_object().unwrap().keys() {
-                let served = Route::ALL
-                    .iter()
-                    .any(|r| r.path() == path && r.method().as_str().eq_ignore_ascii_case(method));
-                assert!(served, "{method} {path} is described but not served");
-                described += 1;
+            for (method, op) in operations.as_object().unwrap() {
+                described.push(format!("{method} {path}"));
+                for status in ["400", "401", "403", "503"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path}: {status}"
+                    );
+                }
             }
         }
-        // Everything but the page and the document itself.
-        assert_eq!(described, Route::ALL.len() - 3);
+        described.sort();
+        assert_eq!(
+            described,
+            [
+                "delete /v1/locks/{key}/{token}",
+                "get /healthz",
+                "get /metrics",
+                "get /v1/events",
+                "get /v1/locks",
+                "get /v1/locks/{key}",
+                "post /demo",
+                "post /v1/locks/{key}",
+                "put /v1/locks/{key}/{token}",
+            ]
+        );
+        let schemas = &doc["components"]["schemas"];
+        let fields = |name: &str| -> Vec<String> {
+            let mut v: Vec<String> = schemas[name]["properties"]
+                .as_object()
+                .unwrap_or_else(|| panic!("no schema {name}"))
+                .keys()
+                .cloned()
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            fields("AcquireRequest"),
+            ["lease_ms", "owner", "permits", "shared", "wait_ms"]
+        );
+        assert_eq!(fields("Granted"), ["fence", "key", "lease_ms", "token"]);
+        assert!(fields("ListAnswer").contains(&"locks".to_owned()));
+        assert!(fields("StatusJson").contains(&"owners".to_owned()));
     }
 }

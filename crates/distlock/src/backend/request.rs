@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 #[cfg(doc)]
-use super::{Backend, Capabilities};
+use super::{Attempt, Backend, Capabilities};
 use super::{LockName, Owner, Token};
 
 /// How an acquisition attempt treats a busy lock.
@@ -40,6 +40,12 @@ pub struct AcquireRequest {
     /// Who asks: a backend that records owners ([`Capabilities::owners`]) stores it with the
     /// hold, where [`Backend::inspect`] and [`Backend::list`] read it back.
     pub owner: Option<Owner>,
+    /// On an [`AcquireMode::Try`] attempt: the caller waits if it finds the lock busy, and its
+    /// next attempt, in [`AcquireMode::Queue`], follows at once. A backend that knows without
+    /// asking that the lock is somebody else's now (its own last release of it handed it to a
+    /// queued waiter) may then answer [`Attempt::Busy`] with no I/O: the queued attempt that
+    /// follows asks the server, and the caller saves a round trip. False unless set.
+    pub waits: bool,
 }
 
 impl AcquireRequest {
@@ -51,6 +57,7 @@ impl AcquireRequest {
             lease,
             mode: AcquireMode::Try,
             owner: None,
+            waits: false,
         }
     }
 
@@ -73,6 +80,13 @@ impl AcquireRequest {
     #[must_use]
     pub fn with_mode(mut self, mode: AcquireMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Sets [`waits`](Self::waits).
+    #[must_use]
+    pub fn with_waits(mut self, waits: bool) -> Self {
+        self.waits = waits;
         self
     }
 

@@ -6,7 +6,8 @@ use super::options::{DELETE_RETRY, KIND};
 use super::pool::waiter_class;
 use super::queue::{ascending, before, class_of, every_before, lock_dir, with_values};
 use super::session::Session;
-use super::state::{Contender, Entry, Phase, Shared, Slot, View, WatchTarget};
+use super::state::{Contender, Entry, Phase, Shared, Slot, View};
+use super::watch::WatchTarget;
 use crate::backend::{Attempt, LockKind, LockName, Token};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -425,7 +426,7 @@ impl Shared {
             None => Step::Gone,
             Some(h) if h.rev == mine.rev => Step::Judged(Verdict::Holds),
             Some(_) => match view.pred {
-                Some(p) => Step::Judged(Verdict::Waits(WatchTarget::of(&p))),
+                Some(p) => Step::Judged(Verdict::Waits(WatchTarget::key(p.key, p.rev))),
                 None => Step::Unclear,
             },
         }

@@ -24,10 +24,10 @@
 //! for a holder that never leaves.
 
 use crate::backend::{LockKind, Owner, Token, UNKNOWN_OWNER};
+use crate::backends::contenders;
 
 use super::pb;
-use super::queue::is_direct_child;
-use super::state::WatchTarget;
+use super::watch::WatchTarget;
 
 const READ_TAG: &[u8] = b"read-";
 const WRITE_TAG: &[u8] = b"write-";
@@ -125,6 +125,12 @@ fn permits_of(value: &[u8]) -> Option<u32> {
         .ok()
 }
 
+/// Whether `key` is a key of the directory `dir` itself, not of a lock whose key extends the
+/// directory's with `/`.
+pub(super) fn is_direct_child(dir: &[u8], key: &[u8]) -> bool {
+    key.len() > dir.len() && key.starts_with(dir) && !key[dir.len()..].contains(&b'/')
+}
+
 /// One key of a lock directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Queued {
@@ -189,48 +195,14 @@ pub(super) enum Verdict {
 }
 
 /// The verdict for a reader or permit (`kind`) of `dir` whose older keys are `before` (oldest
-/// first, complete).
+/// first, complete): a permit behind as many permits as it has waits for any of them to go.
 pub(super) fn judge(kind: LockKind, dir: &str, before: &[Queued]) -> Verdict {
-    if let LockKind::Semaphore { permits } = kind {
-        let other = before.iter().find_map(|q| match q.kind {
-            LockKind::Semaphore { permits: p } if p != permits && p != 0 => Some(p),
-            _ => None,
-        });
-        if let Some(p) = other {
-            return Verdict::Disagrees(p);
-        }
+    match contenders::verdict(kind, before.iter().map(|q| (q.kind, q))) {
+        contenders::Verdict::Holds => Verdict::Holds,
+        contenders::Verdict::Behind(q) => Verdict::Waits(WatchTarget::key(q.key.clone(), q.rev)),
+        contenders::Verdict::Full { .. } => Verdict::Waits(permits_range(dir)),
+        contenders::Verdict::Disagrees(p) => Verdict::Disagrees(p),
     }
-    let blocker = before.iter().rev().find(|q| !q.kind.shares_with(kind));
-    match (blocker, kind) {
-        (Some(q), _) => Verdict::Waits(WatchTarget::key(q.key.clone(), q.rev)),
-        (None, LockKind::Semaphore { permits }) if before.len() >= permits as usize => {
-            Verdict::Waits(permits_range(dir))
-        }
-        (None, _) => Verdict::Holds,
-    }
-}
-
-/// The holders of a directory whose keys are `all` (oldest first, complete): the oldest key
-/// and, if it is a reader or a permit, the readers or permits (at most its number) right
-/// after it. Their kind and how many of the first keys they are.
-pub(super) fn holders(all: &[Queued]) -> Option<(LockKind, usize)> {
-    let first = all.first()?;
-    let n = match first.kind {
-        LockKind::Read => all.iter().take_while(|q| q.kind == LockKind::Read).count(),
-        LockKind::Semaphore { permits } => {
-            let run = all
-                .iter()
-                .take_while(|q| matches!(q.kind, LockKind::Semaphore { .. }))
-                .count();
-            if permits == 0 {
-                run
-            } else {
-                run.min(permits as usize)
-            }
-        }
-        _ => 1,
-    };
-    Some((first.kind, n))
 }
 
 #[cfg(test)]
@@ -318,25 +290,5 @@ mod tests {
         assert!(matches!(judge(sem, "p/k/", &reader), Verdict::Waits(t) if t.rev == 1));
         let other = [q("sem-a", 1, LockKind::Semaphore { permits: 3 })];
         assert_eq!(judge(sem, "p/k/", &other), Verdict::Disagrees(3));
-    }
-
-    #[test]
-    fn holders_are_the_oldest_key_or_its_shared_run() {
-        let sem = LockKind::Semaphore { permits: 2 };
-        let all = [
-            q("sem-a", 1, sem),
-            q("sem-b", 2, sem),
-            q("sem-c", 3, sem),
-            q("1f", 4, LockKind::Mutex),
-        ];
-        assert_eq!(holders(&all), Some((sem, 2)));
-        let all = [
-            q("read-a", 1, LockKind::Read),
-            q("read-b", 2, LockKind::Read),
-            q("write-c", 3, LockKind::Write),
-        ];
-        assert_eq!(holders(&all), Some((LockKind::Read, 2)));
-        assert_eq!(holders(&all[2..]), Some((LockKind::Write, 1)));
-        assert_eq!(holders(&[]), None);
     }
 }

@@ -104,12 +104,14 @@ mod watch;
 
 use self::address::{tls_settings, ParsedUrl};
 use self::client::{is_connect_error, map_err, Client, RpcError, Settings};
-use self::kinds::{holders, queued, Queued};
+use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
 use self::renew::run_reaper;
+use self::state::SubKeep;
 use self::state::{Phase, Shared};
-use self::watch::{run_watch_hub, SubKeep, WatchHub};
+use self::watch::{run_watch_hub, WatchHub};
+use crate::backends::contenders;
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -281,7 +283,7 @@ impl EtcdBackend {
 impl Shared {
     /// What `inspect` says of a lock directory whose keys are `all` (oldest first).
     async fn info_of(&self, all: &[Queued]) -> Option<LockInfo> {
-        let (kind, n) = holders(all)?;
+        let (kind, n) = contenders::holders(all.iter().map(|q| q.kind))?;
         let held = &all[..n];
         let mut leases: Vec<i64> = held.iter().map(|q| q.lease).filter(|l| *l != 0).collect();
         leases.sort_unstable();
@@ -386,7 +388,7 @@ impl Backend for EtcdBackend {
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let s = &self.shared;
         let all = s.all_of(name).await?;
-        let Some((_, n)) = holders(&all) else {
+        let Some((_, n)) = contenders::holders(all.iter().map(|q| q.kind)) else {
             return Ok(false);
         };
         let deletes = all[..n].iter().map(|q| {

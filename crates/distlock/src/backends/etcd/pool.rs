@@ -4,7 +4,7 @@
 use crate::backend::Token;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 
 use super::client::map_err;
-use super::options::KIND;
+use super::options::{KIND, SESSION_IDLE};
 use super::queue::class_of;
-use super::session::{run_keeper, Session};
+use super::session::{run_keeper, Session, SessionPool};
 use super::state::Shared;
 
 /// The TTL (whole seconds, at least one) of the waiters' session.
@@ -122,7 +122,7 @@ impl Shared {
         tokio::spawn(run_keeper(
             self.client.clone(),
             s.clone(),
-            self.me.clone(),
+            self.me.clone() as Weak<dyn SessionPool>,
             rx,
             self.opts.request_timeout,
         ));
@@ -150,5 +150,21 @@ impl Shared {
                 slot.signal.fire();
             }
         }
+    }
+}
+
+impl SessionPool for Shared {
+    fn retire_if_idle(&self, session: &Arc<Session>) -> bool {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if !session.is_idle_for(SESSION_IDLE) {
+            return false;
+        }
+        pool.retain(|p| !Arc::ptr_eq(p, session));
+        session.dead.store(true, Ordering::Release);
+        true
+    }
+
+    fn session_died(&self, session: &Arc<Session>) {
+        Shared::session_died(self, session);
     }
 }

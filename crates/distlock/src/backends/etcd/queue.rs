@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::Result;
 
 use super::client::map_err;
-use super::kinds::{queued, Queued};
+use super::kinds::{is_direct_child, queued, Queued};
 use super::options::PEEK;
 use super::pb::{self, range_request::SortOrder};
 use super::state::{Contender, Shared, View};
@@ -26,10 +26,6 @@ pub(super) fn lock_dir(name: &LockName) -> String {
     d.push_str(name.key());
     d.push('/');
     d
-}
-
-pub(super) fn is_direct_child(dir: &[u8], key: &[u8]) -> bool {
-    key.len() > dir.len() && key.starts_with(dir) && !key[dir.len()..].contains(&b'/')
 }
 
 /// The keys directly below `dir` (not those of a lock whose key extends this one's with `/`).

@@ -13,9 +13,17 @@ use tokio::time::Instant;
 use super::client::{is_lease_not_found, map_err, Client, KeepAliveStream, LeaseKeeper};
 use super::options::{KIND, SESSION_IDLE};
 use super::pb::LeaseKeepAliveResponse;
-use super::state::Shared;
 use crate::backend::Token;
 use crate::error::{Error, Result};
+
+/// What a session's keeper tells the pool it belongs to.
+pub(super) trait SessionPool: Send + Sync {
+    /// Takes `session` out of the pool if nobody has used it for [`SESSION_IDLE`]; whether
+    /// it did (the keeper then ends it).
+    fn retire_if_idle(&self, session: &Arc<Session>) -> bool;
+    /// `session`'s lease is gone (expired, revoked).
+    fn session_died(&self, session: &Arc<Session>);
+}
 
 /// One etcd lease shared by the keys of this backend instance.
 pub(super) struct Session {
@@ -108,7 +116,7 @@ impl Session {
 pub(super) async fn run_keeper(
     client: Client,
     session: Arc<Session>,
-    shared: Weak<Shared>,
+    shared: Weak<dyn SessionPool>,
     mut rx: mpsc::UnboundedReceiver<KaCmd>,
     request_timeout: Duration,
 ) {
@@ -175,16 +183,11 @@ pub(super) async fn run_keeper(
             }
             Ev::Tick => {
                 // Retire a session nobody has used for a while.
-                if session.is_idle_for(SESSION_IDLE) {
-                    if let Some(shared) = shared.upgrade() {
-                        let mut pool = shared.pool.lock().unwrap_or_else(|e| e.into_inner());
-                        if session.is_idle_for(SESSION_IDLE) {
-                            pool.retain(|p| !Arc::ptr_eq(p, &session));
-                            session.dead.store(true, Ordering::Release);
-                            close = true;
-                            continue;
-                        }
-                    }
+                if session.is_idle_for(SESSION_IDLE)
+                    && shared.upgrade().is_some_and(|s| s.retire_if_idle(&session))
+                {
+                    close = true;
+                    continue;
                 }
                 if shared.strong_count() == 0 {
                     close = true;

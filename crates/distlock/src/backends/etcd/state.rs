@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::client::Client;
 use super::options::EtcdOptions;
 use super::session::{KaCmd, Session};
-use super::watch::{WatchHandle, WatchHub};
+use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -145,34 +145,6 @@ pub(super) struct Contender {
     pub(super) lease: i64,
 }
 
-/// What a waiter watches: one key (created at `rev`) until it goes or is replaced, or, with a
-/// `range_end`, the deletion of any key in `[key, range_end)` (a semaphore's permits).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct WatchTarget {
-    pub(super) key: Vec<u8>,
-    pub(super) rev: i64,
-    /// Empty for one key.
-    pub(super) range_end: Vec<u8>,
-}
-
-impl WatchTarget {
-    pub(super) fn key(key: Vec<u8>, rev: i64) -> Self {
-        WatchTarget {
-            key,
-            rev,
-            range_end: Vec::new(),
-        }
-    }
-
-    pub(super) fn of(c: &Contender) -> Self {
-        WatchTarget::key(c.key.clone(), c.rev)
-    }
-
-    pub(super) fn is_range(&self) -> bool {
-        !self.range_end.is_empty()
-    }
-}
-
 /// What a ranging of the queue found.
 pub(super) struct View {
     pub(super) holder: Option<Contender>,
@@ -228,5 +200,26 @@ impl Entry {
             conds.push(super::pb::create_revision_is(key, self.create_rev));
         }
         conds
+    }
+}
+
+/// Keeps the registry's subscription and the predecessor watch together: dropping the
+/// subscription cancels the watch.
+pub(super) struct SubKeep {
+    pub(super) _alive: Arc<()>,
+    pub(super) slot: Weak<Slot>,
+    pub(super) hub: mpsc::UnboundedSender<WatchCmd>,
+}
+
+impl Drop for SubKeep {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.upgrade() {
+            if let Some(w) = slot.take_watch() {
+                let _ = self.hub.send(WatchCmd::Cancel {
+                    generation: w.generation,
+                    id: w.id,
+                });
+            }
+        }
     }
 }

@@ -1,4 +1,5 @@
-use super::queue::{class_of, is_direct_child};
+use super::kinds::is_direct_child;
+use super::queue::class_of;
 use std::time::Duration;
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -10,9 +10,32 @@ use tokio::sync::{mpsc, oneshot};
 use super::client::{map_err, Client, WatchSender, WatchStream};
 use super::options::KIND;
 use super::pb::{EventType, WatchResponse};
-use super::state::{Slot, WatchTarget};
 use crate::backend::ReleaseSignal;
 use crate::error::{Error, Result};
+
+/// What a waiter watches: one key (created at `rev`) until it goes or is replaced, or, with a
+/// `range_end`, the deletion of any key in `[key, range_end)` (a semaphore's permits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct WatchTarget {
+    pub(super) key: Vec<u8>,
+    pub(super) rev: i64,
+    /// Empty for one key.
+    pub(super) range_end: Vec<u8>,
+}
+
+impl WatchTarget {
+    pub(super) fn key(key: Vec<u8>, rev: i64) -> Self {
+        WatchTarget {
+            key,
+            rev,
+            range_end: Vec::new(),
+        }
+    }
+
+    pub(super) fn is_range(&self) -> bool {
+        !self.range_end.is_empty()
+    }
+}
 
 /// A watch on one predecessor key, as the hub registered it.
 #[derive(Debug)]
@@ -227,27 +250,6 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
                 let _ = p
                     .done
                     .send(Err(Error::unavailable(KIND, "watch stream broke")));
-            }
-        }
-    }
-}
-
-/// Keeps the registry's subscription and the predecessor watch together: dropping the
-/// subscription cancels the watch.
-pub(super) struct SubKeep {
-    pub(super) _alive: Arc<()>,
-    pub(super) slot: Weak<Slot>,
-    pub(super) hub: mpsc::UnboundedSender<WatchCmd>,
-}
-
-impl Drop for SubKeep {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.upgrade() {
-            if let Some(w) = slot.take_watch() {
-                let _ = self.hub.send(WatchCmd::Cancel {
-                    generation: w.generation,
-                    id: w.id,
-                });
             }
         }
     }

@@ -492,6 +492,58 @@ impl RedisBackend {
             .collect()
     }
 
+    /// The fence of a lock a release handed to the waiting `token`, taken at most once; no
+    /// I/O. A release that found this waiter at the head of the queue set the lock key to its
+    /// token with its whole lease (its place in the queue lasted longer than that), took its
+    /// fence and sent it in the wake-up message. Only a hand-over after the server answered
+    /// the token's last busy queued attempt counts (see [`Attempt::HandedOver`]), and only
+    /// while that attempt's lease, counted from when it was sent, lasts. A grant shorter than
+    /// the lease comes without a fence and is no hold until the waiter's next attempt claims
+    /// it: the caller's view of the lease must never end after the server's. Not with
+    /// `min_replicas`: the release's hand-over is not known to be replicated, so the waiter
+    /// confirms it with an attempt of its own, which waits for the replicas.
+    pub fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
+        let grant = self.grants.take(&token.to_hex_bytes());
+        let grant = grant.filter(|_| self.replicas.get() == 0);
+        if grant.is_some() {
+            let key = Self::lock_key(name);
+            self.contended.mark(&key);
+            self.contended.acquired(&key, self.hold_slice, false);
+        }
+        grant
+    }
+
+    /// Whether this backend's last release of the mutex `name` handed it to a queued waiter
+    /// (and it has not held it since): the lock is then somebody else's. No I/O.
+    pub fn expects_busy(&self, name: &LockName) -> bool {
+        name.kind() == LockKind::Mutex && self.contended.handed_over(&Self::lock_key(name))
+    }
+
+    /// One attempt on the server (see [`Backend::acquire`]).
+    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.relisten_if_asked().await;
+        let (name, token, lease, mode) =
+            (&request.name, request.token, request.lease, request.mode);
+        if name.kind() != LockKind::Mutex {
+            return match self
+                .kind_attempt(name, token, ms(lease), mode, true, -1, request.owner_str())
+                .await?
+            {
+                KindAttempt::Acquired { fence, .. } => Ok(Attempt::Acquired { fence }),
+                KindAttempt::Busy { retry_after } => Ok(Attempt::Busy { retry_after }),
+                KindAttempt::Disagree { permits } => Err(disagreement(name, permits)),
+            };
+        }
+        self.acquire_mutex(
+            &Self::lock_key(name),
+            token,
+            lease,
+            mode,
+            request.owner_str(),
+        )
+        .await
+    }
+
     fn queue_keys(key: &str) -> (String, String) {
         (sibling_key(key, "queue"), sibling_key(key, "waiters"))
     }
@@ -531,51 +583,28 @@ impl Backend for RedisBackend {
     ///
     /// [`AcquireMode::Queue`]: crate::AcquireMode::Queue
     /// [`AcquireMode::Try`]: crate::AcquireMode::Try
+    ///
+    /// A lock a release handed to the token (the fence came in the wake-up message) is
+    /// [`Attempt::HandedOver`] with no I/O, and so is [`Attempt::Busy`] for a
+    /// [`waits`](AcquireRequest::waits) try of a mutex this backend's last release handed to a
+    /// queued waiter.
     async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
-        self.relisten_if_asked().await;
         let (name, token, lease, mode) =
             (&request.name, request.token, request.lease, request.mode);
-        if name.kind() != LockKind::Mutex {
-            return match self
-                .kind_attempt(name, token, ms(lease), mode, true, -1, request.owner_str())
-                .await?
-            {
-                KindAttempt::Acquired { fence, .. } => Ok(Attempt::Acquired { fence }),
-                KindAttempt::Busy { retry_after } => Ok(Attempt::Busy { retry_after }),
-                KindAttempt::Disagree { permits } => Err(disagreement(name, permits)),
-            };
+        if let Some(fence) = self.take_grant(name, token) {
+            return Ok(Attempt::HandedOver { fence });
         }
-        self.acquire_mutex(
-            &Self::lock_key(name),
-            token,
-            lease,
-            mode,
-            request.owner_str(),
-        )
-        .await
-    }
-
-    /// A release that found this waiter at the head of the queue set the lock key to its token
-    /// with its whole lease (its place in the queue lasted longer than that), took its fence
-    /// and sent it in the wake-up message. A grant shorter than the lease comes without a
-    /// fence and is no hold until the waiter's next attempt claims it: the registry's view of
-    /// the lease must never end after the server's.
-    /// Not with `min_replicas`: the release's hand-over is not known to be replicated, so the
-    /// waiter confirms it with an attempt of its own, which waits for the replicas.
-    fn take_grant(&self, name: &LockName, token: Token) -> Option<u64> {
-        let grant = self.grants.take(&token.to_hex_bytes());
-        let grant = grant.filter(|_| self.replicas.get() == 0);
-        if grant.is_some() {
-            let key = Self::lock_key(name);
-            self.contended.mark(&key);
-            self.contended.acquired(&key, self.hold_slice, false);
+        if mode == crate::AcquireMode::Try && request.waits && self.expects_busy(name) {
+            return Ok(Attempt::Busy { retry_after: None });
         }
-        grant
-    }
-
-    /// A mutex this backend's last release handed to a queued waiter.
-    fn expects_busy(&self, name: &LockName) -> bool {
-        name.kind() == LockKind::Mutex && self.contended.handed_over(&Self::lock_key(name))
+        let sent = std::time::Instant::now();
+        let attempt = self.attempt(request).await;
+        if request.queued() && matches!(attempt, Ok(Attempt::Busy { .. })) {
+            if let Some(until) = sent.checked_add(lease) {
+                self.grants.busy_until(&token.to_hex_bytes(), until);
+            }
+        }
+        attempt
     }
 
     async fn leave_queue(&self, name: &LockName, token: Token) -> Result<()> {

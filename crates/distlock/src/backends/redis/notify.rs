@@ -150,7 +150,7 @@ impl Contended {
 }
 
 /// Locks handed to this backend's waiters by a release (token → fence), until the waiter
-/// takes them ([`Backend::take_grant`]) or stops waiting, and for each waiter the fence
+/// takes them ([`RedisBackend::take_grant`]) or stops waiting, and for each waiter the fence
 /// counter its last queued attempt found.
 ///
 /// That floor is what makes a grant safe to take. A hand-over's lease starts on the server;
@@ -172,6 +172,9 @@ pub(super) struct Place {
     floor: Option<u64>,
     /// The fence of a hand-over to the waiter after that attempt.
     fence: Option<u64>,
+    /// When the lease of the waiter's last busy attempt, counted from when it was sent, ends:
+    /// a hand-over not taken by then is left to the next attempt, which asks the server.
+    until: Option<Instant>,
 }
 
 const MAX_GRANTS: usize = 16_384;
@@ -205,12 +208,25 @@ impl Grants {
         });
     }
 
-    /// The fence of a hand-over to `token` after its last busy attempt, once. Keeps the
-    /// floor while there is none, for a message still on its way.
+    /// The busy attempt of `token` that set its floor was sent with a lease ending at
+    /// `until` (where the attempt left a place here).
+    pub(super) fn busy_until(&self, token: &[u8; 32], until: Instant) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(place) = g.get_mut(token) {
+            place.until = Some(until);
+        }
+    }
+
+    /// The fence of a hand-over to `token` after its last busy attempt, once, while that
+    /// attempt's lease lasts. Keeps the floor while there is none, for a message still on its
+    /// way.
     pub(super) fn take(&self, token: &[u8; 32]) -> Option<u64> {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let place = g.get_mut(token)?;
         let fence = place.fence.take().filter(|_| place.floor.is_some())?;
+        if place.until.is_some_and(|until| Instant::now() >= until) {
+            return None;
+        }
         g.remove(token);
         Some(fence)
     }

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::RedisBackend;
+use super::resp::Reply;
+use super::transport::server_err;
+use super::{RedisBackend, KIND};
+use crate::error::{Error, Result};
 
 /// While the topology left `WAIT` off, how often a replicated write looks again whether a
 /// replica has come (a replica that was down when the master was chosen).
@@ -131,7 +134,7 @@ impl RedisBackend {
                         &self.target,
                     );
                 }
-                None => match super::sentinel::connected_replicas(self).await {
+                None => match connected_replicas(self).await {
                     Ok(n) => self.replicas.decide(0, n > 0, &self.target),
                     Err(e) => {
                         tracing::debug!(error = %e, "redis: replicas not counted; min_replicas unchanged");
@@ -141,5 +144,18 @@ impl RedisBackend {
             }
         }
         self.replicas.get()
+    }
+}
+
+/// How many replicas the master has now (`INFO replication`).
+pub(super) async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
+    match backend.request(&[b"INFO", b"replication"]).await? {
+        Reply::Bulk(Some(info)) => Ok(String::from_utf8_lossy(&info)
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)),
+        Reply::Error(e) => Err(server_err(e)),
+        r => Err(Error::backend(KIND, format!("unexpected INFO reply {r:?}"))),
     }
 }

@@ -162,7 +162,7 @@ end
 ///   while queued holds the key no longer than its place would have held up the queue. When
 ///   the grant is the whole lease, it takes a fence and tells the head with
 ///   `<token>:<instance>:<fence>` on its instance's wake channel, and the head holds the lock
-///   without a round trip of its own (see `Backend::take_grant`). Otherwise the message is
+///   without a round trip of its own (see `RedisBackend::take_grant`). Otherwise the message is
 ///   `<token>:<instance>` (a wake-up, no grant) and the head claims the lock with its next
 ///   attempt, which finds its own token and sets its lease and a fence; so does a head whose
 ///   message was lost. A grant never claimed lapses and the key is free; the waiters behind

@@ -37,13 +37,11 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
 
-use super::replicas::Replicas;
+use super::replicas::{connected_replicas, Replicas};
 use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
 use super::scripts::Scripts;
-use super::transport::{
-    has_password, refuse_clear_password, server_err, topology_scheme, NodeAccess,
-};
-use super::{RedisBackend, RedisOptions, Reply, KIND};
+use super::transport::{has_password, refuse_clear_password, topology_scheme, NodeAccess};
+use super::{RedisBackend, RedisOptions, KIND};
 use crate::backend::ReleaseSignals;
 use crate::error::{Error, Result};
 use crate::url::{parse_hosts, Params, RawUrl, UserInfo};
@@ -254,17 +252,4 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
         backend.replicas.decide(0, n > 0, &backend.target);
     }
     Ok(backend)
-}
-
-/// How many replicas the master has now (`INFO replication`).
-pub(super) async fn connected_replicas(backend: &RedisBackend) -> Result<u32> {
-    match backend.request(&[b"INFO", b"replication"]).await? {
-        Reply::Bulk(Some(info)) => Ok(String::from_utf8_lossy(&info)
-            .lines()
-            .find_map(|l| l.strip_prefix("connected_slaves:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)),
-        Reply::Error(e) => Err(server_err(e)),
-        r => Err(Error::backend(KIND, format!("unexpected INFO reply {r:?}"))),
-    }
 }

@@ -105,8 +105,10 @@ pub(crate) enum Place {
 }
 
 /// A shared hold: its kind in the holds table, the row's mark and the permits (0 for readers).
+///
+/// `pub` in this crate-private module because the lease table's engine trait names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Share {
+pub struct Share {
     pub(crate) code: &'static str,
     pub(crate) mark: &'static str,
     pub(crate) permits: i32,

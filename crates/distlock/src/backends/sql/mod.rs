@@ -52,7 +52,7 @@
 //!   re-established and all waiters re-check. MySQL has no notifications: the holder's backend
 //!   keeps a `GET_LOCK` "doorbell" per held lock on one dedicated connection and gives it back
 //!   after the release; a waiter blocks in `GET_LOCK` on the doorbell on a dedicated connection
-//!   of its own and so wakes within a round trip of the release (see `doorbell.rs`). The
+//!   of its own and so wakes within a round trip of the release (see `mysql/doorbell.rs`). The
 //!   doorbell only says when to look; the lease table alone says who holds the lock.
 //! - **No session state on pooled connections**: lease-table statements use no advisory or
 //!   `GET_LOCK` session locks, no temporary tables, no session variables and no open
@@ -108,7 +108,7 @@
 //! - **Verified** means TLS whose certificate chains to a trusted root (the CA file of
 //!   `sslrootcert` / `ssl-ca`, else the Mozilla roots) and, except with `verify-ca` /
 //!   `verify_ca`, names the host of the URL. A Unix socket (PostgreSQL, through
-//!   [`PostgresBackend::connect_with`](postgres::PostgresBackend::connect_with)) counts as
+//!   [`PostgresBackend::connect_with`](postgres::PostgresBackend)) counts as
 //!   verified.
 //! - **PostgreSQL** (`sslmode`, default `prefer`): `prefer` uses TLS when the server offers
 //!   it, `require` insists on it; both check the certificate, and one that fails still
@@ -236,16 +236,16 @@ use crate::url::{percent_decode, Params};
 #[cfg(feature = "postgres")]
 mod auth_guard;
 pub(crate) mod dialect;
-#[cfg(feature = "mysql")]
-mod doorbell;
 pub(crate) mod kinds;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod lease_table;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-mod server;
 pub mod shedlock;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use self::lease_table::LeaseTable;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -2,6 +2,19 @@
 
 use super::*;
 
+/// The statement that counts the rows of the holds table (`places`: the waiting writers'
+/// only), for the checks of `kinds::checks` on every SQL backend.
+pub(super) fn count_holds(places: bool) -> String {
+    let filter = if places { " WHERE kind = 'w'" } else { "" };
+    format!("SELECT COUNT(*) FROM distlock_locks_holds{filter}")
+}
+
+/// The one number that a query on a test database answered.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) fn number(rows: std::io::Result<Vec<Vec<Option<String>>>>) -> usize {
+    rows.unwrap()[0][0].as_deref().unwrap().parse().unwrap()
+}
+
 #[test]
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn spring_keys_match_java() {

@@ -10,6 +10,7 @@
 //! `semaphore.rs`).
 
 use super::*;
+use crate::backends::contenders;
 
 /// The token as a UUID (8-4-4-4-12 hex digits), the `<uuid>` of Curator's protected names.
 pub(super) fn uuid_of(token: Token) -> String {
@@ -59,10 +60,6 @@ impl Role {
             Role::Write => WRITE_NAME,
             Role::Latch => LATCH_NAME,
         }
-    }
-
-    pub(super) fn is_exclusive(self) -> bool {
-        self != Role::Read
     }
 
     pub(super) fn kind(self) -> LockKind {
@@ -175,12 +172,14 @@ pub(super) fn place<'a>(sorted: &[Contender<'a>], own: &str) -> Place<'a> {
     let Some(me) = sorted.iter().find(|c| c.name == own) else {
         return Place::Gone;
     };
-    let blocker = sorted.iter().rev().find(|c| {
-        c.name != own && c.seq <= me.seq && (me.role.is_exclusive() || c.role.is_exclusive())
-    });
-    match blocker {
-        Some(c) => Place::Behind(c.name),
-        None => Place::First,
+    let before = sorted
+        .iter()
+        .filter(|c| c.name != own && c.seq <= me.seq)
+        .map(|c| (c.role.kind(), c.name));
+    match contenders::verdict(me.role.kind(), before) {
+        contenders::Verdict::Behind(name) => Place::Behind(name),
+        // Mutexes, readers and writers have no permits to count or disagree on.
+        _ => Place::First,
     }
 }
 

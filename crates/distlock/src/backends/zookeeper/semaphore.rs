@@ -18,6 +18,7 @@
 
 use super::*;
 use crate::backend::{Owner, UNKNOWN_OWNER};
+use crate::backends::contenders;
 use contender::{Target, Which};
 use queue::{place, sort_contenders, sort_leases, Place};
 use watch::Watch;
@@ -132,42 +133,41 @@ impl Inner {
             .map(Watch::Node))
     }
 
-    /// The number of permits another distlock holder of the semaphore announced, if it
-    /// differs from `permits` (up to [`PERMIT_CHECKS`] holders are read).
-    async fn other_permits(
+    /// The number of permits each other lease in `leases` announces, in their order: 0 for
+    /// one whose number is unknown (Curator's, gone, or beyond the first [`PERMIT_CHECKS`]).
+    async fn announced_permits(
         &self,
         conn: &Conn,
         dir: &str,
         leases: &[String],
         own: &str,
-        permits: u32,
-    ) -> Result<Option<u32>> {
-        let others: Vec<String> = leases
+    ) -> Result<Vec<u32>> {
+        let others = leases.iter().filter(|l| *l != own).count();
+        let read: Vec<String> = leases
             .iter()
             .filter(|l| *l != own)
             .take(PERMIT_CHECKS)
             .map(|l| format!("{dir}/{l}"))
             .collect();
-        if others.is_empty() {
-            return Ok(None);
+        if read.is_empty() {
+            return Ok(Vec::new());
         }
         let read = self
             .timed(
                 "get data",
-                futures_util::future::join_all(others.iter().map(|p| conn.client.get_data(p))),
+                futures_util::future::join_all(read.iter().map(|p| conn.client.get_data(p))),
             )
             .await?;
+        let mut announced = Vec::with_capacity(others);
         for r in read {
             match r {
-                Ok((data, _)) => match permits_of(&data) {
-                    Some(p) if p != permits => return Ok(Some(p)),
-                    _ => {}
-                },
-                Err(zookeeper_client::Error::NoNode) => {}
+                Ok((data, _)) => announced.push(permits_of(&data).unwrap_or(0)),
+                Err(zookeeper_client::Error::NoNode) => announced.push(0),
                 Err(e) => return Err(zk_err(e)),
             }
         }
-        Ok(None)
+        announced.resize(others, 0);
+        Ok(announced)
     }
 
     /// One attempt to take a permit of the semaphore at `parent` (Curator's acquire, one step
@@ -307,25 +307,30 @@ impl Inner {
             }
             // On every attempt, not only the one that created the lease: an attempt whose
             // create outlived it leaves the lease to the next one.
-            if let Some(other) = self
-                .other_permits(&conn, &lease_dir, &leases, &own, permits)
-                .await?
-            {
-                self.remove(token).await?;
-                return Err(Error::config(format!(
-                    "semaphore at {} has holders with {other} permits; this one asks for \
-                     {permits}",
-                    crate::ShortKey(parent)
-                )));
-            }
-            let blocker = if leases.len() > permits as usize {
-                Some(Watch::Children {
+            let others = self
+                .announced_permits(&conn, &lease_dir, &leases, &own)
+                .await?;
+            let kind = LockKind::Semaphore { permits };
+            let before = others
+                .into_iter()
+                .map(|p| (LockKind::Semaphore { permits: p }, ()));
+            let blocker = match contenders::verdict(kind, before) {
+                contenders::Verdict::Disagrees(other) => {
+                    self.remove(token).await?;
+                    return Err(Error::config(format!(
+                        "semaphore at {} has holders with {other} permits; this one asks for \
+                         {permits}",
+                        crate::ShortKey(parent)
+                    )));
+                }
+                contenders::Verdict::Full { .. } => Some(Watch::Children {
                     dir: lease_dir.clone(),
                     seen: leases,
-                })
-            } else {
-                self.older_exclusive(&conn, parent, &children, czxid)
-                    .await?
+                }),
+                _ => {
+                    self.older_exclusive(&conn, parent, &children, czxid)
+                        .await?
+                }
             };
             let Some(blocker) = blocker else {
                 let fence = u64::try_from(czxid).map_err(|_| {

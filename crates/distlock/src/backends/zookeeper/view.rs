@@ -2,6 +2,7 @@
 //! `inspect`, `force_release` and `list` read it.
 
 use super::*;
+use crate::backends::contenders;
 use queue::{sort_contenders, sort_latches, sort_leases};
 use semaphore::{lease_owner, permits_of};
 use waiters::node_owner;
@@ -44,14 +45,8 @@ impl Inner {
         for _ in 0..MAX_SETTLE {
             let children = self.list(conn, parent).await?;
             let sorted = sort_contenders(&children);
-            let own: Vec<String> = match sorted.first() {
-                Some(c) if c.role.is_exclusive() => vec![c.name.to_owned()],
-                _ => sorted
-                    .iter()
-                    .take_while(|c| !c.role.is_exclusive())
-                    .map(|c| c.name.to_owned())
-                    .collect(),
-            };
+            let n = contenders::holders(sorted.iter().map(|c| c.role.kind())).map_or(0, |h| h.1);
+            let own: Vec<&str> = sorted[..n].iter().map(|c| c.name).collect();
             let has = |d: &str| children.iter().any(|c| c == d);
             let (leases, gates) = if has(LEASE_DIR) || has(GATE_DIR) {
                 let (l, g) = tokio::join!(self.list(conn, &lease_dir), self.list(conn, &gate_dir));
@@ -100,10 +95,11 @@ impl Inner {
                 }
             }
             let permits = live_leases.iter().find_map(|(_, _, p, _)| *p);
-            let lease_holders = match permits {
-                Some(n) => live_leases.len().min(n as usize),
-                None => live_leases.len(),
+            let semaphore = LockKind::Semaphore {
+                permits: permits.unwrap_or(0),
             };
+            let lease_holders =
+                contenders::holders(live_leases.iter().map(|_| semaphore)).map_or(0, |h| h.1);
             let oldest_own = own_holders.iter().map(|(_, z, _)| *z).min();
             let oldest_lease = live_leases.first().map(|(_, z, _, _)| *z);
             let leases_hold = match (oldest_own, oldest_lease) {
@@ -117,10 +113,7 @@ impl Inner {
                     .take(lease_holders)
                     .map(|(p, z, _, o)| (p.clone(), *z, o.clone()))
                     .collect();
-                let kind = LockKind::Semaphore {
-                    permits: permits.unwrap_or(0),
-                };
-                (kind, holders, live_leases.len() - lease_holders)
+                (semaphore, holders, live_leases.len() - lease_holders)
             } else if let Some(first) = sorted.first() {
                 (first.role.kind(), own_holders, live_leases.len())
             } else {

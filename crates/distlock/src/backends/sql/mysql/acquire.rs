@@ -1,36 +1,23 @@
 //! Acquisition: one attempt at an exclusive hold (with the doorbell when the lock is
 //! contended), a read hold or a permit, a waiting writer's place, and the key names that
 //! Spring mode records for `list`.
-
-use std::time::Duration;
-
-use super::conn::{classify, int, Class};
+use super::doorbell::HEAD_GRACE_MS;
+use super::driver::{classify, int, Class};
 use super::session::{Failed, Ring};
-use super::state::{Inner, KIND};
-use super::{statement, MySqlBackend};
-use crate::backend::{AcquireRequest, Attempt, LockName, Token};
+use super::state::{MySql, KIND};
+use super::statement;
+use crate::backend::{Attempt, LockName, Token};
 use crate::backends::sql::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
-use crate::backends::sql::doorbell::HEAD_GRACE_MS;
-use crate::backends::sql::kinds::{disagreement, place, share_owner, Place, Share};
-use crate::backends::sql::server::{self, Server};
-use crate::backends::sql::shedlock::locked_by;
+use crate::backends::sql::kinds::{disagreement, share_owner, Share};
+use crate::backends::sql::lease_table::{Engine, Take};
 use crate::backends::sql::{fence_from, lease_ms, millis, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
 
-/// Most key names a Spring-mode backend remembers having recorded.
-const MAX_NAMED: usize = 100_000;
-
-impl Inner {
+impl MySql {
     /// The statement that records the key name of `name`'s row `(a, b)` (Spring mode, once
     /// per key and backend) so that `list` can show the key, if it is still to be recorded.
     fn name_to_record(&self, name: &LockName, a: &str, b: &str) -> Option<String> {
-        let fresh = self.options.spring
-            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
-            && !self
-                .named
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&(a.to_owned(), b.to_owned()));
+        let fresh = self.common.options.spring && self.common.name_unrecorded(a, b);
         fresh.then(|| {
             self.sql.name_key(
                 &MyLock {
@@ -44,33 +31,19 @@ impl Inner {
         })
     }
 
-    fn recorded_name(&self, a: &str, b: &str) {
-        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
-        if named.len() >= MAX_NAMED {
-            named.clear();
-        }
-        named.insert((a.to_owned(), b.to_owned()));
-    }
-
     /// A read hold or a permit: one transaction in one round trip (see `My::acquire_share`).
     /// A reader first tries the key's row alone (`My::acquire_lone_prepared`).
-    async fn take_share(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        share: Share,
-        described: &str,
-    ) -> Result<Attempt> {
+    pub(super) async fn take_shared(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
         let (a, b) = self.row_key(name)?;
         let owner = share_owner(name, token);
         let lock = MyLock {
             region: &a,
             key: &b,
             token: &owner,
-            described,
+            described: take.described,
         };
-        let (lease, want) = (lease_ms(lease), WANT_WINDOW_MS);
+        let (lease, want) = (lease_ms(take.lease), WANT_WINDOW_MS);
         let unreported =
             || Error::backend(KIND, "the server did not report the acquisition's outcome");
         let mut outcome = None;
@@ -140,7 +113,7 @@ impl Inner {
             ..lock.clone()
         };
         if acquired {
-            if self.writers.take(token) {
+            if self.common.writers.take(token) {
                 let _ = self.run("leave_queue", &self.sql.leave(&lock), true).await;
             }
             return;
@@ -149,169 +122,151 @@ impl Inner {
             .run("try_acquire", &self.sql.writer_place(&lock), true)
             .await
         {
-            Ok(out) if out.affected > 0 => self.writers.taken(token),
+            Ok(out) if out.affected > 0 => self.common.writers.taken(token),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
         }
     }
 }
 
-impl MySqlBackend {
-    /// One attempt (see [`Backend::acquire`](crate::Backend::acquire)); `queued` for a caller that will wait: its
+impl MySql {
+    /// One attempt at an exclusive hold; `queued` for a caller that will wait: its
     /// acquisitions take the doorbell in the same round trip.
-    pub(super) async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
-        let (token, lease, queued) = (request.token, request.lease, request.queued());
-        let mut described = request.owner_str().to_owned();
-        if self.inner.options.shedlock {
-            described = locked_by(&described, token);
-        }
-        server::acquire(&self.inner, request, move |inner, name| async move {
-            inner.check_kind(&name)?;
-            if let Place::Shared(share) = place(&name) {
-                return inner
-                    .take_share(&name, token, lease, share, &described)
-                    .await;
-            }
-            let (a, b) = inner.row_key(&name)?;
-            let owner = inner.owner(&name, token);
-            let lock = MyLock {
-                region: &a,
-                key: &b,
-                token: &owner,
-                described: &described,
-            };
-            let doorbell = inner.doorbell(&a, &b);
-            let mut outcome = None;
-            let mut armed = false;
-            if inner.options.native() {
-                // Behind another process in the lock's queue: leave a free lock to it for a
-                // while (it is being woken), which keeps the handoff first come, first served
-                // even when this waiter's polling comes first.
-                let defer = queued && inner.doorbells.behind(&doorbell);
-                let mut rung = None;
-                if queued && inner.doorbells.recently_contended(&doorbell) {
-                    // Take the doorbell in the same round trip, on the session that will give
-                    // it back with the release.
-                    if let Some(sql) =
-                        inner
-                            .sql
-                            .acquire_existing(
-                                &lock,
-                                lease_ms(lease),
-                                WANT_WINDOW_MS,
-                                defer.then_some(HEAD_GRACE_MS),
-                            )
+    pub(super) async fn take_exclusive(&self, take: Take<'_>) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
+        let (a, b) = self.row_key(name)?;
+        let owner = self.owner(name, token);
+        let lock = MyLock {
+            region: &a,
+            key: &b,
+            token: &owner,
+            described: take.described,
+        };
+        let doorbell = self.doorbell(&a, &b);
+        let mut outcome = None;
+        let mut armed = false;
+        if self.common.options.native() {
+            // Behind another process in the lock's queue: leave a free lock to it for a
+            // while (it is being woken), which keeps the handoff first come, first served
+            // even when this waiter's polling comes first.
+            let defer = take.queued && self.doorbells.behind(&doorbell);
+            let mut rung = None;
+            if take.queued && self.doorbells.recently_contended(&doorbell) {
+                // Take the doorbell in the same round trip, on the session that will give
+                // it back with the release.
+                if let Some(sql) = self.sql.acquire_existing(
+                    &lock,
+                    lease_ms(take.lease),
+                    WANT_WINDOW_MS,
+                    defer.then_some(HEAD_GRACE_MS),
+                ) {
+                    match self
+                        .doorbells
+                        .exec(&doorbell, sql, Ring::ArmIfAcquired)
+                        .await
                     {
-                        match inner
-                            .doorbells
-                            .exec(&doorbell, sql, Ring::ArmIfAcquired)
-                            .await
+                        Ok(e) => {
+                            armed = true;
+                            rung = Some(e);
+                        }
+                        Err(Failed { error, .. })
+                            if !matches!(classify(&error), Class::Permanent) =>
                         {
-                            Ok(e) => {
-                                armed = true;
-                                rung = Some(e);
-                            }
-                            Err(Failed { error, .. })
-                                if !matches!(classify(&error), Class::Permanent) =>
-                            {
-                                // The statement is idempotent for the same token: try it
-                                // again without the doorbell, with the usual retries.
-                                tracing::debug!(%error, "acquisition with the doorbell failed; again without");
-                            }
-                            Err(Failed { error, .. }) => {
-                                return Err(inner.error("try_acquire", &error))
-                            }
+                            // The statement is idempotent for the same token: try it
+                            // again without the doorbell, with the usual retries.
+                            tracing::debug!(%error, "acquisition with the doorbell failed; again without");
                         }
-                    }
-                }
-                let out = match rung {
-                    Some(out) => out,
-                    None => {
-                        let p = if defer {
-                            &inner.acquire_deferring
-                        } else {
-                            &inner.acquire_prepared
-                        };
-                        inner
-                            .run_prepared("try_acquire", p, &lock, lease_ms(lease), true)
-                            .await?
-                    }
-                };
-                if out.affected > 0 {
-                    outcome = out.last_insert_id.and_then(MyOutcome::decode);
-                    if outcome.is_none() {
-                        return Err(Error::backend(
-                            KIND,
-                            "the server did not report the acquisition's outcome",
-                        ));
+                        Err(Failed { error, .. }) => return Err(self.error("try_acquire", &error)),
                     }
                 }
             }
-            let outcome = match outcome {
-                Some(o) => o,
+            let out = match rung {
+                Some(out) => out,
                 None => {
-                    // First use of the key (no row yet), or the Spring layout (whose key name
-                    // goes along, the first time, for `list`).
-                    let mut sql = inner.sql.acquire(&lock, lease_ms(lease), WANT_WINDOW_MS);
-                    let named = inner.name_to_record(&name, &a, &b);
-                    if let Some(n) = &named {
-                        sql = format!("{n};\n{sql}");
-                    }
-                    let out = inner.run("try_acquire", &sql, true).await?;
-                    if named.is_some() {
-                        inner.recorded_name(&a, &b);
-                    }
-                    let Some(row) = out.rows.first() else {
-                        return Ok(Attempt::Busy { retry_after: None });
-                    };
-                    if int(row, 0).unwrap_or(0) > 0 {
-                        MyOutcome::Acquired {
-                            fence: int(row, 1).unwrap_or(0),
-                            // A new row was wanted by nobody; Spring's table cannot say.
-                            wanted: !inner.options.native(),
-                        }
+                    let p = if defer {
+                        &self.acquire_deferring
                     } else {
-                        MyOutcome::Busy {
-                            remaining_ms: int(row, 2).unwrap_or(0),
-                            read_shared: int(row, 3).unwrap_or(0) > 0,
-                        }
-                    }
+                        &self.acquire_prepared
+                    };
+                    self.run_prepared("try_acquire", p, &lock, lease_ms(take.lease), true)
+                        .await?
                 }
             };
-            let (fence, wanted) = match outcome {
-                MyOutcome::Acquired { fence, wanted } => (fence, wanted),
-                MyOutcome::Busy {
-                    remaining_ms,
-                    read_shared,
-                } => {
-                    inner.doorbells.note_contended(&doorbell);
-                    if queued && read_shared {
-                        // A waiting writer keeps new readers out.
-                        inner.writer_place(&lock, token, false).await;
+            if out.affected > 0 {
+                outcome = out.last_insert_id.and_then(MyOutcome::decode);
+                if outcome.is_none() {
+                    return Err(Error::backend(
+                        KIND,
+                        "the server did not report the acquisition's outcome",
+                    ));
+                }
+            }
+        }
+        let outcome = match outcome {
+            Some(o) => o,
+            None => {
+                // First use of the key (no row yet), or the Spring layout (whose key name
+                // goes along, the first time, for `list`).
+                let mut sql = self
+                    .sql
+                    .acquire(&lock, lease_ms(take.lease), WANT_WINDOW_MS);
+                let named = self.name_to_record(name, &a, &b);
+                if let Some(n) = &named {
+                    sql = format!("{n};\n{sql}");
+                }
+                let out = self.run("try_acquire", &sql, true).await?;
+                if named.is_some() {
+                    self.common.name_recorded(&a, &b);
+                }
+                let Some(row) = out.rows.first() else {
+                    return Ok(Attempt::Busy { retry_after: None });
+                };
+                if int(row, 0).unwrap_or(0) > 0 {
+                    MyOutcome::Acquired {
+                        fence: int(row, 1).unwrap_or(0),
+                        // A new row was wanted by nobody; Spring's table cannot say.
+                        wanted: !self.common.options.native(),
                     }
-                    return Ok(Attempt::Busy {
-                        retry_after: Some(millis(remaining_ms)),
-                    });
-                }
-            };
-            if inner.writers.has(token) {
-                inner.writer_place(&lock, token, true).await;
-            }
-            // Ring the doorbell for waiters when there are (or lately were) any; a waiter that
-            // comes later finds it silent and looks at the row now and then instead. Armed
-            // within the attempt, so that the undo's release (if the caller went away) gives
-            // the doorbell back after this takes it.
-            inner.doorbells.acquired(&doorbell);
-            if wanted {
-                inner.doorbells.note_contended(&doorbell);
-                if !armed {
-                    inner.doorbells.arm(doorbell);
+                } else {
+                    MyOutcome::Busy {
+                        remaining_ms: int(row, 2).unwrap_or(0),
+                        read_shared: int(row, 3).unwrap_or(0) > 0,
+                    }
                 }
             }
-            Ok(Attempt::Acquired {
-                fence: fence_from(KIND, fence)?,
-            })
+        };
+        let (fence, wanted) = match outcome {
+            MyOutcome::Acquired { fence, wanted } => (fence, wanted),
+            MyOutcome::Busy {
+                remaining_ms,
+                read_shared,
+            } => {
+                self.doorbells.note_contended(&doorbell);
+                if take.queued && read_shared {
+                    // A waiting writer keeps new readers out.
+                    self.writer_place(&lock, token, false).await;
+                }
+                return Ok(Attempt::Busy {
+                    retry_after: Some(millis(remaining_ms)),
+                });
+            }
+        };
+        if self.common.writers.has(token) {
+            self.writer_place(&lock, token, true).await;
+        }
+        // Ring the doorbell for waiters when there are (or lately were) any; a waiter that
+        // comes later finds it silent and looks at the row now and then instead. Armed
+        // within the attempt, so that the undo's release (if the caller went away) gives
+        // the doorbell back after this takes it.
+        self.doorbells.acquired(&doorbell);
+        if wanted {
+            self.doorbells.note_contended(&doorbell);
+            if !armed {
+                self.doorbells.arm(doorbell);
+            }
+        }
+        Ok(Attempt::Acquired {
+            fence: fence_from(KIND, fence)?,
         })
-        .await
     }
 }

@@ -1,109 +1,23 @@
-//! Statements: the `ssl-mode` choices, creating the table, running text or prepared statements
-//! on the sessions with the retry rules of `classify`, and turning driver errors into
-//! [`Error`]s. `mod.rs` and `acquire.rs` keep what the lock operations mean.
+//! Statements: creating the table, running text or prepared statements on the sessions with
+//! the retry rules of `driver::classify`, and turning driver errors into [`Error`]s. `mod.rs` and `acquire.rs` keep what the lock operations mean.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use mysql_async::{Conn, Row, Value};
+use mysql_async::Value;
 
+use super::driver::{classify, int, Class, Sql};
 use super::session::{Failed, Job, Outcome};
-use super::state::{Inner, KIND};
+use super::state::{MySql, KIND};
 use crate::backends::sql::dialect::{MyLock, Prepared};
-use crate::backends::sql::server::Server;
+use crate::backends::sql::lease_table::Engine;
 use crate::backends::sql::{ATTEMPTS, WANT_WINDOW_MS};
 use crate::error::{Error, Result};
 
 /// ER_DUP_FIELDNAME: the column exists already.
 const DUPLICATE_COLUMN: u16 = 1060;
 
-/// `ssl-mode` in the URL, as MySQL's client names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SslMode {
-    Disabled,
-    Preferred,
-    Required,
-    VerifyCa,
-    VerifyIdentity,
-}
-
-impl SslMode {
-    pub(super) fn parse(value: &str) -> Result<Self> {
-        Ok(match value.replace('-', "_").as_str() {
-            "disabled" => SslMode::Disabled,
-            "preferred" => SslMode::Preferred,
-            "required" => SslMode::Required,
-            "verify_ca" => SslMode::VerifyCa,
-            "verify_identity" => SslMode::VerifyIdentity,
-            other => {
-                return Err(Error::config(format!(
-                    "mysql URL: ssl-mode must be disabled, preferred, required, verify_ca or \
-                     verify_identity, got {other:?}"
-                )))
-            }
-        })
-    }
-}
-
-/// How an error is handled.
-pub(super) enum Class {
-    RolledBack,
-    Connection,
-    NoTable,
-    Permanent,
-}
-
-pub(super) fn classify(e: &mysql_async::Error) -> Class {
-    match e {
-        mysql_async::Error::Server(s) => match s.code {
-            // Deadlock victim, lock wait timeout: the statement was rolled back.
-            1213 | 1205 | 1040 => Class::RolledBack,
-            // Server shutting down, connection killed (MariaDB 1927), query interrupted.
-            1053 | 1927 | 1317 | 2006 | 2013 => Class::Connection,
-            1146 => Class::NoTable,
-            _ => Class::Permanent,
-        },
-        mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => Class::Connection,
-        _ => Class::Permanent,
-    }
-}
-
-/// Closes a connection that may be stalled without waiting for it: `disconnect` marks it
-/// disconnected before it writes anything, so when the short wait for the goodbye ends, the
-/// socket is dropped.
-pub(in crate::backends::sql) fn discard(conn: Conn) {
-    let close = async move {
-        let _ = tokio::time::timeout(Duration::from_millis(100), conn.disconnect()).await;
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => {
-            rt.spawn(close);
-        }
-        Err(_) => drop(close),
-    }
-}
-
-/// A statement to run: text (one or more statements), a transaction of several (which
-/// closes its connection on any error: statements after a failed one are not run, so the
-/// transaction may still be open), or prepared with its values.
-#[derive(Clone, Copy)]
-pub(super) enum Sql<'a> {
-    Text(&'a str),
-    Transaction(&'a str),
-    Prepared(&'a Prepared, &'a [Value]),
-}
-
-pub(super) fn int(row: &Row, i: usize) -> Option<i64> {
-    match row.get_opt::<Option<i64>, usize>(i) {
-        Some(Ok(v)) => v,
-        _ => row
-            .get_opt::<Option<String>, usize>(i)
-            .and_then(|r| r.ok().flatten())
-            .and_then(|s| s.split('.').next().and_then(|n| n.parse().ok())),
-    }
-}
-
-impl Inner {
+impl MySql {
     pub(super) fn error(&self, op: &str, e: &mysql_async::Error) -> Error {
         if let mysql_async::Error::Server(s) = e {
             if s.code == 1045 || s.code == 1044 || s.code == 1698 {
@@ -113,7 +27,7 @@ impl Inner {
                         op,
                         &format!(
                             "access denied for user {:?}: wrong password or no access ({} {})",
-                            self.user, s.code, s.message
+                            self.common.user, s.code, s.message
                         ),
                     ),
                 );
@@ -152,43 +66,44 @@ impl Inner {
     /// first call also opens the session's connection, so that a wrong address or password
     /// is reported by `connect`.
     pub(super) async fn ensure_table(&self) -> std::result::Result<(), Failed> {
-        if self.ready_fast.load(Ordering::Acquire) {
+        if self.common.ready_fast.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut ready = self.ready.lock().await;
+        let mut ready = self.common.ready.lock().await;
         if *ready {
             return Ok(());
         }
-        let exists = self
-            .sql
-            .exists(self.options.schema.as_deref(), &self.options.table);
+        let exists = self.sql.exists(
+            self.common.options.schema.as_deref(),
+            &self.common.options.table,
+        );
         let out = self.doorbells.run(Job::Text(exists)).await?;
         let row = out.rows.first();
         let n = |i| row.and_then(|r| int(r, i)).unwrap_or(0);
         let (table, side) = (n(0), n(1));
-        self.side_table.store(side > 0, Ordering::Release);
-        if self.options.spring {
+        self.common.side_table.store(side > 0, Ordering::Release);
+        if self.common.options.spring {
             self.sql
-                .set_described(n(2) > 0 || self.options.create_table);
+                .set_described(n(2) > 0 || self.common.options.create_table);
         }
         if table > 0
             && (n(2) == 0 || n(3) == 0)
-            && !self.options.create_table
-            && self.options.native()
+            && !self.common.options.create_table
+            && self.common.options.native()
         {
             tracing::warn!(
-                table = %self.options.table,
+                table = %self.common.options.table,
                 "the lease table has no place for holder descriptions (an older layout) and \
                  create_table=false forbids adding it: add it as docs/BACKENDS.md says \
                  (\"Holder descriptions on the SQL backends\"), or statements will fail"
             );
         }
-        if (table == 0 || side == 0 || n(2) == 0 || n(3) == 0) && self.options.create_table {
+        if (table == 0 || side == 0 || n(2) == 0 || n(3) == 0) && self.common.options.create_table {
             // CREATE TABLE IF NOT EXISTS is safe when several processes start at once: the
             // data dictionary serialises them and the losers only get a warning.
             self.doorbells.run(Job::Text(self.sql.create())).await?;
-            self.side_table.store(true, Ordering::Release);
-            if self.options.native() {
+            self.common.side_table.store(true, Ordering::Release);
+            if self.common.options.native() {
                 // Tables made before the holders' descriptions were recorded.
                 for (i, side) in [(2, false), (3, true)] {
                     let existed = if side { n(1) > 0 } else { table > 0 };
@@ -199,7 +114,7 @@ impl Inner {
             }
         }
         *ready = true;
-        self.ready_fast.store(true, Ordering::Release);
+        self.common.ready_fast.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -221,7 +136,7 @@ impl Inner {
 
     /// The release statement of the layout, without a doorbell.
     pub(super) async fn release_plain(&self, lock: &MyLock<'_>) -> Result<Outcome> {
-        if !self.options.native() {
+        if !self.common.options.native() {
             self.run("release", &self.sql.release(lock), false).await
         } else {
             self.run_prepared("release", &self.release_prepared, lock, 0, false)
@@ -302,8 +217,8 @@ impl Inner {
                 Err(Failed { error: e, sent }) => {
                     let class = classify(&e);
                     if matches!(class, Class::NoTable) {
-                        self.ready_fast.store(false, Ordering::Release);
-                        *self.ready.lock().await = false;
+                        self.common.ready_fast.store(false, Ordering::Release);
+                        *self.common.ready.lock().await = false;
                     }
                     let retry = match class {
                         Class::RolledBack | Class::NoTable => true,

@@ -2,20 +2,18 @@
 //! server unless the URL says otherwise), the driver's options, the first connection and the
 //! lease table.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use mysql_async::{OptsBuilder, SslOpts};
 
-use super::conn::{discard, SslMode};
+use super::doorbell::{Doorbells, HEAD_GRACE_MS};
+use super::driver::{discard, SslMode};
 use super::session::Failed;
-use super::state::{Inner, KIND};
+use super::state::{MySql, KIND};
 use super::{MySqlBackend, SCHEMES};
 use crate::backend::detached;
 use crate::backends::sql::dialect::My;
-use crate::backends::sql::doorbell::{Doorbells, HEAD_GRACE_MS};
-use crate::backends::sql::kinds::WriterPlaces;
-use crate::backends::sql::server::context;
+use crate::backends::sql::lease_table::{context, Common};
 use crate::backends::sql::{parse_url, scrub, SqlOptions};
 use crate::error::{Error, Result};
 
@@ -202,7 +200,7 @@ impl MySqlBackend {
         // The prepared statements are those of the native layout (Spring's are sent as text).
         let native = My::new(options.schema.as_deref(), &options.table, false);
         let backend = MySqlBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new(MySql {
                 qualified_table,
                 // The statement connections (sessions), which also hold the doorbells.
                 doorbells: Doorbells::new(
@@ -211,9 +209,6 @@ impl MySqlBackend {
                     options.connect_timeout,
                     options.request_timeout,
                 ),
-                target,
-                user,
-                password,
                 sql: if options.shedlock {
                     My::shedlock(options.schema.as_deref(), &options.table)
                 } else {
@@ -223,19 +218,13 @@ impl MySqlBackend {
                 acquire_deferring: native.acquire_existing_prepared(Some(HEAD_GRACE_MS)),
                 release_prepared: native.release_prepared(),
                 acquire_lone: native.acquire_lone_prepared(),
-                options,
-                ready: tokio::sync::Mutex::new(false),
-                ready_fast: AtomicBool::new(false),
-                signals: Arc::default(),
-                side_table: AtomicBool::new(false),
-                writers: WriterPlaces::default(),
-                named: Default::default(),
+                common: Common::new(target, user, password, options),
             }),
         };
         // Check one connection now (a wrong host or password is reported here) and create the
         // table unless it exists, so that the first lock operation does not pay for the DDL.
         let inner = backend.inner.clone();
-        let limit = inner.options.connect_timeout + inner.options.request_timeout;
+        let limit = inner.common.options.connect_timeout + inner.common.options.request_timeout;
         detached(
             KIND,
             context(&backend.inner, "connect"),

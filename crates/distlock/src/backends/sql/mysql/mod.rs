@@ -25,31 +25,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dialect::MyLock;
-use super::doorbell::{doorbell_name, LISTEN_WAIT_S};
-use super::kinds::{place, share_owner, HeldRow, Place, WriterPlaces};
-use super::server::{capabilities, server_backend, LockTable, Server};
+use super::kinds::{place, share_owner, HeldRow, Place, Share};
+use super::lease_table::{capabilities, Common, Engine, LeaseTable, Take};
 use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis};
 use crate::backend::{
-    Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription, Released,
-    Renewal, Token,
+    Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, Released, Renewal,
+    Token,
 };
 use crate::error::Result;
 
 // One job per file, so that each reads on its own: `connect` opens the backend, `acquire`
-// makes the attempts; this file keeps the type, its `LockTable` operations and the waiters'
+// makes the attempts; this file keeps the type, its `Engine` operations and the waiters'
 // subscription.
 mod acquire;
 mod conn;
 mod connect;
-pub(in crate::backends::sql) mod session;
+mod doorbell;
+mod driver;
+mod session;
 mod state;
 #[cfg(test)]
 mod tests;
 
-use self::conn::int;
+use self::doorbell::{doorbell_name, LISTEN_WAIT_S};
+use self::driver::int;
 use self::session::{Failed, Ring};
-use self::state::{Inner, KIND};
+pub use self::state::MySql;
+use self::state::KIND;
 
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
@@ -63,13 +66,10 @@ const BATCH: usize = 2500;
 /// Locks in a MySQL or MariaDB lease table; see the [module docs](self).
 ///
 /// Cloning is cheap and shares the connections. `Debug` never shows the password.
-#[derive(Clone)]
-pub struct MySqlBackend {
-    inner: Arc<Inner>,
-}
+pub type MySqlBackend = LeaseTable<MySql>;
 
-impl Inner {
-    /// The `GET_LOCK` name that rings when the lock of [`row_key`](Server::row_key) `(a, b)` is
+impl MySql {
+    /// The `GET_LOCK` name that rings when the lock of [`row_key`](Engine::row_key) `(a, b)` is
     /// released.
     fn doorbell(&self, a: &str, b: &str) -> String {
         doorbell_name(&self.qualified_table, a, b)
@@ -128,13 +128,56 @@ fn text(row: &mysql_async::Row, i: usize) -> Option<String> {
         .and_then(|b| String::from_utf8(b).ok())
 }
 
-impl LockTable for Inner {
-    fn places(&self) -> &WriterPlaces {
-        &self.writers
+impl Engine for MySql {
+    const KIND: &'static str = KIND;
+    const NAME: &'static str = "MySqlBackend";
+
+    fn capabilities(&self) -> Capabilities {
+        // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
+        // arrival order: one process is woken per release, first come, first served. A
+        // waiter's fallback poll that finds the row free between two rings can still take it
+        // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
+        // so it promises no order.
+        capabilities(KIND, &self.common.options)
+            .fifo(self.common.options.native())
+            .owners(true)
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    async fn take_share(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        self.take_shared(take, share).await
+    }
+
+    async fn take_row(&self, take: Take<'_>) -> Result<Attempt> {
+        self.take_exclusive(take).await
+    }
+
+    /// Other processes' releases ring the lock's doorbell, on which a waiter connection
+    /// listens while anybody is subscribed.
+    async fn listen(self: &Arc<Self>, name: &LockName) -> Result<()> {
+        let ch = channel(name);
+        let (a, b) = self.row_key(name)?;
+        let doorbell = self.doorbell(&a, &b);
+        let sql = self.sql.doorbell_wait(
+            &MyLock {
+                region: &a,
+                key: &b,
+                token: "",
+                described: "",
+            },
+            &doorbell,
+            LISTEN_WAIT_S,
+        );
+        self.doorbells
+            .listen(doorbell, ch, sql, &self.common.signals);
+        Ok(())
     }
 
     async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
-        if !self.writers.take(token) {
+        if !self.common.writers.take(token) {
             return Ok(());
         }
         let (a, b) = self.row_key(name)?;
@@ -148,7 +191,7 @@ impl LockTable for Inner {
         // Readers kept out may come in: those of this process are woken here, the others'
         // doorbell listeners see the row free of a waiting writer.
         self.run("leave_queue", &sql, true).await?;
-        self.signals.fire(&channel(name));
+        self.common.signals.fire(&channel(name));
         Ok(())
     }
 
@@ -156,7 +199,7 @@ impl LockTable for Inner {
         let out = self.run("list", &self.sql.list(&region), true).await?;
         let mut listed = Vec::with_capacity(out.rows.len());
         for row in &out.rows {
-            if !self.options.native() {
+            if !self.common.options.native() {
                 let Some(key) = text(row, 0).or_else(|| text(row, 1)) else {
                     continue;
                 };
@@ -195,7 +238,6 @@ impl LockTable for Inner {
                     .run_prepared("release", &self.release_prepared, &lock, 0, false)
                     .await?;
                 if out.affected > 0 {
-                    self.signals.fire(&channel(name));
                     return Ok(Released {
                         was_held: true,
                         contended: out.last_insert_id == Some(2),
@@ -206,13 +248,9 @@ impl LockTable for Inner {
             let out = self.run_transaction("release", &sql, false).await?;
             let (matched, code) = statement(&out, 1);
             let code = code.unwrap_or(0);
-            let (released, contended) = (matched > 0, code & 2 == 2);
-            if released {
-                self.signals.fire(&channel(name));
-            }
             return Ok(Released {
-                was_held: released,
-                contended,
+                was_held: matched > 0,
+                contended: code & 2 == 2,
             });
         }
         let owner = self.owner(name, token);
@@ -236,7 +274,7 @@ impl LockTable for Inner {
         } else {
             self.release_plain(&lock).await?
         };
-        let (was_held, contended) = if !self.options.native() {
+        let (was_held, contended) = if !self.common.options.native() {
             let row = out.rows.first();
             let held = row.and_then(|r| int(r, 0)).unwrap_or(0) > 0;
             (held, row.and_then(|r| int(r, 1)).unwrap_or(0) > 0)
@@ -246,7 +284,6 @@ impl LockTable for Inner {
         if !was_held {
             return Ok(Released::default());
         }
-        self.signals.fire(&channel(name));
         Ok(Released {
             was_held,
             contended,
@@ -303,7 +340,7 @@ impl LockTable for Inner {
         let Some(row) = out.rows.first() else {
             return Ok(None);
         };
-        if !self.options.native() {
+        if !self.common.options.native() {
             return Ok(Some(
                 LockInfo::new(
                     Some(fence_from(KIND, int(row, 0).unwrap_or(-1))?),
@@ -325,13 +362,13 @@ impl LockTable for Inner {
             token: "",
             described: "",
         });
-        let existed = if !self.options.native() {
+        let existed = if !self.common.options.native() {
             self.run("force_release", &sql, true).await?.affected > 0
         } else {
             let out = self.run_transaction("force_release", &sql, true).await?;
             out.rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0
         };
-        self.signals.fire(&channel(name));
+        self.common.signals.fire(&channel(name));
         Ok(existed)
     }
 
@@ -393,44 +430,5 @@ impl LockTable for Inner {
             }
         }
         Ok(extended)
-    }
-}
-
-server_backend!(MySqlBackend);
-
-impl MySqlBackend {
-    fn caps(&self) -> Capabilities {
-        // Waiting processes queue on the lock's doorbell turnstile, which the server grants in
-        // arrival order: one process is woken per release, first come, first served. A
-        // waiter's fallback poll that finds the row free between two rings can still take it
-        // first. Spring mode queues nobody (Spring's clients would not respect the turnstile),
-        // so it promises no order.
-        capabilities(KIND, &self.inner.options)
-            .fifo(self.inner.options.native())
-            .owners(true)
-    }
-
-    /// Releases made through this backend (or its clones) fire the subscription at once;
-    /// other processes' releases ring the lock's doorbell, on which a waiter connection
-    /// listens while anybody is subscribed.
-    async fn subscribe_waiter(&self, name: &LockName) -> Result<ReleaseSubscription> {
-        let _ = self.inner.signals.take_idle(1024);
-        let ch = channel(name);
-        let sub = self.inner.signals.subscribe(&ch).0;
-        let i = &self.inner;
-        let (a, b) = i.row_key(name)?;
-        let doorbell = i.doorbell(&a, &b);
-        let sql = i.sql.doorbell_wait(
-            &MyLock {
-                region: &a,
-                key: &b,
-                token: "",
-                described: "",
-            },
-            &doorbell,
-            LISTEN_WAIT_S,
-        );
-        i.doorbells.listen(doorbell, ch, sql, &i.signals);
-        Ok(sub)
     }
 }

@@ -27,7 +27,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::conn::{classify, discard, Class};
+use super::driver::{classify, discard, Class};
 use crate::backends::sql::dialect::MyOutcome;
 
 /// When to try again to take a doorbell that a waiter was just giving back.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::backend::{AcquireMode, AcquireRequest, Attempt, Backend, LockKind};
+use crate::backends::sql::tests::{count_holds, number};
 use distlock_testkit::mysql::MariaDbServer;
 
 /// Whether some session holds the doorbell of `name` (as the backend names it).
@@ -118,15 +119,7 @@ async fn concurrent_permits_are_released_as_taken() {
 
 /// Counts the rows of the holds table of `db` (`places`: the waiting writers' only).
 fn holds_of(db: &distlock_testkit::mysql::TestDatabase) -> impl Fn(bool) -> usize + Sync + '_ {
-    move |places| {
-        let filter = if places { " WHERE kind = 'w'" } else { "" };
-        let rows = db
-            .query(&format!(
-                "SELECT COUNT(*) FROM distlock_locks_holds{filter}"
-            ))
-            .unwrap();
-        rows[0][0].as_deref().unwrap().parse().unwrap()
-    }
+    move |places| number(db.query(&count_holds(places)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

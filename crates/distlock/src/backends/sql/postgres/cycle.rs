@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::pool::Stmt;
 use super::PostgresBackend;
 use crate::backend::{LockName, Token};
-use crate::backends::sql::server::Server;
+use crate::backends::sql::lease_table::Engine;
 use crate::backends::sql::{lease_ms, WANT_WINDOW_MS};
 use crate::error::Result;
 

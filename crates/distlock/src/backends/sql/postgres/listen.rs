@@ -9,18 +9,12 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch};
 use tokio_postgres::AsyncMessage;
 
-use super::state::Inner;
-
-/// The listening connection's state: the generation of the current `LISTEN` (0 while down).
-pub(super) struct ListenerHandle {
-    pub(super) up: watch::Receiver<u64>,
-    pub(super) _stop: oneshot::Sender<()>,
-}
+use super::state::{ListenerHandle, Postgres};
 
 /// How often the listening connection is checked.
 const LISTENER_CHECK: Duration = Duration::from_secs(30);
 
-impl Inner {
+impl Postgres {
     /// Starts the listening task once.
     pub(super) fn listener(self: &Arc<Self>) -> &ListenerHandle {
         self.listener.get_or_init(|| {
@@ -35,7 +29,7 @@ impl Inner {
 /// Keeps one connection listening on the table's channel, reconnecting when it drops. After a
 /// reconnect every waiter is woken, since releases in between were not heard.
 pub(super) async fn listen(
-    weak: Weak<Inner>,
+    weak: Weak<Postgres>,
     up: watch::Sender<u64>,
     mut stop: oneshot::Receiver<()>,
 ) {
@@ -43,8 +37,8 @@ pub(super) async fn listen(
     let mut backoff = Duration::from_millis(10);
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let timeout = inner.options.connect_timeout;
-        let request_timeout = inner.options.request_timeout;
+        let timeout = inner.common.options.connect_timeout;
+        let request_timeout = inner.common.options.request_timeout;
         let channel_name = inner.listen_channel.clone();
         let origin = inner.origin.clone();
         let connecting = async move {
@@ -82,7 +76,7 @@ pub(super) async fn listen(
                         // Our own releases fired their local signal already.
                         if !payload.starts_with(&prefix) {
                             if let Some((_, ch)) = payload.split_once(':') {
-                                inner.signals.fire(ch);
+                                inner.common.signals.fire(ch);
                             }
                         }
                     }
@@ -110,7 +104,7 @@ pub(super) async fn listen(
         let _ = up.send(generation);
         if generation > 1 {
             if let Some(inner) = weak.upgrade() {
-                inner.signals.fire_all();
+                inner.common.signals.fire_all();
             }
         }
         // A silent connection (a stalled network, a dead server) is noticed by a periodic

@@ -24,19 +24,20 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, Row};
 
 use super::dialect::Pg;
-use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share, WriterPlaces};
-use super::server::{self, capabilities, context, server_backend, LockTable, Server};
-use super::shedlock::{locked_by, shown_owner};
+use super::kinds::{disagreement, place, share_owner, HeldRow, Place, Share};
+use super::lease_table::{capabilities, context, Common, Engine, LeaseTable, Take};
+use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner,
-    ReleaseSignals, ReleaseSubscription, Released, Renewal, Token,
+    detached, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner, Released, Renewal,
+    Token,
 };
 use crate::error::{Error, Result};
 
 mod cycle;
 mod listen;
 mod pool;
+mod run;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -45,7 +46,8 @@ mod tls;
 #[doc(hidden)]
 pub use self::cycle::LockCycle;
 use self::pool::{Connector, Pool, Stmt};
-use self::state::{Inner, KIND};
+pub use self::state::Postgres;
+use self::state::KIND;
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
 
@@ -56,10 +58,7 @@ pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 ///
 /// Cloning is cheap and shares the pool and the listening connection. `Debug` shows the
 /// server, database, user and table, never the password.
-#[derive(Clone)]
-pub struct PostgresBackend {
-    inner: Arc<Inner>,
-}
+pub type PostgresBackend = LeaseTable<Postgres>;
 
 impl PostgresBackend {
     /// Connects with a URL: `postgres://[user[:password]@]host[:port][/database][?params]`
@@ -188,23 +187,14 @@ impl PostgresBackend {
             .build()
             .map_err(|e| Error::config(format!("postgres: the connection pool: {e}")))?;
         let backend = PostgresBackend {
-            inner: Arc::new(Inner {
-                target,
-                user,
-                password,
+            inner: Arc::new(Postgres {
+                common: Common::new(target, user, password, options),
                 pool,
-                options,
                 sql,
-                ready: tokio::sync::Mutex::new(false),
-                ready_fast: AtomicBool::new(false),
-                signals: ReleaseSignals::default(),
                 listener: OnceLock::new(),
                 listen_channel,
                 origin: format!("{:016x}", rand::random::<u64>()),
-                side_table: AtomicBool::new(false),
                 described: AtomicBool::new(true),
-                writers: WriterPlaces::default(),
-                named: Default::default(),
             }),
         };
         // Open and check one connection now, so that a wrong host or password is reported
@@ -230,12 +220,12 @@ impl PostgresBackend {
     }
 }
 
-impl Inner {
+impl Postgres {
     /// The first two statement parameters for a lock: its row, LOCK_KEY first in Spring mode
     /// (the order of Spring's own statements).
     fn ident(&self, name: &LockName) -> Result<(String, String)> {
         let (region, key) = self.row_key(name)?;
-        Ok(if !self.options.native() {
+        Ok(if !self.common.options.native() {
             (key, region)
         } else {
             (region, key)
@@ -276,37 +266,26 @@ fn held_row(row: &Row, at: usize) -> HeldRow {
     }
 }
 
-impl Inner {
+impl Postgres {
     /// What a Spring- or ShedLock-layout row says of its holder from column `at` on: Spring:
     /// distlock's description, else the `CLIENT_ID` (a Spring client's hold); ShedLock: the
     /// description part of distlock's `locked_by`, else all of it (ShedLock's host name).
     fn foreign_owner(&self, row: &Row, at: usize) -> String {
         let described: Option<String> = row.get(at);
         let client: Option<String> = row.get(at + 1);
-        if self.options.shedlock {
+        if self.common.options.shedlock {
             return shown_owner(client.unwrap_or_default().as_bytes());
         }
         Owner::shown(described.or(client).unwrap_or_default().as_bytes())
     }
 }
 
-/// Most key names a Spring-mode backend remembers having recorded.
-const MAX_NAMED: usize = 100_000;
-
-impl Inner {
+impl Postgres {
     /// Records the name of `name`'s row (Spring mode, once per key and backend) so that
     /// `list` can show the key; `false` when there is nothing to record or it failed (it is
     /// tried again next time).
     async fn record_name(&self, name: &LockName, a: &str, b: &str) -> bool {
-        let row = (a.to_owned(), b.to_owned());
-        let fresh = self.sql.name_key.is_some()
-            && self.side_table.load(std::sync::atomic::Ordering::Acquire)
-            && !self
-                .named
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&row);
-        if !fresh {
+        if self.sql.name_key.is_none() || !self.common.name_unrecorded(a, b) {
             return false;
         }
         let key = name.key();
@@ -315,11 +294,7 @@ impl Inner {
             .await
         {
             Ok(_) => {
-                let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
-                if named.len() >= MAX_NAMED {
-                    named.clear();
-                }
-                named.insert(row);
+                self.common.name_recorded(a, b);
                 true
             }
             Err(e) => {
@@ -332,22 +307,16 @@ impl Inner {
     /// A read hold or a permit: one statement, or where that finds the key's row changing (or
     /// missing), the transaction after the row lock (see `PgKinds`). A reader first tries the
     /// key's row alone (`PgKinds::acquire_lone`).
-    async fn take_share(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-        share: Share,
-        described: &str,
-    ) -> Result<Attempt> {
+    async fn take_shared(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
         let (a, b) = self.ident(name)?;
-        let (owner, lease) = (share_owner(name, token), lease_ms(lease));
+        let (owner, lease) = (share_owner(name, token), lease_ms(take.lease));
         if share.is_read() {
             let rows = self
                 .query(
                     "try_acquire",
                     Stmt::AcquireLone,
-                    &[&a, &b, &owner, &lease, &described],
+                    &[&a, &b, &owner, &lease, &take.described],
                     true,
                 )
                 .await?;
@@ -366,7 +335,7 @@ impl Inner {
             &share.code,
             &share.permits,
             &share.mark,
-            &described,
+            &take.described,
         ];
         let mut rows = self
             .query("try_acquire", Stmt::AcquireShareNow, &params, true)
@@ -400,7 +369,7 @@ impl Inner {
     async fn writer_place(&self, a: &str, b: &str, token: Token, acquired: bool) {
         let waiter = token.to_string();
         if acquired {
-            if self.writers.take(token) {
+            if self.common.writers.take(token) {
                 let _ = self
                     .query("try_acquire", Stmt::Unplace, &[&a, &b, &waiter], true)
                     .await;
@@ -411,20 +380,77 @@ impl Inner {
             .query("try_acquire", Stmt::WriterPlace, &[&a, &b, &waiter], true)
             .await
         {
-            Ok(rows) if !rows.is_empty() => self.writers.taken(token),
+            Ok(rows) if !rows.is_empty() => self.common.writers.taken(token),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "the waiting writer's place was not taken"),
         }
     }
 }
 
-impl LockTable for Inner {
-    fn places(&self) -> &WriterPlaces {
-        &self.writers
+impl Engine for Postgres {
+    const KIND: &'static str = KIND;
+    const NAME: &'static str = "PostgresBackend";
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities(KIND, &self.common.options).owners(true)
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    async fn take_share(&self, take: Take<'_>, share: Share) -> Result<Attempt> {
+        self.take_shared(take, share).await
+    }
+
+    /// PostgreSQL has no wait queue: both modes make the same attempt.
+    async fn take_row(&self, take: Take<'_>) -> Result<Attempt> {
+        let (name, token) = (take.name, take.token);
+        let (a, b) = self.ident(name)?;
+        let owner = self.owner(name, token);
+        let lease = lease_ms(take.lease);
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &take.described];
+        let (rows, _) = tokio::join!(self.try_take(&params), self.record_name(name, &a, &b));
+        let row = rows?.into_iter().next();
+        if take.queued && self.common.options.native() {
+            // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
+            let (ours, readers) = row.as_ref().map_or((false, false), |r| {
+                (r.get::<_, bool>(0), r.get::<_, bool>(3))
+            });
+            if ours && self.common.writers.has(token) {
+                self.writer_place(&a, &b, token, true).await;
+            } else if !ours && readers {
+                self.writer_place(&a, &b, token, false).await;
+            }
+        }
+        let Some(row) = row else {
+            return Ok(Attempt::Busy { retry_after: None });
+        };
+        let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if !ours {
+            return Ok(Attempt::Busy {
+                retry_after: Some(millis(remaining)),
+            });
+        }
+        Ok(Attempt::Acquired {
+            fence: fence_from(KIND, fence)?,
+        })
+    }
+
+    /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
+    /// when the `LISTEN` is in force, so that no later release is missed. If the listening
+    /// connection cannot be had within the connect timeout, the subscription still works from
+    /// the moment it comes up (waiters poll meanwhile).
+    async fn listen(self: &Arc<Self>, _name: &LockName) -> Result<()> {
+        let mut up = self.listener().up.clone();
+        let timeout = self.common.options.connect_timeout;
+        let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
+        Ok(())
     }
 
     async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
-        if !self.writers.take(token) {
+        if !self.common.writers.take(token) {
             return Ok(());
         }
         let (a, b) = self.ident(name)?;
@@ -438,7 +464,7 @@ impl LockTable for Inner {
             )
             .await?;
         if !rows.is_empty() {
-            self.signals.fire(&channel(name));
+            self.common.signals.fire(&channel(name));
         }
         Ok(())
     }
@@ -447,7 +473,7 @@ impl LockTable for Inner {
         let rows = self.query("list", Stmt::List, &[&region], true).await?;
         let mut listed = Vec::with_capacity(rows.len());
         for row in &rows {
-            if !self.options.native() {
+            if !self.common.options.native() {
                 let key: Option<String> = row.get(0);
                 let key = key.unwrap_or_else(|| row.get(1));
                 listed.push(ListedLock {
@@ -482,7 +508,6 @@ impl LockTable for Inner {
                 // holds table.
                 let rows = self.query("release", Stmt::Release, &params, false).await?;
                 if let Some(row) = rows.first() {
-                    self.signals.fire(&channel(name));
                     return Ok(Released {
                         was_held: true,
                         contended: row.get(0),
@@ -499,14 +524,11 @@ impl LockTable for Inner {
                     .query_locked("release", &[&a, &b], Stmt::ReleaseShare, &params, false)
                     .await?;
             }
-            let (released, contended) = rows
+            let (was_held, contended) = rows
                 .first()
                 .map_or((false, false), |r| (r.get(1), r.get(2)));
-            if released {
-                self.signals.fire(&channel(name));
-            }
             return Ok(Released {
-                was_held: released,
+                was_held,
                 contended,
             });
         }
@@ -519,14 +541,10 @@ impl LockTable for Inner {
                 false,
             )
             .await?;
-        let Some(row) = rows.first() else {
-            return Ok(Released::default());
-        };
-        self.signals.fire(&channel(name));
-        Ok(Released {
+        Ok(rows.first().map_or_else(Released::default, |row| Released {
             was_held: true,
             contended: row.get(0),
-        })
+        }))
     }
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
@@ -563,7 +581,7 @@ impl LockTable for Inner {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        if !self.options.native() {
+        if !self.common.options.native() {
             return Ok(Some(
                 LockInfo::new(
                     Some(fence_from(KIND, row.get(0))?),
@@ -580,7 +598,7 @@ impl LockTable for Inner {
     async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let (a, b) = self.ident(name)?;
         let payload = self.payload(name);
-        if self.options.native() {
+        if self.common.options.native() {
             let rows = self
                 .query_locked(
                     "force_release",
@@ -590,7 +608,7 @@ impl LockTable for Inner {
                     true,
                 )
                 .await?;
-            self.signals.fire(&channel(name));
+            self.common.signals.fire(&channel(name));
             return Ok(rows.first().is_some_and(|r| r.get(0)));
         }
         let rows = self
@@ -602,7 +620,7 @@ impl LockTable for Inner {
             )
             .await?;
         if !rows.is_empty() {
-            self.signals.fire(&channel(name));
+            self.common.signals.fire(&channel(name));
         }
         Ok(!rows.is_empty())
     }
@@ -635,7 +653,7 @@ impl LockTable for Inner {
     }
 }
 
-impl Inner {
+impl Postgres {
     /// Renewals of exclusive holds in one `UPDATE … FROM unnest(…)` statement.
     async fn extend_rows(&self, batch: Vec<Renewal>) -> Result<Vec<bool>> {
         let mut a = Vec::with_capacity(batch.len());
@@ -678,76 +696,5 @@ impl Inner {
             .into_iter()
             .map(|e| e.is_some_and(|k| extended.contains(&k)))
             .collect::<Vec<bool>>())
-    }
-}
-
-server_backend!(PostgresBackend);
-
-impl PostgresBackend {
-    fn caps(&self) -> Capabilities {
-        capabilities(KIND, &self.inner.options).owners(true)
-    }
-
-    /// PostgreSQL has no wait queue: both modes make the same attempt. It runs as its own
-    /// task; an attempt whose caller went away gives the lock back once it committed.
-    async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
-        let (token, lease, queued) = (request.token, request.lease, request.queued());
-        let mut described = request.owner_str().to_owned();
-        if self.inner.options.shedlock {
-            described = locked_by(&described, token);
-        }
-        server::acquire(&self.inner, request, move |inner, name| async move {
-            inner.check_kind(&name)?;
-            if let Place::Shared(share) = place(&name) {
-                return inner
-                    .take_share(&name, token, lease, share, &described)
-                    .await;
-            }
-            let (a, b) = inner.ident(&name)?;
-            let owner = inner.owner(&name, token);
-            let lease = lease_ms(lease);
-            let params: [&(dyn ToSql + Sync); 6] =
-                [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &described];
-            let (rows, _) = tokio::join!(inner.try_take(&params), inner.record_name(&name, &a, &b));
-            let row = rows?.into_iter().next();
-            if queued && inner.options.native() {
-                // A waiting writer keeps new readers out (see `PgKinds::writer_place`).
-                let (ours, readers) = row.as_ref().map_or((false, false), |r| {
-                    (r.get::<_, bool>(0), r.get::<_, bool>(3))
-                });
-                if ours && inner.writers.has(token) {
-                    inner.writer_place(&a, &b, token, true).await;
-                } else if !ours && readers {
-                    inner.writer_place(&a, &b, token, false).await;
-                }
-            }
-            let Some(row) = row else {
-                return Ok(Attempt::Busy { retry_after: None });
-            };
-            let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
-            if !ours {
-                return Ok(Attempt::Busy {
-                    retry_after: Some(millis(remaining)),
-                });
-            }
-            Ok(Attempt::Acquired {
-                fence: fence_from(KIND, fence)?,
-            })
-        })
-        .await
-    }
-
-    /// Listens (once per backend, on a dedicated connection) to the table's channel; returns
-    /// when the `LISTEN` is in force, so that no later release is missed. If the listening
-    /// connection cannot be had within the connect timeout, the subscription still works from
-    /// the moment it comes up (waiters poll meanwhile).
-    async fn subscribe_waiter(&self, name: &LockName) -> Result<ReleaseSubscription> {
-        // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
-        let _ = self.inner.signals.take_idle(1024);
-        let (sub, _) = self.inner.signals.subscribe(&channel(name));
-        let mut up = self.inner.listener().up.clone();
-        let timeout = self.inner.options.connect_timeout;
-        let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
-        Ok(sub)
     }
 }

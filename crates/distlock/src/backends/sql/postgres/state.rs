@@ -1,47 +1,40 @@
-//! The backend's shared state ([`Inner`]), behind the `Arc` that every clone, the pool's
-//! loans and the listening task hold. Apart from `mod.rs` so that the parts (pool, listener)
-//! import it from here and nothing imports back from the module root.
+//! The backend's shared state ([`Postgres`]), behind the `Arc` that every clone, the pool's
+//! loans and the listening task hold. Apart from `mod.rs` so that the parts (statements, listener)
+//! import it from here and nothing imports back from the module root; it imports only the
+//! pool, which needs nothing of it.
 
-use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use super::listen::ListenerHandle;
+use tokio::sync::{oneshot, watch};
+
 use super::pool::Pool;
-use crate::backend::ReleaseSignals;
 use crate::backends::sql::dialect::Pg;
-use crate::backends::sql::kinds::WriterPlaces;
-use crate::backends::sql::server::server_state;
-use crate::backends::sql::SqlOptions;
+use crate::backends::sql::lease_table::Common;
 
 pub(super) const KIND: &str = "postgres";
 
-pub(super) struct Inner {
-    /// `host:port/database` for messages.
-    pub(super) target: String,
-    pub(super) user: String,
-    pub(super) password: Option<String>,
-    pub(super) options: SqlOptions,
+/// The listening connection's state (see `listen.rs`): the generation of the current `LISTEN`
+/// (0 while down).
+pub(super) struct ListenerHandle {
+    pub(super) up: watch::Receiver<u64>,
+    pub(super) _stop: oneshot::Sender<()>,
+}
+
+/// The PostgreSQL engine of [`PostgresBackend`](super::PostgresBackend): its pool, listening
+/// connection and statements. Opaque: it only names the backend's type.
+pub struct Postgres {
+    /// The server, the options and the table's bookkeeping, as every engine has them.
+    pub(super) common: Common,
     pub(super) sql: Pg,
     /// The connection pool; its manager holds the connection settings and the transport.
     pub(super) pool: Pool,
-    pub(super) ready: tokio::sync::Mutex<bool>,
-    pub(super) ready_fast: AtomicBool,
-    pub(super) signals: ReleaseSignals,
     pub(super) listener: OnceLock<ListenerHandle>,
     /// The NOTIFY channel of this table.
     pub(super) listen_channel: String,
     /// Identifies this backend instance in NOTIFY payloads, to skip its own.
     pub(super) origin: String,
-    /// Whether the side table (native: the holds; Spring: the key names) exists.
-    pub(super) side_table: AtomicBool,
     /// Whether the holders' descriptions have their place (Spring: `<table>_OWNERS`); a
     /// Spring table made by Spring, with `create_table=false`, works without.
     pub(super) described: AtomicBool,
-    pub(super) writers: WriterPlaces,
-    /// Spring mode: the rows (LOCK_KEY, REGION) whose key name this backend recorded.
-    pub(super) named: Mutex<HashSet<(String, String)>>,
 }
-
-// The shared operation plumbing of the server backends (see `sql::server`).
-server_state!(Inner, KIND);

@@ -1,5 +1,6 @@
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{AcquireRequest, Backend};
+use crate::backends::sql::tests::{count_holds, number};
 use crate::backends::sql::DEFAULT_TABLE;
 use distlock_testkit::postgres::{PostgresServer, TestDatabase};
 
@@ -110,15 +111,7 @@ async fn a_statement_cut_off_closes_its_connection() {
 
 /// Counts the rows of the holds table of `db` (`places`: the waiting writers' only).
 fn holds_of(db: &TestDatabase) -> impl Fn(bool) -> usize + Sync + '_ {
-    move |places| {
-        let filter = if places { " WHERE kind = 'w'" } else { "" };
-        let rows = db
-            .query(&format!(
-                "SELECT COUNT(*) FROM distlock_locks_holds{filter}"
-            ))
-            .unwrap();
-        rows[0][0].as_deref().unwrap().parse().unwrap()
-    }
+    move |places| number(db.query(&count_holds(places)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,7 @@
 
 use super::open::MAX_TABLE_LEN;
 use super::*;
+use crate::backends::sql::tests::count_holds;
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -17,7 +18,7 @@ fn temp_backend() -> (tempfile::TempDir, SqliteBackend) {
 
 fn fence_of(attempt: Attempt) -> u64 {
     match attempt {
-        Attempt::Acquired { fence } => fence,
+        Attempt::Acquired { fence } | Attempt::HandedOver { fence } => fence,
         Attempt::Busy { .. } => panic!("expected Acquired, got {attempt:?}"),
     }
 }
@@ -452,7 +453,9 @@ async fn dropped_acquire_gives_the_lock_back() {
                 .await
                 .unwrap()
             {
-                Attempt::Acquired { fence } => break (token, fence),
+                Attempt::Acquired { fence } | Attempt::HandedOver { fence } => {
+                    break (token, fence)
+                }
                 Attempt::Busy { .. } => {
                     assert!(
                         tokio::time::Instant::now() < deadline,
@@ -582,9 +585,8 @@ fn lease_rounds_up_and_is_capped() {
 fn holds_of(path: std::path::PathBuf) -> impl Fn(bool) -> usize + Sync {
     move |places| {
         let c = Connection::open(&path).unwrap();
-        let filter = if places { " WHERE kind = 'w'" } else { "" };
-        let sql = format!("SELECT COUNT(*) FROM distlock_locks_holds{filter}");
-        c.query_row(&sql, [], |r| r.get::<_, i64>(0)).unwrap() as usize
+        c.query_row(&count_holds(places), [], |r| r.get::<_, i64>(0))
+            .unwrap() as usize
     }
 }
 

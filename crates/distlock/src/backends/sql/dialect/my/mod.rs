@@ -502,7 +502,7 @@ impl My {
         )
     }
 
-    /// A waiter's look at a lock's doorbell (see `doorbell.rs`), one row: who held the
+    /// A waiter's look at a lock's doorbell (see `mysql/doorbell.rs`), one row: who held the
     /// doorbell when the statement began (connection id, 0 for nobody), whether the lock is
     /// free now (1/0), whether the doorbell was taken and given back (1; 0 when the lock was
     /// free, so nobody waited, or after `wait_s` seconds), and the lock's version at the end

@@ -162,3 +162,79 @@ async fn an_exclusive_try_is_refused_while_a_local_attempt_is_in_flight() {
         assert!(first.await.unwrap().is_ok());
     }
 }
+
+/// Memory locks behind a fair queue that hands the lock over: the first attempt finds it busy
+/// (its request recorded), the second too after a pause, the third is handed the lock.
+#[derive(Debug)]
+struct HandsOver {
+    inner: MemoryBackend,
+    requests: std::sync::Mutex<Vec<(AcquireRequest, Instant)>>,
+}
+
+#[async_trait]
+impl Backend for HandsOver {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().fifo(true)
+    }
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let n = {
+            let mut requests = self.requests.lock().unwrap();
+            requests.push((request.clone(), Instant::now()));
+            requests.len()
+        };
+        match n {
+            1 => Ok(Attempt::Busy { retry_after: None }),
+            2 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(Attempt::Busy { retry_after: None })
+            }
+            _ => match self.inner.acquire(request).await? {
+                Attempt::Acquired { fence } => Ok(Attempt::HandedOver { fence }),
+                other => Ok(other),
+            },
+        }
+    }
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        self.inner.release(name, token).await
+    }
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        self.inner.extend(name, token, lease).await
+    }
+    async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
+        self.inner.subscribe(name, waiter).await
+    }
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// A waiting acquisition marks its first try `waits` and queues after it; a lock handed over
+/// counts its lease from before the last busy attempt was sent, not from the hand-over.
+#[tokio::test]
+async fn a_hand_over_counts_the_lease_from_before_the_last_busy_attempt() {
+    let backend = Arc::new(HandsOver {
+        inner: MemoryBackend::new(),
+        requests: std::sync::Mutex::new(Vec::new()),
+    });
+    let lease = Duration::from_secs(2);
+    let options = RegistryOptions::default()
+        .with_lease(lease)
+        .with_max_poll_interval(Duration::from_millis(20));
+    let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
+    let guard = registry.obtain("k").unwrap().lock().await.unwrap();
+    let requests = backend.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].0.mode, AcquireMode::Try);
+    assert!(requests[0].0.waits, "the try opens a wait");
+    assert_eq!(requests[1].0.mode, AcquireMode::Queue);
+    assert!(!requests[1].0.waits);
+    // Read in this order, the hold's own count can only be the smaller.
+    let since_last_busy = requests[1].1.elapsed();
+    let remaining = guard.remaining();
+    assert!(
+        remaining <= lease.saturating_sub(since_last_busy),
+        "{remaining:?} left, {since_last_busy:?} since the last busy attempt"
+    );
+    assert!(remaining < lease - Duration::from_millis(200));
+    guard.release().await.unwrap();
+}

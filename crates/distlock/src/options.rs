@@ -26,16 +26,16 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 /// ```
 #[derive(Debug, Clone)]
 pub struct RegistryOptions {
-    pub(super) prefix: String,
-    pub(super) lease: Duration,
-    pub(super) lease_explicit: bool,
-    pub(super) renew: bool,
-    pub(super) max_local_handoffs: u32,
-    pub(super) max_cached_locks: usize,
-    pub(super) max_poll_interval: Option<Duration>,
-    pub(super) contended_release_grace: Duration,
-    pub(super) client_id: String,
-    pub(super) owner: Owner,
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) lease_explicit: bool,
+    pub(crate) renew: bool,
+    pub(crate) max_local_handoffs: u32,
+    pub(crate) max_cached_locks: usize,
+    pub(crate) max_poll_interval: Option<Duration>,
+    pub(crate) contended_release_grace: Duration,
+    pub(crate) client_id: String,
+    pub(crate) owner: Owner,
 }
 
 impl Default for RegistryOptions {
@@ -159,7 +159,7 @@ impl RegistryOptions {
         &self.owner
     }
 
-    pub(super) fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         check_lease(self.lease)?;
         if self.prefix.is_empty() || self.prefix.len() > 256 || self.prefix.contains('\0') {
             return Err(Error::config(

@@ -2,7 +2,7 @@
 //! of a named user lock (`GET_LOCK`).
 //!
 //! - The **holder's** backend takes the lock's doorbell (`GET_LOCK(name, 0)`) on the session
-//!   (statement connection, see `mysql::session`) that the lock's statements run on, while it
+//!   (statement connection, see `session.rs`) that the lock's statements run on, while it
 //!   holds a lock that others want, and gives it back (`RELEASE_LOCK`) in the same round trip
 //!   as the release. A lock seen contended lately (busy, or marked wanted by a waiter) is
 //!   taken with the doorbell in the same round trip; otherwise the doorbell is taken after the
@@ -41,7 +41,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 use tokio::sync::Notify;
 
-use super::mysql::session::{acquired, Failed, Job, Outcome, Ring, Session};
+use super::session::{acquired, Failed, Job, Outcome, Ring, Session};
 use crate::backend::ReleaseSignals;
 
 /// How long one waiter's `GET_LOCK` waits (seconds) before it checks whether anybody still

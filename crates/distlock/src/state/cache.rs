@@ -1,5 +1,5 @@
-//! The handle cache of a [`LockRegistry`]: slots found by key, the eviction of idle handles
-//! when the bound is reached, and their expiry by age.
+//! The handle cache of a registry: slots found by key, the eviction of idle handles when the
+//! bound is reached, and their expiry by age.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{LockRegistry, Slot};
+use super::{Inner, Slot};
 use crate::backend::{LockKind, LockName};
 
 /// The handle cache: slots found by their key. A registry may cache a million handles, so a
@@ -46,13 +46,13 @@ impl PartialEq for CachedSlot {
 
 impl Eq for CachedSlot {}
 
-impl LockRegistry {
+impl Inner {
     /// Drops cached handles that are idle (not held, not waited for, not referenced outside the
     /// registry) and were last obtained or locked longer than `age` ago. Returns how many.
-    pub fn expire_unused_older_than(&self, age: Duration) -> usize {
-        let now = self.inner.now_ms();
+    pub(crate) fn expire_unused_older_than(&self, age: Duration) -> usize {
+        let now = self.now_ms();
         let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-        let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let before = slots.len();
         let expired = |s: &Arc<Slot>| {
             s.is_idle() && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= age_ms
@@ -60,17 +60,13 @@ impl LockRegistry {
         slots.by_key.retain(|CachedSlot(s)| !expired(s));
         slots.others.retain(|_, s| !expired(s));
         let removed = before - slots.len();
-        slots.plan_next_eviction(self.inner.opts.max_cached_locks);
+        slots.plan_next_eviction(self.opts.max_cached_locks);
         removed
     }
 
     /// How many lock handles are cached.
-    pub fn cached_locks(&self) -> usize {
-        self.inner
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+    pub(crate) fn cached_locks(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -117,7 +113,7 @@ impl Slots {
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
-    use crate::registry::{Lock, RegistryOptions};
+    use crate::{Lock, LockRegistry, RegistryOptions};
 
     fn registry(bound: usize) -> LockRegistry {
         let opts = RegistryOptions::default().with_max_cached_locks(bound);

@@ -1,6 +1,7 @@
-//! The path of one acquisition: the local lock first, then the remote attempts (queued where
-//! the backend is fair, woken by notifications, polling otherwise), the guards that keep it
-//! cancel safe, and the local handoff of a remote hold between guards of one registry.
+//! The path of one acquisition through a [`Lock`]: the local lock first, then the remote
+//! attempts (queued where the backend is fair, woken by notifications, polling otherwise), the
+//! guards that keep it cancel safe, and the take-over of a remote hold a local guard left (the
+//! hand-off itself is `Inner::give_up`, in `state.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,31 +13,14 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::{Lock, Wait};
 use crate::backend::{
     AcquireMode, AcquireRequest, Attempt, LockKind, LockName, Owner, ReleaseSubscription, Token,
 };
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, Ownership};
-use crate::registry::{Inner, Lock, ReadGroup, Slot, SlotState};
 use crate::renewal::{compose_fence, Hold};
-
-/// How long an acquisition may wait.
-#[derive(Clone, Copy)]
-pub(crate) enum Wait {
-    No,
-    Until(Instant),
-    Forever,
-}
-
-impl Wait {
-    pub(crate) fn deadline(self) -> Option<Instant> {
-        match self {
-            Wait::No => Some(Instant::now()),
-            Wait::Until(d) => Some(d),
-            Wait::Forever => None,
-        }
-    }
-}
+use crate::state::{worth_handing_off, Inner, ReadGroup, Slot, SlotState};
 
 impl Lock {
     pub(crate) async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
@@ -219,7 +203,7 @@ impl Lock {
         // A backend with read-write locks also queues a waiting exclusive attempt, which
         // keeps new readers out until it is served.
         let queues = waits && (caps.fifo || (caps.read_write && self.kind().is_exclusive()));
-        let expect_busy = local.contended || backend.expects_busy(name);
+        let expect_busy = local.contended;
         let mut sub: Option<ReleaseSubscription> = None;
         // With notifications, polling only catches expiry and lost messages: start slower.
         let mut poll = if notifies {
@@ -266,49 +250,50 @@ impl Lock {
             armed: false,
         };
         loop {
-            // A lock handed to us while we waited needs no attempt; its lease is counted from
-            // before the last attempt that found the lock busy (see `Backend::take_grant`).
-            let granted = last_busy_sent
-                .and_then(|at| backend.take_grant(name, token).map(|fence| (fence, at)));
-            let (attempt, sent) = if let Some((fence, at)) = granted {
-                (Ok(Attempt::Acquired { fence }), at)
+            let mode = if queues && (was_busy || expect_busy) {
+                AcquireMode::Queue
             } else {
-                let mode = if queues && (was_busy || expect_busy) {
-                    AcquireMode::Queue
-                } else {
-                    AcquireMode::Try
-                };
-                let sent = Instant::now();
-                let mut in_flight =
-                    InFlight::start(reg, name, token, self.lease, mode, &self.owner);
-                // `try_lock_for` bounds its attempts too: a reply that comes after the
-                // deadline is not waited for (the attempt finishes in the background, then is
-                // undone).
-                let attempt = match wait {
-                    Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
-                        Ok(a) => a,
-                        Err(_) => {
-                            // The in-flight attempt's undo releases and leaves the queue,
-                            // after it.
-                            queued.joined = false;
-                            uncertain.armed = false;
-                            drop(in_flight);
-                            local.contended = true;
-                            return Err(self.not_acquired(started));
-                        }
-                    },
-                    _ => in_flight.outcome().await,
-                };
-                in_flight.finished();
-                if matches!(attempt, Ok(Attempt::Busy { .. })) {
+                AcquireMode::Try
+            };
+            // A busy reply to this try is followed at once by a queued attempt (see below).
+            let opens_wait = mode == AcquireMode::Try && queues && notifies && sub.is_none();
+            let sent = Instant::now();
+            let mut in_flight =
+                InFlight::start(reg, name, token, self.lease, mode, opens_wait, &self.owner);
+            // `try_lock_for` bounds its attempts too: a reply that comes after the deadline is
+            // not waited for (the attempt finishes in the background, then is undone).
+            let attempt = match wait {
+                Wait::Until(d) => match tokio::time::timeout_at(d, in_flight.outcome()).await {
+                    Ok(a) => a,
+                    Err(_) => {
+                        // The in-flight attempt's undo releases and leaves the queue, after it.
+                        queued.joined = false;
+                        uncertain.armed = false;
+                        drop(in_flight);
+                        local.contended = true;
+                        return Err(self.not_acquired(started));
+                    }
+                },
+                _ => in_flight.outcome().await,
+            };
+            in_flight.finished();
+            let sent = match attempt {
+                Ok(Attempt::Busy { .. }) => {
                     last_busy_sent = Some(sent);
                     queued.joined = mode == AcquireMode::Queue;
+                    sent
                 }
-                (attempt, sent)
+                // A lock handed to us while we waited: its lease is counted from before the
+                // last attempt that found the lock busy (were there none, from before the
+                // first attempt of this token).
+                Ok(Attempt::HandedOver { .. }) => last_busy_sent.unwrap_or(started),
+                _ => sent,
             };
             uncertain.armed |= attempt.is_err();
             let retry_after = match attempt {
-                Ok(Attempt::Acquired { .. }) if arrived_too_late(sent, self.lease) => {
+                Ok(Attempt::Acquired { .. } | Attempt::HandedOver { .. })
+                    if arrived_too_late(sent, self.lease) =>
+                {
                     // The reply took (nearly) the whole lease, counted from before the
                     // request: the server may have let the lease run out and handed the lock
                     // on meanwhile, and a guard made now would start out lost, or lose the
@@ -324,9 +309,14 @@ impl Lock {
                     was_busy = true;
                     None
                 }
-                Ok(Attempt::Acquired {
-                    fence: backend_fence,
-                }) => {
+                Ok(
+                    Attempt::Acquired {
+                        fence: backend_fence,
+                    }
+                    | Attempt::HandedOver {
+                        fence: backend_fence,
+                    },
+                ) => {
                     queued.joined = false;
                     uncertain.armed = false;
                     local.contended = was_busy;
@@ -501,17 +491,20 @@ struct InFlight<'a> {
 }
 
 impl<'a> InFlight<'a> {
+    #[allow(clippy::too_many_arguments)]
     fn start(
         registry: &'a Inner,
         name: &'a LockName,
         token: Token,
         lease: Duration,
         mode: AcquireMode,
+        waits: bool,
         owner: &Owner,
     ) -> Self {
         let backend = registry.backend.clone();
         let request = AcquireRequest::new(name.clone(), token, lease)
             .with_mode(mode)
+            .with_waits(waits)
             .with_owner(owner.clone());
         let attempt: AttemptFuture = Box::pin(async move { backend.acquire(&request).await });
         InFlight {
@@ -565,77 +558,12 @@ impl Drop for InFlight<'_> {
     }
 }
 
-// The local handoff protocol: a remote hold passes from a local guard to the next local waiter
-// (`Inner::give_up`), which takes it over (`acquire_remote`) while it is worth it; a hold
-// left for a waiter who then gave up is released by whoever sees the last waiter leave
-// (`Slot::release_orphaned_hold`).
-
 /// Whether an attempt sent at `sent` that reports the lock acquired came back too late to be
 /// held: a tenth of the lease or less is left of it. The client counts the lease from before
 /// the request, so the server's lease, counted from when it applied the attempt, never ends
 /// before the client's; but once the client's has run out, somebody else may hold the lock.
 fn arrived_too_late(sent: Instant, lease: Duration) -> bool {
     (sent + lease).saturating_duration_since(Instant::now()) <= lease / 10
-}
-
-/// Whether enough of a hold's lease is left to pass it to a local waiter: a renewal is due
-/// at a third of the lease, so below that the next holder would start on a hold about to be
-/// renewed or lost.
-pub(crate) fn worth_handing_off(hold: &Hold) -> bool {
-    hold.is_held() && hold.remaining() > hold.lease() / 3
-}
-
-impl Inner {
-    /// Ends a guard's ownership of `slot`. Returns the local lock and the remote hold when the
-    /// hold must be released remotely, `None` when it passed to a local waiter.
-    pub(crate) fn give_up(
-        &self,
-        slot: &Arc<Slot>,
-        mut local: OwnedMutexGuard<SlotState>,
-        hold: &Arc<Hold>,
-    ) -> Option<OwnedMutexGuard<SlotState>> {
-        let pass_on = slot.waiters().load(Ordering::SeqCst) > 0
-            && hold.local_seq.load(Ordering::Acquire) < self.opts.max_local_handoffs()
-            && worth_handing_off(hold);
-        if pass_on {
-            drop(local);
-            // The waiter we counted may have left meanwhile; then the hold is nobody's.
-            slot.release_orphaned_hold(self);
-            return None;
-        }
-        local.hold = None;
-        self.renewer.deregister(hold);
-        Some(local)
-    }
-
-    /// Releases `hold` on the server, then lets the next local waiter in (when the hold came
-    /// with the local lock). Returns whether it was still held.
-    pub(crate) async fn release_hold(
-        &self,
-        local: Option<OwnedMutexGuard<SlotState>>,
-        hold: &Hold,
-    ) -> Result<bool> {
-        let released = match self.backend.release(&hold.name, hold.token).await {
-            Ok(r) => r,
-            Err(e @ Error::Unavailable { .. }) => {
-                // The caller hears of the failure, and the release goes on in the background
-                // until the server answers or the lease ends anyway.
-                self.release_retrying(hold.name.clone(), hold.token, hold.valid_until());
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        if let Some(mut local) = local {
-            if released.contended {
-                let grace = self.opts.contended_release_grace();
-                if !grace.is_zero() {
-                    local.yield_until = Some(Instant::now() + grace);
-                }
-            }
-            drop(local);
-        }
-        Ok(released.was_held)
-    }
 }
 
 #[cfg(all(test, feature = "memory"))]

@@ -1,0 +1,10 @@
+//! The contender-queue family: backends where every contender for a key writes an ordered
+//! entry of its own (a ZooKeeper sequential node, an etcd key ordered by create revision) and
+//! waits for the entry before it to go, rather than retrying. ZooKeeper and etcd are its
+//! members. What their layouts share is decided here once, free of I/O: who holds a key and
+//! where a contender stands ([`verdict`]). Each backend reads its own layout into ordered
+//! `(kind, entry)` lists and acts on the answer.
+
+mod verdict;
+
+pub(crate) use verdict::{holders, verdict, Verdict};
