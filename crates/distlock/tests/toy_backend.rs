@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_testkit::conformance::Harness;
 use distlock::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, Fencing, ListedLock, LockInfo, LockKind,
     LockName, Released, Result, Token,
 };
+use distlock_testkit::conformance::Harness;
 use tokio::time::Instant;
 
 // ---- the engine: a lease table ------------------------------------------------------------
