@@ -15,7 +15,9 @@ REQUIRED = ("description", "license", "repository", "readme", "keywords", "categ
 
 
 def version(text):
-    return tuple(int(part) for part in text.split("."))
+    # Padded to three parts: "1.88" and "1.88.0" are the same version.
+    parts = [int(part) for part in text.split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
 
 
 def published(meta, names):
