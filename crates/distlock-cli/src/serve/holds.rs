@@ -49,9 +49,10 @@ pub struct AcquireRequest {
     pub owner: Option<String>,
 }
 
-/// The address of the client of a request, for the owner of its holds.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub std::net::SocketAddr);
+/// The default owner of a connection's holds, `http <the client's address>`: made once per
+/// connection and put into each of its requests.
+#[derive(Debug, Clone)]
+pub struct Peer(pub Owner);
 
 /// The body of `PUT /v1/locks/{key}/{token}`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -182,7 +183,7 @@ impl Holds {
             (Some(o), _) => {
                 Owner::new(o).map_err(|e| ApiError::bad_request(format!("owner: {e}")))?
             }
-            (None, Some(Peer(addr))) => Owner::new(format!("http {addr}"))?,
+            (None, Some(Peer(owner))) => owner,
             (None, None) => Owner::new("http")?,
         };
         let lease = lease_of(req.lease_ms)?;

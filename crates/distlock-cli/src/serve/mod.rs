@@ -39,6 +39,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::future::Either;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -213,12 +214,27 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                 };
                 let _ = tcp.set_nodelay(true);
                 // The address the client reached: what an address in its `Host` must be.
-                let arrived = sites::Arrived(tcp.local_addr().unwrap_or(local));
+                let arrived = tcp.local_addr().unwrap_or(local);
+                let owner = distlock::Owner::new(format!("http {peer}")).ok().map(holds::Peer);
                 let routed = TowerToHyperService::new(router.clone());
+                let gate = service.clone();
                 let service = hyper::service::service_fn(move |mut request| {
-                    request.extensions_mut().insert(arrived);
-                    request.extensions_mut().insert(holds::Peer(peer));
-                    hyper::service::Service::call(&routed, request)
+                    let answer = match routes::refused(&gate, &request, arrived) {
+                        Some(refused) => Either::Left(std::future::ready(Ok::<_, std::convert::Infallible>(refused))),
+                        None => {
+                            if let Some(owner) = &owner {
+                                request.extensions_mut().insert(owner.clone());
+                            }
+                            Either::Right(hyper::service::Service::call(&routed, request))
+                        }
+                    };
+                    async move {
+                        let response = answer.await;
+                        if let Ok(r) = &response {
+                            metrics::request(r.status().as_u16());
+                        }
+                        response
+                    }
                 });
                 let watcher = graceful.watcher();
                 let tls = tls.clone();

@@ -1,13 +1,13 @@
 //! The HTTP surface (docs/SERVE.md): one router, thin handlers that call the holds, the board
 //! and the library; bad input becomes 400 with `{"error"}` before anything is taken.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -46,7 +46,6 @@ pub fn router(service: Arc<Service>) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn_with_state(service.clone(), gate))
         .with_state(service)
 }
 
@@ -65,27 +64,31 @@ fn api() -> (Router<Arc<Service>>, utoipa::openapi::OpenApi) {
     (router, doc)
 }
 
-/// Requests from other sites (see `sites`), the bearer token (or `access_token` in the query,
-/// for the page's `EventSource`, which cannot set headers), refusal while stopping, and the
-/// request counter.
-async fn gate(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
-    let response = if let Err(refused) = service.sites.check(&request) {
-        refused.into_response()
-    } else if !authorized(&service, request.headers(), request.uri().query()) {
+/// The gate in front of every route, run by each connection before the router: requests
+/// from other sites (see `sites`), the bearer token (or `access_token` in the query, for the
+/// page's `EventSource`, which cannot set headers), refusal while stopping. `Some` is the
+/// answer of a refused request. (A plain function rather than an axum middleware, which would
+/// clone and box the router's service for every request.)
+pub fn refused<B>(
+    service: &Service,
+    request: &Request<B>,
+    arrived: SocketAddr,
+) -> Option<Response> {
+    if let Err(refused) = service.sites.check(request, arrived) {
+        Some(refused.into_response())
+    } else if !authorized(service, request.headers(), request.uri().query()) {
         let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
             .into_response();
         r.headers_mut().insert(
             header::WWW_AUTHENTICATE,
             header::HeaderValue::from_static("Bearer"),
         );
-        r
+        Some(r)
     } else if service.is_stopping() {
-        ApiError::shutting_down().into_response()
+        Some(ApiError::shutting_down().into_response())
     } else {
-        next.run(request).await
-    };
-    super::metrics::request(response.status().as_u16());
-    response
+        None
+    }
 }
 
 fn authorized(service: &Service, headers: &HeaderMap, query: Option<&str>) -> bool {

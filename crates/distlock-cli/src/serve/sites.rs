@@ -16,14 +16,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::Request;
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 
 use super::ApiError;
-
-/// The local address a connection arrived at, put into each of its requests.
-#[derive(Debug, Clone, Copy)]
-pub struct Arrived(pub SocketAddr);
 
 /// Which hosts requests may name.
 #[derive(Debug)]
@@ -58,7 +53,8 @@ impl Sites {
     }
 
     /// `Ok` if the request may go on; else the answer (403, 400 or 415 with `{"error"}`).
-    pub fn check(&self, request: &Request) -> Result<(), ApiError> {
+    /// `arrived`: the local address the request's connection arrived at.
+    pub fn check<B>(&self, request: &Request<B>, arrived: SocketAddr) -> Result<(), ApiError> {
         let headers = request.headers();
         let host = request
             .uri()
@@ -66,8 +62,7 @@ impl Sites {
             .map(|a| a.as_str())
             .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
             .ok_or_else(|| forbidden("the request names no Host"))?;
-        let arrived = request.extensions().get::<Arrived>().map(|a| a.0);
-        if !self.host_allowed(host, arrived) {
+        if !self.host_allowed(host, Some(arrived)) {
             return Err(forbidden(format!(
                 "Host {host:?} is not an address this service listens on \
                  (name it with --allow-host to accept it)"
