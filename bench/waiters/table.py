@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Markdown table of bench/waiters/run.sh's JSON lines: table.py FILE.jsonl..."""
+"""Markdown table of bench/waiters/run.sh's and peers/run.sh's JSON lines: table.py FILE.jsonl...
+
+A peer's line (it has a `client` field) shows as `backend: client`."""
 import json
 import sys
 
@@ -19,13 +21,14 @@ def main(paths):
     for path in paths:
         for line in open(path):
             d = json.loads(line)
+            name = f"{d['backend']}: {d['client']}" if "client" in d else d.get("backend")
             if "error" in d:
-                print(f"| {d['backend']} | | {fmt(d.get('waiters'))} | failed: {d['error']} "
+                print(f"| {name} | | {fmt(d.get('waiters'))} | failed: {d['error']} "
                       "| | | | | | | | |")
                 continue
             note = "" if d["errors"] == 0 else f" ({d['errors']} errors)"
             print(
-                f"| {d['backend']} | {d['layout']} | {fmt(d['waiters'])} "
+                f"| {name} | {d['layout']} | {fmt(d['waiters'])} "
                 f"| {fmt(d['handoffs'])} ({d['seconds']}){note} "
                 f"| {fmt(d['handoff_p50_us'])} | {fmt(d['handoff_p99_us'])} "
                 f"| {fmt(d['server_cpu_us_per_handoff'])} | {fmt(d['client_cpu_us_per_handoff'])} "

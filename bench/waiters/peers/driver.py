@@ -197,7 +197,36 @@ class Kazoo(Peer):
         return acquire, lock.release, lambda: zk.exists("/")
 
 
-PEERS = {"redis-py": RedisPy, "python-redis-lock": PythonRedisLock, "kazoo": Kazoo}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def node_version(name):
+    with open(os.path.join(HERE, "node", "node_modules", name, "package.json")) as f:
+        return name + " " + json.load(f)["version"]
+
+
+class NodeRedlock(Peer):
+    """redlock (v5) on one server: EVALSHA of its acquire script; retry after 200 ± 100 ms."""
+    client = "node-redlock"
+    wait = "retry the acquire script after 200 ± 100 ms (library default), retryCount -1"
+    node = True
+
+    def version(self):
+        return node_version("redlock") + " (" + node_version("ioredis") + ")"
+
+
+class RedisSemaphore(Peer):
+    """redis-semaphore's Mutex: SET NX PX; retry every retryInterval (10 ms by default)."""
+    client = "redis-semaphore Mutex"
+    wait = "poll: SET NX every retryInterval=10 ms (library default)"
+    node = True
+
+    def version(self):
+        return node_version("redis-semaphore") + " (" + node_version("ioredis") + ")"
+
+
+PEERS = {"redis-py": RedisPy, "python-redis-lock": PythonRedisLock, "kazoo": Kazoo,
+         "node-redlock": NodeRedlock, "redis-semaphore": RedisSemaphore}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,9 +403,13 @@ def coordinate(a):
         procs = min(a.procs, a.waiters)
         for i in range(procs):
             n = a.waiters // procs + (1 if i < a.waiters % procs else 0)
+            if getattr(PEERS[a.peer], "node", False):
+                cmd = ["node", os.path.join(HERE, "node", "worker.js")]
+            else:
+                cmd = [sys.executable, __file__, "--worker"]
             workers.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", "--peer", a.peer, "--url", url,
-                 "--waiters", str(n), "--counter", counter, "--requeue", a.requeue],
+                cmd + ["--peer", a.peer, "--url", url, "--waiters", str(n), "--counter", counter,
+                       "--requeue", a.requeue],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         for w in workers:
             line = w.stdout.readline()

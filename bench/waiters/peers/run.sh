@@ -3,11 +3,12 @@
 # client of its own, spread over 10 processes, one JSON line per peer and W.
 #   bench/waiters/peers/run.sh                                   # every peer, the W of the README
 #   bench/waiters/peers/run.sh --peers kazoo --waiters 10,100 --handoffs 1000 --time 15
-# Installs the peers (requirements.txt) into bench/waiters/peers/.venv on first use. Appends to
+# Installs the peers on first use: requirements.txt into bench/waiters/peers/.venv, and
+# node/package-lock.json into node/node_modules (npm ci). Appends to
 # bench/waiters/results/<UTC time>-peers.jsonl; bench/waiters/table.py makes the table.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-peers=redis-py,python-redis-lock,kazoo
+peers=redis-py,python-redis-lock,node-redlock,redis-semaphore,kazoo
 waiters=
 handoffs=2000
 time_limit=20
@@ -32,20 +33,29 @@ if ! cmp -s "$here/requirements.txt" "$venv/.installed-requirements.txt"; then
   cp "$here/requirements.txt" "$venv/.installed-requirements.txt"
 fi
 
+case ",$peers," in
+  *,node-redlock,* | *,redis-semaphore,*)
+    if ! cmp -s "$here/node/package-lock.json" "$here/node/node_modules/.installed-package-lock.json"; then
+      (cd "$here/node" && npm ci --no-audit --no-fund --loglevel=error)
+      cp "$here/node/package-lock.json" "$here/node/node_modules/.installed-package-lock.json"
+    fi ;;
+esac
+
 out=$here/../results
 mkdir -p "$out"
 jsonl=$out/$(date -u +%Y%m%dT%H%M%SZ)-peers.jsonl
 for p in ${peers//,/ }; do
   case $p in
-    redis-py | python-redis-lock) list=${waiters:-10,100,1000} ;;
-    kazoo) list=${waiters:-10,100,1000} ;;
-    *) echo "{\"client\":\"$p\",\"error\":\"not a peer of this bench\"}" | tee -a "$jsonl"; continue ;;
+    redis-py | python-redis-lock | node-redlock | redis-semaphore) backend=redis ;;
+    kazoo) backend=zookeeper ;;
+    *) echo "{\"backend\":\"-\",\"client\":\"$p\",\"error\":\"not a peer of this bench\"}" | tee -a "$jsonl"; continue ;;
   esac
+  list=${waiters:-10,100,1000}
   for w in ${list//,/ }; do
     # A hard bound on top of the driver's own: connecting 1 000 sessions included.
     if ! timeout $((${time_limit%.*} + 300)) "$venv/bin/python" "$here/driver.py" --peer "$p" \
       --waiters "$w" --handoffs "$handoffs" --time "$time_limit" "${extra[@]}" | tee -a "$jsonl"; then
-      echo "{\"backend\":\"$p\",\"waiters\":$w,\"error\":\"failed, see above\"}" | tee -a "$jsonl"
+      echo "{\"backend\":\"$backend\",\"client\":\"$p\",\"waiters\":$w,\"error\":\"failed, see above\"}" | tee -a "$jsonl"
     fi
   done
 done
