@@ -151,7 +151,9 @@ class PythonRedisLock(Peer):
                 peer.count("wakeups")
                 return r
 
-        r = Counted.from_url(self.url)
+        # Its BLPOP waits up to `expire` (30 s): redis-py 8's default socket_timeout (5 s) would
+        # end longer waits with a TimeoutError, which earlier redis-py (no timeout) did not.
+        r = Counted.from_url(self.url, socket_timeout=None)
         lock = redis_lock.Lock(r, KEY, expire=TTL_S)
 
         def acquire():
@@ -202,7 +204,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def node_version(name):
     with open(os.path.join(HERE, "node", "node_modules", name, "package.json")) as f:
-        return name + " " + json.load(f)["version"]
+        return name + " " + json.load(f)["version"].lstrip("v")
 
 
 class NodeRedlock(Peer):
@@ -282,6 +284,7 @@ def worker(a):
         while mono_ns() < start:
             time.sleep(max(0, (start - mono_ns()) / 1e9))
         while True:
+            t0 = mono_ns()
             try:
                 ok = acquire()
             except Exception as e:  # noqa: BLE001
@@ -300,12 +303,18 @@ def worker(a):
             n = read_counter(a.counter) + 1
             with open(a.counter, "w") as f:
                 f.write(str(n))
+            if a.requeue == "after-handover" and n > 1:
+                # Hold until the previous holder has queued again (its marker file), so that
+                # it waits like the others instead of finding the key free after this release.
+                marker, until = f"{a.counter}.q{n - 1}", time.monotonic() + 0.05
+                while not os.path.exists(marker) and time.monotonic() < until:
+                    time.sleep(0.0002)
             t2 = mono_ns()
             try:
                 release()
             except Exception as e:  # noqa: BLE001
                 error("release: %r" % (e,))
-            holds.append((t1, t2, i))
+            holds.append((t0, t1, t2, i))
             with mu:
                 state["in_cs"] -= 1
             if a.requeue == "after-handover":
@@ -313,6 +322,7 @@ def worker(a):
                 # libraries let a releaser take the key straight back, which is no hand-over.
                 while read_counter(a.counter) == n and not state["stopped"]:
                     time.sleep(0.0005)
+                open(f"{a.counter}.q{n}", "w").close()
 
     ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(a.waiters)]
     while mono_ns() < start:
@@ -437,7 +447,7 @@ def coordinate(a):
             if not line:
                 raise SystemExit("a worker ended without its result")
             r = json.loads(line)
-            holds += [(t1, t2, (i << 32) | h) for t1, t2, h in r["holds"]]
+            holds += [(t1, t2, (i << 32) | h, t0) for t0, t1, t2, h in r["holds"]]
             client_cpu += r["cpu_s"]
             attempts += r["attempts"]
             wakeups += r["wakeups"]
@@ -445,13 +455,17 @@ def coordinate(a):
             first_error = first_error or r["first_error"]
         exclusive = read_counter(counter) == len(holds)
         holds.sort()
-        lat, reacquired = [], 0
+        lat, reacquired, found_free = [], 0, 0
         for prev, nxt in zip(holds, holds[1:]):
             exclusive &= nxt[0] >= prev[1]
             if nxt[0] > stop:
                 continue
             if nxt[2] == prev[2]:
                 reacquired += 1
+            elif nxt[3] >= prev[1]:
+                # The next holder called acquire() only after the release: it found the key
+                # free and did not wait, which is no hand-over either.
+                found_free += 1
             else:
                 lat.append(nxt[0] - prev[1])
         lat.sort()
@@ -469,7 +483,7 @@ def coordinate(a):
             "client_cpu_us_per_handoff": per(client_cpu * 1e6),
             "wakeups_per_handoff": per(wakeups),
             "layout": "spread", "max_poll_s": None, "query": None, "procs": procs,
-            "handoffs": n, "reacquired": reacquired, "seconds": round(seconds, 2),
+            "handoffs": n, "reacquired": reacquired, "found_free": found_free, "seconds": round(seconds, 2),
             "attempts_per_handoff": per(attempts), "wait_polls_per_handoff": None,
             "exclusive": exclusive, "errors": errors, "first_error": first_error,
             "server_pid": server.pid, "loadavg": loadavg(), "wait": PEERS[a.peer].wait,

@@ -94,6 +94,7 @@ async function main() {
   const run = async (i) => {
     const w = waiters[i];
     for (;;) {
+      const t0 = now();
       try {
         await w.acquire();
       } catch (e) {
@@ -110,6 +111,11 @@ async function main() {
       state.inCs++;
       const n = readCounter(a.counter) + 1;
       fs.writeFileSync(a.counter, String(n));
+      if (a.requeue === "after-handover" && n > 1) {
+        // Hold until the previous holder has queued again (driver.py does the same).
+        const until = Date.now() + 50;
+        while (!fs.existsSync(`${a.counter}.q${n - 1}`) && Date.now() < until) await sleep(0.2);
+      }
       const t2 = now();
       try {
         await w.release();
@@ -117,10 +123,11 @@ async function main() {
         errors++;
         firstError = firstError || `release: ${e && e.message}`;
       }
-      holds.push([t1.toString(), t2.toString(), i]);
+      holds.push([t0.toString(), t1.toString(), t2.toString(), i]);
       state.inCs--;
       if (a.requeue === "after-handover") {
         while (readCounter(a.counter) === n && !state.stopped) await sleep(0.5);
+        fs.writeFileSync(`${a.counter}.q${n}`, "");
       }
     }
   };
