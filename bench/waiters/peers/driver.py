@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Issue 29's many-waiters bench for distlock's peers: W waiters on one key, spread over OS
-processes, each waiter a client of its own on a thread (these libraries block). Prints one JSON
-line with the fields of waiters_bench's, plus `client` (the peer) and `wait` (how it waits).
+processes, each waiter a client of its own (a thread in Python, since these libraries block; an
+async task in Node). Prints one JSON line with the fields of waiters_bench's, plus `client` (the
+peer), `wait` (how it waits), `requeue` and `found_free`.
 
-    driver.py --peer redis-py|python-redis-lock|kazoo --waiters W [--procs 10]
-              [--handoffs N] [--time SECS] [--requeue after-handover|at-once]
+    driver.py --peer redis-py|python-redis-lock|node-redlock|redis-semaphore|kazoo --waiters W
+              [--procs 10] [--handoffs N] [--time SECS] [--requeue after-handover|at-once]
 
 The coordinator starts a throwaway server (redis-server, or ZooKeeper with maxClientCnxns=0),
-the worker processes (this file with --worker), opens the window at one CLOCK_MONOTONIC instant
-once every waiter is connected and warmed up, and closes it after --handoffs holds (the counter
-file every holder increments) or --time seconds.
+the worker processes (this file with --worker, or node/worker.js for the Node peers), opens the
+window at one CLOCK_MONOTONIC instant once every waiter is connected and warmed up, and closes it
+after --handoffs holds (the counter file every holder increments) or --time seconds.
 """
 import argparse
 import json
