@@ -14,6 +14,8 @@
 # Builds waiters_bench in release, or in the dev profile with WAITERS_PROFILE=debug (what the
 # README's figures used: no release build of the workspace fitted the machine that round).
 # Writes bench/waiters/results/<UTC time>.jsonl too; bench/waiters/table.py makes the table.
+# The peers of issue 29 (redis-py, python-redis-lock, redlock, redis-semaphore, kazoo), measured
+# the same way: bench/waiters/peers/run.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 backends=memory,redis,zookeeper,etcd,postgres,mysql
