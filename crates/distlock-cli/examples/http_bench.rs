@@ -220,10 +220,17 @@ struct Target {
 
 impl Target {
     fn new(name: &'static str, (child, base): (Child, String)) -> Self {
+        let mut target = Target::external(name, child.id(), base);
+        target.child = Some(child);
+        target
+    }
+
+    /// A server this program did not start (its process `pid` is only measured).
+    fn external(name: &'static str, pid: u32, base: String) -> Self {
         Target {
             name,
-            pid: child.id(),
-            child: Some(child),
+            pid,
+            child: None,
             base,
             cycles: 0,
             elapsed: Duration::ZERO,
@@ -624,18 +631,10 @@ async fn bench(a: Args) {
     }
     if let Some(url) = &a.etcd_gateway {
         // The gateway is etcd itself: its process is the server measured.
-        targets.push(Target {
-            name: "etcd_gateway",
-            pid: a.etcd_pid.expect("--etcd-gateway needs --etcd-pid"),
-            child: None,
-            base: url.trim_end_matches('/').to_owned(),
-            cycles: 0,
-            elapsed: Duration::ZERO,
-            server_cpu: Duration::ZERO,
-            client_cpu: Duration::ZERO,
-            latencies: Vec::new(),
-            gateway: true,
-        });
+        let pid = a.etcd_pid.expect("--etcd-gateway needs --etcd-pid");
+        let mut gateway = Target::external("etcd_gateway", pid, url.trim_end_matches('/').into());
+        gateway.gateway = true;
+        targets.push(gateway);
     }
     if let Some(threads) = a.ceiling_threads {
         let mut command = Command::new(std::env::current_exe().expect("this program"));
