@@ -215,6 +215,13 @@ pub enum Attempt {
         /// The holder's remaining lease, where the backend knows it; waiters use it to time
         /// their fallback poll.
         retry_after: Option<Duration>,
+        /// How many contenders (holders and waiters) the backend's queue has before this
+        /// token, where it knows it. A backend reports it only when it wakes a queued token
+        /// in its turn by itself (a watch on its predecessor, as ZooKeeper and etcd keep), so
+        /// that polling only guards against a lost wake-up: a waiter `n` places back then
+        /// polls `n` times less often, and the polls of W waiters grow with log W, not W.
+        /// `None`: every waiter polls at the registry's pace.
+        ahead: Option<u32>,
     },
     /// The lock is ours: a release handed it to this token after the server answered the
     /// token's last [`Attempt::Busy`] (a backend with a wait queue may tell the head waiter so

@@ -94,6 +94,7 @@ impl Backend for ToyBackend {
         self.with_row(&request.name, |row| match row.live(now) {
             Some((token, until, _)) if *token != request.token => Attempt::Busy {
                 retry_after: Some(*until - now),
+                ahead: None,
             },
             _ => {
                 row.fence += 1;

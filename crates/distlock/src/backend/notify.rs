@@ -50,6 +50,11 @@ impl ReleaseSubscription {
         }
     }
 
+    /// Whether anything can fire this subscription (false for [`never`](Self::never)).
+    pub(crate) fn listens(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
     /// A subscription to `signal`; `keep` is dropped with the subscription (a reference count
     /// that lets the backend unsubscribe when nobody listens any more).
     pub fn new(signal: Arc<ReleaseSignal>, keep: Option<Box<dyn Send + Sync>>) -> Self {

@@ -228,7 +228,10 @@ impl Backend for MemoryBackend {
                     entry.writers_waiting.insert(token, now + WRITER_PLACE);
                 }
                 let retry_after = entry.holders.values().map(|h| h.expires - now).min();
-                return Ok(Attempt::Busy { retry_after });
+                return Ok(Attempt::Busy {
+                    retry_after,
+                    ahead: None,
+                });
             }
         }
         entry.writers_waiting.remove(&token);
@@ -362,7 +365,10 @@ mod tests {
             Capabilities::new("minimal")
         }
         async fn acquire(&self, _: &AcquireRequest) -> Result<Attempt> {
-            Ok(Attempt::Busy { retry_after: None })
+            Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            })
         }
         async fn release(&self, _: &LockName, _: Token) -> Result<Released> {
             Ok(Released::default())

@@ -221,6 +221,9 @@ impl Lock {
         };
         let mut was_busy = false;
         let mut last_busy_sent: Option<Instant> = None;
+        // Contenders before this token in the backend's queue, when the backend wakes it in
+        // turn (see `Attempt::Busy::ahead`).
+        let mut ahead: Option<u32> = None;
 
         // Having just released a lock others were waiting for, let one of them have it first.
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
@@ -332,8 +335,12 @@ impl Lock {
                     tracing::debug!(fence = backend_fence, waited = ?started.elapsed(), "acquired");
                     return Ok(hold);
                 }
-                Ok(Attempt::Busy { retry_after }) => {
+                Ok(Attempt::Busy {
+                    retry_after,
+                    ahead: a,
+                }) => {
                     was_busy = true;
+                    ahead = a;
                     retry_after
                 }
                 Err(e) => {
@@ -368,14 +375,15 @@ impl Lock {
                 continue;
             }
             // Without a notification, poll: soon at first, then backing off, never later than
-            // the holder's lease says the lock could be free.
-            let mut delay = poll;
-            if let Some(r) = retry_after {
-                delay = delay
-                    .max(Duration::from_millis(1))
-                    .min(r + Duration::from_millis(1));
-            }
-            let delay = jitter(delay.min(max_poll));
+            // the holder's lease says the lock could be free; spread by the place in the
+            // queue when the backend wakes this waiter in its turn.
+            let listens = sub.as_ref().is_some_and(ReleaseSubscription::listens);
+            let delay = jitter(poll_delay(
+                poll,
+                max_poll,
+                retry_after,
+                ahead.filter(|_| listens),
+            ));
             poll = (poll * 2).min(max_poll);
             let wake_at =
                 deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
@@ -428,6 +436,31 @@ impl Drop for QueueEntry<'_> {
             });
         }
     }
+}
+
+/// The most a queued waiter's poll is spread by its place (`max_poll` × this): a bound on how
+/// late a waiter deep in the queue notices a wake-up that was lost.
+const MAX_SPREAD: u32 = 120;
+
+/// The pause before the next poll of a waiter: `poll` (its backed-off pace, at most
+/// `max_poll`), no later than the holder's remaining lease (`retry_after`, plus a millisecond),
+/// and, for a waiter that its backend wakes in turn, `poll` times its place in the queue
+/// (`ahead`, at most [`MAX_SPREAD`]). Only the waiters near the head then poll at the
+/// registry's pace: W waiters make about `2 ln W` polls per `max_poll`, not W.
+pub(super) fn poll_delay(
+    poll: Duration,
+    max_poll: Duration,
+    retry_after: Option<Duration>,
+    ahead: Option<u32>,
+) -> Duration {
+    let spread = ahead.map_or(1, |n| n.clamp(1, MAX_SPREAD));
+    let mut delay = poll.min(max_poll).saturating_mul(spread);
+    if let Some(r) = retry_after {
+        delay = delay
+            .max(Duration::from_millis(1))
+            .min(r + Duration::from_millis(1));
+    }
+    delay
 }
 
 fn jitter(d: Duration) -> Duration {

@@ -20,6 +20,21 @@ use crate::error::{Error, Result};
 use super::client::{is_lease_not_found, map_err};
 use super::pb;
 
+/// The contenders before revision `rev`, as far as `asc` (the oldest keys of the directory,
+/// ascending, with the directory's count) shows them: exact when the key of `rev` is among
+/// them, else the count less that key, an upper bound. A waiter far back then polls at the
+/// slowest pace, and its predecessor's watch wakes it in turn.
+fn ahead_of(asc: &pb::RangeResponse, rev: i64) -> Option<u32> {
+    match asc.kvs.iter().position(|kv| kv.create_revision >= rev) {
+        Some(i) => count(i),
+        None => u32::try_from(asc.count.saturating_sub(1)).ok(),
+    }
+}
+
+fn count(n: usize) -> Option<u32> {
+    u32::try_from(n).ok()
+}
+
 /// What one look at the queue found.
 enum Step {
     /// Our own key is not in it (it just went).
@@ -89,9 +104,12 @@ impl Shared {
             if rounds > 8 {
                 // The queue keeps changing under us; the registry comes back after the next
                 // notification or poll. Busy is always safe.
-                return Ok(Attempt::Busy { retry_after: None });
+                return Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                });
             }
-            let (mine, verdict) = if e.phase == Phase::New {
+            let (mine, verdict, ahead) = if e.phase == Phase::New {
                 // A queued key that finds older keys waits on a short waiter lease (named after
                 // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
                 // queue within the waiter ttl; a key that holds at once goes on a session of its
@@ -240,13 +258,17 @@ impl Shared {
                 let Some(asc) = pb::range_at(&resp, asc_at) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
-                let verdict = if shares {
+                let (verdict, ahead) = if shares {
                     let before = self.before(&e.dir, rev, Some(asc)).await?;
-                    Step::Judged(judge(kind, &e.dir, &before))
+                    (
+                        Step::Judged(judge(kind, &e.dir, &before)),
+                        count(before.len()),
+                    )
                 } else {
-                    self.verdict_of(self.view(&e.dir, &mine, asc, None).await?, &mine)
+                    let view = self.view(&e.dir, &mine, asc, None).await?;
+                    (self.verdict_of(view, &mine), ahead_of(asc, rev))
                 };
-                (mine, verdict)
+                (mine, verdict, ahead)
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
                 // queue around it (for a reader or permit: every key before it).
@@ -275,20 +297,24 @@ impl Shared {
                     rev: e.create_rev,
                     lease: e.attached.as_ref().map_or(0, |s| s.id),
                 };
-                let verdict = if shares {
+                let (verdict, ahead) = if shares {
                     let Some(all) = pb::range_at(&resp, 0) else {
                         return Err(Error::backend(KIND, "short transaction reply"));
                     };
                     let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
-                    Step::Judged(judge(kind, &e.dir, &before))
+                    (
+                        Step::Judged(judge(kind, &e.dir, &before)),
+                        count(before.len()),
+                    )
                 } else {
                     let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
                     else {
                         return Err(Error::backend(KIND, "short transaction reply"));
                     };
-                    self.verdict_of(self.view(&e.dir, &mine, asc, Some(desc)).await?, &mine)
+                    let view = self.view(&e.dir, &mine, asc, Some(desc)).await?;
+                    (self.verdict_of(view, &mine), ahead_of(asc, mine.rev))
                 };
-                (mine, verdict)
+                (mine, verdict, ahead)
             };
 
             let pred = match verdict {
@@ -361,7 +387,10 @@ impl Shared {
                         self.zombify(e, err);
                     }
                 }
-                return Ok(Attempt::Busy { retry_after: None });
+                return Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                });
             }
             e.phase = Phase::Queued;
             e.pred = pred.clone();
@@ -371,7 +400,11 @@ impl Shared {
                 continue;
             };
             if !slot.subscribed() || slot.watches(&pred) {
-                return Ok(Attempt::Busy { retry_after: None });
+                // The watch on the predecessor wakes this waiter in turn.
+                return Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead,
+                });
             }
             // Watch the predecessor from now on, then look again: if it went before the watch
             // started, the next read shows it.

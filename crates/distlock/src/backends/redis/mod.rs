@@ -530,7 +530,10 @@ impl RedisBackend {
                 .await?
             {
                 KindAttempt::Acquired { fence, .. } => Ok(Attempt::Acquired { fence }),
-                KindAttempt::Busy { retry_after } => Ok(Attempt::Busy { retry_after }),
+                KindAttempt::Busy { retry_after } => Ok(Attempt::Busy {
+                    retry_after,
+                    ahead: None,
+                }),
                 KindAttempt::Disagree { permits } => Err(disagreement(name, permits)),
             };
         }
@@ -595,7 +598,10 @@ impl Backend for RedisBackend {
             return Ok(Attempt::HandedOver { fence });
         }
         if mode == crate::AcquireMode::Try && request.waits && self.expects_busy(name) {
-            return Ok(Attempt::Busy { retry_after: None });
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            });
         }
         let sent = std::time::Instant::now();
         let attempt = self.attempt(request).await;

@@ -66,7 +66,10 @@ impl RedisBackend {
                 // PTTL -1: a foreign client set the key without expiry; -2: free, but others
                 // are queued first (or it just vanished).
                 let retry_after = u64::try_from(pttl).ok().map(Duration::from_millis);
-                Ok(Attempt::Busy { retry_after })
+                Ok(Attempt::Busy {
+                    retry_after,
+                    ahead: None,
+                })
             }
             _ => Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
         }
@@ -184,7 +187,10 @@ impl RedisBackend {
                 match self.request(set).await? {
                     Reply::Bulk(None) => {
                         self.contended.mark(key);
-                        return Ok(Attempt::Busy { retry_after: None });
+                        return Ok(Attempt::Busy {
+                            retry_after: None,
+                            ahead: None,
+                        });
                     }
                     Reply::Simple(_) => {}
                     Reply::Error(e) => return Err(server_err(e)),
@@ -199,7 +205,10 @@ impl RedisBackend {
                 match <[Reply; 2]>::try_from(replies) {
                     Ok([Reply::Bulk(None), _]) => {
                         self.contended.mark(key);
-                        return Ok(Attempt::Busy { retry_after: None });
+                        return Ok(Attempt::Busy {
+                            retry_after: None,
+                            ahead: None,
+                        });
                     }
                     Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
                         return Ok(Attempt::Acquired { fence: f as u64 })

@@ -332,7 +332,10 @@ impl RedlockBackend {
                 if let Some(permits) = theirs {
                     return Err(disagreement(name, permits));
                 }
-                won.map(|_| Attempt::Busy { retry_after: None })
+                won.map(|_| Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                })
             }
         }
     }
@@ -369,7 +372,10 @@ impl RedlockBackend {
             Ok(n) if n >= self.quorum => Ok(Attempt::Acquired { fence: 0 }),
             outcome => {
                 self.unlock_all(&key, &hex).await?;
-                outcome.map(|_| Attempt::Busy { retry_after: None })
+                outcome.map(|_| Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                })
             }
         }
     }
@@ -508,7 +514,10 @@ impl Backend for RedlockBackend {
                 // No majority: give back what this attempt took, so that the nodes it won do
                 // not block the next contender for a whole lease.
                 self.unlock_all(&key, &hex).await?;
-                outcome.map(|_| Attempt::Busy { retry_after: None })
+                outcome.map(|_| Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                })
             }
         }
     }

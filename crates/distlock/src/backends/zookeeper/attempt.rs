@@ -196,7 +196,13 @@ impl Inner {
                     (name, czxid, children)
                 }
             };
-            let blocker = match place(&sort_for(role, &children), &own) {
+            let sorted = sort_for(role, &children);
+            // The watch on the blocker wakes this waiter in turn (see `Attempt::Busy::ahead`).
+            let ahead = sorted
+                .iter()
+                .position(|c| c.name == own)
+                .and_then(|i| u32::try_from(i).ok());
+            let blocker = match place(&sorted, &own) {
                 Place::Gone => {
                     // Our node is gone (deleted underneath): join the queue again.
                     if self.forget(token).is_some_and(|n| n.marked.is_some()) {
@@ -232,7 +238,10 @@ impl Inner {
                     Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
                 }
                 self.forget(token);
-                return Ok(Attempt::Busy { retry_after: None });
+                return Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                });
             }
             if !latch {
                 self.mark_node(&conn, token, parent, &own_path).await;
@@ -243,7 +252,10 @@ impl Inner {
             if !self.mark_waiting(token) {
                 continue;
             }
-            return Ok(Attempt::Busy { retry_after: None });
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead,
+            });
         }
         Err(Error::unavailable(
             KIND,

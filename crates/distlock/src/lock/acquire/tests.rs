@@ -183,10 +183,16 @@ impl Backend for HandsOver {
             requests.len()
         };
         match n {
-            1 => Ok(Attempt::Busy { retry_after: None }),
+            1 => Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            }),
             2 => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                Ok(Attempt::Busy { retry_after: None })
+                Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead: None,
+                })
             }
             _ => match self.inner.acquire(request).await? {
                 Attempt::Acquired { fence } => Ok(Attempt::HandedOver { fence }),
@@ -237,4 +243,84 @@ async fn a_hand_over_counts_the_lease_from_before_the_last_busy_attempt() {
     );
     assert!(remaining < lease - Duration::from_millis(200));
     guard.release().await.unwrap();
+}
+
+/// A busy lock behind a fair queue that reports this waiter `ahead` places back.
+#[derive(Debug)]
+struct AlwaysBehind {
+    inner: MemoryBackend,
+    ahead: Option<u32>,
+    attempts: AtomicUsize,
+}
+
+#[async_trait]
+impl Backend for AlwaysBehind {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().fifo(true)
+    }
+    async fn acquire(&self, _: &AcquireRequest) -> Result<Attempt> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        Ok(Attempt::Busy {
+            retry_after: None,
+            ahead: self.ahead,
+        })
+    }
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        self.inner.release(name, token).await
+    }
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        self.inner.extend(name, token, lease).await
+    }
+    async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
+        self.inner.subscribe(name, waiter).await
+    }
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// Attempts of one `try_lock_for(wait)` on a lock that stays busy, in paused time.
+async fn attempts_while_behind(ahead: Option<u32>, wait: Duration) -> usize {
+    let backend = Arc::new(AlwaysBehind {
+        inner: MemoryBackend::new(),
+        ahead,
+        attempts: AtomicUsize::new(0),
+    });
+    let options = RegistryOptions::default().with_max_poll_interval(Duration::from_millis(500));
+    let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
+    let lock = registry.obtain("k").unwrap();
+    assert!(lock.try_lock_for(wait).await.is_err());
+    backend.attempts.load(Ordering::SeqCst)
+}
+
+/// A waiter far back in a queue that wakes it in turn polls at a pace spread by its place; one
+/// at the head (or of a backend that does not say) at the registry's.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_far_back_in_the_queue_polls_less_often() {
+    let wait = Duration::from_secs(20);
+    let unknown = attempts_while_behind(None, wait).await;
+    let head = attempts_while_behind(Some(1), wait).await;
+    let far = attempts_while_behind(Some(1000), wait).await;
+    // 125 ms, 250 ms, then every 500 ms (±20 %): about 40 polls in 20 s.
+    assert!(unknown >= 30, "{unknown} attempts");
+    assert!(head >= 30, "{head} attempts");
+    // The first try, the attempt after subscribing, then 125 ms × 120 = 15 s (±20 %).
+    assert!(far <= 4, "{far} attempts");
+}
+
+#[test]
+fn the_poll_is_spread_by_the_place_up_to_a_bound() {
+    let ms = Duration::from_millis;
+    let max = ms(500);
+    assert_eq!(poll_delay(ms(125), max, None, None), ms(125));
+    assert_eq!(poll_delay(ms(500), max, None, Some(0)), ms(500));
+    assert_eq!(poll_delay(ms(500), max, None, Some(1)), ms(500));
+    assert_eq!(poll_delay(ms(500), max, None, Some(3)), ms(1500));
+    assert_eq!(
+        poll_delay(ms(500), max, None, Some(u32::MAX)),
+        max * MAX_SPREAD
+    );
+    // Never later than the holder's lease says the lock could be free.
+    assert_eq!(poll_delay(ms(500), max, Some(ms(300)), Some(50)), ms(301));
+    assert_eq!(poll_delay(ms(500), max, Some(ms(0)), None), ms(1));
 }

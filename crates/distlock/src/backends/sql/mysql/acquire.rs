@@ -97,9 +97,13 @@ impl MySql {
             MyShareOutcome::Disagree { permits } if !share.is_read() => {
                 Err(disagreement(name, permits))
             }
-            MyShareOutcome::Disagree { .. } => Ok(Attempt::Busy { retry_after: None }),
+            MyShareOutcome::Disagree { .. } => Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            }),
             MyShareOutcome::Busy { remaining_ms } => Ok(Attempt::Busy {
                 retry_after: Some(millis(remaining_ms)),
+                ahead: None,
             }),
         }
     }
@@ -219,7 +223,10 @@ impl MySql {
                     self.common.name_recorded(&a, &b);
                 }
                 let Some(row) = out.rows.first() else {
-                    return Ok(Attempt::Busy { retry_after: None });
+                    return Ok(Attempt::Busy {
+                        retry_after: None,
+                        ahead: None,
+                    });
                 };
                 if int(row, 0).unwrap_or(0) > 0 {
                     MyOutcome::Acquired {
@@ -248,6 +255,7 @@ impl MySql {
                 }
                 return Ok(Attempt::Busy {
                     retry_after: Some(millis(remaining_ms)),
+                    ahead: None,
                 });
             }
         };

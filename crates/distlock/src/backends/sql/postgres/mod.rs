@@ -360,6 +360,7 @@ impl Postgres {
             Some(theirs) if !share.is_read() => Err(disagreement(name, theirs)),
             _ => Ok(Attempt::Busy {
                 retry_after: Some(millis(remaining)),
+                ahead: None,
             }),
         }
     }
@@ -425,12 +426,16 @@ impl Engine for Postgres {
             }
         }
         let Some(row) = row else {
-            return Ok(Attempt::Busy { retry_after: None });
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            });
         };
         let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
         if !ours {
             return Ok(Attempt::Busy {
                 retry_after: Some(millis(remaining)),
+                ahead: None,
             });
         }
         Ok(Attempt::Acquired {

@@ -404,6 +404,7 @@ impl SqliteBackend {
             }),
             Err(remaining_ms) => Ok(Attempt::Busy {
                 retry_after: remaining_ms.map(millis),
+                ahead: None,
             }),
         })
     }
@@ -439,6 +440,7 @@ impl SqliteBackend {
             }),
             ShareOutcome::Busy(ms) => Ok(Attempt::Busy {
                 retry_after: ms.map(millis),
+                ahead: None,
             }),
             ShareOutcome::Disagree(theirs) => Err(disagreement(&name, theirs)),
         }

@@ -42,6 +42,7 @@ async fn acquire_busy_release() {
     {
         Attempt::Busy {
             retry_after: Some(d),
+            ..
         } => {
             assert!(
                 d > Duration::from_secs(25) && d <= LEASE,
