@@ -575,3 +575,37 @@ async fn a_hold_slice_longer_than_half_the_waiter_ttl_is_refused() {
         );
     }
 }
+
+/// A queued busy attempt tells the waiter its place (the holder and the waiters before it) and
+/// asks it back within half the waiter ttl, which keeps its place; a try has no place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_busy_attempt_reports_its_place_and_the_time_to_keep_it() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let name = LockName::new("lock", "places").unwrap();
+    let lease = Duration::from_secs(30);
+    let request = |token| AcquireRequest::new(name.clone(), token, lease);
+    assert!(matches!(
+        backend.acquire(&request(Token::random())).await.unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    let queued = |token| request(token).with_mode(AcquireMode::Queue);
+    let (first, second) = (Token::random(), Token::random());
+    let keep = RedisOptions::default().waiter_ttl / 2;
+    for (token, place) in [(first, 1), (second, 2), (first, 1), (second, 2)] {
+        match backend.acquire(&queued(token)).await.unwrap() {
+            Attempt::Busy {
+                retry_after: Some(r),
+                ahead: Some(ahead),
+            } => {
+                assert_eq!(ahead, place, "contenders before the waiter");
+                assert!(r <= keep, "back within {keep:?}, not {r:?}");
+            }
+            other => panic!("a queued waiter behind a holder is busy with a place: {other:?}"),
+        }
+    }
+    match backend.acquire(&request(Token::random())).await.unwrap() {
+        Attempt::Busy { ahead, .. } => assert_eq!(ahead, None, "a try has no place"),
+        other => panic!("a held lock is busy: {other:?}"),
+    }
+}

@@ -340,6 +340,7 @@ macro_rules! __conformance_scenarios {
             failed_acquisitions_leave_the_lock_free: ANY,
             local_waiters_are_fifo: ANY,
             remote_waiters_are_fifo: FIFO,
+            queued_places_count_the_contenders_before: FIFO,
             mutual_exclusion_across_processes: CROSS_PROCESS,
             odd_keys_are_distinct_locks: ANY,
             invalid_input_is_rejected: ANY,

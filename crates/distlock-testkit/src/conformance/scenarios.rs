@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{short_lease, within, Harness};
 use distlock::Error;
-use distlock::{AcquireRequest, Attempt, LockName, Token};
+use distlock::{AcquireMode, AcquireRequest, Attempt, LockName, Token};
 use distlock::{LockRegistry, RegistryOptions};
 
 /// Many tasks over four registries increment a non-atomic counter under the lock: no two are
@@ -580,4 +580,37 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
         .release()
         .await
         .unwrap();
+}
+
+/// A queued busy attempt that reports its place (`Attempt::Busy::ahead`) counts the contenders
+/// before it: the holder and the waiters queued earlier. Waiters poll by it, so a wrong count
+/// would leave the head polling slowly.
+pub async fn queued_places_count_the_contenders_before(h: &Harness) {
+    let backend = h.backend().await;
+    let name = LockName::new(h.prefix(), "places").unwrap();
+    let lease = Duration::from_secs(10);
+    let holder = Token::random();
+    assert!(matches!(
+        backend
+            .acquire(&AcquireRequest::new(name.clone(), holder, lease))
+            .await
+            .unwrap(),
+        Attempt::Acquired { .. }
+    ));
+    let (first, second) = (Token::random(), Token::random());
+    let queued =
+        |token| AcquireRequest::new(name.clone(), token, lease).with_mode(AcquireMode::Queue);
+    for (token, place) in [(first, 1), (second, 2), (first, 1), (second, 2)] {
+        match backend.acquire(&queued(token)).await.unwrap() {
+            Attempt::Busy { ahead, .. } => assert!(
+                ahead.is_none_or(|n| n == place),
+                "{ahead:?} before a waiter with {place} contender(s) before it"
+            ),
+            other => panic!("a waiter behind a holder acquired: {other:?}"),
+        }
+    }
+    for token in [second, first] {
+        backend.leave_queue(&name, token).await.unwrap();
+    }
+    assert!(backend.release(&name, holder).await.unwrap().was_held);
 }

@@ -58,7 +58,7 @@ impl RedisBackend {
                     .map_err(|_| Error::backend(KIND, format!("fence {fence} is negative")))?;
                 Ok(Attempt::Acquired { fence })
             }
-            Some(&[0, pttl, floor]) => {
+            Some(&[0, pttl, floor, ref rank @ ..]) if rank.len() <= 1 => {
                 self.contended.mark(key);
                 if fifo && mode == AcquireMode::Queue {
                     self.grants_busy(&token.to_hex_bytes(), floor);
@@ -66,10 +66,7 @@ impl RedisBackend {
                 // PTTL -1: a foreign client set the key without expiry; -2: free, but others
                 // are queued first (or it just vanished).
                 let retry_after = u64::try_from(pttl).ok().map(Duration::from_millis);
-                Ok(Attempt::Busy {
-                    retry_after,
-                    ahead: None,
-                })
+                Ok(self.queued_busy(retry_after, rank.first().copied(), fifo))
             }
             _ => Err(Error::backend(KIND, format!("unexpected reply {reply:?}"))),
         }
@@ -272,6 +269,25 @@ impl RedisBackend {
             Some(Reply::Error(e)) => Err(server_err(e)),
             Some(r) => Ok(r),
             None => Err(Error::unavailable(KIND, "missing reply")),
+        }
+    }
+
+    /// A busy reply for a token with a place in the queue at `rank` (0: the head; Redlock's
+    /// places have no head rule, so no rank counts there). A release wakes the head in turn
+    /// (its wake channel), so the waiters behind it poll only against a lost message and to
+    /// keep their places, which last `waiter_ttl` unless renewed: their polls are spread by
+    /// their place, but come back within half the waiter ttl.
+    fn queued_busy(&self, retry_after: Option<Duration>, rank: Option<i64>, fifo: bool) -> Attempt {
+        let Some(rank) = rank.filter(|r| fifo && *r >= 0) else {
+            return Attempt::Busy {
+                retry_after,
+                ahead: None,
+            };
+        };
+        let keep_place = Duration::from_millis(self.waiter_ttl_ms / 2);
+        Attempt::Busy {
+            retry_after: Some(retry_after.map_or(keep_place, |r| r.min(keep_place))),
+            ahead: u32::try_from(rank + 1).ok(),
         }
     }
 

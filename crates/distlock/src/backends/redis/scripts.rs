@@ -204,7 +204,7 @@ return fence()
 /// the caller will not wait, do not queue it), queue member (`<token>:<instance>`), owner
 /// description, and on Redlock `0` (the queue only tells readers that an exclusive waiter waits; no head rule, which would
 /// let each node pick another head). Returns {1, fence} when acquired, {0, pttl, fence_now}
-/// when busy.
+/// when busy, and with a place in the queue {0, pttl, fence_now, rank} (0 for the head).
 /// Only the head of the wait queue (or anyone, when nobody waits) may take a free lock; a
 /// held lock is busy without a look at the queue.
 ///
@@ -262,6 +262,7 @@ if ttl > 0 then
     ARGV[4] .. '|o', ARGV[5])
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
+  return {0, retry or redis.call('PTTL', KEYS[1]), fence_now(), redis.call('ZRANK', KEYS[3], ARGV[4]) or -1}
 end
 return {0, retry or redis.call('PTTL', KEYS[1]), fence_now()}
 ";
