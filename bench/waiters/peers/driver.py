@@ -4,11 +4,12 @@ processes, each waiter a client of its own (a thread in Python, since these libr
 async task in Node). Prints one JSON line with the fields of waiters_bench's, plus `client` (the
 peer), `wait` (how it waits), `requeue` and `found_free`.
 
-    driver.py --peer redis-py|python-redis-lock|node-redlock|redis-semaphore|kazoo --waiters W
-              [--procs 10] [--handoffs N] [--time SECS] [--requeue after-handover|at-once]
+    driver.py --peer redis-py|python-redis-lock|node-redlock|redis-semaphore|kazoo|go-concurrency-mutex
+              --waiters W [--procs 10] [--handoffs N] [--time SECS] [--requeue after-handover|at-once]
 
-The coordinator starts a throwaway server (redis-server, or ZooKeeper with maxClientCnxns=0),
-the worker processes (this file with --worker, or node/worker.js for the Node peers), opens the
+The coordinator starts a throwaway server (redis-server, ZooKeeper with maxClientCnxns=0, or a
+single-node etcd), the worker processes (this file with --worker, node/worker.js for the Node
+peers, go/bin/worker for the Go peer, which run.sh builds), opens the
 window at one CLOCK_MONOTONIC instant once every waiter is connected and warmed up, and closes it
 after --handoffs holds (the counter file every holder increments) or --time seconds.
 """
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from importlib.metadata import version as pkg_version
 
 KEY = "waiters-bench"
@@ -86,6 +88,8 @@ def proc_cpu_s(pid):
 # returning, a watch firing). Counting stops with the window (stats["open"]).
 
 class Peer:
+    backend = "redis"
+
     def __init__(self, name, url, stats):
         self.name, self.url, self.stats = name, url, stats
 
@@ -165,6 +169,7 @@ class PythonRedisLock(Peer):
 
 class Kazoo(Peer):
     """kazoo.recipe.lock.Lock: a sequential node; list the children, watch the predecessor."""
+    backend = "zookeeper"
     client = "kazoo Lock"
     wait = "watch on the predecessor's node; each try lists the lock's children"
 
@@ -228,8 +233,26 @@ class RedisSemaphore(Peer):
         return node_version("redis-semaphore") + " (" + node_version("ioredis") + ")"
 
 
+GO_WORKER = os.path.join(HERE, "go", "bin", "worker")
+
+
+class GoConcurrencyMutex(Peer):
+    """etcd's Go concurrency.Mutex (go/worker.go): a key per session under the prefix, put in a
+    txn; wait for the newest key created before it to be deleted (a Get, then a watch)."""
+    backend = "etcd"
+    client = "Go concurrency.Mutex"
+    wait = "watch on the newest key created before its own (a Get sorted by create revision, " \
+        "then a watch from that Get's revision)"
+    cmd = [GO_WORKER]
+
+    def version(self):
+        v = subprocess.run([GO_WORKER, "--version"], capture_output=True, text=True, check=True)
+        return v.stdout.strip()
+
+
 PEERS = {"redis-py": RedisPy, "python-redis-lock": PythonRedisLock, "kazoo": Kazoo,
-         "node-redlock": NodeRedlock, "redis-semaphore": RedisSemaphore}
+         "node-redlock": NodeRedlock, "redis-semaphore": RedisSemaphore,
+         "go-concurrency-mutex": GoConcurrencyMutex}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,6 +418,39 @@ def start_zookeeper(tmp):
     raise SystemExit("ZooKeeper did not start")
 
 
+def start_etcd(tmp):
+    # As distlock-testkit's single node (etcd 3.4 from Debian's etcd-server): heartbeat 50 ms,
+    # election 500 ms, no v2 API.
+    port, peer_port = free_port(), free_port()
+    client_url, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer_port}"
+    log = open(os.path.join(tmp, "log"), "w")
+    p = subprocess.Popen(
+        ["etcd", "--name", "m0", "--data-dir", os.path.join(tmp, "data"),
+         "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+         "--initial-cluster", f"m0={peer_url}", "--initial-cluster-state", "new",
+         "--initial-cluster-token", f"waiters-peers-{os.getpid()}",
+         "--heartbeat-interval", "50", "--election-timeout", "500",
+         "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+         "--enable-v2=false", "--snapshot-count", "10000"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={
+            k: v for k, v in os.environ.items() if not k.startswith("ETCD_")})
+    for _ in range(600):
+        if p.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(client_url + "/health", timeout=1) as r:
+                if json.load(r).get("health") == "true":
+                    return p, client_url
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise SystemExit("etcd did not start")
+
+
+SERVERS = {"redis": start_redis, "zookeeper": start_zookeeper, "etcd": start_etcd}
+
+
 def percentile(sorted_ns, p):
     if not sorted_ns:
         return None
@@ -406,8 +462,8 @@ def coordinate(a):
     server = None
     workers = []
     try:
-        backend = "zookeeper" if a.peer == "kazoo" else "redis"
-        server, url = (start_zookeeper if backend == "zookeeper" else start_redis)(tmp)
+        backend = PEERS[a.peer].backend
+        server, url = SERVERS[backend](tmp)
         counter = os.path.join(tmp, "counter")
         with open(counter, "w") as f:
             f.write("0")
@@ -416,6 +472,8 @@ def coordinate(a):
             n = a.waiters // procs + (1 if i < a.waiters % procs else 0)
             if getattr(PEERS[a.peer], "node", False):
                 cmd = ["node", os.path.join(HERE, "node", "worker.js")]
+            elif getattr(PEERS[a.peer], "cmd", None):
+                cmd = list(PEERS[a.peer].cmd)
             else:
                 cmd = [sys.executable, __file__, "--worker"]
             workers.append(subprocess.Popen(

@@ -3,12 +3,14 @@
 # client of its own, spread over 10 processes, one JSON line per peer and W.
 #   bench/waiters/peers/run.sh                                   # every peer, the W of the README
 #   bench/waiters/peers/run.sh --peers kazoo --waiters 10,100 --handoffs 1000 --time 15
-# Installs the peers on first use: requirements.txt into bench/waiters/peers/.venv, and
-# node/package-lock.json into node/node_modules (npm ci). Appends to
+# Installs the peers on first use: requirements.txt into bench/waiters/peers/.venv,
+# node/package-lock.json into node/node_modules (npm ci), and for the Go peer Debian's Go and
+# etcd sources (apt-get; go.etcd.io/etcd/clientv3 from /usr/share/gocode, no module proxy), with
+# go/worker.go built into go/bin. Appends to
 # bench/waiters/results/<UTC time>-peers.jsonl; bench/waiters/table.py makes the table.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-peers=redis-py,python-redis-lock,node-redlock,redis-semaphore,kazoo
+peers=redis-py,python-redis-lock,node-redlock,redis-semaphore,kazoo,go-concurrency-mutex
 waiters=
 handoffs=2000
 time_limit=20
@@ -41,6 +43,23 @@ case ",$peers," in
     fi ;;
 esac
 
+case ",$peers," in
+  *,go-concurrency-mutex,*)
+    # The Go client as Debian ships it (etcd 3.4.23's clientv3, as the etcd-server it talks to),
+    # built in GOPATH mode against /usr/share/gocode: no module download.
+    gocode=/usr/share/gocode
+    if ! command -v go >/dev/null || [ ! -d "$gocode/src/go.etcd.io/etcd/clientv3/concurrency" ]; then
+      apt-get install -y -q --no-install-recommends golang-go golang-etcd-server-dev >&2
+    fi
+    stamp=$here/go/bin/.built-from
+    if [ ! -x "$here/go/bin/worker" ] \
+      || ! printf '%s\n' "$(sha256sum "$here/go/worker.go")" "$(go version)" | cmp -s - "$stamp"; then
+      mkdir -p "$here/go/bin"
+      (cd "$here/go" && GO111MODULE=off GOPATH=$gocode GOFLAGS= GOPROXY=off go build -o bin/worker .)
+      printf '%s\n' "$(sha256sum "$here/go/worker.go")" "$(go version)" > "$stamp"
+    fi ;;
+esac
+
 out=$here/../results
 mkdir -p "$out"
 jsonl=$out/$(date -u +%Y%m%dT%H%M%SZ)-peers.jsonl
@@ -48,6 +67,7 @@ for p in ${peers//,/ }; do
   case $p in
     redis-py | python-redis-lock | node-redlock | redis-semaphore) backend=redis ;;
     kazoo) backend=zookeeper ;;
+    go-concurrency-mutex) backend=etcd ;;
     *) echo "{\"backend\":\"-\",\"client\":\"$p\",\"error\":\"not a peer of this bench\"}" | tee -a "$jsonl"; continue ;;
   esac
   list=${waiters:-10,100,1000}
