@@ -536,7 +536,9 @@ impl Engine for Postgres {
             if share.is_read() {
                 // A lone reader's release is the mutex's; a reader that was joined is in the
                 // holds table.
-                let rows = self.query("release", self.release(), &params, false).await?;
+                let rows = self
+                    .query("release", self.release(), &params, false)
+                    .await?;
                 if let Some(row) = rows.first() {
                     return Ok(Released {
                         was_held: true,

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use super::pool::Stmt;
 use super::state::Postgres;
 use crate::backend::{Attempt, LockName, ReleaseSignal, ReleaseSubscription, Token};
-use crate::backends::sql::millis;
 use crate::backends::sql::dialect::WAIT_ENTRY_MS;
 use crate::backends::sql::kinds::{place, Place};
 use crate::backends::sql::lease_table::Engine;
+use crate::backends::sql::millis;
 
 /// A waiting attempt renews its entry once this much of the entry's life has passed (the
 /// registry attempts at least every `max_poll_interval` while it waits, 500 ms by default).

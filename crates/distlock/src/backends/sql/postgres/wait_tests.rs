@@ -60,7 +60,10 @@ async fn a_release_wakes_the_next_waiter_alone() {
     for i in 0..3 {
         let released = b[holder.0].release(&name, holder.1).await.unwrap();
         assert!(released.was_held && released.contended, "{released:?}");
-        assert!(fires(&mut waiters[i].1, WOKEN).await, "waiter {i} not woken");
+        assert!(
+            fires(&mut waiters[i].1, WOKEN).await,
+            "waiter {i} not woken"
+        );
         for (j, later) in waiters.iter_mut().enumerate().skip(i + 1) {
             assert!(
                 !fires(&mut later.1, QUIET).await,
@@ -71,7 +74,11 @@ async fn a_release_wakes_the_next_waiter_alone() {
         let got = attempt(&b[i + 1], &name, token).await;
         assert!(matches!(got, Attempt::Acquired { .. }), "{got:?}");
         holder = (i + 1, token);
-        assert_eq!(entries(&db), 2 - i, "the woken waiter's entry went with the release");
+        assert_eq!(
+            entries(&db),
+            2 - i,
+            "the woken waiter's entry went with the release"
+        );
     }
     drop(waiters);
     assert!(b[holder.0].release(&name, holder.1).await.unwrap().was_held);
@@ -123,7 +130,11 @@ async fn waiters_gone_hold_up_one_hand_over_at_most() {
     std::mem::forget(vanished);
     assert!(b[0].release(&name, holder).await.unwrap().was_held);
     assert!(!fires(&mut last, QUIET).await, "woken, though not next");
-    assert_eq!(entries(&db), 1, "the vanished waiter's entry went with the release");
+    assert_eq!(
+        entries(&db),
+        1,
+        "the vanished waiter's entry went with the release"
+    );
     // Its poll finds the key free; the next release wakes nobody (nobody waits).
     let got = attempt(&b[3], &name, token).await;
     assert!(matches!(got, Attempt::Acquired { .. }), "{got:?}");
