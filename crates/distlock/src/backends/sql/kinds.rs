@@ -59,6 +59,12 @@ pub(crate) fn owners_table(table: &str) -> String {
     side_table(table, "_OWNERS")
 }
 
+/// The waiting writers and mutex waiters of PostgreSQL beside `table` (`<table>_waits`), in
+/// the order they came (see `dialect::pg_wait`).
+pub(crate) fn waits_table(table: &str) -> String {
+    side_table(table, "_waits")
+}
+
 fn side_table(table: &str, suffix: &str) -> String {
     if table.len() + suffix.len() <= 63 {
         return format!("{table}{suffix}");

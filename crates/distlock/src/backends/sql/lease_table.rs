@@ -142,8 +142,14 @@ pub trait Engine: Send + Sync + Sized + 'static {
     /// One attempt at an exclusive hold (mutex, writer), within [`Backend::acquire`].
     fn take_row(&self, take: Take<'_>) -> impl Future<Output = Result<Attempt>> + Send;
     /// Hears of other processes' releases of `name` from now on (within
-    /// [`Backend::subscribe`]; this process's own releases wake its waiters at once).
-    fn listen(self: &Arc<Self>, name: &LockName) -> impl Future<Output = Result<()>> + Send;
+    /// [`Backend::subscribe`]; this process's own releases wake its waiters at once). An engine
+    /// that wakes `waiter` alone (PostgreSQL's wait table) returns the subscription that does,
+    /// which the lock's subscription joins.
+    fn listen(
+        self: &Arc<Self>,
+        name: &LockName,
+        waiter: Token,
+    ) -> impl Future<Output = Result<Option<ReleaseSubscription>>> + Send;
     /// Deletes the row if held with `token` and tells other processes' waiters
     /// ([`Backend::release`]).
     fn release_token(
@@ -356,13 +362,15 @@ impl<E: Engine> Backend for LeaseTable<E> {
         per_entry(E::KIND, count, result)
     }
 
-    async fn subscribe(&self, name: &LockName, _waiter: Token) -> Result<ReleaseSubscription> {
+    async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
         let signals = &self.inner.common().signals;
         // Forget the wake-up entries of keys nobody waits for any more (the channel is shared).
         let _ = signals.take_idle(1024);
         let (sub, _) = signals.subscribe(&channel(name));
-        self.inner.listen(name).await?;
-        Ok(sub)
+        Ok(match self.inner.listen(name, waiter).await? {
+            Some(own) => sub.merge(own),
+            None => sub,
+        })
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {

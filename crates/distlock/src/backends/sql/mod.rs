@@ -48,8 +48,10 @@
 //!   second). A release that sees the stamp reports the lock as contended (the registry then lets
 //!   the waiters go first) and, on PostgreSQL, sends `pg_notify` in the same statement, so the
 //!   notification is delivered exactly when the release commits. Each backend listens on one
-//!   dedicated connection (`LISTEN` on a channel per table); a lost listening connection is
-//!   re-established and all waiters re-check. MySQL has no notifications: the holder's backend
+//!   dedicated connection (`LISTEN` on a channel per table and one of its own); a lost listening
+//!   connection is re-established and all waiters re-check. A PostgreSQL waiter for a mutex or
+//!   a write lock takes a place in `<table>_waits`, and a release takes the oldest place out
+//!   and notifies that waiter's backend alone (see `dialect/pg_wait.rs`). MySQL has no notifications: the holder's backend
 //!   keeps a `GET_LOCK` "doorbell" per held lock on one dedicated connection and gives it back
 //!   after the release; a waiter blocks in `GET_LOCK` on the doorbell on a dedicated connection
 //!   of its own and so wakes within a round trip of the release (see `mysql/doorbell.rs`). The

@@ -22,9 +22,11 @@ mod lite;
 mod my;
 mod pg;
 mod pg_shedlock;
+mod pg_wait;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use self::lite::Lite;
 pub(crate) use self::my::{My, MyLock, MyOutcome, MyShareOutcome, Prepared};
 pub(crate) use self::pg::Pg;
+pub(crate) use self::pg_wait::WAIT_ENTRY_MS;

@@ -1,5 +1,6 @@
 //! PostgreSQL statements: prepared once per connection, with `$n` parameters.
 
+use super::pg_wait::PgWaits;
 use crate::backends::sql::kinds::{
     holds_table, names_table, owners_table, LONE_READER, MAX_SHARE_OWNERS, OWNER_SEP, PERMIT, READ,
     READ_MARK, SEM_MARK, WRITER,
@@ -39,6 +40,8 @@ pub(crate) struct Pg {
     /// `$1` LOCK_KEY, `$2` REGION, `$3` the key: remembers a key's name for `list` (Spring
     /// layout only, where `LOCK_KEY` is an MD5 UUID).
     pub(crate) name_key: Option<String>,
+    /// The wait table's statements (see `pg_wait`).
+    pub(crate) waits: PgWaits,
 }
 
 /// [`Pg::undescribed`]: the same parameters and results as the statements they replace.
@@ -150,6 +153,16 @@ impl Pg {
             ));
         }
         let kinds = native_kinds(&t, &h);
+        // `release` as the wait table's hand-over takes it (see `pg_wait`).
+        let rel = format!(
+            "rel AS (
+                 UPDATE {t} SET token = NULL, owner = NULL
+                 WHERE region = $1 AND lock_key = $2 AND token = $3
+                   AND expires_ms > {PG_MS_FLOOR}
+                 RETURNING COALESCE(wanted_ms > {PG_MS_FLOOR}, false) AS contended,
+                     COALESCE(wanted_ms > {PG_MS_FLOOR}, false) AS bell
+             )"
+        );
         Pg {
             create,
             exists: exists_query(schema, table, &side, Owners::Columns),
@@ -234,7 +247,18 @@ impl Pg {
                    AND expires_ms > {PG_MS_FLOOR}
                  RETURNING pg_notify($3, $4)::text"
             ),
+            waits: PgWaits::default(),
         }
+        .with_waits(
+            schema,
+            table,
+            (&rel, None),
+            format!(
+                "SELECT token = $3, expires_ms - {PG_MS_CEIL}, {readers} FROM {t}
+                 WHERE region = $1 AND lock_key = $2 AND token IS NOT NULL
+                   AND expires_ms > {PG_MS_FLOOR}"
+            ),
+        )
     }
 
     /// Spring's `INT_LOCK` layout; `$1` is always the `LOCK_KEY`, `$2` the `REGION`, `$3` the
@@ -319,6 +343,19 @@ impl Pg {
               WHERE o.LOCK_KEY = l.LOCK_KEY AND o.REGION = l.REGION AND o.CLIENT_ID = l.CLIENT_ID),
              l.CLIENT_ID::text"
         );
+        // `release` and `undescribed.release` as the wait table's hand-over takes them; Spring's
+        // table has no mark of a waiter, so a release without a waiter's entry always notifies.
+        let mine = format!(
+            "LOCK_KEY = $1 AND REGION = $2 AND CLIENT_ID = $3 AND EXPIRED_AFTER >= {PG_UTC}"
+        );
+        let rel = format!(
+            "d AS (DELETE FROM {t} WHERE {mine} RETURNING 1),
+             o AS (DELETE FROM {owners} WHERE LOCK_KEY = $1 AND REGION = $2 AND CLIENT_ID = $3),
+             rel AS (SELECT false AS contended, true AS bell FROM d)"
+        );
+        let rel_undescribed = format!(
+            "rel AS (DELETE FROM {t} WHERE {mine} RETURNING false AS contended, true AS bell)"
+        );
         Pg {
             create,
             exists: exists_query(schema, table, &side, Owners::Table(&owners_name)),
@@ -397,7 +434,17 @@ impl Pg {
                 "DELETE FROM {t} WHERE LOCK_KEY = $1 AND REGION = $2
                  RETURNING pg_notify($3, $4)::text"
             ),
+            waits: PgWaits::default(),
         }
+        .with_waits(
+            schema,
+            table,
+            (&rel, Some(&rel_undescribed)),
+            format!(
+                "SELECT CLIENT_ID = $3, {remaining}, false FROM {t}
+                 WHERE LOCK_KEY = $1 AND REGION = $2 AND EXPIRED_AFTER >= {PG_UTC}"
+            ),
+        )
     }
 }
 

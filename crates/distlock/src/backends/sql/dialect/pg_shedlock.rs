@@ -3,6 +3,7 @@
 //! the Spring layout's, so that the backend runs them the same way.
 
 use super::pg::{exists_query_of, pg_ident, pg_table};
+use super::pg_wait::PgWaits;
 use super::Pg;
 
 /// ShedLock's `now` with `usingDbTime()`.
@@ -51,6 +52,15 @@ impl Pg {
                 PRIMARY KEY (name)
             )"
         ));
+        // `release` as the wait table's hand-over takes it (see `pg_wait`).
+        let rel = format!(
+            "rel AS (
+                 UPDATE {t} SET lock_until = {released}
+                 WHERE name = $1 AND $2::text IS NOT NULL AND {mine} AND lock_until > {NOW}
+                 RETURNING false AS contended, true AS bell
+             )",
+            mine = ours("locked_by", "$3::text"),
+        );
         Pg {
             create,
             exists: exists_query_of(schema, table),
@@ -122,6 +132,17 @@ impl Pg {
                  WHERE name = $1 AND $2::text IS NOT NULL AND lock_until > {NOW}
                  RETURNING pg_notify($3, $4)::text"
             ),
+            waits: PgWaits::default(),
         }
+        .with_waits(
+            schema,
+            table,
+            (&rel, None),
+            format!(
+                "SELECT {mine}, {remaining}, false FROM {t} l
+                 WHERE l.name = $1 AND $2::text IS NOT NULL AND l.lock_until > {NOW}",
+                mine = ours("l.locked_by", "$3::text"),
+            ),
+        )
     }
 }

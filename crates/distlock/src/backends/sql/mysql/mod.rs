@@ -30,8 +30,8 @@ use super::lease_table::{capabilities, Common, Engine, LeaseTable, Take};
 use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis};
 use crate::backend::{
-    Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, Released, Renewal,
-    Token,
+    Attempt, Capabilities, ListedLock, LockInfo, LockKind, LockName, Owner, ReleaseSubscription,
+    Released, Renewal, Token,
 };
 use crate::error::Result;
 
@@ -157,7 +157,11 @@ impl Engine for MySql {
 
     /// Other processes' releases ring the lock's doorbell, on which a waiter connection
     /// listens while anybody is subscribed.
-    async fn listen(self: &Arc<Self>, name: &LockName) -> Result<()> {
+    async fn listen(
+        self: &Arc<Self>,
+        name: &LockName,
+        _waiter: Token,
+    ) -> Result<Option<ReleaseSubscription>> {
         let ch = channel(name);
         let (a, b) = self.row_key(name)?;
         let doorbell = self.doorbell(&a, &b);
@@ -173,7 +177,7 @@ impl Engine for MySql {
         );
         self.doorbells
             .listen(doorbell, ch, sql, &self.common.signals);
-        Ok(())
+        Ok(None)
     }
 
     async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {

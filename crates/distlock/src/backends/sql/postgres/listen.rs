@@ -1,5 +1,6 @@
-//! The listening connection: one `LISTEN` on the table's channel per backend, reconnected
-//! when it drops, waking waiters on `NOTIFY`.
+//! The listening connection: one per backend, listening on the table's channel (releases that
+//! wake every waiter) and on the backend's own (a release naming the one waiter it wakes, see
+//! `wait.rs`), reconnected when it drops, waking waiters on `NOTIFY`.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
@@ -40,6 +41,7 @@ pub(super) async fn listen(
         let timeout = inner.common.options.connect_timeout;
         let request_timeout = inner.common.options.request_timeout;
         let channel_name = inner.listen_channel.clone();
+        let wake_channel = inner.wake_channel.clone();
         let origin = inner.origin.clone();
         let connecting = async move {
             let refused = Arc::new(AtomicBool::new(false));
@@ -65,6 +67,7 @@ pub(super) async fn listen(
         };
         let deliver_to = weak.clone();
         let prefix = format!("{origin}:");
+        let own = wake_channel.clone();
         let mut driver = tokio::spawn(async move {
             while let Some(message) = messages.next().await {
                 match message {
@@ -73,8 +76,11 @@ pub(super) async fn listen(
                             return;
                         };
                         let payload = n.payload();
-                        // Our own releases fired their local signal already.
-                        if !payload.starts_with(&prefix) {
+                        if n.channel() == own {
+                            // A release named one of our waiters as the next (ours included).
+                            inner.woken(payload);
+                        } else if !payload.starts_with(&prefix) {
+                            // Our own releases fired their local signal already.
                             if let Some((_, ch)) = payload.split_once(':') {
                                 inner.common.signals.fire(ch);
                             }
@@ -88,7 +94,7 @@ pub(super) async fn listen(
                 }
             }
         });
-        let statement = format!("LISTEN \"{channel_name}\"");
+        let statement = format!("LISTEN \"{channel_name}\"; LISTEN \"{wake_channel}\"");
         match tokio::time::timeout(request_timeout, client.batch_execute(&statement)).await {
             Ok(Ok(())) => {}
             other => {

@@ -29,8 +29,8 @@ use super::lease_table::{capabilities, context, Common, Engine, LeaseTable, Take
 use super::shedlock::shown_owner;
 use super::{channel, fence_from, lease_ms, millis, parse_url, SqlOptions, WANT_WINDOW_MS};
 use crate::backend::{
-    detached, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner, Released, Renewal,
-    Token,
+    detached, Attempt, Capabilities, ListedLock, LockInfo, LockName, Owner, ReleaseSubscription,
+    Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -42,6 +42,9 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod wait;
+#[cfg(test)]
+mod wait_tests;
 
 #[doc(hidden)]
 pub use self::cycle::LockCycle;
@@ -50,6 +53,7 @@ pub use self::state::Postgres;
 use self::state::KIND;
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
+use self::wait::Waits;
 
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
@@ -186,14 +190,17 @@ impl PostgresBackend {
             .queue_mode(QueueMode::Lifo)
             .build()
             .map_err(|e| Error::config(format!("postgres: the connection pool: {e}")))?;
+        let origin = format!("{:016x}", rand::random::<u64>());
         let backend = PostgresBackend {
             inner: Arc::new(Postgres {
                 common: Common::new(target, user, password, options),
                 pool,
                 sql,
                 listener: OnceLock::new(),
+                wake_channel: format!("{listen_channel}_{origin}"),
                 listen_channel,
-                origin: format!("{:016x}", rand::random::<u64>()),
+                origin,
+                waits: Waits::default(),
                 described: AtomicBool::new(true),
             }),
         };
@@ -230,6 +237,16 @@ impl Postgres {
         } else {
             (region, key)
         })
+    }
+
+    /// The release statement: the one that wakes the next waiter of the wait table, where
+    /// there is one.
+    fn release(&self) -> Stmt {
+        if self.waits.ready.load(std::sync::atomic::Ordering::Acquire) {
+            Stmt::ReleaseNext
+        } else {
+            Stmt::Release
+        }
     }
 
     fn payload(&self, name: &LockName) -> String {
@@ -409,6 +426,10 @@ impl Engine for Postgres {
         let (name, token) = (take.name, take.token);
         let (a, b) = self.ident(name)?;
         let owner = self.owner(name, token);
+        if let Some(busy) = self.peek(&a, &b, &owner).await {
+            self.after_attempt(name, token, false).await;
+            return Ok(busy);
+        }
         let lease = lease_ms(take.lease);
         let params: [&(dyn ToSql + Sync); 6] =
             [&a, &b, &owner, &lease, &WANT_WINDOW_MS, &take.described];
@@ -425,13 +446,15 @@ impl Engine for Postgres {
                 self.writer_place(&a, &b, token, false).await;
             }
         }
+        let ours = row.as_ref().is_some_and(|r| r.get::<_, bool>(0));
+        self.after_attempt(name, token, ours).await;
         let Some(row) = row else {
             return Ok(Attempt::Busy {
                 retry_after: None,
                 ahead: None,
             });
         };
-        let (ours, fence, remaining): (bool, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        let (fence, remaining): (i64, i64) = (row.get(1), row.get(2));
         if !ours {
             return Ok(Attempt::Busy {
                 retry_after: Some(millis(remaining)),
@@ -447,11 +470,18 @@ impl Engine for Postgres {
     /// when the `LISTEN` is in force, so that no later release is missed. If the listening
     /// connection cannot be had within the connect timeout, the subscription still works from
     /// the moment it comes up (waiters poll meanwhile).
-    async fn listen(self: &Arc<Self>, _name: &LockName) -> Result<()> {
+    ///
+    /// A waiter for a mutex or a write lock also takes a place in the wait table, and the
+    /// subscription returned wakes it when a release takes that place out (see `wait.rs`).
+    async fn listen(
+        self: &Arc<Self>,
+        name: &LockName,
+        waiter: Token,
+    ) -> Result<Option<ReleaseSubscription>> {
         let mut up = self.listener().up.clone();
         let timeout = self.common.options.connect_timeout;
         let _ = tokio::time::timeout(timeout, up.wait_for(|g| *g > 0)).await;
-        Ok(())
+        Ok(self.wait_in_line(name, waiter).await)
     }
 
     async fn leave_place(&self, name: &LockName, token: Token) -> Result<()> {
@@ -511,7 +541,9 @@ impl Engine for Postgres {
             if share.is_read() {
                 // A lone reader's release is the mutex's; a reader that was joined is in the
                 // holds table.
-                let rows = self.query("release", Stmt::Release, &params, false).await?;
+                let rows = self
+                    .query("release", self.release(), &params, false)
+                    .await?;
                 if let Some(row) = rows.first() {
                     return Ok(Released {
                         was_held: true,
@@ -541,7 +573,7 @@ impl Engine for Postgres {
         let rows = self
             .query(
                 "release",
-                Stmt::Release,
+                self.release(),
                 &[&a, &b, &owner, &self.listen_channel, &payload],
                 false,
             )

@@ -72,6 +72,10 @@ pub(super) enum Stmt {
     WriterPlace,
     Unplace,
     Leave,
+    Register,
+    Unregister,
+    ReleaseNext,
+    Peek,
 }
 
 /// The pool: at most `pool_size` connections, the most recently returned lent first (so that

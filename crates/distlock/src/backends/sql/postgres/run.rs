@@ -116,6 +116,7 @@ impl Postgres {
         let row = client.query_one(&self.sql.exists, &[]).await?;
         let (exists, side) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
         let described = row.get::<_, bool>(2);
+        let waits = row.get::<_, bool>(3);
         self.common.side_table.store(side, Ordering::Release);
         if exists && !described && !self.common.options.create_table && self.common.options.native()
         {
@@ -127,7 +128,7 @@ impl Postgres {
             );
         }
         // A table made before the holders' descriptions were recorded gets their place here.
-        if !(exists && side && described) && self.common.options.create_table {
+        if !(exists && side && described && waits) && self.common.options.create_table {
             // A transaction-scoped advisory lock serialises creators (concurrent CREATE TABLE
             // IF NOT EXISTS can fail on the catalog's unique index); it ends with the
             // transaction, so nothing stays on the pooled connection.
@@ -145,8 +146,12 @@ impl Postgres {
             }
             self.common.side_table.store(true, Ordering::Release);
             self.described.store(true, Ordering::Release);
+            self.waits.ready.store(true, Ordering::Release);
         } else {
             self.described.store(described, Ordering::Release);
+            // Without the wait table (made by an older version, with create_table=false) a
+            // release notifies every waiter, as before.
+            self.waits.ready.store(waits, Ordering::Release);
         }
         *ready = true;
         self.common.ready_fast.store(true, Ordering::Release);
@@ -155,12 +160,16 @@ impl Postgres {
 
     pub(super) fn text(&self, s: Stmt) -> &str {
         match s {
-            Stmt::Acquire | Stmt::Release | Stmt::Inspect | Stmt::List
+            Stmt::Acquire | Stmt::Release | Stmt::ReleaseNext | Stmt::Inspect | Stmt::List
                 if !self.described.load(Ordering::Acquire) =>
             {
                 match (&self.sql.undescribed, s) {
                     (Some(u), Stmt::Acquire) => &u.acquire,
                     (Some(u), Stmt::Release) => &u.release,
+                    (Some(_), Stmt::ReleaseNext) => {
+                        let next = self.sql.waits.release_next_undescribed.as_deref();
+                        next.unwrap_or(&self.sql.waits.release_next)
+                    }
                     (Some(u), Stmt::Inspect) => &u.inspect,
                     (Some(u), _) => &u.list,
                     (None, _) => self.described_text(s),
@@ -181,6 +190,10 @@ impl Postgres {
             Stmt::ForceDelete => &self.sql.force_delete,
             Stmt::List => &self.sql.list,
             Stmt::NameKey => self.sql.name_key.as_deref().unwrap_or(""),
+            Stmt::Register => &self.sql.waits.register,
+            Stmt::Unregister => &self.sql.waits.unregister,
+            Stmt::ReleaseNext => &self.sql.waits.release_next,
+            Stmt::Peek => &self.sql.waits.peek,
             _ => {
                 let Some(k) = &self.sql.kinds else { return "" };
                 match s {

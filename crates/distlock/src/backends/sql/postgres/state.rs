@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use tokio::sync::{oneshot, watch};
 
 use super::pool::Pool;
+use super::wait::Waits;
 use crate::backends::sql::dialect::Pg;
 use crate::backends::sql::lease_table::Common;
 
@@ -34,6 +35,11 @@ pub struct Postgres {
     pub(super) listen_channel: String,
     /// Identifies this backend instance in NOTIFY payloads, to skip its own.
     pub(super) origin: String,
+    /// This backend's own channel (`<listen_channel>_<origin>`), on which a release tells one of
+    /// its waiters that it is next (see `wait.rs`).
+    pub(super) wake_channel: String,
+    /// This backend's waiters in the wait table.
+    pub(super) waits: Waits,
     /// Whether the holders' descriptions have their place (Spring: `<table>_OWNERS`); a
     /// Spring table made by Spring, with `create_table=false`, works without.
     pub(super) described: AtomicBool,
