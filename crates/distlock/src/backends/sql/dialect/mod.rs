@@ -26,5 +26,5 @@ mod pg_shedlock;
 mod tests;
 
 pub(crate) use self::lite::Lite;
-pub(crate) use self::my::{My, MyLock, MyOutcome, MyShareOutcome, Prepared};
+pub(crate) use self::my::{My, MyLock, MyOutcome, MyShareOutcome, Prepared, ShareAsk};
 pub(crate) use self::pg::Pg;

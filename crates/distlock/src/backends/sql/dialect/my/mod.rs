@@ -17,6 +17,8 @@ mod kinds;
 mod mutex;
 mod shedlock;
 
+pub(crate) use self::kinds::ShareAsk;
+
 /// MySQL / MariaDB statements, built per call.
 #[derive(Debug, Clone)]
 pub(crate) struct My {
