@@ -155,6 +155,7 @@ macro_rules! database_server_controls {
 pub mod conformance;
 mod db;
 pub mod etcd;
+pub mod holds;
 pub mod mysql;
 pub mod postgres;
 pub(crate) mod process;

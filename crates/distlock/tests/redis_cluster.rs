@@ -23,6 +23,10 @@ use distlock_testkit::redis::cluster::ClusterSet;
 use distlock_testkit::redis::RedisServer;
 use distlock_testkit::timing::scheduling_slack;
 use futures_util::StreamExt;
+use redis_common::{
+    holder_and_slow_waiter, min_replicas_beyond_the_replicas, registry, registry_with,
+    woken_within,
+};
 
 /// The lock key of `job` under the default prefix.
 const JOB: &str = "lock:job";
@@ -37,13 +41,21 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
-    let backend = RedisBackend::connect(url).await.expect("connect");
-    LockRegistry::from_backend(Arc::new(backend), options).unwrap()
-}
-
-async fn registry(url: &str, lease: Duration) -> LockRegistry {
-    registry_with(url, RegistryOptions::default().with_lease(lease)).await
+/// A key of `prefix`'s lock keys (`<prefix>:<key>`) on each of the three masters.
+fn key_per_master(set: &mut ClusterSet, stem: &str) -> Vec<(String, usize)> {
+    let mut keys: Vec<(String, usize)> = Vec::new();
+    for i in 0.. {
+        let key = format!("{stem}-{i}");
+        let slot = set.slot_of(&format!("lock:{key}")).unwrap();
+        let master = set.master_of(slot).unwrap();
+        if !keys.iter().any(|(_, m)| *m == master) {
+            keys.push((key, master));
+        }
+        if keys.len() == 3 {
+            return keys;
+        }
+    }
+    unreachable!()
 }
 
 /// One `try_lock` of `job`, repeated while it fails as `Unavailable`: requests during and
@@ -326,27 +338,9 @@ async fn a_hold_the_failover_lost_is_reported_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_on_every_shard_wake_waiters() {
     let mut set = cluster();
-    let url = set.url();
     let poll = Duration::from_secs(120);
-    let options = RegistryOptions::default()
-        .with_lease(Duration::from_secs(60))
-        .with_max_poll_interval(poll);
-    let holder = registry_with(&url, options.clone()).await;
-    let waiter = Arc::new(registry_with(&url, options).await);
-    // A key on each master.
-    let mut keys = Vec::new();
-    for i in 0.. {
-        let key = format!("wake-{i}");
-        let slot = set.slot_of(&format!("lock:{key}")).unwrap();
-        let master = set.master_of(slot).unwrap();
-        if !keys.iter().any(|(_, m)| *m == master) {
-            keys.push((key, master));
-        }
-        if keys.len() == 3 {
-            break;
-        }
-    }
-    for (key, _) in &keys {
+    let (holder, waiter) = holder_and_slow_waiter(&set.url(), poll).await;
+    for (key, _) in &key_per_master(&mut set, "wake") {
         let g = holder.obtain(key).unwrap().lock().await.unwrap();
         let w = waiter.clone();
         let k = key.clone();
@@ -356,36 +350,13 @@ async fn releases_on_every_shard_wake_waiters() {
         g.release().await.unwrap();
         // The first poll comes a quarter of the poll interval after the first attempt.
         let bound = (poll / 8).min(Duration::from_secs(5) + scheduling_slack().await);
-        let next = tokio::time::timeout(bound, waiting)
-            .await
-            .unwrap_or_else(|_| panic!("{key}: the waiter was not woken within {bound:?}"))
-            .unwrap()
-            .unwrap();
-        assert!(released.elapsed() < bound);
-        next.release().await.unwrap();
+        woken_within(waiting, released, bound, &format!("{key}: the waiter")).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_beyond_the_replicas_fails_clearly_and_holds_nothing() {
-    let set = cluster();
-    let url = format!("{}?min_replicas=2&replica_timeout=200ms", set.url());
-    let reg = registry(&url, Duration::from_secs(5)).await;
-    match reg.obtain("job").unwrap().try_lock().await {
-        Err(Error::Unavailable { message, .. }) => {
-            assert!(message.contains("min_replicas"), "{message}")
-        }
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
-    let default = registry(&set.url(), Duration::from_secs(5)).await;
-    let g = tokio::time::timeout(
-        Duration::from_secs(10),
-        default.obtain("job").unwrap().lock(),
-    )
-    .await
-    .expect("the failed attempt's token was given back")
-    .unwrap();
-    g.release().await.unwrap();
+    min_replicas_beyond_the_replicas(&cluster().url(), 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

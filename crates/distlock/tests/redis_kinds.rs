@@ -257,13 +257,7 @@ async fn a_read_hold_is_redissons_layout_and_keeps_set_nx_clients_out() {
     r.release().await.unwrap();
     assert_eq!(server.cli(&["EXISTS", "lock:doc", &timeout]).unwrap(), "0");
     // A key with a hash tag keeps Redisson's naming: no braces added.
-    let r = reg
-        .read_write("{user}:1")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let r = distlock_testkit::holds::read(&reg, "{user}:1").await;
     let timeout = format!("lock:{{user}}:1:{}:rwlock_timeout:1", r.token());
     assert!(pttl(&server, &timeout) > 0, "{timeout}");
     r.release().await.unwrap();
@@ -397,13 +391,7 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
     let server = RedisServer::start().expect("redis-server must be installed");
     let crashed = registry(&server.url(), lease(300).with_renew(false)).await;
     let live = registry(&server.url(), lease(600)).await;
-    let dead = crashed
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let dead = distlock_testkit::holds::read(&crashed, "doc").await;
     let dead_token = dead.token().to_string();
     std::mem::forget(dead); // no release: the process died
     let r = live.read_write("doc").unwrap().read().lock().await.unwrap();
@@ -462,13 +450,7 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
 async fn an_old_redisson_renewal_keeps_every_readers_share_alive() {
     let server = RedisServer::start().expect("redis-server must be installed");
     let crashed = registry(&server.url(), lease(400).with_renew(false)).await;
-    let dead = crashed
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let dead = distlock_testkit::holds::read(&crashed, "doc").await;
     let timeout = format!("{{lock:doc}}:{}:rwlock_timeout:1", dead.token());
     std::mem::forget(dead);
     let java = Redisson {

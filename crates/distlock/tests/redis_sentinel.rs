@@ -12,19 +12,12 @@ use distlock::backends::redis::RedisBackend;
 use distlock::{Error, LockRegistry, RegistryOptions};
 use distlock_testkit::redis::sentinel::SentinelSet;
 
-use redis_common::take_and_release;
+use redis_common::{
+    holder_and_slow_waiter, min_replicas_beyond_the_replicas, registry, take_and_release,
+};
 
 fn set() -> SentinelSet {
     SentinelSet::start(2).expect("redis-server must be installed (scripts/test.sh installs it)")
-}
-
-async fn registry(url: &str, lease: Duration) -> LockRegistry {
-    registry_with(url, RegistryOptions::default().with_lease(lease)).await
-}
-
-async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
-    let backend = RedisBackend::connect(url).await.expect("connect");
-    LockRegistry::from_backend(Arc::new(backend), options).unwrap()
 }
 
 /// Holds `job` across `fail` (a failover of some kind): the hold is kept, nobody else gets the
@@ -147,11 +140,7 @@ async fn waiters_are_woken_on_the_new_master_after_a_failover() {
     // would time out on a loaded machine.
     let url = format!("{}?min_replicas=0", set.url());
     let poll = Duration::from_secs(120);
-    let options = RegistryOptions::default()
-        .with_lease(Duration::from_secs(60))
-        .with_max_poll_interval(poll);
-    let holder = registry_with(&url, options.clone()).await;
-    let waiter = Arc::new(registry_with(&url, options).await);
+    let (holder, waiter) = holder_and_slow_waiter(&url, poll).await;
     let g = holder.obtain("job").unwrap().lock().await.unwrap();
     let w = waiter.clone();
     let waiting = tokio::spawn(async move { w.obtain("job").unwrap().lock().await });
@@ -175,24 +164,7 @@ async fn waiters_are_woken_on_the_new_master_after_a_failover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_beyond_the_replicas_fails_clearly_and_holds_nothing() {
-    let set = set();
-    let url = format!("{}?min_replicas=3&replica_timeout=200ms", set.url());
-    let reg = registry(&url, Duration::from_secs(5)).await;
-    match reg.obtain("job").unwrap().try_lock().await {
-        Err(Error::Unavailable { message, .. }) => {
-            assert!(message.contains("min_replicas"), "{message}")
-        }
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
-    let default = registry(&set.url(), Duration::from_secs(5)).await;
-    let g = tokio::time::timeout(
-        Duration::from_secs(10),
-        default.obtain("job").unwrap().lock(),
-    )
-    .await
-    .expect("the failed attempt's token was given back")
-    .unwrap();
-    g.release().await.unwrap();
+    min_replicas_beyond_the_replicas(&set().url(), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,13 +244,7 @@ async fn read_holds_and_permits_wait_for_replicas_and_survive_a_failover() {
     let holder = registry(&url, lease).await;
     let other = registry(&url, lease).await;
     // The unreplicated attempts gave their tokens back: the keys are free.
-    let r = holder
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let r = distlock_testkit::holds::read(&holder, "doc").await;
     let p = holder.semaphore("pool", 1).unwrap().lock().await.unwrap();
     let fences = (r.fence(), p.fence());
     let old = set.master();

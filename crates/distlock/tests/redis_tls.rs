@@ -146,15 +146,7 @@ async fn redlock_works_over_tls_nodes() {
         Err(Error::NotAcquired { .. })
     ));
     g.release().await.unwrap();
-    other
-        .obtain("tls")
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::take_free(&other, "tls", "free").await;
 
     // Without the private CA the nodes' certificates are not trusted.
     let err = distlock::connect(&format!("redlocks://{hosts}"))

@@ -221,13 +221,7 @@ pub async fn crashed_reader_frees_its_share(h: &Harness) {
         )
         .await;
     let live = h.registry_with(short_lease()).await;
-    let g = crashed
-        .read_write("r")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let g = crate::holds::read(&crashed, "r").await;
     std::mem::forget(g); // no release: the process died
     let l = live.read_write("r").unwrap().read().lock().await.unwrap();
     // Past the crashed reader's lease while the live reader renews (several renewals).

@@ -571,13 +571,5 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
     for g in guards {
         g.release().await.unwrap();
     }
-    other
-        .obtain("many0")
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::holds::take_free(&other, "many0", "free").await;
 }

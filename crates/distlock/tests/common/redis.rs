@@ -1,6 +1,73 @@
 //! Helpers shared by the Redis test binaries.
 
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock::backends::redis::RedisBackend;
+use distlock::{Error, LockGuard, LockRegistry, RegistryOptions};
+
 /// Takes `lock` and releases it at once, so that its release is published.
 pub async fn take_and_release(lock: distlock::Result<distlock::Lock>) {
     lock.unwrap().lock().await.unwrap().release().await.unwrap();
+}
+
+pub async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
+    let backend = RedisBackend::connect(url).await.expect("connect");
+    LockRegistry::from_backend(Arc::new(backend), options).unwrap()
+}
+
+pub async fn registry(url: &str, lease: Duration) -> LockRegistry {
+    registry_with(url, RegistryOptions::default().with_lease(lease)).await
+}
+
+/// A holder and a waiter on `url` with 60 s leases, the waiter polling only every `poll`: in
+/// the tests of wake-ups, only a notification wakes it in time.
+pub async fn holder_and_slow_waiter(url: &str, poll: Duration) -> (LockRegistry, Arc<LockRegistry>) {
+    let options = RegistryOptions::default()
+        .with_lease(Duration::from_secs(60))
+        .with_max_poll_interval(poll);
+    let holder = registry_with(url, options.clone()).await;
+    let waiter = Arc::new(registry_with(url, options).await);
+    (holder, waiter)
+}
+
+/// Awaits `waiting`, a waiter's `lock()`, which must have returned within `bound` of
+/// `released` (`what` names it in the failure), and releases what it got.
+pub async fn woken_within(
+    waiting: tokio::task::JoinHandle<distlock::Result<LockGuard>>,
+    released: Instant,
+    bound: Duration,
+    what: &str,
+) {
+    let g = tokio::time::timeout(bound, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{what} was not woken within {bound:?}"))
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < bound);
+    g.release().await.unwrap();
+}
+
+/// Asking for more replicas (`min_replicas`) than the set at `url` has fails as unavailable,
+/// naming the parameter, and holds nothing: a registry without it gets the lock at once.
+pub async fn min_replicas_beyond_the_replicas(url: &str, min_replicas: u32) {
+    let asking = format!("{url}?min_replicas={min_replicas}&replica_timeout=200ms");
+    let reg = registry(&asking, Duration::from_secs(5)).await;
+    match reg.obtain("job").unwrap().try_lock().await {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("min_replicas"), "{message}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let default = registry(url, Duration::from_secs(5)).await;
+    let g = tokio::time::timeout(
+        Duration::from_secs(10),
+        default.obtain("job").unwrap().lock(),
+    )
+    .await
+    .expect("the failed attempt's token was given back")
+    .unwrap();
+    g.release().await.unwrap();
 }
