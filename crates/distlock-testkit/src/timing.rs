@@ -34,3 +34,28 @@ mod tests {
         assert!(slack < Duration::from_secs(20), "{slack:?}");
     }
 }
+
+/// Checks the next waiter's attempt `got`, which returned just now, after a waiter died at
+/// `died`: it got the lock once the dead waiter's `what` (key, node) was gone, within `expiry`
+/// plus a few round trips (the wake-up, the listings, the claim): twice the scheduling slack,
+/// `slack` as measured before the death or now, whichever is worse. Gives the lock back.
+///
+/// # Panics
+/// When the attempt failed or took longer.
+pub async fn served_after_a_dead_waiter(
+    got: distlock::Result<distlock::LockGuard>,
+    died: Instant,
+    expiry: Duration,
+    slack: Duration,
+    what: &str,
+) {
+    let waited = died.elapsed();
+    let g = got.unwrap_or_else(|e| panic!("the lock, once the dead waiter's {what} is gone: {e}"));
+    let slack = slack.max(scheduling_slack().await);
+    let bound = expiry + 2 * slack;
+    assert!(
+        waited < bound,
+        "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
+    );
+    g.release().await.unwrap();
+}

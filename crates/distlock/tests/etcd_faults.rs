@@ -16,7 +16,7 @@ use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
 use distlock::{LockName, RegistryOptions, Token};
 use distlock_testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::timing::scheduling_slack;
+use distlock_testkit::timing::{scheduling_slack, served_after_a_dead_waiter};
 use tokio::time::Instant;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
@@ -30,8 +30,7 @@ mod etcd {
     /// and the machine's slack, not after the dead waiter's lease (30 s) or its session.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dead_waiter_leaves_the_queue_within_the_waiter_ttl() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let dir = format!("{p}/dw/");
         let proxy = FaultProxy::start(server.addr()).await.unwrap();
         let holder = registry(&server.url(), &p, RegistryOptions::default()).await;
@@ -58,18 +57,7 @@ mod etcd {
             .unwrap()
             .try_lock_for(expiry + Duration::from_secs(10))
             .await;
-        let waited = died.elapsed();
-        let g2 = got.expect("the lock, once the dead waiter's key is gone");
-        // A few round trips follow the key's end (the wake-up, the ranges, the move to the
-        // holder's session): twice the slack, measured before and after, at the worse of the
-        // two.
-        let slack = slack.max(scheduling_slack().await);
-        let bound = expiry + 2 * slack;
-        assert!(
-            waited < bound,
-            "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
-        );
-        g2.release().await.unwrap();
+        served_after_a_dead_waiter(got, died, expiry, slack, "key").await;
         doomed_task.abort();
     }
 
@@ -77,8 +65,7 @@ mod etcd {
     /// next holder gets a larger fence.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lease_revoked_underneath_is_lost() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let short = RegistryOptions::default().with_lease(Duration::from_millis(900));
         let a = registry(&server.url(), &p, short).await;
         let b = registry(&server.url(), &p, RegistryOptions::default()).await;
@@ -125,8 +112,7 @@ mod etcd {
     /// behind whoever came meanwhile.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiter_whose_key_vanished_does_not_acquire() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let dir = format!("{p}/j/");
         // The waiter relies on its watch alone (no polling) to show that the re-check is what
         // catches the lost key.
@@ -219,8 +205,7 @@ mod etcd {
     /// A backend that is dropped revokes its session: its keys go at once, not with the TTL.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropping_the_backend_revokes_its_session() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let dir = format!("{p}/gone/");
         let name = LockName::new(p.as_str(), "gone").unwrap();
         let b = EtcdBackend::connect(&server.url()).await.unwrap();
@@ -371,8 +356,7 @@ mod etcd {
     /// with larger fences, and never while a loser still believes it holds.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shared_holds_whose_lease_is_revoked_are_lost() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let short = RegistryOptions::default().with_lease(Duration::from_millis(900));
         let a = registry(&server.url(), &p, short).await;
         let b = registry(&server.url(), &p, RegistryOptions::default()).await;

@@ -14,11 +14,26 @@ use std::time::Duration;
 
 use common::zookeeper::*;
 use distlock::backends::zookeeper::zookeeper_client;
-use distlock::Error;
+use distlock::{Error, LockRegistry};
 use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::timing::scheduling_slack;
+use distlock_testkit::timing::{scheduling_slack, served_after_a_dead_waiter};
 use distlock_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
 use tokio::time::{timeout, Instant};
+
+/// Three ZooKeeper servers, the URL of a fresh root on them (sessions of 6 s, requests of
+/// 1 s), and two registries on it with leases of 1.5 s.
+async fn three_servers_and_two_registries() -> (ZooKeeperEnsemble, String, LockRegistry, LockRegistry)
+{
+    let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
+    let url = format!(
+        "{}{}?session_timeout=6s&request_timeout=1s",
+        ensemble.url(),
+        root()
+    );
+    let a = registry(&backend(&url).await, lease(1500));
+    let b = registry(&backend(&url).await, lease(1500));
+    (ensemble, url, a, b)
+}
 
 /// Named `zookeeper::…` so that `-E 'test(/zookeeper/)'` selects them.
 mod zookeeper {
@@ -76,17 +91,7 @@ mod zookeeper {
             .unwrap()
             .try_lock_for(limit)
             .await;
-        let waited = died.elapsed();
-        let g2 = got.expect("the lock, once the dead waiter's node is gone");
-        // A few round trips follow the mark's end (the wake-up, a listing, the deletion, the
-        // claim): twice the slack, measured before and after, at the worse of the two.
-        let slack = slack.max(scheduling_slack().await);
-        let bound = waiter_ttl + TICK_TIME + 2 * slack;
-        assert!(
-            waited < bound,
-            "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
-        );
-        g2.release().await.unwrap();
+        served_after_a_dead_waiter(got, died, waiter_ttl + TICK_TIME, slack, "node").await;
         doomed_task.abort();
     }
 
@@ -212,14 +217,7 @@ mod zookeeper {
     /// works again once a new leader is elected.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ensemble_survives_losing_a_follower_and_then_its_leader() {
-        let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
-        let url = format!(
-            "{}{}?session_timeout=6s&request_timeout=1s",
-            ensemble.url(),
-            root()
-        );
-        let a = registry(&backend(&url).await, lease(1500));
-        let b = registry(&backend(&url).await, lease(1500));
+        let (ensemble, url, a, b) = three_servers_and_two_registries().await;
 
         // A follower down: acquisitions, renewals and hand-overs go on.
         // Asked with retries: one four-letter answer may be late on a loaded machine.
@@ -491,14 +489,7 @@ mod zookeeper {
     /// taker gets in; the kinds work again once a new leader serves.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shared_holds_survive_a_leader_kill_or_are_told() {
-        let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
-        let url = format!(
-            "{}{}?session_timeout=6s&request_timeout=1s",
-            ensemble.url(),
-            root()
-        );
-        let a = registry(&backend(&url).await, lease(1500));
-        let c = registry(&backend(&url).await, lease(1500));
+        let (ensemble, _, a, c) = three_servers_and_two_registries().await;
         let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
         let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
         let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
