@@ -26,3 +26,36 @@ pub async fn take_free(reg: &LockRegistry, key: &str, why: &str) {
         .await
         .unwrap();
 }
+
+/// After a leader election under holds: each pair is a hold taken before it and the task of
+/// another client waiting for the same key. A hold the election left held kept the other out,
+/// and is given back; then the other gets the key within `wait`, with a higher fence.
+///
+/// # Panics
+/// When two held at once, a kept hold cannot be given back, or the other does not get the key
+/// in time.
+pub async fn handed_on_after_an_election(
+    pairs: impl IntoIterator<Item = (std::sync::Arc<LockGuard>, tokio::task::JoinHandle<LockGuard>)>,
+    wait: std::time::Duration,
+) {
+    for (held, other) in pairs {
+        let old = held.fence();
+        if held.is_held() {
+            assert!(
+                !other.is_finished(),
+                "{:?}: two holders at once",
+                held.kind()
+            );
+            let held = std::sync::Arc::try_unwrap(held).expect("only guard");
+            held.release()
+                .await
+                .expect("the holder kept its hold through the election");
+        }
+        let mine = tokio::time::timeout(wait, other)
+            .await
+            .expect("the key works again after the election")
+            .unwrap();
+        assert!(mine.fence() > old);
+        mine.release().await.unwrap();
+    }
+}

@@ -59,3 +59,27 @@ pub async fn served_after_a_dead_waiter(
     );
     g.release().await.unwrap();
 }
+
+/// Waits, at most `wait` plus `slack`, for `guard` to be told it lost its hold (`what` names
+/// the failure otherwise), which must come by the end of its client-side lease: no later than
+/// `lease_left` plus `slack` after `since`.
+///
+/// # Panics
+/// When the guard is not told, or told later.
+pub async fn told_by_the_lease_end(
+    guard: &distlock::LockGuard,
+    since: Instant,
+    lease_left: Duration,
+    wait: Duration,
+    slack: Duration,
+    what: &str,
+) {
+    tokio::time::timeout(wait + slack, guard.lost())
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+    assert!(
+        since.elapsed() <= lease_left + slack,
+        "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
+        since.elapsed()
+    );
+}

@@ -16,7 +16,9 @@ use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
 use distlock::{LockName, RegistryOptions, Token};
 use distlock_testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::timing::{scheduling_slack, served_after_a_dead_waiter};
+use distlock_testkit::timing::{
+    scheduling_slack, served_after_a_dead_waiter, told_by_the_lease_end,
+};
 use tokio::time::Instant;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
@@ -179,15 +181,15 @@ mod etcd {
         let lease_left = g.remaining();
         server.kill();
         let killed = Instant::now();
-        tokio::time::timeout(Duration::from_secs(3) + slack, g.lost())
-            .await
-            .expect("the holder learns that it cannot keep the lock");
-        // By the end of its client-side lease at the latest.
-        assert!(
-            killed.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            killed.elapsed()
-        );
+        told_by_the_lease_end(
+            &g,
+            killed,
+            lease_left,
+            Duration::from_secs(3),
+            slack,
+            "the holder learns that it cannot keep the lock",
+        )
+        .await;
         server.restart().unwrap();
         let b = registry(&server.url(), &p, opts).await;
         let g2 = b
@@ -331,14 +333,15 @@ mod etcd {
         cluster.kill(x);
         cluster.kill(y);
         let cut = Instant::now();
-        tokio::time::timeout(Duration::from_secs(6) + slack, ga.lost())
-            .await
-            .expect("a holder that cannot renew is told");
-        assert!(
-            cut.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            cut.elapsed()
-        );
+        told_by_the_lease_end(
+            &ga,
+            cut,
+            lease_left,
+            Duration::from_secs(6),
+            slack,
+            "a holder that cannot renew is told",
+        )
+        .await;
         drop(ga);
         cluster.restart(x).unwrap();
         let gb = b
@@ -465,26 +468,11 @@ mod etcd {
             }
         });
         tokio::time::sleep(Duration::from_secs(5)).await;
-        for (held, other) in [(reader, writer), (permit, taker)] {
-            let old = held.fence();
-            if held.is_held() {
-                assert!(
-                    !other.is_finished(),
-                    "{:?}: two holders at once",
-                    held.kind()
-                );
-                let held = Arc::try_unwrap(held).expect("only guard");
-                held.release()
-                    .await
-                    .expect("the holder kept its hold through the election");
-            }
-            let mine = tokio::time::timeout(Duration::from_secs(20), other)
-                .await
-                .expect("the key works again after the election")
-                .unwrap();
-            assert!(mine.fence() > old);
-            mine.release().await.unwrap();
-        }
+        distlock_testkit::holds::handed_on_after_an_election(
+            [(reader, writer), (permit, taker)],
+            Duration::from_secs(20),
+        )
+        .await;
         assert!(!violation.load(Ordering::SeqCst), "two holders at once");
         cluster.restart(leader).unwrap();
     }

@@ -16,7 +16,9 @@ use common::zookeeper::*;
 use distlock::backends::zookeeper::zookeeper_client;
 use distlock::{Error, LockRegistry};
 use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::timing::{scheduling_slack, served_after_a_dead_waiter};
+use distlock_testkit::timing::{
+    scheduling_slack, served_after_a_dead_waiter, told_by_the_lease_end,
+};
 use distlock_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
 use tokio::time::{timeout, Instant};
 
@@ -115,16 +117,16 @@ mod zookeeper {
         let lease_left = g.remaining();
         server.kill();
         let killed = Instant::now();
-        timeout(Duration::from_secs(3) + slack, g.lost())
-            .await
-            .expect("holder not told it lost the lock while the server is down");
+        told_by_the_lease_end(
+            &g,
+            killed,
+            lease_left,
+            Duration::from_secs(3),
+            slack,
+            "holder not told it lost the lock while the server is down",
+        )
+        .await;
         assert!(!g.is_held());
-        // Told by the end of its client-side lease at the latest.
-        assert!(
-            killed.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            killed.elapsed()
-        );
         server.restart().expect("restart");
 
         let b = backend(&url).await;
@@ -527,24 +529,11 @@ mod zookeeper {
         });
         ensemble.wait_serving(Duration::from_secs(30)).unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        for (held, other) in [(reader, writer), (permit, taker)] {
-            let old = held.fence();
-            if held.is_held() {
-                assert!(
-                    !other.is_finished(),
-                    "{:?}: two holders at once",
-                    held.kind()
-                );
-                let held = Arc::try_unwrap(held).expect("only guard");
-                held.release().await.unwrap();
-            }
-            let mine = timeout(Duration::from_secs(15), other)
-                .await
-                .expect("the key works again after the election")
-                .unwrap();
-            assert!(mine.fence() > old);
-            mine.release().await.unwrap();
-        }
+        distlock_testkit::holds::handed_on_after_an_election(
+            [(reader, writer), (permit, taker)],
+            Duration::from_secs(15),
+        )
+        .await;
         ensemble.restart(leader).expect("old leader back");
     }
 }

@@ -118,13 +118,7 @@ fn backend_fence(term: u64) -> u64 {
 /// that waited for it, with a higher term.
 pub async fn dead_leader_is_replaced_within_its_lease(h: &Harness) {
     let lease = Duration::from_millis(300);
-    let dead = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(lease),
-        )
-        .await;
+    let dead = h.unrenewed_registry(lease).await;
     let standby = h.registry().await;
     let first = dead
         .election("e")

@@ -213,13 +213,7 @@ pub async fn local_readers_share_one_remote_hold(h: &Harness) {
 /// reader renews its own: a writer gets the key as soon as the live reader leaves.
 pub async fn crashed_reader_frees_its_share(h: &Harness) {
     let lease = Duration::from_millis(600);
-    let crashed = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(lease),
-        )
-        .await;
+    let crashed = h.unrenewed_registry(lease).await;
     let live = h.registry_with(short_lease()).await;
     let g = crate::holds::read(&crashed, "r").await;
     std::mem::forget(g); // no release: the process died
@@ -366,13 +360,7 @@ pub async fn semaphore_holders_must_agree_on_permits(h: &Harness) {
 /// A permit holder that stops renewing (crashed) gives its permit back after its lease.
 pub async fn crashed_permit_holder_frees_its_permit(h: &Harness) {
     let lease = Duration::from_millis(600);
-    let crashed = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(lease),
-        )
-        .await;
+    let crashed = h.unrenewed_registry(lease).await;
     let started = Instant::now();
     std::mem::forget(crashed.semaphore("s", 1).unwrap().lock().await.unwrap());
     let other = h.registry().await;

@@ -165,6 +165,13 @@ impl Harness {
             .expect("valid options")
     }
 
+    /// A registry whose holds are never renewed, as a crashed process's: they end with
+    /// `lease`.
+    pub async fn unrenewed_registry(&self, lease: Duration) -> LockRegistry {
+        self.registry_with(RegistryOptions::default().with_renew(false).with_lease(lease))
+            .await
+    }
+
     /// The slowest of a few uncontended acquire-and-release cycles on this backend, measured
     /// now: the unit by which the scenarios' time limits grow on a slow or loaded machine, so
     /// that a limit checks the behaviour (no polling delay, no overrun) rather than the CPU.

@@ -178,13 +178,7 @@ pub async fn release_is_owner_checked(h: &Harness) {
 /// Without renewal a lease ends by itself: another registry gets the lock, and the old guard
 /// knows it is lost.
 pub async fn lease_expiry_frees_lock(h: &Harness) {
-    let a = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(Duration::from_millis(300)),
-        )
-        .await;
+    let a = h.unrenewed_registry(Duration::from_millis(300)).await;
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
@@ -249,13 +243,7 @@ pub async fn lost_signal_fires_when_key_deleted(h: &Harness) {
 
 /// Without renewal, the lost signal fires when the lease runs out.
 pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
-    let a = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(Duration::from_millis(200)),
-        )
-        .await;
+    let a = h.unrenewed_registry(Duration::from_millis(200)).await;
     // The lease counts from when the request was sent, so measure from before it.
     let started = Instant::now();
     let g = a.obtain("k").unwrap().lock().await.unwrap();
