@@ -24,7 +24,8 @@ use distlock_testkit::redis::RedisServer;
 use distlock_testkit::timing::scheduling_slack;
 use futures_util::StreamExt;
 use redis_common::{
-    holder_and_slow_waiter, min_replicas_beyond_the_replicas, registry, registry_with,
+    extend_after_failover, holder_and_slow_waiter, min_replicas_beyond_the_replicas,
+    next_fence_above, registry, registry_with, take_when_replicated, while_unavailable,
     woken_within,
 };
 
@@ -58,43 +59,6 @@ fn key_per_master(set: &mut ClusterSet, stem: &str) -> Vec<(String, usize)> {
     unreachable!()
 }
 
-/// One `try_lock` of `job`, repeated while it fails as `Unavailable`: requests during and
-/// right after a failover meet a cluster that is down or a connection to the old master.
-async fn try_after_failover(reg: &LockRegistry) -> distlock::Result<LockGuard> {
-    for _ in 0..100 {
-        match reg.obtain("job").unwrap().try_lock().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r,
-        }
-    }
-    panic!("still unavailable 10 s after the failover")
-}
-
-/// Takes `job`, retrying while acquisitions are not yet replicated (`Unavailable`; the
-/// registry gives the token back).
-async fn take_when_replicated(reg: &LockRegistry) -> LockGuard {
-    for _ in 0..100 {
-        match reg.obtain("job").unwrap().lock().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r.expect("acquired"),
-        }
-    }
-    panic!("no acquisition was replicated within 10 s")
-}
-
-/// `extend`, retried while the cluster is still settling.
-async fn extend_after_failover(g: &LockGuard, lease: Duration) {
-    let mut extended = g.extend(lease).await;
-    for _ in 0..100 {
-        if !matches!(extended, Err(Error::Unavailable { .. })) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        extended = g.extend(lease).await;
-    }
-    extended.expect("extended on the new master");
-}
-
 /// A holder of `job` and another client, both with `min_replicas=1` said, not left to the
 /// default, which looks at the slot map once at connect: what the failover tests check holds
 /// for acquisitions a replica acknowledged.
@@ -112,7 +76,7 @@ async fn replicated_hold(
 /// Asserts that nobody else can take `job` now: neither a second registry nor a foreign
 /// `SET NX` on the slot's master.
 async fn refused_to_others(set: &mut ClusterSet, other: &LockRegistry) {
-    let attempt = try_after_failover(other).await;
+    let attempt = while_unavailable(100, || other.obtain("job").unwrap().try_lock()).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "a second holder while the first holds: {attempt:?}"
@@ -157,11 +121,9 @@ async fn a_hold_and_its_fence_survive_a_manual_failover() {
     assert!(g.is_held(), "the acknowledged hold survives the failover");
     refused_to_others(&mut set, &other).await;
     // The old master follows the new one, so an extension's WAIT is acknowledged.
-    extend_after_failover(&g, lease).await;
+    extend_after_failover(&g, lease, 101).await;
     g.release().await.unwrap();
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,11 +143,9 @@ async fn a_hold_and_its_fence_survive_the_master_killed() {
     refused_to_others(&mut set, &other).await;
     // Back empty, the killed node follows the promoted replica, which has a replica again.
     blocking(|| set.rejoin(master, promoted)).expect("the killed master rejoins");
-    extend_after_failover(&g, lease).await;
+    extend_after_failover(&g, lease, 101).await;
     g.release().await.unwrap();
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 /// A plain `redis-server` on the port of a killed cluster node, killed when dropped.
@@ -253,7 +213,7 @@ async fn a_server_on_a_dead_masters_address_is_not_its_slots_master() {
     let port = set.nodes[master].port();
     blocking(|| set.kill_master(master)).expect("failover after kill -9");
     let squatter = blocking(|| Squatter::start(port));
-    let attempt = try_after_failover(&other).await;
+    let attempt = while_unavailable(100, || other.obtain("job").unwrap().try_lock()).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "a second holder while the first holds: {attempt:?}"
@@ -328,9 +288,7 @@ async fn a_hold_the_failover_lost_is_reported_lost() {
         "told by a renewal, not only when the lease ran out ({:?})",
         started.elapsed()
     );
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 /// A release on any shard wakes a waiter at once, long before its first poll: the cluster

@@ -71,3 +71,43 @@ pub async fn min_replicas_beyond_the_replicas(url: &str, min_replicas: u32) {
     .unwrap();
     g.release().await.unwrap();
 }
+
+/// Repeats `attempt` while it fails as `Unavailable` (a failover under way, a connection to a
+/// demoted or dead master, an acquisition no replica acknowledged yet), at most `tries` times
+/// 100 ms apart.
+pub async fn while_unavailable<T, F, Fut>(tries: u32, mut attempt: F) -> distlock::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock::Result<T>>,
+{
+    for _ in 0..tries {
+        match attempt().await {
+            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            r => return r,
+        }
+    }
+    panic!("still unavailable after {:?}", Duration::from_millis(100) * tries)
+}
+
+/// Takes `job`, retrying while acquisitions are not yet replicated (the registry gives the
+/// token of a failed one back).
+pub async fn take_when_replicated(reg: &LockRegistry) -> LockGuard {
+    while_unavailable(100, || reg.obtain("job").unwrap().lock())
+        .await
+        .expect("acquired")
+}
+
+/// The next holder of `job` on `reg`, once its hold is replicated, gets a fence above
+/// `first`.
+pub async fn next_fence_above(reg: &LockRegistry, first: u64) {
+    let next = take_when_replicated(reg).await;
+    assert!(next.fence() > first, "fence {} after {first}", next.fence());
+    next.release().await.unwrap();
+}
+
+/// Extends `g` by `lease`, retried while the set is still settling after a failover.
+pub async fn extend_after_failover(g: &LockGuard, lease: Duration, tries: u32) {
+    while_unavailable(tries, || g.extend(lease))
+        .await
+        .expect("extended on the new master");
+}

@@ -280,8 +280,8 @@ async fn a_read_hold_and_a_permit_survive_the_master_killed() {
             .unwrap(),
         "OK"
     );
-    extend_after_failover(&r, lease).await;
-    extend_after_failover(&p, lease).await;
+    extend_after_failover(&r, lease, 101).await;
+    extend_after_failover(&p, lease, 101).await;
     r.release().await.unwrap();
     p.release().await.unwrap();
     let w = loop {
