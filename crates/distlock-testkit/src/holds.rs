@@ -11,20 +11,20 @@ pub async fn read(reg: &LockRegistry, key: &str) -> LockGuard {
     reg.read_write(key).unwrap().read().lock().await.unwrap()
 }
 
-/// Takes `key`'s mutex without waiting and gives it back: it must be free (`why` says why, in
-/// the failure).
+/// Takes `key`'s mutex without waiting: it must be free (`why` says why, in the failure).
 ///
 /// # Panics
-/// When the mutex is not free, or its release fails.
-pub async fn take_free(reg: &LockRegistry, key: &str, why: &str) {
-    reg.obtain(key)
-        .unwrap()
-        .try_lock()
-        .await
-        .expect(why)
-        .release()
-        .await
-        .unwrap();
+/// When the name is invalid or the mutex is not free.
+pub async fn take_free(reg: &LockRegistry, key: &str, why: &str) -> LockGuard {
+    reg.obtain(key).unwrap().try_lock().await.expect(why)
+}
+
+/// [`take_free`], and gives the mutex back at once.
+///
+/// # Panics
+/// As [`take_free`], or when the release fails.
+pub async fn free(reg: &LockRegistry, key: &str, why: &str) {
+    take_free(reg, key, why).await.release().await.unwrap();
 }
 
 /// After a leader election under holds: each pair is a hold taken before it and the task of

@@ -197,6 +197,17 @@ impl Redisson<'_> {
     }
 }
 
+/// A reader of `doc` in a process that dies at once: its share is neither renewed nor given
+/// back, and ends after `lease_ms`. The registry (kept, as the dead process's would be) and
+/// the reader's token.
+async fn crashed_reader(server: &RedisServer, lease_ms: u64) -> (LockRegistry, distlock::Token) {
+    let crashed = registry(&server.url(), lease(lease_ms).with_renew(false)).await;
+    let dead = distlock_testkit::holds::read(&crashed, "doc").await;
+    let token = dead.token();
+    std::mem::forget(dead); // no release: the process died
+    (crashed, token)
+}
+
 fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.cli(&["PTTL", key]).unwrap().parse().unwrap()
 }
@@ -319,22 +330,14 @@ async fn redisson_readers_share_with_ours_and_exclude_writers_both_ways() {
     );
     g.release().await.unwrap();
     assert!(other.write(3000), "a Redisson writer once ours left");
-    busy(
-        rw.read().try_lock().await,
-        "our reader beside a Redisson writer",
-    );
-    busy(
-        w.write().try_lock().await,
-        "our writer beside a Redisson writer",
-    );
-    busy(
-        reg.obtain("doc").unwrap().try_lock().await,
-        "our mutex beside a Redisson writer",
-    );
-    busy(
-        reg.semaphore("doc", 2).unwrap().try_lock().await,
-        "a permit beside a Redisson writer",
-    );
+    for (kind, attempt) in [
+        ("reader", rw.read().try_lock().await),
+        ("writer", w.write().try_lock().await),
+        ("mutex", reg.obtain("doc").unwrap().try_lock().await),
+        ("permit", reg.semaphore("doc", 2).unwrap().try_lock().await),
+    ] {
+        busy(attempt, &format!("our {kind} beside a Redisson writer"));
+    }
     assert_eq!(other.write_unlock(), "1");
     rw.read()
         .try_lock()
@@ -389,11 +392,9 @@ async fn releases_are_published_on_redissons_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
     let server = RedisServer::start().expect("redis-server must be installed");
-    let crashed = registry(&server.url(), lease(300).with_renew(false)).await;
+    let (_crashed, dead_token) = crashed_reader(&server, 300).await;
+    let dead_token = dead_token.to_string();
     let live = registry(&server.url(), lease(600)).await;
-    let dead = distlock_testkit::holds::read(&crashed, "doc").await;
-    let dead_token = dead.token().to_string();
-    std::mem::forget(dead); // no release: the process died
     let r = live.read_write("doc").unwrap().read().lock().await.unwrap();
     // A Redisson reader that crashes too, with a short lease.
     let java = Redisson {
@@ -449,10 +450,8 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_redisson_renewal_keeps_every_readers_share_alive() {
     let server = RedisServer::start().expect("redis-server must be installed");
-    let crashed = registry(&server.url(), lease(400).with_renew(false)).await;
-    let dead = distlock_testkit::holds::read(&crashed, "doc").await;
-    let timeout = format!("{{lock:doc}}:{}:rwlock_timeout:1", dead.token());
-    std::mem::forget(dead);
+    let (_crashed, dead) = crashed_reader(&server, 400).await;
+    let timeout = format!("{{lock:doc}}:{dead}:rwlock_timeout:1");
     let java = Redisson {
         server: &server,
         key: "lock:doc",

@@ -40,7 +40,7 @@ async fn renewal_survives_killed_connections(db: &SqlDb) {
     }
     guard.extend(Duration::from_millis(600)).await.unwrap();
     guard.release().await.unwrap();
-    distlock_testkit::holds::take_free(&other, "job", "free after release").await;
+    distlock_testkit::holds::free(&other, "job", "free after release").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

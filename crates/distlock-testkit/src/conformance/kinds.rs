@@ -51,12 +51,7 @@ pub async fn readers_share_and_writers_exclude(h: &Harness) {
         "mutex while a writer holds",
     );
     w.release().await.unwrap();
-    let m = a
-        .obtain("rw")
-        .unwrap()
-        .try_lock()
-        .await
-        .expect("mutex when free");
+    let m = crate::holds::take_free(&a, "rw", "mutex when free").await;
     busy(rb.read().try_lock().await, "reader while the mutex holds");
     busy(rc.write().try_lock().await, "writer while the mutex holds");
     m.release().await.unwrap();
