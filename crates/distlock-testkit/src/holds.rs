@@ -24,7 +24,16 @@ pub async fn take_free(reg: &LockRegistry, key: &str, why: &str) -> LockGuard {
 /// # Panics
 /// As [`take_free`], or when the release fails.
 pub async fn free(reg: &LockRegistry, key: &str, why: &str) {
-    take_free(reg, key, why).await.release().await.unwrap();
+    give_back(reg.obtain(key).unwrap().try_lock().await, why).await;
+}
+
+/// Gives back the guard of an attempt that must have succeeded (`why` says why, in the
+/// failure).
+///
+/// # Panics
+/// When the attempt failed, or the release fails.
+pub async fn give_back(attempt: distlock::Result<LockGuard>, why: &str) {
+    attempt.expect(why).release().await.unwrap();
 }
 
 /// After a leader election under holds: each pair is a hold taken before it and the task of

@@ -60,20 +60,23 @@ pub async fn served_after_a_dead_waiter(
     g.release().await.unwrap();
 }
 
-/// Waits, at most `wait` plus `slack`, for `guard` to be told it lost its hold (`what` names
+/// Does `fault` (a server killed, a network cut) to `guard`'s hold, then waits, at most
+/// `wait` plus the scheduling slack, for the guard to be told it lost the hold (`what` names
 /// the failure otherwise), which must come by the end of its client-side lease: no later than
-/// `lease_left` plus `slack` after `since`.
+/// what was left of it at the fault, plus the slack.
 ///
 /// # Panics
 /// When the guard is not told, or told later.
 pub async fn told_by_the_lease_end(
     guard: &distlock::LockGuard,
-    since: Instant,
-    lease_left: Duration,
+    fault: impl FnOnce(),
     wait: Duration,
-    slack: Duration,
     what: &str,
 ) {
+    let slack = scheduling_slack().await;
+    let lease_left = guard.remaining();
+    fault();
+    let since = Instant::now();
     tokio::time::timeout(wait + slack, guard.lost())
         .await
         .unwrap_or_else(|_| panic!("{what}"));

@@ -13,13 +13,24 @@ use std::time::Duration;
 use common::etcd::*;
 use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
 use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
-use distlock::{LockName, RegistryOptions, Token};
+use distlock::{LockName, LockRegistry, RegistryOptions, Token};
 use distlock_testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::timing::{
     scheduling_slack, served_after_a_dead_waiter, told_by_the_lease_end,
 };
 use tokio::time::Instant;
+
+/// Three etcd members, and two registries on them with 3 s leases under a fresh prefix.
+async fn three_members_and_two_registries() -> (EtcdCluster, LockRegistry, LockRegistry) {
+    let cluster = EtcdCluster::start(3).expect("etcd-server");
+    let url = cluster.url();
+    let p = prefix();
+    let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
+    let a = registry(&url, &p, opts.clone()).await;
+    let b = registry(&url, &p, opts).await;
+    (cluster, a, b)
+}
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {
@@ -177,16 +188,10 @@ mod etcd {
         let opts = RegistryOptions::default().with_lease(Duration::from_secs(1));
         let a = registry(&server.url(), &p, opts.clone()).await;
         let g = a.obtain("crash").unwrap().lock().await.unwrap();
-        let slack = scheduling_slack().await;
-        let lease_left = g.remaining();
-        server.kill();
-        let killed = Instant::now();
         told_by_the_lease_end(
             &g,
-            killed,
-            lease_left,
+            || server.kill(),
             Duration::from_secs(3),
-            slack,
             "the holder learns that it cannot keep the lock",
         )
         .await;
@@ -235,12 +240,7 @@ mod etcd {
     /// while a lock is held (never two holders at once; a holder that cannot renew is told).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_node_cluster_loses_a_follower_then_its_leader() {
-        let cluster = EtcdCluster::start(3).expect("etcd-server");
-        let url = cluster.url();
-        let p = prefix();
-        let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
-        let a = registry(&url, &p, opts.clone()).await;
-        let b = registry(&url, &p, opts).await;
+        let (cluster, a, b) = three_members_and_two_registries().await;
 
         let leader = cluster.leader().unwrap();
         let follower = (leader + 1) % 3;
@@ -328,17 +328,13 @@ mod etcd {
             cluster.leader().unwrap(),
             (cluster.leader().unwrap() + 1) % 3,
         );
-        let slack = scheduling_slack().await;
-        let lease_left = ga.remaining();
-        cluster.kill(x);
-        cluster.kill(y);
-        let cut = Instant::now();
         told_by_the_lease_end(
             &ga,
-            cut,
-            lease_left,
+            || {
+                cluster.kill(x);
+                cluster.kill(y);
+            },
             Duration::from_secs(6),
-            slack,
             "a holder that cannot renew is told",
         )
         .await;
@@ -420,12 +416,7 @@ mod etcd {
     /// taker gets in; the kinds work again afterwards.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shared_holds_through_a_leader_kill_are_kept_or_told() {
-        let cluster = EtcdCluster::start(3).expect("etcd-server");
-        let url = cluster.url();
-        let p = prefix();
-        let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
-        let a = registry(&url, &p, opts.clone()).await;
-        let c = registry(&url, &p, opts).await;
+        let (cluster, a, c) = three_members_and_two_registries().await;
         let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
         let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
         let leader = cluster.leader().unwrap();

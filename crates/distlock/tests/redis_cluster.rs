@@ -62,16 +62,20 @@ fn key_per_master(set: &mut ClusterSet, stem: &str) -> Vec<(String, usize)> {
 /// A holder of `job` and another client, both with `min_replicas=1` said, not left to the
 /// default, which looks at the slot map once at connect: what the failover tests check holds
 /// for acquisitions a replica acknowledged.
-async fn replicated_hold(
-    set: &ClusterSet,
-    lease: Duration,
-) -> (LockRegistry, LockRegistry, LockGuard) {
+/// Also the master of `job`'s slot when the hold was taken.
+async fn replicated_hold(set: &ClusterSet) -> (LockRegistry, LockRegistry, LockGuard, usize) {
     let url = format!("{}?min_replicas=1", set.url());
-    let holder = registry(&url, lease).await;
-    let other = registry(&url, lease).await;
+    let holder = registry(&url, FAILOVER_LEASE).await;
+    let other = registry(&url, FAILOVER_LEASE).await;
     let g = take_when_replicated(&holder).await;
-    (holder, other, g)
+    let master = set.master_of(set.slot_of(JOB).unwrap()).unwrap();
+    (holder, other, g, master)
 }
+
+/// The lease of the holds that live through a failover: the cluster needs a node timeout to
+/// see a master fail and a moment to promote its replica; the lease outlasts that many times
+/// over, so the renewals that fail meanwhile do not end the hold.
+const FAILOVER_LEASE: Duration = Duration::from_secs(30);
 
 /// Asserts that nobody else can take `job` now: neither a second registry nor a foreign
 /// `SET NX` on the slot's master.
@@ -111,17 +115,14 @@ fn caught_up(set: &ClusterSet, master: usize, replica: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_and_its_fence_survive_a_manual_failover() {
     let mut set = cluster();
-    let lease = Duration::from_secs(30);
-    let (_holder, other, g) = replicated_hold(&set, lease).await;
+    let (_holder, other, g, master) = replicated_hold(&set).await;
     let first = g.fence();
-    let slot = set.slot_of(JOB).unwrap();
-    let master = set.master_of(slot).unwrap();
     let new = blocking(|| set.failover(master)).expect("CLUSTER FAILOVER");
     assert_ne!(new, master);
     assert!(g.is_held(), "the acknowledged hold survives the failover");
     refused_to_others(&mut set, &other).await;
     // The old master follows the new one, so an extension's WAIT is acknowledged.
-    extend_after_failover(&g, lease, 101).await;
+    extend_after_failover(&g, FAILOVER_LEASE, 101).await;
     g.release().await.unwrap();
     next_fence_above(&other, first).await;
 }
@@ -129,21 +130,15 @@ async fn a_hold_and_its_fence_survive_a_manual_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_and_its_fence_survive_the_master_killed() {
     let mut set = cluster();
-    // The cluster needs a node timeout to see the master fail and a moment to promote its
-    // replica; the lease outlasts that many times over, so the renewals that fail meanwhile
-    // do not end the hold.
-    let lease = Duration::from_secs(30);
-    let (_holder, other, g) = replicated_hold(&set, lease).await;
+    let (_holder, other, g, master) = replicated_hold(&set).await;
     let first = g.fence();
-    let slot = set.slot_of(JOB).unwrap();
-    let master = set.master_of(slot).unwrap();
     let promoted = blocking(|| set.kill_master(master)).expect("failover after kill -9");
     assert_ne!(promoted, master);
     assert!(g.is_held());
     refused_to_others(&mut set, &other).await;
     // Back empty, the killed node follows the promoted replica, which has a replica again.
     blocking(|| set.rejoin(master, promoted)).expect("the killed master rejoins");
-    extend_after_failover(&g, lease, 101).await;
+    extend_after_failover(&g, FAILOVER_LEASE, 101).await;
     g.release().await.unwrap();
     next_fence_above(&other, first).await;
 }
@@ -203,13 +198,10 @@ impl Drop for Squatter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_on_a_dead_masters_address_is_not_its_slots_master() {
     let mut set = cluster();
-    let lease = Duration::from_secs(30);
-    let (_holder, other, g) = replicated_hold(&set, lease).await;
+    let (_holder, other, g, master) = replicated_hold(&set).await;
     // The other client learns the slot map and connects to the master now.
     let busy = other.obtain("job").unwrap().try_lock().await;
     assert!(matches!(busy, Err(Error::NotAcquired { .. })), "{busy:?}");
-    let slot = set.slot_of(JOB).unwrap();
-    let master = set.master_of(slot).unwrap();
     let port = set.nodes[master].port();
     blocking(|| set.kill_master(master)).expect("failover after kill -9");
     let squatter = blocking(|| Squatter::start(port));

@@ -339,13 +339,7 @@ async fn redisson_readers_share_with_ours_and_exclude_writers_both_ways() {
         busy(attempt, &format!("our {kind} beside a Redisson writer"));
     }
     assert_eq!(other.write_unlock(), "1");
-    rw.read()
-        .try_lock()
-        .await
-        .expect("free again")
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::give_back(rw.read().try_lock().await, "free again").await;
 }
 
 /// The next message's payload.
@@ -436,13 +430,7 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
     assert_eq!((info.kind, info.holders), (Some(LockKind::Read), Some(1)));
     r.release().await.unwrap();
     assert_eq!(server.cli(&["EXISTS", "lock:doc"]).unwrap(), "0");
-    w.write()
-        .try_lock()
-        .await
-        .expect("free")
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::give_back(w.write().try_lock().await, "free").await;
 }
 
 /// Redisson up to 4.3 renews every reader's timeout keys, so a crashed reader's share (ours
@@ -471,15 +459,12 @@ async fn an_old_redisson_renewal_keeps_every_readers_share_alive() {
     assert_eq!(java.read_unlock(), "0", "our crashed reader still counts");
     let reg = registry(&server.url(), RegistryOptions::default()).await;
     let limit = Duration::from_millis(2000) + timing::scheduling_slack().await;
-    reg.read_write("doc")
-        .unwrap()
-        .write()
-        .try_lock_for(limit)
-        .await
-        .expect("free once the renewals stopped and its lease ran out")
-        .release()
-        .await
-        .unwrap();
+    let w = reg.read_write("doc").unwrap();
+    distlock_testkit::holds::give_back(
+        w.write().try_lock_for(limit).await,
+        "free once the renewals stopped and its lease ran out",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

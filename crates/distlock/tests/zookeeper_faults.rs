@@ -113,16 +113,10 @@ mod zookeeper {
         let g = areg.obtain("job").unwrap().lock().await.unwrap();
         let old = g.fence();
 
-        let slack = scheduling_slack().await;
-        let lease_left = g.remaining();
-        server.kill();
-        let killed = Instant::now();
         told_by_the_lease_end(
             &g,
-            killed,
-            lease_left,
+            || server.kill(),
             Duration::from_secs(3),
-            slack,
             "holder not told it lost the lock while the server is down",
         )
         .await;

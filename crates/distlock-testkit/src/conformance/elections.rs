@@ -11,7 +11,6 @@ use tokio::time::Instant;
 use super::{short_lease, within, Harness};
 use distlock::Leader;
 use distlock::Owner;
-use distlock::RegistryOptions;
 
 /// Three candidates lead twice each, one at a time; `leader()` names whoever leads with a term
 /// at least its own; terms rise; and an observer sees every leadership, in order (each leader

@@ -666,11 +666,7 @@ pub async fn blocking_facade_covers_every_kind(h: &Harness) {
     let caps = backend.capabilities();
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = distlock::blocking::LockRegistry::from_backend(
-            backend,
-            RegistryOptions::default().with_prefix(prefix),
-        )
-        .unwrap();
+        let reg = super::blocking_registry(backend, prefix);
         if caps.read_write {
             let rw = reg.read_write("b").unwrap();
             rw.read().lock().unwrap();

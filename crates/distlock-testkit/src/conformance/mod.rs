@@ -244,6 +244,19 @@ impl std::fmt::Debug for Requirement {
     }
 }
 
+/// A registry of the blocking facade on `backend`, in namespace `prefix`; made on a thread
+/// outside the runtime (in `spawn_blocking`), as the facade wants.
+pub(crate) fn blocking_registry(
+    backend: Arc<dyn Backend>,
+    prefix: String,
+) -> distlock::blocking::LockRegistry {
+    distlock::blocking::LockRegistry::from_backend(
+        backend,
+        RegistryOptions::default().with_prefix(prefix),
+    )
+    .unwrap()
+}
+
 impl Requirement {
     /// Every backend.
     pub const ANY: Requirement = Requirement {

@@ -290,11 +290,7 @@ pub async fn blocking_facade_is_reentrant(h: &Harness) {
     let backend = h.backend().await;
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = distlock::blocking::LockRegistry::from_backend(
-            backend,
-            RegistryOptions::default().with_prefix(prefix),
-        )
-        .unwrap();
+        let reg = super::blocking_registry(backend, prefix);
         let lock = reg.obtain("re").unwrap();
         lock.lock().unwrap();
         lock.lock().unwrap();
