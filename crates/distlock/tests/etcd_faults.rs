@@ -32,6 +32,29 @@ async fn three_members_and_two_registries() -> (EtcdCluster, LockRegistry, LockR
     (cluster, a, b)
 }
 
+/// A task that takes `lock`, retrying while the cluster elects a leader, and notes a
+/// `violation` if it got it while `old` still believed it held.
+fn take_through_the_election(
+    lock: distlock::Lock,
+    old: std::sync::Weak<LockGuard>,
+    violation: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<LockGuard> {
+    tokio::spawn(async move {
+        loop {
+            match lock.try_lock_for(Duration::from_secs(1)).await {
+                Ok(g) => {
+                    if old.upgrade().is_some_and(|o| o.is_held()) {
+                        violation.store(true, Ordering::SeqCst);
+                    }
+                    return g;
+                }
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+}
+
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {
     use super::*;
@@ -422,42 +445,16 @@ mod etcd {
         let leader = cluster.leader().unwrap();
         cluster.kill(leader);
         let violation = Arc::new(AtomicBool::new(false));
-        let writer = tokio::spawn({
-            let (c, old, violation) = (c.clone(), Arc::downgrade(&reader), violation.clone());
-            async move {
-                let rw = c.read_write("r").unwrap();
-                loop {
-                    match rw.write().try_lock_for(Duration::from_secs(1)).await {
-                        Ok(g) => {
-                            if old.upgrade().is_some_and(|o| o.is_held()) {
-                                violation.store(true, Ordering::SeqCst);
-                            }
-                            return g;
-                        }
-                        Err(e) if e.is_retryable() => continue,
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            }
-        });
-        let taker = tokio::spawn({
-            let (c, old, violation) = (c.clone(), Arc::downgrade(&permit), violation.clone());
-            async move {
-                let sem = c.semaphore("s", 1).unwrap();
-                loop {
-                    match sem.try_lock_for(Duration::from_secs(1)).await {
-                        Ok(g) => {
-                            if old.upgrade().is_some_and(|o| o.is_held()) {
-                                violation.store(true, Ordering::SeqCst);
-                            }
-                            return g;
-                        }
-                        Err(e) if e.is_retryable() => continue,
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            }
-        });
+        let writer = take_through_the_election(
+            c.read_write("r").unwrap().write().clone(),
+            Arc::downgrade(&reader),
+            violation.clone(),
+        );
+        let taker = take_through_the_election(
+            c.semaphore("s", 1).unwrap(),
+            Arc::downgrade(&permit),
+            violation.clone(),
+        );
         tokio::time::sleep(Duration::from_secs(5)).await;
         distlock_testkit::holds::handed_on_after_an_election(
             [(reader, writer), (permit, taker)],

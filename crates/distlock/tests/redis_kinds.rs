@@ -208,6 +208,12 @@ async fn crashed_reader(server: &RedisServer, lease_ms: u64) -> (LockRegistry, d
     (crashed, token)
 }
 
+/// What `reg` sees of `doc`'s read-write lock, which must be held.
+async fn doc_info(reg: &LockRegistry) -> distlock::LockInfo {
+    let rw = reg.read_write("doc").unwrap();
+    rw.read().inspect().await.unwrap().expect("doc is held")
+}
+
 fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.cli(&["PTTL", key]).unwrap().parse().unwrap()
 }
@@ -419,14 +425,7 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
         fields(&server, "lock:doc"),
         sorted(vec!["mode".to_owned(), r.token().to_string()])
     );
-    let info = live
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .inspect()
-        .await
-        .unwrap()
-        .unwrap();
+    let info = doc_info(&live).await;
     assert_eq!((info.kind, info.holders), (Some(LockKind::Read), Some(1)));
     r.release().await.unwrap();
     assert_eq!(server.cli(&["EXISTS", "lock:doc"]).unwrap(), "0");
@@ -494,14 +493,7 @@ async fn a_waiting_writer_is_queued_and_keeps_new_readers_out_until_it_leaves() 
         c.read_write("doc").unwrap().read().try_lock().await,
         "a new reader while a writer waits",
     );
-    let info = c
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .inspect()
-        .await
-        .unwrap()
-        .unwrap();
+    let info = doc_info(&c).await;
     assert_eq!(info.waiters, Some(1));
     waiting.abort();
     let _ = waiting.await;
