@@ -156,6 +156,7 @@ pub mod conformance;
 mod db;
 pub mod etcd;
 pub mod holds;
+pub mod hooked;
 pub mod mysql;
 pub mod postgres;
 pub(crate) mod process;
