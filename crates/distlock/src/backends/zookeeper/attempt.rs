@@ -9,28 +9,12 @@ use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
 
-/// What one acquisition attempt asks for, whatever the kind.
-#[derive(Clone, Copy)]
-pub(super) struct Ask<'a> {
-    pub(super) token: Token,
-    pub(super) lease: Duration,
-    /// Whether the caller stays in the queue when the lock is busy.
-    pub(super) queued: bool,
-    /// The holder's description.
-    pub(super) owner: &'a str,
-}
-
 impl Inner {
     /// One acquisition attempt; `queued` callers stay in the queue when the lock is busy.
     pub(super) async fn attempt(self: &Arc<Self>, request: &AcquireRequest) -> Result<Attempt> {
-        let name = &request.name;
-        let ask = Ask {
-            token: request.token,
-            lease: request.lease,
-            queued: request.queued(),
-            owner: request.owner_str(),
-        };
-        let token = ask.token;
+        let (name, token, lease) = (&request.name, request.token, request.lease);
+        let queued = request.queued();
+        let owner = request.owner_str();
         let parent = self.parent_path(name);
         let mut guard = Unowned {
             inner: self,
@@ -42,7 +26,9 @@ impl Inner {
         // the same token (it finds its own node), so it is repeated until then.
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         let mut pause = Duration::from_millis(20);
-        let mut res = self.attempt_kind(&parent, name, ask).await;
+        let mut res = self
+            .attempt_kind(&parent, name, token, lease, queued, owner)
+            .await;
         while let Err(e) = &res {
             if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
                 break;
@@ -50,7 +36,9 @@ impl Inner {
             tracing::debug!(error = %e, "attempt failed on a broken connection; retrying");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));
-            res = self.attempt_kind(&parent, name, ask).await;
+            res = self
+                .attempt_kind(&parent, name, token, lease, queued, owner)
+                .await;
         }
         if res.is_ok() {
             guard.armed = false;
@@ -62,14 +50,25 @@ impl Inner {
         self: &Arc<Self>,
         parent: &str,
         name: &LockName,
-        ask: Ask<'_>,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
         if name.is_election() {
-            return self.attempt_inner(parent, Role::Latch, ask).await;
+            return self
+                .attempt_inner(parent, Role::Latch, token, lease, queued, owner)
+                .await;
         }
         match name.kind() {
-            LockKind::Semaphore { permits } => self.attempt_permit(parent, permits, ask).await,
-            other => self.attempt_inner(parent, Role::of(other), ask).await,
+            LockKind::Semaphore { permits } => {
+                self.attempt_permit(parent, permits, token, lease, queued, owner)
+                    .await
+            }
+            other => {
+                self.attempt_inner(parent, Role::of(other), token, lease, queued, owner)
+                    .await
+            }
         }
     }
 
@@ -132,14 +131,11 @@ impl Inner {
         self: &Arc<Self>,
         parent: &str,
         role: Role,
-        ask: Ask<'_>,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
-        let Ask {
-            token,
-            lease,
-            queued,
-            owner,
-        } = ask;
         let slot = session_of_lease(lease);
         let latch = role == Role::Latch;
         let data = match latch {

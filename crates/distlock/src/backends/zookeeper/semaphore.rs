@@ -19,7 +19,6 @@
 use super::*;
 use crate::backend::{Owner, UNKNOWN_OWNER};
 use crate::backends::contenders;
-use attempt::Ask;
 use contender::{Target, Which};
 use queue::{place, sort_contenders, sort_leases, Place};
 use watch::Watch;
@@ -193,14 +192,11 @@ impl Inner {
         self: &Arc<Self>,
         parent: &str,
         permits: u32,
-        ask: Ask<'_>,
+        token: Token,
+        lease: Duration,
+        queued: bool,
+        owner: &str,
     ) -> Result<Attempt> {
-        let Ask {
-            token,
-            lease,
-            queued,
-            owner,
-        } = ask;
         let slot = session_of_lease(lease);
         let gate_dir = format!("{parent}/{GATE_DIR}");
         let lease_dir = format!("{parent}/{LEASE_DIR}");
