@@ -44,7 +44,12 @@ pub async fn give_back(attempt: distlock::Result<LockGuard>, why: &str) {
 /// When two held at once, a kept hold cannot be given back, or the other does not get the key
 /// in time.
 pub async fn handed_on_after_an_election(
-    pairs: impl IntoIterator<Item = (std::sync::Arc<LockGuard>, tokio::task::JoinHandle<LockGuard>)>,
+    pairs: impl IntoIterator<
+        Item = (
+            std::sync::Arc<LockGuard>,
+            tokio::task::JoinHandle<LockGuard>,
+        ),
+    >,
     wait: std::time::Duration,
 ) {
     for (held, other) in pairs {

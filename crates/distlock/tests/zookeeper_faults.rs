@@ -24,8 +24,8 @@ use tokio::time::{timeout, Instant};
 
 /// Three ZooKeeper servers, the URL of a fresh root on them (sessions of 6 s, requests of
 /// 1 s), and two registries on it with leases of 1.5 s.
-async fn three_servers_and_two_registries() -> (ZooKeeperEnsemble, String, LockRegistry, LockRegistry)
-{
+async fn three_servers_and_two_registries(
+) -> (ZooKeeperEnsemble, String, LockRegistry, LockRegistry) {
     let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
     let url = format!(
         "{}{}?session_timeout=6s&request_timeout=1s",

@@ -168,7 +168,13 @@ async fn run(a: &Args, exe: &Path) -> Result<Report, String> {
         (0, 0, 0, 0.0)
     };
     Ok(Report {
-        backend: a.target.backend.split("://").next().unwrap_or("").to_owned(),
+        backend: a
+            .target
+            .backend
+            .split("://")
+            .next()
+            .unwrap_or("")
+            .to_owned(),
         mutex_cycles_s: m,
         read_cycles_s: r,
         write_cycles_s: w,

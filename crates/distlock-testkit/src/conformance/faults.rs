@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{within, Harness};
-use distlock::Error;
 use crate::hooked::{Hooked, Hooks};
+use distlock::Error;
 use distlock::{AcquireRequest, Attempt, Backend};
 use distlock::{LockRegistry, RegistryOptions};
 

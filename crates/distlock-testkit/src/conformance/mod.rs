@@ -168,8 +168,12 @@ impl Harness {
     /// A registry whose holds are never renewed, as a crashed process's: they end with
     /// `lease`.
     pub async fn unrenewed_registry(&self, lease: Duration) -> LockRegistry {
-        self.registry_with(RegistryOptions::default().with_renew(false).with_lease(lease))
-            .await
+        self.registry_with(
+            RegistryOptions::default()
+                .with_renew(false)
+                .with_lease(lease),
+        )
+        .await
     }
 
     /// The slowest of a few uncontended acquire-and-release cycles on this backend, measured

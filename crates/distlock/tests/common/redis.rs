@@ -24,7 +24,10 @@ pub async fn registry(url: &str, lease: Duration) -> LockRegistry {
 
 /// A holder and a waiter on `url` with 60 s leases, the waiter polling only every `poll`: in
 /// the tests of wake-ups, only a notification wakes it in time.
-pub async fn holder_and_slow_waiter(url: &str, poll: Duration) -> (LockRegistry, Arc<LockRegistry>) {
+pub async fn holder_and_slow_waiter(
+    url: &str,
+    poll: Duration,
+) -> (LockRegistry, Arc<LockRegistry>) {
     let options = RegistryOptions::default()
         .with_lease(Duration::from_secs(60))
         .with_max_poll_interval(poll);
@@ -86,7 +89,10 @@ where
             r => return r,
         }
     }
-    panic!("still unavailable after {:?}", Duration::from_millis(100) * tries)
+    panic!(
+        "still unavailable after {:?}",
+        Duration::from_millis(100) * tries
+    )
 }
 
 /// Takes `job`, retrying while acquisitions are not yet replicated (the registry gives the

@@ -173,11 +173,9 @@ impl Engine for MySql {
         let ch = channel(name);
         let (a, b) = self.row_key(name)?;
         let doorbell = self.doorbell(&a, &b);
-        let sql = self.sql.doorbell_wait(
-            &MyLock::new(&a, &b, ""),
-            &doorbell,
-            LISTEN_WAIT_S,
-        );
+        let sql = self
+            .sql
+            .doorbell_wait(&MyLock::new(&a, &b, ""), &doorbell, LISTEN_WAIT_S);
         self.doorbells
             .listen(doorbell, ch, sql, &self.common.signals);
         Ok(())
@@ -371,12 +369,7 @@ impl Engine for MySql {
         for chunk in valid.chunks(BATCH) {
             let locks: Vec<(MyLock<'_>, i64)> = chunk
                 .iter()
-                .map(|(_, (a, b, t, l))| {
-                    (
-                        MyLock::new(a, b, t),
-                        *l,
-                    )
-                })
+                .map(|(_, (a, b, t, l))| (MyLock::new(a, b, t), *l))
                 .collect();
             let sql = self.sql.extend_many(&locks);
             let out = self.run("extend_many", &sql, true).await?;
