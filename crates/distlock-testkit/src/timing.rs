@@ -22,19 +22,6 @@ pub async fn scheduling_slack() -> Duration {
     Duration::from_millis(300) + worst * 20
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn slack_is_at_least_the_base_and_bounded_on_a_live_runtime() {
-        let slack = scheduling_slack().await;
-        assert!(slack >= Duration::from_millis(300), "{slack:?}");
-        // Twenty times a lateness of even a whole second would be absurd for 2 ms sleeps.
-        assert!(slack < Duration::from_secs(20), "{slack:?}");
-    }
-}
-
 /// Checks the next waiter's attempt `got`, which returned just now, after a waiter died at
 /// `died`: it got the lock once the dead waiter's `what` (key, node) was gone, within `expiry`
 /// plus a few round trips (the wake-up, the listings, the claim): twice the scheduling slack,
@@ -85,4 +72,17 @@ pub async fn told_by_the_lease_end(
         "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
         since.elapsed()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn slack_is_at_least_the_base_and_bounded_on_a_live_runtime() {
+        let slack = scheduling_slack().await;
+        assert!(slack >= Duration::from_millis(300), "{slack:?}");
+        // Twenty times a lateness of even a whole second would be absurd for 2 ms sleeps.
+        assert!(slack < Duration::from_secs(20), "{slack:?}");
+    }
 }

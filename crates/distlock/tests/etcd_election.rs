@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::etcd::*;
 use distlock::{Owner, RegistryOptions};
-use distlock_testkit::etcd::EtcdServer;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {

@@ -14,7 +14,6 @@ mod migration;
 #[path = "common/redis.rs"]
 mod redis_common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::RedisBackend;
@@ -25,7 +24,7 @@ use distlock_testkit::timing::scheduling_slack;
 use futures_util::StreamExt;
 use redis_common::{
     extend_after_failover, holder_and_slow_waiter, min_replicas_beyond_the_replicas,
-    next_fence_above, registry, registry_with, take_when_replicated, while_unavailable,
+    next_fence_above, registry, registry_with, take_when_replicated, try_after_failover,
     woken_within,
 };
 
@@ -63,12 +62,13 @@ fn key_per_master(set: &mut ClusterSet, stem: &str) -> Vec<(String, usize)> {
 /// default, which looks at the slot map once at connect: what the failover tests check holds
 /// for acquisitions a replica acknowledged.
 /// Also the master of `job`'s slot when the hold was taken.
-async fn replicated_hold(set: &ClusterSet) -> (LockRegistry, LockRegistry, LockGuard, usize) {
+async fn replicated_hold(set: &mut ClusterSet) -> (LockRegistry, LockRegistry, LockGuard, usize) {
     let url = format!("{}?min_replicas=1", set.url());
     let holder = registry(&url, FAILOVER_LEASE).await;
     let other = registry(&url, FAILOVER_LEASE).await;
     let g = take_when_replicated(&holder).await;
-    let master = set.master_of(set.slot_of(JOB).unwrap()).unwrap();
+    let slot = set.slot_of(JOB).unwrap();
+    let master = set.master_of(slot).unwrap();
     (holder, other, g, master)
 }
 
@@ -80,7 +80,7 @@ const FAILOVER_LEASE: Duration = Duration::from_secs(30);
 /// Asserts that nobody else can take `job` now: neither a second registry nor a foreign
 /// `SET NX` on the slot's master.
 async fn refused_to_others(set: &mut ClusterSet, other: &LockRegistry) {
-    let attempt = while_unavailable(100, || other.obtain("job").unwrap().try_lock()).await;
+    let attempt = try_after_failover(other, 100).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "a second holder while the first holds: {attempt:?}"
@@ -115,7 +115,7 @@ fn caught_up(set: &ClusterSet, master: usize, replica: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_and_its_fence_survive_a_manual_failover() {
     let mut set = cluster();
-    let (_holder, other, g, master) = replicated_hold(&set).await;
+    let (_holder, other, g, master) = replicated_hold(&mut set).await;
     let first = g.fence();
     let new = blocking(|| set.failover(master)).expect("CLUSTER FAILOVER");
     assert_ne!(new, master);
@@ -130,7 +130,7 @@ async fn a_hold_and_its_fence_survive_a_manual_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_and_its_fence_survive_the_master_killed() {
     let mut set = cluster();
-    let (_holder, other, g, master) = replicated_hold(&set).await;
+    let (_holder, other, g, master) = replicated_hold(&mut set).await;
     let first = g.fence();
     let promoted = blocking(|| set.kill_master(master)).expect("failover after kill -9");
     assert_ne!(promoted, master);
@@ -198,14 +198,14 @@ impl Drop for Squatter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_on_a_dead_masters_address_is_not_its_slots_master() {
     let mut set = cluster();
-    let (_holder, other, g, master) = replicated_hold(&set).await;
+    let (_holder, other, g, master) = replicated_hold(&mut set).await;
     // The other client learns the slot map and connects to the master now.
     let busy = other.obtain("job").unwrap().try_lock().await;
     assert!(matches!(busy, Err(Error::NotAcquired { .. })), "{busy:?}");
     let port = set.nodes[master].port();
     blocking(|| set.kill_master(master)).expect("failover after kill -9");
     let squatter = blocking(|| Squatter::start(port));
-    let attempt = while_unavailable(100, || other.obtain("job").unwrap().try_lock()).await;
+    let attempt = try_after_failover(&other, 100).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "a second holder while the first holds: {attempt:?}"

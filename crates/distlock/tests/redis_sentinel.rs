@@ -5,16 +5,16 @@
 #[path = "common/redis.rs"]
 mod redis_common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock::Error;
 use distlock_testkit::redis::sentinel::SentinelSet;
 
 use redis_common::{
     extend_after_failover, holder_and_slow_waiter, min_replicas_beyond_the_replicas,
-    next_fence_above, registry, take_and_release, take_when_replicated, while_unavailable,
+    next_fence_above, registry, take_and_release, take_when_replicated, try_after_failover,
+    while_unavailable,
 };
 
 fn set() -> SentinelSet {
@@ -38,7 +38,7 @@ async fn hold_across(set: &SentinelSet, lease: Duration, fail: impl FnOnce(&Sent
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
     tokio::time::sleep(lease / 2).await;
     assert!(g.is_held(), "the acknowledged hold survives the failover");
-    let attempt = while_unavailable(50, || other.obtain("job").unwrap().try_lock()).await;
+    let attempt = try_after_failover(&other, 50).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "{attempt:?}"
@@ -74,7 +74,7 @@ async fn a_hold_and_its_fence_survive_the_master_killed() {
     assert_ne!(new, master);
     assert!(g.is_held());
     // The new master knows the holder: a try fails, and so does a foreign SET NX.
-    let attempt = while_unavailable(50, || other.obtain("job").unwrap().try_lock()).await;
+    let attempt = try_after_failover(&other, 50).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "{attempt:?}"

@@ -215,6 +215,7 @@ async fn main() {
         }
     };
     let spawned = args
+        .target
         .spawn
         .as_deref()
         .map(|k| spawn(k).unwrap_or_else(|e| panic!("{e}")));

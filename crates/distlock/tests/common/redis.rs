@@ -98,9 +98,18 @@ where
 /// Takes `job`, retrying while acquisitions are not yet replicated (the registry gives the
 /// token of a failed one back).
 pub async fn take_when_replicated(reg: &LockRegistry) -> LockGuard {
-    while_unavailable(100, || reg.obtain("job").unwrap().lock())
+    let job = reg.obtain("job").unwrap();
+    while_unavailable(100, || job.lock())
         .await
         .expect("acquired")
+}
+
+/// One `try_lock` of `job` on `reg`, repeated while it fails as `Unavailable`, at most `tries`
+/// times: requests during and right after a failover may meet a set that is down, or a
+/// connection to the old master.
+pub async fn try_after_failover(reg: &LockRegistry, tries: u32) -> distlock::Result<LockGuard> {
+    let job = reg.obtain("job").unwrap();
+    while_unavailable(tries, || job.try_lock()).await
 }
 
 /// The next holder of `job` on `reg`, once its hold is replicated, gets a fence above
