@@ -13,11 +13,13 @@ pub async fn take_and_release(lock: distlock::Result<distlock::Lock>) {
     lock.unwrap().lock().await.unwrap().release().await.unwrap();
 }
 
+/// A registry with `options` on a new backend for `url`.
 pub async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
     let backend = RedisBackend::connect(url).await.expect("connect");
     LockRegistry::from_backend(Arc::new(backend), options).unwrap()
 }
 
+/// A registry with leases of `lease` on a new backend for `url`.
 pub async fn registry(url: &str, lease: Duration) -> LockRegistry {
     registry_with(url, RegistryOptions::default().with_lease(lease)).await
 }

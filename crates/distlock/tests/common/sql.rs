@@ -48,6 +48,7 @@ impl SqlDb {
         SqlDb::MariaDb(my_db())
     }
 
+    /// The URL that connects to the database.
     pub fn url(&self) -> &str {
         match self {
             SqlDb::Postgres(db) => db.url(),
