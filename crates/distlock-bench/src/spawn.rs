@@ -94,3 +94,51 @@ pub fn spawn(kind: &str) -> Result<Spawned, String> {
         )),
     }
 }
+
+/// What a bench binary runs against, `--backend URL` or `--spawn KIND`, and whether it prints
+/// JSON lines (`--json`).
+#[derive(Debug, Default)]
+pub struct Target {
+    /// The URL of `--backend`, or empty.
+    pub backend: String,
+    /// The kind of `--spawn`.
+    pub spawn: Option<String>,
+    /// Whether `--json` was given.
+    pub json: bool,
+}
+
+impl Target {
+    /// Reads `argv` as `--json` and `--flag value` pairs: `--backend` and `--spawn` here, any
+    /// other flag and its value handed to `other`. `usage` follows this parser's own error
+    /// messages (empty where the caller adds it).
+    ///
+    /// # Errors
+    /// A flag without a value, an error of `other`, or not exactly one of `--backend` and
+    /// `--spawn`.
+    pub fn parse(
+        argv: &[String],
+        usage: &str,
+        mut other: impl FnMut(&str, &str) -> Result<(), String>,
+    ) -> Result<Target, String> {
+        let mut t = Target::default();
+        let mut it = argv.iter();
+        while let Some(flag) = it.next() {
+            if flag == "--json" {
+                t.json = true;
+                continue;
+            }
+            let value = it
+                .next()
+                .ok_or_else(|| format!("{flag} needs a value{usage}"))?;
+            match flag.as_str() {
+                "--backend" => t.backend = value.clone(),
+                "--spawn" => t.spawn = Some(value.clone()),
+                _ => other(flag, value)?,
+            }
+        }
+        if t.backend.is_empty() == t.spawn.is_none() {
+            return Err(format!("one of --backend and --spawn is required{usage}"));
+        }
+        Ok(t)
+    }
+}

@@ -149,36 +149,29 @@ fn sql_mutual_exclusion(url: &str, kind: &str, rows: impl Fn() -> usize) {
 
 #[test]
 fn postgres_mutual_exclusion() {
-    use distlock_testkit::postgres::PostgresServer;
-    let server = PostgresServer::machine_or_start()
-        .expect("PostgreSQL must run or be installed (apt-get install postgresql)");
-    let db = server.fresh_database().expect("fresh database");
+    let db = fresh_postgres();
     let url = format!("{}?table=cli_locks", db.url());
     sql_mutual_exclusion(&url, "postgres", || {
-        db.query("SELECT count(*) FROM cli_locks WHERE token IS NOT NULL")
-            .expect("count")[0][0]
-            .as_deref()
-            .expect("a count")
-            .parse()
-            .expect("a number")
+        first_number(db.query("SELECT count(*) FROM cli_locks WHERE token IS NOT NULL"))
     });
 }
 
 #[test]
 fn mysql_mutual_exclusion() {
-    use distlock_testkit::mysql::MariaDbServer;
-    let server = MariaDbServer::machine_or_start()
-        .expect("MariaDB must run or be installed (apt-get install mariadb-server)");
-    let db = server.fresh_database().expect("fresh database");
-    let url = db.url().to_owned();
-    sql_mutual_exclusion(&url, "mysql", || {
-        db.query("SELECT COUNT(*) FROM distlock_locks WHERE token IS NOT NULL")
-            .expect("count")[0][0]
-            .as_deref()
-            .expect("a count")
-            .parse()
-            .expect("a number")
+    let db = fresh_mariadb();
+    sql_mutual_exclusion(db.url(), "mysql", || {
+        first_number(db.query("SELECT COUNT(*) FROM distlock_locks WHERE token IS NOT NULL"))
     });
+}
+
+/// How many holders of key `sk` etcd keeps (the `concurrency.Mutex` layout's keys).
+fn etcd_holders(server: &distlock_testkit::etcd::EtcdServer) -> usize {
+    server
+        .etcdctl(&["get", "--prefix", "lock/sk/", "--keys-only"])
+        .expect("etcdctl get")
+        .lines()
+        .filter(|l| l.starts_with("lock/sk/"))
+        .count()
 }
 
 /// `etcd://` across processes: the `concurrency.Mutex` layout on the server (`lock/sk/<lease>`),
@@ -188,14 +181,7 @@ fn mysql_mutual_exclusion() {
 fn etcd_mutual_exclusion() {
     use distlock_testkit::etcd::EtcdServer;
     let server = EtcdServer::start().expect("etcd (apt-get install etcd-server)");
-    sql_mutual_exclusion(&server.url(), "etcd", || {
-        server
-            .etcdctl(&["get", "--prefix", "lock/sk/", "--keys-only"])
-            .expect("etcdctl get")
-            .lines()
-            .filter(|l| l.starts_with("lock/sk/"))
-            .count()
-    });
+    sql_mutual_exclusion(&server.url(), "etcd", || etcd_holders(&server));
 }
 
 /// `etcds://` from the command line: the same as [`etcd_mutual_exclusion`] over TLS, with the
@@ -216,14 +202,7 @@ fn etcds_mutual_exclusion() {
     assert_eq!(untrusted.stderr.trim().lines().count(), 1, "{untrusted:?}");
 
     let url = format!("{}?ca_file={}", server.url(), d.join("ca.crt").display());
-    sql_mutual_exclusion(&url, "etcd", || {
-        server
-            .etcdctl(&["get", "--prefix", "lock/sk/", "--keys-only"])
-            .expect("etcdctl get")
-            .lines()
-            .filter(|l| l.starts_with("lock/sk/"))
-            .count()
-    });
+    sql_mutual_exclusion(&url, "etcd", || etcd_holders(&server));
 }
 
 /// A ZooKeeper server with `tickTime=1000` and its default session bounds grants no session

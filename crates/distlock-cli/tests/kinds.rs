@@ -11,6 +11,14 @@ fn args<'a>(pre: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
     pre.iter().chain(rest).copied().collect()
 }
 
+/// `run --key <key> <extra> --no-wait -- echo ran`: one attempt that gives up at once.
+fn try_run(home: &Home, pre: &[&str], key: &str, extra: &[&str]) -> Output {
+    let mut run = vec!["run", "--key", key];
+    run.extend(extra);
+    run.extend(["--no-wait", "--", "echo", "ran"]);
+    home.run(&args(pre, &run))
+}
+
 /// The `status --json` (or `list --json` line) fields that say who holds a key: kind and
 /// holders must match where the backend reports them (`null` where it cannot tell).
 fn assert_holds(json: &str, kind: &str, holders: u32) {
@@ -31,10 +39,7 @@ fn shared_holders_exclude_exclusive_runs(home: &Home, pre: &[&str]) {
     // A second shared holder gets the key beside the first (else `hold` times out).
     let (r2, f2) = home.hold(pre, "rw", &["--shared"]);
     assert_ne!(f1, f2, "each shared holder has its own fence");
-    let busy = home.run(&args(
-        pre,
-        &["run", "--key", "rw", "--no-wait", "--", "echo", "ran"],
-    ));
+    let busy = try_run(home, pre, "rw", &[]);
     assert_eq!(
         busy.code,
         Some(75),
@@ -49,19 +54,7 @@ fn shared_holders_exclude_exclusive_runs(home: &Home, pre: &[&str]) {
     stop_holder(r1);
     stop_holder(r2);
     let (w, _) = home.hold(pre, "rw", &[]);
-    let busy = home.run(&args(
-        pre,
-        &[
-            "run",
-            "--key",
-            "rw",
-            "--shared",
-            "--no-wait",
-            "--",
-            "echo",
-            "ran",
-        ],
-    ));
+    let busy = try_run(home, pre, "rw", &["--shared"]);
     assert_eq!(
         busy.code,
         Some(75),
@@ -74,19 +67,7 @@ fn shared_holders_exclude_exclusive_runs(home: &Home, pre: &[&str]) {
 /// it keeps them (and another writer) out.
 fn the_write_side_excludes_shared_holders(home: &Home, pre: &[&str]) {
     let (r, _) = home.hold(pre, "wr", &["--shared"]);
-    let busy = home.run(&args(
-        pre,
-        &[
-            "run",
-            "--key",
-            "wr",
-            "--write",
-            "--no-wait",
-            "--",
-            "echo",
-            "ran",
-        ],
-    ));
+    let busy = try_run(home, pre, "wr", &["--write"]);
     assert_eq!(busy.code, Some(75), "a writer beside a reader: {busy:?}");
     assert_eq!(busy.stdout, "");
     stop_holder(r);
@@ -95,10 +76,7 @@ fn the_write_side_excludes_shared_holders(home: &Home, pre: &[&str]) {
     assert_eq!(status.code, Some(0), "{status:?}");
     assert_holds(status.stdout.trim(), "write", 1);
     for extra in [&["--shared"][..], &["--write"]] {
-        let mut run = vec!["run", "--key", "wr"];
-        run.extend(extra);
-        run.extend(["--no-wait", "--", "echo", "ran"]);
-        let busy = home.run(&args(pre, &run));
+        let busy = try_run(home, pre, "wr", extra);
         assert_eq!(busy.code, Some(75), "{extra:?} beside a writer: {busy:?}");
         assert_eq!(busy.stdout, "");
     }
@@ -108,35 +86,9 @@ fn the_write_side_excludes_shared_holders(home: &Home, pre: &[&str]) {
 fn permits_admit_n_holders(home: &Home, pre: &[&str]) {
     let (p1, _) = home.hold(pre, "sem", &["--permits", "2"]);
     let (p2, _) = home.hold(pre, "sem", &["--permits", "2"]);
-    let busy = home.run(&args(
-        pre,
-        &[
-            "run",
-            "--key",
-            "sem",
-            "--permits",
-            "2",
-            "--no-wait",
-            "--",
-            "echo",
-            "ran",
-        ],
-    ));
+    let busy = try_run(home, pre, "sem", &["--permits", "2"]);
     assert_eq!(busy.code, Some(75), "a third permit of two: {busy:?}");
-    let disagree = home.run(&args(
-        pre,
-        &[
-            "run",
-            "--key",
-            "sem",
-            "--permits",
-            "3",
-            "--no-wait",
-            "--",
-            "echo",
-            "ran",
-        ],
-    ));
+    let disagree = try_run(home, pre, "sem", &["--permits", "3"]);
     assert_eq!(
         disagree.code,
         Some(2),
@@ -149,20 +101,7 @@ fn permits_admit_n_holders(home: &Home, pre: &[&str]) {
     let status = home.run(&args(pre, &["status", "sem", "--json"]));
     assert_holds(status.stdout.trim(), "semaphore", 2);
     stop_holder(p1);
-    let ok = home.run(&args(
-        pre,
-        &[
-            "run",
-            "--key",
-            "sem",
-            "--permits",
-            "2",
-            "--no-wait",
-            "--",
-            "echo",
-            "ran",
-        ],
-    ));
+    let ok = try_run(home, pre, "sem", &["--permits", "2"]);
     assert_eq!(ok.code, Some(0), "a permit came back: {ok:?}");
     assert_eq!(ok.stdout.trim(), "ran");
     stop_holder(p2);
@@ -170,20 +109,7 @@ fn permits_admit_n_holders(home: &Home, pre: &[&str]) {
 
 fn several_keys_are_all_or_nothing(home: &Home, pre: &[&str]) {
     let (b, _) = home.hold(pre, "mb", &[]);
-    let busy = home.run(&args(
-        pre,
-        &[
-            "run",
-            "--key",
-            "ma",
-            "--key",
-            "mb",
-            "--no-wait",
-            "--",
-            "echo",
-            "ran",
-        ],
-    ));
+    let busy = try_run(home, pre, "ma", &["--key", "mb"]);
     assert_eq!(busy.code, Some(75), "{busy:?}");
     assert!(
         one_stderr_line(&busy).contains("\"mb\""),
@@ -281,17 +207,13 @@ fn kinds_on_redis() {
 
 #[test]
 fn kinds_on_postgres() {
-    let server = distlock_testkit::postgres::PostgresServer::machine_or_start()
-        .expect("PostgreSQL (scripts/test.sh installs postgresql)");
-    let db = server.fresh_database().expect("fresh database");
+    let db = fresh_postgres();
     every_kind(&["--backend", db.url()]);
 }
 
 #[test]
 fn kinds_on_mariadb() {
-    let server = distlock_testkit::mysql::MariaDbServer::machine_or_start()
-        .expect("MariaDB (scripts/test.sh installs mariadb-server)");
-    let db = server.fresh_database().expect("fresh database");
+    let db = fresh_mariadb();
     every_kind(&["--backend", db.url()]);
 }
 

@@ -75,29 +75,38 @@ fn lost_lock_kills_a_command_that_ignores_sigterm() {
 const SH_WITH_A_BACKGROUND_JOB: &str =
     r#"sleep 1000 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"; wait"#;
 
+/// Starts distlock with `args` and `script` as CMD (which writes its pids in a file named by
+/// its first argument, as [`SH_WITH_A_BACKGROUND_JOB`] does), with `DISTLOCK_KILL_GRACE` set
+/// to `grace` if given; returns once CMD wrote its pids, with the processes of its group.
+fn start_group(
+    home: &Home,
+    args: &[&str],
+    script: &str,
+    grace: Option<&str>,
+) -> (Proc, KillOnDrop) {
+    let pids = home.path("pids");
+    let mut all = args.to_vec();
+    all.extend(["--", "sh", "-c", script, "sh", pids.to_str().unwrap()]);
+    let mut cmd = home.cmd(&all);
+    if let Some(grace) = grace {
+        cmd.env("DISTLOCK_KILL_GRACE", grace);
+    }
+    let mut proc = Proc::spawn(&mut cmd);
+    wait_for_file(&pids, &mut proc);
+    (proc, KillOnDrop(read_pids(&pids)))
+}
+
 #[test]
 fn a_lost_lock_stops_the_commands_whole_process_group() {
     let server = RedisServer::start().expect("redis-server");
     let url = server.url();
     let home = Home::new();
-    let pids = home.path("pids");
-    let mut proc = Proc::spawn(&mut home.cmd(&[
-        "--backend",
-        &url,
-        "run",
-        "--key",
-        "grp",
-        "--lease",
-        "1s",
-        "--",
-        "sh",
-        "-c",
+    let (proc, group) = start_group(
+        &home,
+        &["--backend", &url, "run", "--key", "grp", "--lease", "1s"],
         SH_WITH_A_BACKGROUND_JOB,
-        "sh",
-        pids.to_str().unwrap(),
-    ]));
-    wait_for_file(&pids, &mut proc);
-    let group = KillOnDrop(read_pids(&pids));
+        None,
+    );
     assert!(group.0.iter().all(|&p| running(p)), "{:?}", group.0);
     assert_eq!(server.cli(&["DEL", "lock:grp"]).unwrap(), "1");
     let out = proc.wait(TIMEOUT);
@@ -113,20 +122,12 @@ fn a_lost_lock_stops_the_commands_whole_process_group() {
 #[test]
 fn killing_distlock_kills_the_commands_whole_process_group() {
     let home = Home::new();
-    let pids = home.path("pids");
-    let mut proc = Proc::spawn(&mut home.cmd(&[
-        "run",
-        "--key",
-        "die",
-        "--",
-        "sh",
-        "-c",
+    let (proc, group) = start_group(
+        &home,
+        &["run", "--key", "die"],
         SH_WITH_A_BACKGROUND_JOB,
-        "sh",
-        pids.to_str().unwrap(),
-    ]));
-    wait_for_file(&pids, &mut proc);
-    let group = KillOnDrop(read_pids(&pids));
+        None,
+    );
     assert_eq!(group.0.len(), 2);
     proc.signal(Signal::SIGKILL);
     let out = proc.wait(TIMEOUT);
@@ -150,28 +151,13 @@ fn failing_renewals_stop_the_group_before_the_lease_ends_on_the_server() {
     let proxy = rt.block_on(FaultProxy::start(server.addr())).unwrap();
     let url = format!("redis://{}", proxy.addr());
     let home = Home::new();
-    let pids = home.path("pids");
     // Everything in the group ignores SIGTERM: only SIGKILL ends it.
-    let mut proc = Proc::spawn(
-        home.cmd(&[
-            "--backend",
-            &url,
-            "run",
-            "--key",
-            "ov",
-            "--lease",
-            "5s",
-            "--",
-            "sh",
-            "-c",
-            &format!("trap '' TERM; {SH_WITH_A_BACKGROUND_JOB}"),
-            "sh",
-            pids.to_str().unwrap(),
-        ])
-        .env("DISTLOCK_KILL_GRACE", "500ms"),
+    let (proc, group) = start_group(
+        &home,
+        &["--backend", &url, "run", "--key", "ov", "--lease", "5s"],
+        &format!("trap '' TERM; {SH_WITH_A_BACKGROUND_JOB}"),
+        Some("500ms"),
     );
-    wait_for_file(&pids, &mut proc);
-    let group = KillOnDrop(read_pids(&pids));
     assert_eq!(server.cli(&["EXISTS", "lock:ov"]).unwrap(), "1");
     proxy.pause();
     let started = Instant::now();

@@ -155,6 +155,8 @@ macro_rules! database_server_controls {
 pub mod conformance;
 mod db;
 pub mod etcd;
+pub mod holds;
+pub mod hooked;
 pub mod mysql;
 pub mod postgres;
 pub(crate) mod process;

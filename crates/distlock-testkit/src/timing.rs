@@ -22,6 +22,58 @@ pub async fn scheduling_slack() -> Duration {
     Duration::from_millis(300) + worst * 20
 }
 
+/// Checks the next waiter's attempt `got`, which returned just now, after a waiter died at
+/// `died`: it got the lock once the dead waiter's `what` (key, node) was gone, within `expiry`
+/// plus a few round trips (the wake-up, the listings, the claim): twice the scheduling slack,
+/// `slack` as measured before the death or now, whichever is worse. Gives the lock back.
+///
+/// # Panics
+/// When the attempt failed or took longer.
+pub async fn served_after_a_dead_waiter(
+    got: distlock::Result<distlock::LockGuard>,
+    died: Instant,
+    expiry: Duration,
+    slack: Duration,
+    what: &str,
+) {
+    let waited = died.elapsed();
+    let g = got.unwrap_or_else(|e| panic!("the lock, once the dead waiter's {what} is gone: {e}"));
+    let slack = slack.max(scheduling_slack().await);
+    let bound = expiry + 2 * slack;
+    assert!(
+        waited < bound,
+        "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
+    );
+    g.release().await.unwrap();
+}
+
+/// Does `fault` (a server killed, a network cut) to `guard`'s hold, then waits, at most
+/// `wait` plus the scheduling slack, for the guard to be told it lost the hold (`what` names
+/// the failure otherwise), which must come by the end of its client-side lease: no later than
+/// what was left of it at the fault, plus the slack.
+///
+/// # Panics
+/// When the guard is not told, or told later.
+pub async fn told_by_the_lease_end(
+    guard: &distlock::LockGuard,
+    fault: impl FnOnce(),
+    wait: Duration,
+    what: &str,
+) {
+    let slack = scheduling_slack().await;
+    let lease_left = guard.remaining();
+    fault();
+    let since = Instant::now();
+    tokio::time::timeout(wait + slack, guard.lost())
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+    assert!(
+        since.elapsed() <= lease_left + slack,
+        "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
+        since.elapsed()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,11 +11,7 @@ use distlock::backends::memory::MemoryBackend;
 use distlock::{AcquireRequest, Attempt, Backend, LockInfo, LockRegistry, RegistryOptions};
 use tokio::sync::{watch, Notify};
 
-mod common {
-    pub mod hooked;
-}
-
-use common::hooked::{Hooked, Hooks};
+use distlock_testkit::hooked::{Hooked, Hooks};
 
 /// Acquisition replies that wait for `gate` whenever the attempt changed the server (took the
 /// lock or joined its queue); `arrived` fires once it did.
@@ -27,23 +23,22 @@ struct Gate {
 
 type Gated = Hooked<Gate>;
 
-impl Gated {
-    fn new(inner: Arc<MemoryBackend>) -> Arc<Self> {
-        Arc::new(Hooked::wrap(
-            inner,
-            Gate {
-                arrived: Notify::new(),
-                gate: watch::channel(false).0,
-            },
-        ))
-    }
+/// Memory locks behind a closed [`Gate`].
+fn gated(inner: Arc<MemoryBackend>) -> Arc<Gated> {
+    Arc::new(Hooked::wrap(
+        inner,
+        Gate {
+            arrived: Notify::new(),
+            gate: watch::channel(false).0,
+        },
+    ))
 }
 
 #[async_trait]
 impl Hooks for Gate {
     async fn acquire(
         &self,
-        inner: &MemoryBackend,
+        inner: &Arc<dyn Backend>,
         request: &AcquireRequest,
     ) -> distlock::Result<Attempt> {
         let mut open = self.gate.subscribe();
@@ -97,7 +92,7 @@ async fn abandon_in_flight(gated: &Arc<Gated>, reg: &LockRegistry, key: &str) {
 #[test]
 fn an_attempt_abandoned_in_flight_is_released_before_the_process_ends() {
     let mem = Arc::new(MemoryBackend::new());
-    let gated = Gated::new(mem.clone());
+    let gated = gated(mem.clone());
     let flushed = in_a_process({
         let gated = gated.clone();
         async move {
@@ -117,7 +112,7 @@ fn an_attempt_abandoned_in_flight_is_released_before_the_process_ends() {
 #[test]
 fn a_waiter_abandoned_in_flight_leaves_the_queue_before_the_process_ends() {
     let mem = Arc::new(MemoryBackend::new());
-    let gated = Gated::new(mem.clone());
+    let gated = gated(mem.clone());
     let (holder, flushed) = in_a_process({
         let (gated, mem) = (gated.clone(), mem.clone());
         async move {
@@ -157,7 +152,7 @@ fn a_dropped_guard_is_released_before_the_process_ends() {
 #[test]
 fn flush_reports_work_it_did_not_see_finish() {
     let mem = Arc::new(MemoryBackend::new());
-    let gated = Gated::new(mem.clone());
+    let gated = gated(mem.clone());
     in_a_process(async move {
         let reg = registry(gated.clone());
         let lock = reg.obtain("job").unwrap();

@@ -32,8 +32,7 @@ mod etcd {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn layout_is_the_concurrency_mutex_one() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let a = registry(&server.url(), &p, RegistryOptions::default()).await;
         let b = registry(&server.url(), &p, RegistryOptions::default()).await;
         let g = a.obtain("voucher:42").unwrap().lock().await.unwrap();
@@ -89,8 +88,7 @@ mod etcd {
     /// (its token alone) as unknown, and another client's value as it is.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn owners_of_ours_etcdctl_and_older_keys() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let opts = RegistryOptions::default().with_owner(distlock::Owner::new("web;1").unwrap());
         let reg = registry(&server.url(), &p, opts).await;
         let owners = |key: &'static str| {
@@ -128,8 +126,7 @@ mod etcd {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcdctl_lock_excludes_distlock_and_back() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let name = format!("{p}/shared");
         let reg = registry(&server.url(), &p, RegistryOptions::default()).await;
 
@@ -183,8 +180,7 @@ mod etcd {
     /// description, a permit's its number too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kinds_have_keys_of_their_own_in_the_lock_directory() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let reg = registry(&server.url(), &p, RegistryOptions::default()).await;
         let r = reg.read_write("doc").unwrap().read().lock().await.unwrap();
         let s = reg.semaphore("pool", 3).unwrap().lock().await.unwrap();
@@ -236,8 +232,7 @@ mod etcd {
     /// `etcdctl lock` keeps new distlock readers out (it counts as a writer).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcdctl_lock_excludes_readers_writers_and_permits_and_back() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let name = format!("{p}/shared");
         let (a, b) = (
             registry(&server.url(), &p, RegistryOptions::default()).await,
@@ -392,8 +387,7 @@ mod etcd {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiters_across_processes_are_served_in_arrival_order() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let holder = registry(&server.url(), &p, RegistryOptions::default()).await;
         let g = holder.obtain("fifo").unwrap().lock().await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
@@ -427,8 +421,7 @@ mod etcd {
     /// the lease id, so the second contender gets a lease of its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn registries_sharing_a_backend_instance_exclude_each_other() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let shared = backend(&server.url()).await;
         let regs: Vec<LockRegistry> = (0..2)
             .map(|_| {

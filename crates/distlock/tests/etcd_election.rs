@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::etcd::*;
 use distlock::{Owner, RegistryOptions};
-use distlock_testkit::etcd::EtcdServer;
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {
@@ -20,8 +19,7 @@ mod etcd {
     /// description, while the key's mutex keeps its own value format.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn election_key_holds_the_bare_description() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let reg = registry(&server.url(), &p, RegistryOptions::default()).await;
         let election = reg.election("jobs").unwrap();
         let leading = election
@@ -48,8 +46,7 @@ mod etcd {
     /// waits; once `etcdctl` resigns, distlock leads.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcdctl_elect_leads_and_distlock_waits() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let reg = registry(&server.url(), &p, RegistryOptions::default()).await;
         let name = format!("{p}/jobs");
         let ctl = CtlLock::spawn_args(&server.endpoint(), &["elect", &name, "someid"]);
@@ -90,8 +87,7 @@ mod etcd {
     /// value, and an `etcdctl elect` candidate waits until distlock resigns.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn distlock_leads_and_etcdctl_sees_it() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let reg = registry(&server.url(), &p, RegistryOptions::default()).await;
         let election = reg.election("jobs").unwrap();
         let leading = election

@@ -13,11 +13,47 @@ use std::time::Duration;
 use common::etcd::*;
 use distlock::backends::etcd::{EtcdBackend, EtcdOptions};
 use distlock::{AcquireRequest, Attempt, Backend, Error, LockGuard};
-use distlock::{LockName, RegistryOptions, Token};
+use distlock::{LockName, LockRegistry, RegistryOptions, Token};
 use distlock_testkit::etcd::{EtcdCluster, EtcdServer};
 use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::timing::scheduling_slack;
+use distlock_testkit::timing::{
+    scheduling_slack, served_after_a_dead_waiter, told_by_the_lease_end,
+};
 use tokio::time::Instant;
+
+/// Three etcd members, and two registries on them with 3 s leases under a fresh prefix.
+async fn three_members_and_two_registries() -> (EtcdCluster, LockRegistry, LockRegistry) {
+    let cluster = EtcdCluster::start(3).expect("etcd-server");
+    let url = cluster.url();
+    let p = prefix();
+    let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
+    let a = registry(&url, &p, opts.clone()).await;
+    let b = registry(&url, &p, opts).await;
+    (cluster, a, b)
+}
+
+/// A task that takes `lock`, retrying while the cluster elects a leader, and notes a
+/// `violation` if it got it while `old` still believed it held.
+fn take_through_the_election(
+    lock: distlock::Lock,
+    old: std::sync::Weak<LockGuard>,
+    violation: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<LockGuard> {
+    tokio::spawn(async move {
+        loop {
+            match lock.try_lock_for(Duration::from_secs(1)).await {
+                Ok(g) => {
+                    if old.upgrade().is_some_and(|o| o.is_held()) {
+                        violation.store(true, Ordering::SeqCst);
+                    }
+                    return g;
+                }
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+}
 
 /// Named `etcd::…`, so that `-E 'test(/etcd/)'` selects them all.
 mod etcd {
@@ -30,8 +66,7 @@ mod etcd {
     /// and the machine's slack, not after the dead waiter's lease (30 s) or its session.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dead_waiter_leaves_the_queue_within_the_waiter_ttl() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let dir = format!("{p}/dw/");
         let proxy = FaultProxy::start(server.addr()).await.unwrap();
         let holder = registry(&server.url(), &p, RegistryOptions::default()).await;
@@ -58,18 +93,7 @@ mod etcd {
             .unwrap()
             .try_lock_for(expiry + Duration::from_secs(10))
             .await;
-        let waited = died.elapsed();
-        let g2 = got.expect("the lock, once the dead waiter's key is gone");
-        // A few round trips follow the key's end (the wake-up, the ranges, the move to the
-        // holder's session): twice the slack, measured before and after, at the worse of the
-        // two.
-        let slack = slack.max(scheduling_slack().await);
-        let bound = expiry + 2 * slack;
-        assert!(
-            waited < bound,
-            "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
-        );
-        g2.release().await.unwrap();
+        served_after_a_dead_waiter(got, died, expiry, slack, "key").await;
         doomed_task.abort();
     }
 
@@ -77,8 +101,7 @@ mod etcd {
     /// next holder gets a larger fence.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lease_revoked_underneath_is_lost() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let short = RegistryOptions::default().with_lease(Duration::from_millis(900));
         let a = registry(&server.url(), &p, short).await;
         let b = registry(&server.url(), &p, RegistryOptions::default()).await;
@@ -125,8 +148,7 @@ mod etcd {
     /// behind whoever came meanwhile.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiter_whose_key_vanished_does_not_acquire() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let dir = format!("{p}/j/");
         // The waiter relies on its watch alone (no polling) to show that the re-check is what
         // catches the lost key.
@@ -189,19 +211,13 @@ mod etcd {
         let opts = RegistryOptions::default().with_lease(Duration::from_secs(1));
         let a = registry(&server.url(), &p, opts.clone()).await;
         let g = a.obtain("crash").unwrap().lock().await.unwrap();
-        let slack = scheduling_slack().await;
-        let lease_left = g.remaining();
-        server.kill();
-        let killed = Instant::now();
-        tokio::time::timeout(Duration::from_secs(3) + slack, g.lost())
-            .await
-            .expect("the holder learns that it cannot keep the lock");
-        // By the end of its client-side lease at the latest.
-        assert!(
-            killed.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            killed.elapsed()
-        );
+        told_by_the_lease_end(
+            &g,
+            || server.kill(),
+            Duration::from_secs(3),
+            "the holder learns that it cannot keep the lock",
+        )
+        .await;
         server.restart().unwrap();
         let b = registry(&server.url(), &p, opts).await;
         let g2 = b
@@ -219,8 +235,7 @@ mod etcd {
     /// A backend that is dropped revokes its session: its keys go at once, not with the TTL.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropping_the_backend_revokes_its_session() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let dir = format!("{p}/gone/");
         let name = LockName::new(p.as_str(), "gone").unwrap();
         let b = EtcdBackend::connect(&server.url()).await.unwrap();
@@ -248,12 +263,7 @@ mod etcd {
     /// while a lock is held (never two holders at once; a holder that cannot renew is told).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_node_cluster_loses_a_follower_then_its_leader() {
-        let cluster = EtcdCluster::start(3).expect("etcd-server");
-        let url = cluster.url();
-        let p = prefix();
-        let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
-        let a = registry(&url, &p, opts.clone()).await;
-        let b = registry(&url, &p, opts).await;
+        let (cluster, a, b) = three_members_and_two_registries().await;
 
         let leader = cluster.leader().unwrap();
         let follower = (leader + 1) % 3;
@@ -341,19 +351,16 @@ mod etcd {
             cluster.leader().unwrap(),
             (cluster.leader().unwrap() + 1) % 3,
         );
-        let slack = scheduling_slack().await;
-        let lease_left = ga.remaining();
-        cluster.kill(x);
-        cluster.kill(y);
-        let cut = Instant::now();
-        tokio::time::timeout(Duration::from_secs(6) + slack, ga.lost())
-            .await
-            .expect("a holder that cannot renew is told");
-        assert!(
-            cut.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            cut.elapsed()
-        );
+        told_by_the_lease_end(
+            &ga,
+            || {
+                cluster.kill(x);
+                cluster.kill(y);
+            },
+            Duration::from_secs(6),
+            "a holder that cannot renew is told",
+        )
+        .await;
         drop(ga);
         cluster.restart(x).unwrap();
         let gb = b
@@ -371,8 +378,7 @@ mod etcd {
     /// with larger fences, and never while a loser still believes it holds.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shared_holds_whose_lease_is_revoked_are_lost() {
-        let server = EtcdServer::shared().expect("etcd-server");
-        let p = prefix();
+        let (server, p) = shared_server();
         let short = RegistryOptions::default().with_lease(Duration::from_millis(900));
         let a = registry(&server.url(), &p, short).await;
         let b = registry(&server.url(), &p, RegistryOptions::default()).await;
@@ -433,74 +439,28 @@ mod etcd {
     /// taker gets in; the kinds work again afterwards.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shared_holds_through_a_leader_kill_are_kept_or_told() {
-        let cluster = EtcdCluster::start(3).expect("etcd-server");
-        let url = cluster.url();
-        let p = prefix();
-        let opts = RegistryOptions::default().with_lease(Duration::from_secs(3));
-        let a = registry(&url, &p, opts.clone()).await;
-        let c = registry(&url, &p, opts).await;
+        let (cluster, a, c) = three_members_and_two_registries().await;
         let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
         let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
         let leader = cluster.leader().unwrap();
         cluster.kill(leader);
         let violation = Arc::new(AtomicBool::new(false));
-        let writer = tokio::spawn({
-            let (c, old, violation) = (c.clone(), Arc::downgrade(&reader), violation.clone());
-            async move {
-                let rw = c.read_write("r").unwrap();
-                loop {
-                    match rw.write().try_lock_for(Duration::from_secs(1)).await {
-                        Ok(g) => {
-                            if old.upgrade().is_some_and(|o| o.is_held()) {
-                                violation.store(true, Ordering::SeqCst);
-                            }
-                            return g;
-                        }
-                        Err(e) if e.is_retryable() => continue,
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            }
-        });
-        let taker = tokio::spawn({
-            let (c, old, violation) = (c.clone(), Arc::downgrade(&permit), violation.clone());
-            async move {
-                let sem = c.semaphore("s", 1).unwrap();
-                loop {
-                    match sem.try_lock_for(Duration::from_secs(1)).await {
-                        Ok(g) => {
-                            if old.upgrade().is_some_and(|o| o.is_held()) {
-                                violation.store(true, Ordering::SeqCst);
-                            }
-                            return g;
-                        }
-                        Err(e) if e.is_retryable() => continue,
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            }
-        });
+        let writer = take_through_the_election(
+            c.read_write("r").unwrap().write().clone(),
+            Arc::downgrade(&reader),
+            violation.clone(),
+        );
+        let taker = take_through_the_election(
+            c.semaphore("s", 1).unwrap(),
+            Arc::downgrade(&permit),
+            violation.clone(),
+        );
         tokio::time::sleep(Duration::from_secs(5)).await;
-        for (held, other) in [(reader, writer), (permit, taker)] {
-            let old = held.fence();
-            if held.is_held() {
-                assert!(
-                    !other.is_finished(),
-                    "{:?}: two holders at once",
-                    held.kind()
-                );
-                let held = Arc::try_unwrap(held).expect("only guard");
-                held.release()
-                    .await
-                    .expect("the holder kept its hold through the election");
-            }
-            let mine = tokio::time::timeout(Duration::from_secs(20), other)
-                .await
-                .expect("the key works again after the election")
-                .unwrap();
-            assert!(mine.fence() > old);
-            mine.release().await.unwrap();
-        }
+        distlock_testkit::holds::handed_on_after_an_election(
+            [(reader, writer), (permit, taker)],
+            Duration::from_secs(20),
+        )
+        .await;
         assert!(!violation.load(Ordering::SeqCst), "two holders at once");
         cluster.restart(leader).unwrap();
     }

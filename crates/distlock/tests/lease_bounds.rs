@@ -13,11 +13,7 @@ use distlock::{
 };
 use tokio::time::Instant;
 
-mod common {
-    pub mod hooked;
-}
-
-use common::hooked::{Hooked, Hooks};
+use distlock_testkit::hooked::{Hooked, Hooks};
 
 /// A slow network: acquisition replies take `reply_delay`, and the next one `late_once_ms`
 /// more; once `stall` is set, extensions never answer.
@@ -35,7 +31,7 @@ type Slow = Hooked<SlowNet>;
 impl Hooks for SlowNet {
     async fn acquire(
         &self,
-        inner: &MemoryBackend,
+        inner: &Arc<dyn Backend>,
         request: &AcquireRequest,
     ) -> distlock::Result<Attempt> {
         let a = inner.acquire(request).await;
@@ -45,7 +41,7 @@ impl Hooks for SlowNet {
     }
     async fn extend(
         &self,
-        inner: &MemoryBackend,
+        inner: &Arc<dyn Backend>,
         name: &LockName,
         token: Token,
         lease: Duration,
@@ -55,6 +51,11 @@ impl Hooks for SlowNet {
         }
         inner.extend(name, token, lease).await
     }
+}
+
+/// Memory locks over `net`.
+fn slow_net(net: SlowNet) -> Arc<Slow> {
+    Arc::new(Hooked::wrap(Arc::new(MemoryBackend::new()), net))
 }
 
 fn registry(backend: Arc<Slow>, lease: Duration, renew: bool) -> LockRegistry {
@@ -71,13 +72,10 @@ fn registry(backend: Arc<Slow>, lease: Duration, renew: bool) -> LockRegistry {
 async fn the_lease_counts_from_before_the_acquire_request() {
     let delay = Duration::from_millis(300);
     let lease = Duration::from_secs(2);
-    let backend = Arc::new(Slow::wrap(
-        Arc::default(),
-        SlowNet {
-            reply_delay: delay,
-            ..SlowNet::default()
-        },
-    ));
+    let backend = slow_net(SlowNet {
+        reply_delay: delay,
+        ..SlowNet::default()
+    });
     let reg = registry(backend, lease, false);
     let guard = reg.obtain("k").unwrap().lock().await.unwrap();
     // The server's lease started before the reply's delay: the client's view must not
@@ -93,7 +91,7 @@ async fn the_lease_counts_from_before_the_acquire_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_never_answers_marks_the_guard_lost_by_the_lease_end() {
     let lease = Duration::from_millis(600);
-    let backend = Arc::new(Slow::default());
+    let backend = slow_net(SlowNet::default());
     let reg = registry(backend.clone(), lease, true);
     let guard = reg.obtain("k").unwrap().lock().await.unwrap();
     let taken = Instant::now();
@@ -113,7 +111,7 @@ async fn a_renewal_that_never_answers_marks_the_guard_lost_by_the_lease_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_that_never_answers_fails_by_the_lease_end() {
     let lease = Duration::from_millis(600);
-    let backend = Arc::new(Slow::default());
+    let backend = slow_net(SlowNet::default());
     let reg = registry(backend.clone(), lease, false);
     let guard = reg.obtain("k").unwrap().lock().await.unwrap();
     backend.stall.store(true, Ordering::SeqCst);
@@ -130,7 +128,7 @@ async fn an_acquisition_answered_after_its_lease_is_not_a_guard() {
     // out, and B (on the same server, without delay) may hold the lock. A must not come back
     // with a guard for that acquisition; it waits and takes the lock anew.
     let lease = Duration::from_millis(400);
-    let slow = Arc::new(Slow::default());
+    let slow = slow_net(SlowNet::default());
     slow.late_once_ms
         .store((lease * 2).as_millis() as u64, Ordering::SeqCst);
     let a = registry(slow.clone(), lease, true);

@@ -14,7 +14,6 @@ mod migration;
 #[path = "common/redis.rs"]
 mod redis_common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::backends::redis::RedisBackend;
@@ -23,6 +22,11 @@ use distlock_testkit::redis::cluster::ClusterSet;
 use distlock_testkit::redis::RedisServer;
 use distlock_testkit::timing::scheduling_slack;
 use futures_util::StreamExt;
+use redis_common::{
+    extend_after_failover, holder_and_slow_waiter, min_replicas_beyond_the_replicas,
+    next_fence_above, registry, registry_with, take_when_replicated, try_after_failover,
+    woken_within,
+};
 
 /// The lock key of `job` under the default prefix.
 const JOB: &str = "lock:job";
@@ -37,70 +41,46 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
-    let backend = RedisBackend::connect(url).await.expect("connect");
-    LockRegistry::from_backend(Arc::new(backend), options).unwrap()
-}
-
-async fn registry(url: &str, lease: Duration) -> LockRegistry {
-    registry_with(url, RegistryOptions::default().with_lease(lease)).await
-}
-
-/// One `try_lock` of `job`, repeated while it fails as `Unavailable`: requests during and
-/// right after a failover meet a cluster that is down or a connection to the old master.
-async fn try_after_failover(reg: &LockRegistry) -> distlock::Result<LockGuard> {
-    for _ in 0..100 {
-        match reg.obtain("job").unwrap().try_lock().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r,
+/// A key of `prefix`'s lock keys (`<prefix>:<key>`) on each of the three masters.
+fn key_per_master(set: &mut ClusterSet, stem: &str) -> Vec<(String, usize)> {
+    let mut keys: Vec<(String, usize)> = Vec::new();
+    for i in 0.. {
+        let key = format!("{stem}-{i}");
+        let slot = set.slot_of(&format!("lock:{key}")).unwrap();
+        let master = set.master_of(slot).unwrap();
+        if !keys.iter().any(|(_, m)| *m == master) {
+            keys.push((key, master));
+        }
+        if keys.len() == 3 {
+            return keys;
         }
     }
-    panic!("still unavailable 10 s after the failover")
-}
-
-/// Takes `job`, retrying while acquisitions are not yet replicated (`Unavailable`; the
-/// registry gives the token back).
-async fn take_when_replicated(reg: &LockRegistry) -> LockGuard {
-    for _ in 0..100 {
-        match reg.obtain("job").unwrap().lock().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r.expect("acquired"),
-        }
-    }
-    panic!("no acquisition was replicated within 10 s")
-}
-
-/// `extend`, retried while the cluster is still settling.
-async fn extend_after_failover(g: &LockGuard, lease: Duration) {
-    let mut extended = g.extend(lease).await;
-    for _ in 0..100 {
-        if !matches!(extended, Err(Error::Unavailable { .. })) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        extended = g.extend(lease).await;
-    }
-    extended.expect("extended on the new master");
+    unreachable!()
 }
 
 /// A holder of `job` and another client, both with `min_replicas=1` said, not left to the
 /// default, which looks at the slot map once at connect: what the failover tests check holds
 /// for acquisitions a replica acknowledged.
-async fn replicated_hold(
-    set: &ClusterSet,
-    lease: Duration,
-) -> (LockRegistry, LockRegistry, LockGuard) {
+/// Also the master of `job`'s slot when the hold was taken.
+async fn replicated_hold(set: &mut ClusterSet) -> (LockRegistry, LockRegistry, LockGuard, usize) {
     let url = format!("{}?min_replicas=1", set.url());
-    let holder = registry(&url, lease).await;
-    let other = registry(&url, lease).await;
+    let holder = registry(&url, FAILOVER_LEASE).await;
+    let other = registry(&url, FAILOVER_LEASE).await;
     let g = take_when_replicated(&holder).await;
-    (holder, other, g)
+    let slot = set.slot_of(JOB).unwrap();
+    let master = set.master_of(slot).unwrap();
+    (holder, other, g, master)
 }
+
+/// The lease of the holds that live through a failover: the cluster needs a node timeout to
+/// see a master fail and a moment to promote its replica; the lease outlasts that many times
+/// over, so the renewals that fail meanwhile do not end the hold.
+const FAILOVER_LEASE: Duration = Duration::from_secs(30);
 
 /// Asserts that nobody else can take `job` now: neither a second registry nor a foreign
 /// `SET NX` on the slot's master.
 async fn refused_to_others(set: &mut ClusterSet, other: &LockRegistry) {
-    let attempt = try_after_failover(other).await;
+    let attempt = try_after_failover(other, 100).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "a second holder while the first holds: {attempt:?}"
@@ -135,45 +115,32 @@ fn caught_up(set: &ClusterSet, master: usize, replica: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_and_its_fence_survive_a_manual_failover() {
     let mut set = cluster();
-    let lease = Duration::from_secs(30);
-    let (_holder, other, g) = replicated_hold(&set, lease).await;
+    let (_holder, other, g, master) = replicated_hold(&mut set).await;
     let first = g.fence();
-    let slot = set.slot_of(JOB).unwrap();
-    let master = set.master_of(slot).unwrap();
     let new = blocking(|| set.failover(master)).expect("CLUSTER FAILOVER");
     assert_ne!(new, master);
     assert!(g.is_held(), "the acknowledged hold survives the failover");
     refused_to_others(&mut set, &other).await;
     // The old master follows the new one, so an extension's WAIT is acknowledged.
-    extend_after_failover(&g, lease).await;
+    extend_after_failover(&g, FAILOVER_LEASE, 101).await;
     g.release().await.unwrap();
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_and_its_fence_survive_the_master_killed() {
     let mut set = cluster();
-    // The cluster needs a node timeout to see the master fail and a moment to promote its
-    // replica; the lease outlasts that many times over, so the renewals that fail meanwhile
-    // do not end the hold.
-    let lease = Duration::from_secs(30);
-    let (_holder, other, g) = replicated_hold(&set, lease).await;
+    let (_holder, other, g, master) = replicated_hold(&mut set).await;
     let first = g.fence();
-    let slot = set.slot_of(JOB).unwrap();
-    let master = set.master_of(slot).unwrap();
     let promoted = blocking(|| set.kill_master(master)).expect("failover after kill -9");
     assert_ne!(promoted, master);
     assert!(g.is_held());
     refused_to_others(&mut set, &other).await;
     // Back empty, the killed node follows the promoted replica, which has a replica again.
     blocking(|| set.rejoin(master, promoted)).expect("the killed master rejoins");
-    extend_after_failover(&g, lease).await;
+    extend_after_failover(&g, FAILOVER_LEASE, 101).await;
     g.release().await.unwrap();
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 /// A plain `redis-server` on the port of a killed cluster node, killed when dropped.
@@ -231,17 +198,14 @@ impl Drop for Squatter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_on_a_dead_masters_address_is_not_its_slots_master() {
     let mut set = cluster();
-    let lease = Duration::from_secs(30);
-    let (_holder, other, g) = replicated_hold(&set, lease).await;
+    let (_holder, other, g, master) = replicated_hold(&mut set).await;
     // The other client learns the slot map and connects to the master now.
     let busy = other.obtain("job").unwrap().try_lock().await;
     assert!(matches!(busy, Err(Error::NotAcquired { .. })), "{busy:?}");
-    let slot = set.slot_of(JOB).unwrap();
-    let master = set.master_of(slot).unwrap();
     let port = set.nodes[master].port();
     blocking(|| set.kill_master(master)).expect("failover after kill -9");
     let squatter = blocking(|| Squatter::start(port));
-    let attempt = try_after_failover(&other).await;
+    let attempt = try_after_failover(&other, 100).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "a second holder while the first holds: {attempt:?}"
@@ -316,9 +280,7 @@ async fn a_hold_the_failover_lost_is_reported_lost() {
         "told by a renewal, not only when the lease ran out ({:?})",
         started.elapsed()
     );
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 /// A release on any shard wakes a waiter at once, long before its first poll: the cluster
@@ -326,27 +288,9 @@ async fn a_hold_the_failover_lost_is_reported_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_on_every_shard_wake_waiters() {
     let mut set = cluster();
-    let url = set.url();
     let poll = Duration::from_secs(120);
-    let options = RegistryOptions::default()
-        .with_lease(Duration::from_secs(60))
-        .with_max_poll_interval(poll);
-    let holder = registry_with(&url, options.clone()).await;
-    let waiter = Arc::new(registry_with(&url, options).await);
-    // A key on each master.
-    let mut keys = Vec::new();
-    for i in 0.. {
-        let key = format!("wake-{i}");
-        let slot = set.slot_of(&format!("lock:{key}")).unwrap();
-        let master = set.master_of(slot).unwrap();
-        if !keys.iter().any(|(_, m)| *m == master) {
-            keys.push((key, master));
-        }
-        if keys.len() == 3 {
-            break;
-        }
-    }
-    for (key, _) in &keys {
+    let (holder, waiter) = holder_and_slow_waiter(&set.url(), poll).await;
+    for (key, _) in &key_per_master(&mut set, "wake") {
         let g = holder.obtain(key).unwrap().lock().await.unwrap();
         let w = waiter.clone();
         let k = key.clone();
@@ -356,36 +300,13 @@ async fn releases_on_every_shard_wake_waiters() {
         g.release().await.unwrap();
         // The first poll comes a quarter of the poll interval after the first attempt.
         let bound = (poll / 8).min(Duration::from_secs(5) + scheduling_slack().await);
-        let next = tokio::time::timeout(bound, waiting)
-            .await
-            .unwrap_or_else(|_| panic!("{key}: the waiter was not woken within {bound:?}"))
-            .unwrap()
-            .unwrap();
-        assert!(released.elapsed() < bound);
-        next.release().await.unwrap();
+        woken_within(waiting, released, bound, &format!("{key}: the waiter")).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_beyond_the_replicas_fails_clearly_and_holds_nothing() {
-    let set = cluster();
-    let url = format!("{}?min_replicas=2&replica_timeout=200ms", set.url());
-    let reg = registry(&url, Duration::from_secs(5)).await;
-    match reg.obtain("job").unwrap().try_lock().await {
-        Err(Error::Unavailable { message, .. }) => {
-            assert!(message.contains("min_replicas"), "{message}")
-        }
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
-    let default = registry(&set.url(), Duration::from_secs(5)).await;
-    let g = tokio::time::timeout(
-        Duration::from_secs(10),
-        default.obtain("job").unwrap().lock(),
-    )
-    .await
-    .expect("the failed attempt's token was given back")
-    .unwrap();
-    g.release().await.unwrap();
+    min_replicas_beyond_the_replicas(&cluster().url(), 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

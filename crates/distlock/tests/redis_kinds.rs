@@ -197,6 +197,23 @@ impl Redisson<'_> {
     }
 }
 
+/// A reader of `doc` in a process that dies at once: its share is neither renewed nor given
+/// back, and ends after `lease_ms`. The registry (kept, as the dead process's would be) and
+/// the reader's token.
+async fn crashed_reader(server: &RedisServer, lease_ms: u64) -> (LockRegistry, distlock::Token) {
+    let crashed = registry(&server.url(), lease(lease_ms).with_renew(false)).await;
+    let dead = distlock_testkit::holds::read(&crashed, "doc").await;
+    let token = dead.token();
+    std::mem::forget(dead); // no release: the process died
+    (crashed, token)
+}
+
+/// What `reg` sees of `doc`'s read-write lock, which must be held.
+async fn doc_info(reg: &LockRegistry) -> distlock::LockInfo {
+    let rw = reg.read_write("doc").unwrap();
+    rw.read().inspect().await.unwrap().expect("doc is held")
+}
+
 fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.cli(&["PTTL", key]).unwrap().parse().unwrap()
 }
@@ -257,13 +274,7 @@ async fn a_read_hold_is_redissons_layout_and_keeps_set_nx_clients_out() {
     r.release().await.unwrap();
     assert_eq!(server.cli(&["EXISTS", "lock:doc", &timeout]).unwrap(), "0");
     // A key with a hash tag keeps Redisson's naming: no braces added.
-    let r = reg
-        .read_write("{user}:1")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let r = distlock_testkit::holds::read(&reg, "{user}:1").await;
     let timeout = format!("lock:{{user}}:1:{}:rwlock_timeout:1", r.token());
     assert!(pttl(&server, &timeout) > 0, "{timeout}");
     r.release().await.unwrap();
@@ -325,30 +336,16 @@ async fn redisson_readers_share_with_ours_and_exclude_writers_both_ways() {
     );
     g.release().await.unwrap();
     assert!(other.write(3000), "a Redisson writer once ours left");
-    busy(
-        rw.read().try_lock().await,
-        "our reader beside a Redisson writer",
-    );
-    busy(
-        w.write().try_lock().await,
-        "our writer beside a Redisson writer",
-    );
-    busy(
-        reg.obtain("doc").unwrap().try_lock().await,
-        "our mutex beside a Redisson writer",
-    );
-    busy(
-        reg.semaphore("doc", 2).unwrap().try_lock().await,
-        "a permit beside a Redisson writer",
-    );
+    for (kind, attempt) in [
+        ("reader", rw.read().try_lock().await),
+        ("writer", w.write().try_lock().await),
+        ("mutex", reg.obtain("doc").unwrap().try_lock().await),
+        ("permit", reg.semaphore("doc", 2).unwrap().try_lock().await),
+    ] {
+        busy(attempt, &format!("our {kind} beside a Redisson writer"));
+    }
     assert_eq!(other.write_unlock(), "1");
-    rw.read()
-        .try_lock()
-        .await
-        .expect("free again")
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::give_back(rw.read().try_lock().await, "free again").await;
 }
 
 /// The next message's payload.
@@ -395,17 +392,9 @@ async fn releases_are_published_on_redissons_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
     let server = RedisServer::start().expect("redis-server must be installed");
-    let crashed = registry(&server.url(), lease(300).with_renew(false)).await;
+    let (_crashed, dead_token) = crashed_reader(&server, 300).await;
+    let dead_token = dead_token.to_string();
     let live = registry(&server.url(), lease(600)).await;
-    let dead = crashed
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
-    let dead_token = dead.token().to_string();
-    std::mem::forget(dead); // no release: the process died
     let r = live.read_write("doc").unwrap().read().lock().await.unwrap();
     // A Redisson reader that crashes too, with a short lease.
     let java = Redisson {
@@ -436,24 +425,11 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
         fields(&server, "lock:doc"),
         sorted(vec!["mode".to_owned(), r.token().to_string()])
     );
-    let info = live
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .inspect()
-        .await
-        .unwrap()
-        .unwrap();
+    let info = doc_info(&live).await;
     assert_eq!((info.kind, info.holders), (Some(LockKind::Read), Some(1)));
     r.release().await.unwrap();
     assert_eq!(server.cli(&["EXISTS", "lock:doc"]).unwrap(), "0");
-    w.write()
-        .try_lock()
-        .await
-        .expect("free")
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::give_back(w.write().try_lock().await, "free").await;
 }
 
 /// Redisson up to 4.3 renews every reader's timeout keys, so a crashed reader's share (ours
@@ -461,16 +437,8 @@ async fn a_reader_whose_lease_ran_out_is_pruned_while_others_renew() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_redisson_renewal_keeps_every_readers_share_alive() {
     let server = RedisServer::start().expect("redis-server must be installed");
-    let crashed = registry(&server.url(), lease(400).with_renew(false)).await;
-    let dead = crashed
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
-    let timeout = format!("{{lock:doc}}:{}:rwlock_timeout:1", dead.token());
-    std::mem::forget(dead);
+    let (_crashed, dead) = crashed_reader(&server, 400).await;
+    let timeout = format!("{{lock:doc}}:{dead}:rwlock_timeout:1");
     let java = Redisson {
         server: &server,
         key: "lock:doc",
@@ -490,15 +458,12 @@ async fn an_old_redisson_renewal_keeps_every_readers_share_alive() {
     assert_eq!(java.read_unlock(), "0", "our crashed reader still counts");
     let reg = registry(&server.url(), RegistryOptions::default()).await;
     let limit = Duration::from_millis(2000) + timing::scheduling_slack().await;
-    reg.read_write("doc")
-        .unwrap()
-        .write()
-        .try_lock_for(limit)
-        .await
-        .expect("free once the renewals stopped and its lease ran out")
-        .release()
-        .await
-        .unwrap();
+    let w = reg.read_write("doc").unwrap();
+    distlock_testkit::holds::give_back(
+        w.write().try_lock_for(limit).await,
+        "free once the renewals stopped and its lease ran out",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -528,14 +493,7 @@ async fn a_waiting_writer_is_queued_and_keeps_new_readers_out_until_it_leaves() 
         c.read_write("doc").unwrap().read().try_lock().await,
         "a new reader while a writer waits",
     );
-    let info = c
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .inspect()
-        .await
-        .unwrap()
-        .unwrap();
+    let info = doc_info(&c).await;
     assert_eq!(info.waiters, Some(1));
     waiting.abort();
     let _ = waiting.await;

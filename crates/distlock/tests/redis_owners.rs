@@ -106,13 +106,7 @@ async fn holds_without_a_description_show_as_unknown() {
         .unwrap();
     assert_eq!(owners(&reg, "old").await, [UNKNOWN_OWNER]);
 
-    let ours = reg
-        .read_write("shared")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let ours = distlock_testkit::holds::read(&reg, "shared").await;
     // A Redisson reader: field `<uuid>:<thread id>` = 1 and its timeout key.
     server
         .cli(&["HSET", "lock:shared", "6f1e:42", "1"])

@@ -5,26 +5,20 @@
 #[path = "common/redis.rs"]
 mod redis_common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backends::redis::RedisBackend;
-use distlock::{Error, LockRegistry, RegistryOptions};
+use distlock::Error;
 use distlock_testkit::redis::sentinel::SentinelSet;
 
-use redis_common::take_and_release;
+use redis_common::{
+    extend_after_failover, holder_and_slow_waiter, min_replicas_beyond_the_replicas,
+    next_fence_above, registry, take_and_release, take_when_replicated, try_after_failover,
+    while_unavailable,
+};
 
 fn set() -> SentinelSet {
     SentinelSet::start(2).expect("redis-server must be installed (scripts/test.sh installs it)")
-}
-
-async fn registry(url: &str, lease: Duration) -> LockRegistry {
-    registry_with(url, RegistryOptions::default().with_lease(lease)).await
-}
-
-async fn registry_with(url: &str, options: RegistryOptions) -> LockRegistry {
-    let backend = RedisBackend::connect(url).await.expect("connect");
-    LockRegistry::from_backend(Arc::new(backend), options).unwrap()
 }
 
 /// Holds `job` across `fail` (a failover of some kind): the hold is kept, nobody else gets the
@@ -44,40 +38,13 @@ async fn hold_across(set: &SentinelSet, lease: Duration, fail: impl FnOnce(&Sent
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
     tokio::time::sleep(lease / 2).await;
     assert!(g.is_held(), "the acknowledged hold survives the failover");
-    let attempt = try_after_failover(&other).await;
+    let attempt = try_after_failover(&other, 50).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "{attempt:?}"
     );
     g.release().await.unwrap();
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
-}
-
-/// One `try_lock` of `job`, repeated while it fails as `Unavailable`: the first requests
-/// after a failover may meet a connection that Sentinel closed on the demoted master, or the
-/// dead one, before the pool reconnects to the new master.
-async fn try_after_failover(reg: &LockRegistry) -> distlock::Result<distlock::LockGuard> {
-    for _ in 0..50 {
-        match reg.obtain("job").unwrap().try_lock().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r,
-        }
-    }
-    panic!("still unavailable 5 s after the failover")
-}
-
-/// Takes `job`, retrying while the new master's replicas resynchronise (an acquisition that
-/// no replica acknowledges in time fails as `Unavailable`, and gives its token back).
-async fn take_when_replicated(reg: &LockRegistry) -> distlock::LockGuard {
-    for _ in 0..100 {
-        match reg.obtain("job").unwrap().lock().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r.expect("acquired"),
-        }
-    }
-    panic!("no acquisition was replicated within 10 s")
+    next_fence_above(&other, first).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +74,7 @@ async fn a_hold_and_its_fence_survive_the_master_killed() {
     assert_ne!(new, master);
     assert!(g.is_held());
     // The new master knows the holder: a try fails, and so does a foreign SET NX.
-    let attempt = try_after_failover(&other).await;
+    let attempt = try_after_failover(&other, 50).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "{attempt:?}"
@@ -121,19 +88,9 @@ async fn a_hold_and_its_fence_survive_the_master_killed() {
     tokio::task::block_in_place(|| set.await_replicas(1)).expect("a replica follows");
     // The first request may meet a connection to the dead master; the next one goes to the
     // new master.
-    let mut extended = g.extend(lease).await;
-    for _ in 0..20 {
-        if !matches!(extended, Err(Error::Unavailable { .. })) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        extended = g.extend(lease).await;
-    }
-    extended.expect("extended on the new master");
+    extend_after_failover(&g, lease, 21).await;
     g.release().await.unwrap();
-    let next = take_when_replicated(&other).await;
-    assert!(next.fence() > first, "fence {} after {first}", next.fence());
-    next.release().await.unwrap();
+    next_fence_above(&other, first).await;
 }
 
 /// A waiter that subscribed on the old master is woken by a release on the new one long before
@@ -147,11 +104,7 @@ async fn waiters_are_woken_on_the_new_master_after_a_failover() {
     // would time out on a loaded machine.
     let url = format!("{}?min_replicas=0", set.url());
     let poll = Duration::from_secs(120);
-    let options = RegistryOptions::default()
-        .with_lease(Duration::from_secs(60))
-        .with_max_poll_interval(poll);
-    let holder = registry_with(&url, options.clone()).await;
-    let waiter = Arc::new(registry_with(&url, options).await);
+    let (holder, waiter) = holder_and_slow_waiter(&url, poll).await;
     let g = holder.obtain("job").unwrap().lock().await.unwrap();
     let w = waiter.clone();
     let waiting = tokio::spawn(async move { w.obtain("job").unwrap().lock().await });
@@ -175,24 +128,7 @@ async fn waiters_are_woken_on_the_new_master_after_a_failover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_beyond_the_replicas_fails_clearly_and_holds_nothing() {
-    let set = set();
-    let url = format!("{}?min_replicas=3&replica_timeout=200ms", set.url());
-    let reg = registry(&url, Duration::from_secs(5)).await;
-    match reg.obtain("job").unwrap().try_lock().await {
-        Err(Error::Unavailable { message, .. }) => {
-            assert!(message.contains("min_replicas"), "{message}")
-        }
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
-    let default = registry(&set.url(), Duration::from_secs(5)).await;
-    let g = tokio::time::timeout(
-        Duration::from_secs(10),
-        default.obtain("job").unwrap().lock(),
-    )
-    .await
-    .expect("the failed attempt's token was given back")
-    .unwrap();
-    g.release().await.unwrap();
+    min_replicas_beyond_the_replicas(&set().url(), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,22 +171,6 @@ async fn sentinel_urls_give_clear_errors() {
     }
 }
 
-/// Retries `attempt` while it fails as `Unavailable` (a failover in progress, replicas
-/// resynchronising).
-async fn while_unavailable<T, F, Fut>(mut attempt: F) -> distlock::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = distlock::Result<T>>,
-{
-    for _ in 0..100 {
-        match attempt().await {
-            Err(Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            r => return r,
-        }
-    }
-    panic!("still unavailable after 10 s")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_holds_and_permits_wait_for_replicas_and_survive_a_failover() {
     let set = set();
@@ -272,13 +192,7 @@ async fn read_holds_and_permits_wait_for_replicas_and_survive_a_failover() {
     let holder = registry(&url, lease).await;
     let other = registry(&url, lease).await;
     // The unreplicated attempts gave their tokens back: the keys are free.
-    let r = holder
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let r = distlock_testkit::holds::read(&holder, "doc").await;
     let p = holder.semaphore("pool", 1).unwrap().lock().await.unwrap();
     let fences = (r.fence(), p.fence());
     let old = set.master();
@@ -306,21 +220,21 @@ async fn read_holds_and_permits_wait_for_replicas_and_survive_a_failover() {
         "acknowledged holds survive the failover"
     );
     let w = other.read_write("doc").unwrap();
-    let attempt = while_unavailable(|| w.write().try_lock()).await;
+    let attempt = while_unavailable(100, || w.write().try_lock()).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "{attempt:?}"
     );
     let sem = other.semaphore("pool", 1).unwrap();
-    let attempt = while_unavailable(|| sem.try_lock()).await;
+    let attempt = while_unavailable(100, || sem.try_lock()).await;
     assert!(
         matches!(attempt, Err(Error::NotAcquired { .. })),
         "{attempt:?}"
     );
     r.release().await.unwrap();
     p.release().await.unwrap();
-    let g = while_unavailable(|| w.write().lock()).await.unwrap();
-    let q = while_unavailable(|| sem.lock()).await.unwrap();
+    let g = while_unavailable(100, || w.write().lock()).await.unwrap();
+    let q = while_unavailable(100, || sem.lock()).await.unwrap();
     assert!(
         g.fence() > fences.0 && q.fence() > fences.1,
         "fences after the failover"

@@ -73,6 +73,20 @@ fn start_tls_redis_with(certs: &TestCa) -> TlsRedis {
     }
 }
 
+fn registry(backend: std::sync::Arc<dyn distlock::Backend>) -> LockRegistry {
+    LockRegistry::from_backend(backend, RegistryOptions::default()).unwrap()
+}
+
+/// `reg` takes `tls`, and `other`'s try is refused meanwhile.
+async fn held_and_refused(reg: &LockRegistry, other: &LockRegistry) -> distlock::LockGuard {
+    let g = reg.obtain("tls").unwrap().lock().await.unwrap();
+    assert!(matches!(
+        other.obtain("tls").unwrap().try_lock().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    g
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_work_over_tls_with_a_private_ca() {
     let server = start_tls_redis();
@@ -84,18 +98,11 @@ async fn locks_work_over_tls_with_a_private_ca() {
     let backend = RedisBackend::connect_with(&url, options.clone())
         .await
         .expect("TLS connect");
-    let reg = LockRegistry::from_backend(std::sync::Arc::new(backend), RegistryOptions::default())
-        .unwrap();
-    let other = LockRegistry::from_backend(
-        std::sync::Arc::new(RedisBackend::connect_with(&url, options).await.unwrap()),
-        RegistryOptions::default(),
-    )
-    .unwrap();
-    let g = reg.obtain("tls").unwrap().lock().await.unwrap();
-    assert!(matches!(
-        other.obtain("tls").unwrap().try_lock().await,
-        Err(Error::NotAcquired { .. })
+    let reg = registry(std::sync::Arc::new(backend));
+    let other = registry(std::sync::Arc::new(
+        RedisBackend::connect_with(&url, options).await.unwrap(),
     ));
+    let g = held_and_refused(&reg, &other).await;
     let waiter =
         tokio::spawn(async move { other.obtain("tls").unwrap().lock().await.map(|g| g.fence()) });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -130,31 +137,11 @@ async fn redlock_works_over_tls_nodes() {
     let hosts = hosts.join(",");
     let ca = certs.ca_cert();
     let url = format!("redlocks://{hosts}?ca_file={}", ca.display());
-    let reg = LockRegistry::from_backend(
-        distlock::connect(&url).await.expect("TLS connect"),
-        RegistryOptions::default(),
-    )
-    .unwrap();
-    let other = LockRegistry::from_backend(
-        distlock::connect(&url).await.unwrap(),
-        RegistryOptions::default(),
-    )
-    .unwrap();
-    let g = reg.obtain("tls").unwrap().lock().await.unwrap();
-    assert!(matches!(
-        other.obtain("tls").unwrap().try_lock().await,
-        Err(Error::NotAcquired { .. })
-    ));
+    let reg = registry(distlock::connect(&url).await.expect("TLS connect"));
+    let other = registry(distlock::connect(&url).await.unwrap());
+    let g = held_and_refused(&reg, &other).await;
     g.release().await.unwrap();
-    other
-        .obtain("tls")
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::free(&other, "tls", "free").await;
 
     // Without the private CA the nodes' certificates are not trusted.
     let err = distlock::connect(&format!("redlocks://{hosts}"))

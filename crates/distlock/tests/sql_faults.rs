@@ -17,21 +17,17 @@ use std::time::Duration;
 use common::fifo::spawn_waiter;
 use common::sql::*;
 use distlock::backends::sql::DEFAULT_REQUEST_TIMEOUT;
-use distlock::{AcquireRequest, Attempt, Backend, Error, LockName, Token};
+use distlock::{AcquireRequest, Attempt, Error, LockName, LockRegistry, Token};
 use distlock_testkit::postgres::PostgresServer;
 use distlock_testkit::proxy::FaultProxy;
 
 /// The holder keeps its lock across the server killing every connection: renewal reconnects.
-async fn renewal_survives_killed_connections(
-    url: &str,
-    backend: fn(&str) -> BoxBackend,
-    kill: impl Fn() -> usize,
-) {
-    let holder = registry(backend(url).await, opts(600));
-    let other = registry(backend(url).await, opts(600));
+async fn renewal_survives_killed_connections(db: &SqlDb) {
+    let holder = registry(db.backend().await, opts(600));
+    let other = registry(db.backend().await, opts(600));
     let guard = holder.obtain("job").unwrap().lock().await.unwrap();
     for _ in 0..3 {
-        assert!(kill() > 0, "no connection was killed");
+        assert!(db.kill_connections() > 0, "no connection was killed");
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(
             guard.is_held(),
@@ -44,46 +40,41 @@ async fn renewal_survives_killed_connections(
     }
     guard.extend(Duration::from_millis(600)).await.unwrap();
     guard.release().await.unwrap();
-    other
-        .obtain("job")
-        .unwrap()
-        .try_lock()
-        .await
-        .expect("free after release")
-        .release()
-        .await
-        .unwrap();
+    distlock_testkit::holds::free(&other, "job", "free after release").await;
 }
-
-type BoxBackend = std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Backend>> + Send>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_renewal_survives_pg_terminate_backend() {
-    let db = pg_db();
-    renewal_survives_killed_connections(db.url(), pg_boxed, || pg_kill_connections(&db)).await;
+    renewal_survives_killed_connections(&SqlDb::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_renewal_survives_kill() {
-    let db = my_db();
-    renewal_survives_killed_connections(db.url(), my_boxed, || my_kill_connections(&db)).await;
+    renewal_survives_killed_connections(&SqlDb::mariadb()).await;
+}
+
+/// Two registries on `db` with 5 s leases: a holder, and a waiter that polls only every 10 s
+/// (so that only a notification wakes it in time).
+async fn holder_and_slow_waiter(db: &SqlDb) -> (LockRegistry, LockRegistry) {
+    let holder = registry(db.backend().await, opts(5000));
+    let waiter = registry(
+        db.backend().await,
+        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
+    );
+    (holder, waiter)
 }
 
 /// The listening connection is killed too; once it is back, a release still wakes a waiter
 /// that would otherwise not poll for ten seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_notifications_resume_after_the_listener_is_killed() {
-    let db = pg_db();
-    let holder = registry(pg(db.url()).await, opts(5000));
-    let waiter = registry(
-        pg(db.url()).await,
-        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
-    );
+    let db = SqlDb::postgres();
+    let (holder, waiter) = holder_and_slow_waiter(&db).await;
     let guard = holder.obtain("k").unwrap().lock().await.unwrap();
     let lock = waiter.obtain("k").unwrap();
     let waiting = tokio::spawn(async move { lock.lock().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(pg_kill_connections(&db) >= 2, "holder, waiter and listener");
+    assert!(db.kill_connections() >= 2, "holder, waiter and listener");
     // Let the listener reconnect (it wakes the waiter, which finds the lock still held).
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiting.is_finished());
@@ -105,12 +96,8 @@ async fn postgres_notifications_resume_after_the_listener_is_killed() {
 /// A waiter of another backend (another process, as far as the server can tell) is woken by
 /// the holder's doorbell, not by polling, also after every connection was killed mid-wait.
 async fn mariadb_doorbell_wakes(kill: bool) {
-    let db = my_db();
-    let holder = registry(my(db.url()).await, opts(5000));
-    let waiter = registry(
-        my(db.url()).await,
-        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
-    );
+    let db = SqlDb::mariadb();
+    let (holder, waiter) = holder_and_slow_waiter(&db).await;
     for round in 0..3 {
         let guard = holder.obtain("k").unwrap().lock().await.unwrap();
         let lock = waiter.obtain("k").unwrap();
@@ -118,7 +105,7 @@ async fn mariadb_doorbell_wakes(kill: bool) {
         tokio::time::sleep(Duration::from_millis(300)).await;
         if kill && round == 1 {
             assert!(
-                my_kill_connections(&db) >= 3,
+                db.kill_connections() >= 3,
                 "pool, doorbell and waiter connections"
             );
             // The doorbell connection is replaced within about a second and takes the
@@ -188,12 +175,12 @@ async fn mariadb_waiting_processes_are_served_in_arrival_order() {
 
 /// Deleting the row underneath the holder: the holder learns it is lost, and the next holder's
 /// fence is still larger (it follows the server's clock).
-async fn deleted_row(url: &str, backend: fn(&str) -> BoxBackend, delete: impl Fn()) {
-    let holder = registry(backend(url).await, opts(600));
-    let other = registry(backend(url).await, opts(600));
+async fn deleted_row(db: &SqlDb) {
+    let holder = registry(db.backend().await, opts(600));
+    let other = registry(db.backend().await, opts(600));
     let guard = holder.obtain("row").unwrap().lock().await.unwrap();
     let old_fence = guard.fence();
-    delete();
+    db.query("DELETE FROM distlock_locks").unwrap();
     tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .expect("the holder was not told its row is gone");
@@ -209,20 +196,12 @@ async fn deleted_row(url: &str, backend: fn(&str) -> BoxBackend, delete: impl Fn
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_row_deleted_underneath() {
-    let db = pg_db();
-    deleted_row(db.url(), pg_boxed, || {
-        db.query("DELETE FROM distlock_locks").unwrap();
-    })
-    .await;
+    deleted_row(&SqlDb::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_row_deleted_underneath() {
-    let db = my_db();
-    deleted_row(db.url(), my_boxed, || {
-        db.query("DELETE FROM distlock_locks").unwrap();
-    })
-    .await;
+    deleted_row(&SqlDb::mariadb()).await;
 }
 
 /// PostgreSQL crashes and comes back mid-hold, on a throwaway server of this test's own: the
@@ -271,7 +250,13 @@ async fn postgres_restart_mid_hold_is_reported_to_the_holder() {
 
 /// Many processes (backends) start at once on an empty database: the table is created once,
 /// nobody fails, and exactly one of them gets the lock.
-async fn concurrent_first_use(backends: Vec<Arc<dyn Backend>>) {
+async fn concurrent_first_use(db: &SqlDb, url: &str) {
+    let connect = db.connector();
+    let connecting: Vec<_> = (0..8).map(|_| tokio::spawn(connect(url))).collect();
+    let mut backends = Vec::new();
+    for c in connecting {
+        backends.push(c.await.unwrap());
+    }
     let name = LockName::new("lock", "first").unwrap();
     let tasks: Vec<_> = backends
         .into_iter()
@@ -298,19 +283,9 @@ async fn concurrent_first_use(backends: Vec<Arc<dyn Backend>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_table_created_once_by_concurrent_first_users() {
-    let db = pg_db();
+    let db = SqlDb::postgres();
     let url = format!("{}?table=Shared_Locks&schema=infra", db.url());
-    let connecting: Vec<_> = (0..8)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move { pg(&url).await })
-        })
-        .collect();
-    let mut backends = Vec::new();
-    for c in connecting {
-        backends.push(c.await.unwrap());
-    }
-    concurrent_first_use(backends).await;
+    concurrent_first_use(&db, &url).await;
     let rows = db.query("SELECT count(*) FROM infra.shared_locks").unwrap();
     assert_eq!(
         rows[0][0].as_deref(),
@@ -324,17 +299,7 @@ async fn mariadb_table_created_once_by_concurrent_first_users() {
     let db = my_db();
     let other = db.server().fresh_database().unwrap();
     let url = format!("{}?table=Shared_Locks&schema={}", db.url(), other.name());
-    let connecting: Vec<_> = (0..8)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move { my(&url).await })
-        })
-        .collect();
-    let mut backends = Vec::new();
-    for c in connecting {
-        backends.push(c.await.unwrap());
-    }
-    concurrent_first_use(backends).await;
+    concurrent_first_use(&SqlDb::MariaDb(db), &url).await;
     let rows = other.query("SELECT COUNT(*) FROM Shared_Locks").unwrap();
     assert_eq!(
         rows[0][0].as_deref(),
@@ -347,14 +312,9 @@ async fn mariadb_table_created_once_by_concurrent_first_users() {
 /// returns within its wait plus the request timeout instead of blocking for minutes; the
 /// stalled connection is closed, not reused, and once the network is back the next call works
 /// on a fresh connection.
-async fn stalled_server_bounds_try_lock_for(
-    url: &str,
-    backend: fn(&str) -> BoxBackend,
-    sessions: impl Fn() -> BTreeSet<String>,
-) {
-    let proxy = FaultProxy::start(server_addr(url)).await.unwrap();
-    let via = with_host(url, "127.0.0.1", proxy.addr().port()).to_string();
-    let reg = registry(backend(&via).await, opts(30_000));
+async fn stalled_server_bounds_try_lock_for(db: &SqlDb) {
+    let (proxy, via) = through_a_proxy(db).await;
+    let reg = registry(db.connector()(&via).await, opts(30_000));
     // The round trip through the proxy, for the bound.
     let mut round_trip = Duration::ZERO;
     for _ in 0..3 {
@@ -363,7 +323,7 @@ async fn stalled_server_bounds_try_lock_for(
         g.release().await.unwrap();
         round_trip = round_trip.max(t.elapsed() / 2);
     }
-    let before = sessions();
+    let before = db.sessions();
     assert!(!before.is_empty());
 
     proxy.pause();
@@ -400,19 +360,23 @@ async fn stalled_server_bounds_try_lock_for(
     .expect("the next call hangs after the stall ended")
     .expect("the next call works after the stall ended");
     g.release().await.unwrap();
-    stalled_session_is_gone(&before, sessions).await;
+    stalled_session_is_gone(&before, db).await;
+}
+
+/// A proxy in front of `db`'s server, and `db`'s URL through it.
+async fn through_a_proxy(db: &SqlDb) -> (FaultProxy, String) {
+    let proxy = FaultProxy::start(server_addr(db.url())).await.unwrap();
+    let via = with_host(db.url(), "127.0.0.1", proxy.addr().port()).to_string();
+    (proxy, via)
 }
 
 /// Waits until one of the sessions seen `before` a stall has ended on the server: the client
 /// closed the stalled connection (the proxy passes the close on once it forwards again)
 /// instead of using it again.
-async fn stalled_session_is_gone(
-    before: &BTreeSet<String>,
-    sessions: impl Fn() -> BTreeSet<String>,
-) {
+async fn stalled_session_is_gone(before: &BTreeSet<String>, db: &SqlDb) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let after = sessions();
+        let after = db.sessions();
         if before.iter().any(|s| !after.contains(s)) {
             return;
         }
@@ -426,32 +390,25 @@ async fn stalled_session_is_gone(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_try_lock_for_is_bounded_when_the_server_stalls() {
-    let db = pg_db();
-    stalled_server_bounds_try_lock_for(db.url(), pg_boxed, || pg_sessions(&db)).await;
+    stalled_server_bounds_try_lock_for(&SqlDb::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_try_lock_for_is_bounded_when_the_server_stalls() {
-    let db = my_db();
-    stalled_server_bounds_try_lock_for(db.url(), my_boxed, || my_sessions(&db)).await;
+    stalled_server_bounds_try_lock_for(&SqlDb::mariadb()).await;
 }
 
 /// A holder whose renewals meet a stalled server is told it lost the lock no later than its
 /// own reckoning of the lease ends; the connection of the stalled renewal is closed, not
 /// reused, and the backend works again once the network is back.
-async fn stalled_renewal_is_lost_by_the_lease_end(
-    url: &str,
-    backend: fn(&str) -> BoxBackend,
-    sessions: impl Fn() -> BTreeSet<String>,
-) {
-    let proxy = FaultProxy::start(server_addr(url)).await.unwrap();
-    let via = with_host(url, "127.0.0.1", proxy.addr().port()).to_string();
+async fn stalled_renewal_is_lost_by_the_lease_end(db: &SqlDb) {
+    let (proxy, via) = through_a_proxy(db).await;
     let lease = Duration::from_millis(1500);
-    let reg = registry(backend(&via).await, opts(1500));
+    let reg = registry(db.connector()(&via).await, opts(1500));
     let lock = reg.obtain("held").unwrap();
     let asked = tokio::time::Instant::now();
     let guard = lock.lock().await.unwrap();
-    let before = sessions();
+    let before = db.sessions();
     proxy.pause();
     // The client counts the lease from before its request: it ends by `asked + lease`. A few
     // milliseconds allow for the timer that reports it.
@@ -472,40 +429,28 @@ async fn stalled_renewal_is_lost_by_the_lease_end(
     .expect("the backend hangs after the stall")
     .expect("the backend works after the stall");
     next.release().await.unwrap();
-    stalled_session_is_gone(&before, sessions).await;
+    stalled_session_is_gone(&before, db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stalled_renewal_is_lost_by_the_lease_end() {
-    let db = pg_db();
-    stalled_renewal_is_lost_by_the_lease_end(db.url(), pg_boxed, || pg_sessions(&db)).await;
+    stalled_renewal_is_lost_by_the_lease_end(&SqlDb::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_stalled_renewal_is_lost_by_the_lease_end() {
-    let db = my_db();
-    stalled_renewal_is_lost_by_the_lease_end(db.url(), my_boxed, || my_sessions(&db)).await;
+    stalled_renewal_is_lost_by_the_lease_end(&SqlDb::mariadb()).await;
 }
 
 /// A reader keeps its share across the server killing every connection (renewal reconnects),
 /// and a writer of another backend stays out all along; after the reader leaves, the writer
 /// gets in.
-async fn read_hold_survives_killed_connections(
-    url: &str,
-    backend: fn(&str) -> BoxBackend,
-    kill: impl Fn() -> usize,
-) {
-    let reader = registry(backend(url).await, opts(600));
-    let writer = registry(backend(url).await, opts(600));
-    let guard = reader
-        .read_write("shared")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+async fn read_hold_survives_killed_connections(db: &SqlDb) {
+    let reader = registry(db.backend().await, opts(600));
+    let writer = registry(db.backend().await, opts(600));
+    let guard = distlock_testkit::holds::read(&reader, "shared").await;
     for _ in 0..3 {
-        assert!(kill() > 0, "no connection was killed");
+        assert!(db.kill_connections() > 0, "no connection was killed");
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(
             guard.is_held(),
@@ -536,14 +481,12 @@ async fn read_hold_survives_killed_connections(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_read_hold_survives_pg_terminate_backend() {
-    let db = pg_db();
-    read_hold_survives_killed_connections(db.url(), pg_boxed, || pg_kill_connections(&db)).await;
+    read_hold_survives_killed_connections(&SqlDb::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_read_hold_survives_kill() {
-    let db = my_db();
-    read_hold_survives_killed_connections(db.url(), my_boxed, || my_kill_connections(&db)).await;
+    read_hold_survives_killed_connections(&SqlDb::mariadb()).await;
 }
 
 /// PostgreSQL crashes and comes back while a reader and a permit holder hold: both are told
@@ -556,13 +499,7 @@ async fn postgres_restart_mid_share_is_reported_to_the_holders() {
     let db = server.fresh_database().unwrap();
     let lease = Duration::from_millis(800);
     let holder = registry(pg(db.url()).await, opts(800));
-    let read = holder
-        .read_write("shared")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let read = distlock_testkit::holds::read(&holder, "shared").await;
     let permit = holder.semaphore("pool", 2).unwrap().lock().await.unwrap();
     let (read_fence, permit_fence) = (read.fence(), permit.fence());
 
@@ -606,13 +543,9 @@ async fn postgres_restart_mid_share_is_reported_to_the_holders() {
 /// are woken when a share or a permit goes, not by polling (their polls are 10 s apart): a
 /// writer waiting for the last reader, a reader waiting for a writer that gave up its place,
 /// a permit taker waiting for a permit.
-async fn waiters_of_every_kind_are_woken(url: &str, backend: fn(&str) -> BoxBackend) {
+async fn waiters_of_every_kind_are_woken(db: &SqlDb) {
     use distlock_testkit::timing::scheduling_slack;
-    let holder = registry(backend(url).await, opts(5000));
-    let waiter = registry(
-        backend(url).await,
-        opts(5000).with_max_poll_interval(Duration::from_secs(10)),
-    );
+    let (holder, waiter) = holder_and_slow_waiter(db).await;
     let woken = |at: tokio::time::Instant, what: &str, slack: Duration| {
         assert!(
             at.elapsed() < slack,
@@ -622,13 +555,7 @@ async fn waiters_of_every_kind_are_woken(url: &str, backend: fn(&str) -> BoxBack
     };
 
     // A writer waiting for a reader.
-    let read = holder
-        .read_write("rw")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let read = distlock_testkit::holds::read(&holder, "rw").await;
     let rw = waiter.read_write("rw").unwrap();
     let waiting = tokio::spawn(async move { rw.write().lock().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -663,14 +590,8 @@ async fn waiters_of_every_kind_are_woken(url: &str, backend: fn(&str) -> BoxBack
     p.release().await.unwrap();
 
     // A reader kept out by a waiting writer (of a third backend) that gives up.
-    let read = holder
-        .read_write("gone")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
-    let writer = registry(backend(url).await, opts(5000))
+    let read = distlock_testkit::holds::read(&holder, "gone").await;
+    let writer = registry(db.backend().await, opts(5000))
         .read_write("gone")
         .unwrap();
     let giving_up =
@@ -701,12 +622,10 @@ async fn waiters_of_every_kind_are_woken(url: &str, backend: fn(&str) -> BoxBack
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_waiters_of_every_kind_are_notified() {
-    let db = pg_db();
-    waiters_of_every_kind_are_woken(db.url(), pg_boxed).await;
+    waiters_of_every_kind_are_woken(&SqlDb::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_waiters_of_every_kind_are_woken() {
-    let db = my_db();
-    waiters_of_every_kind_are_woken(db.url(), my_boxed).await;
+    waiters_of_every_kind_are_woken(&SqlDb::mariadb()).await;
 }

@@ -14,11 +14,28 @@ use std::time::Duration;
 
 use common::zookeeper::*;
 use distlock::backends::zookeeper::zookeeper_client;
-use distlock::Error;
+use distlock::{Error, LockRegistry};
 use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::timing::scheduling_slack;
+use distlock_testkit::timing::{
+    scheduling_slack, served_after_a_dead_waiter, told_by_the_lease_end,
+};
 use distlock_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, SYNC_LIMIT, TICK_TIME};
 use tokio::time::{timeout, Instant};
+
+/// Three ZooKeeper servers, the URL of a fresh root on them (sessions of 6 s, requests of
+/// 1 s), and two registries on it with leases of 1.5 s.
+async fn three_servers_and_two_registries(
+) -> (ZooKeeperEnsemble, String, LockRegistry, LockRegistry) {
+    let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
+    let url = format!(
+        "{}{}?session_timeout=6s&request_timeout=1s",
+        ensemble.url(),
+        root()
+    );
+    let a = registry(&backend(&url).await, lease(1500));
+    let b = registry(&backend(&url).await, lease(1500));
+    (ensemble, url, a, b)
+}
 
 /// Named `zookeeper::…` so that `-E 'test(/zookeeper/)'` selects them.
 mod zookeeper {
@@ -76,17 +93,7 @@ mod zookeeper {
             .unwrap()
             .try_lock_for(limit)
             .await;
-        let waited = died.elapsed();
-        let g2 = got.expect("the lock, once the dead waiter's node is gone");
-        // A few round trips follow the mark's end (the wake-up, a listing, the deletion, the
-        // claim): twice the slack, measured before and after, at the worse of the two.
-        let slack = slack.max(scheduling_slack().await);
-        let bound = waiter_ttl + TICK_TIME + 2 * slack;
-        assert!(
-            waited < bound,
-            "the next waiter got the lock {waited:?} after the waiter died (bound {bound:?})"
-        );
-        g2.release().await.unwrap();
+        served_after_a_dead_waiter(got, died, waiter_ttl + TICK_TIME, slack, "node").await;
         doomed_task.abort();
     }
 
@@ -106,20 +113,14 @@ mod zookeeper {
         let g = areg.obtain("job").unwrap().lock().await.unwrap();
         let old = g.fence();
 
-        let slack = scheduling_slack().await;
-        let lease_left = g.remaining();
-        server.kill();
-        let killed = Instant::now();
-        timeout(Duration::from_secs(3) + slack, g.lost())
-            .await
-            .expect("holder not told it lost the lock while the server is down");
+        told_by_the_lease_end(
+            &g,
+            || server.kill(),
+            Duration::from_secs(3),
+            "holder not told it lost the lock while the server is down",
+        )
+        .await;
         assert!(!g.is_held());
-        // Told by the end of its client-side lease at the latest.
-        assert!(
-            killed.elapsed() <= lease_left + slack,
-            "told after {:?} (lease left {lease_left:?}, slack {slack:?})",
-            killed.elapsed()
-        );
         server.restart().expect("restart");
 
         let b = backend(&url).await;
@@ -212,14 +213,7 @@ mod zookeeper {
     /// works again once a new leader is elected.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ensemble_survives_losing_a_follower_and_then_its_leader() {
-        let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
-        let url = format!(
-            "{}{}?session_timeout=6s&request_timeout=1s",
-            ensemble.url(),
-            root()
-        );
-        let a = registry(&backend(&url).await, lease(1500));
-        let b = registry(&backend(&url).await, lease(1500));
+        let (ensemble, url, a, b) = three_servers_and_two_registries().await;
 
         // A follower down: acquisitions, renewals and hand-overs go on.
         // Asked with retries: one four-letter answer may be late on a loaded machine.
@@ -491,14 +485,7 @@ mod zookeeper {
     /// taker gets in; the kinds work again once a new leader serves.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shared_holds_survive_a_leader_kill_or_are_told() {
-        let ensemble = ZooKeeperEnsemble::start(3).expect("three ZooKeeper servers");
-        let url = format!(
-            "{}{}?session_timeout=6s&request_timeout=1s",
-            ensemble.url(),
-            root()
-        );
-        let a = registry(&backend(&url).await, lease(1500));
-        let c = registry(&backend(&url).await, lease(1500));
+        let (ensemble, _, a, c) = three_servers_and_two_registries().await;
         let leader = ensemble.wait_serving(Duration::from_secs(20)).unwrap();
         let reader = Arc::new(a.read_write("r").unwrap().read().lock().await.unwrap());
         let permit = Arc::new(a.semaphore("s", 1).unwrap().lock().await.unwrap());
@@ -536,24 +523,11 @@ mod zookeeper {
         });
         ensemble.wait_serving(Duration::from_secs(30)).unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        for (held, other) in [(reader, writer), (permit, taker)] {
-            let old = held.fence();
-            if held.is_held() {
-                assert!(
-                    !other.is_finished(),
-                    "{:?}: two holders at once",
-                    held.kind()
-                );
-                let held = Arc::try_unwrap(held).expect("only guard");
-                held.release().await.unwrap();
-            }
-            let mine = timeout(Duration::from_secs(15), other)
-                .await
-                .expect("the key works again after the election")
-                .unwrap();
-            assert!(mine.fence() > old);
-            mine.release().await.unwrap();
-        }
+        distlock_testkit::holds::handed_on_after_an_election(
+            [(reader, writer), (permit, taker)],
+            Duration::from_secs(15),
+        )
+        .await;
         ensemble.restart(leader).expect("old leader back");
     }
 }

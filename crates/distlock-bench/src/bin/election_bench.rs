@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockRegistry, Owner, RegistryOptions};
 use distlock_bench::procstat::{listening_pid, process_tree_cpu_s, url_port};
-use distlock_bench::spawn::spawn;
+use distlock_bench::spawn::{spawn, Target};
 use serde::Serialize;
 
 const USAGE: &str = "usage: election_bench (--backend URL | --spawn KIND) [--rounds N] \
@@ -27,46 +27,32 @@ const USAGE: &str = "usage: election_bench (--backend URL | --spawn KIND) [--rou
 const NAME: &str = "bench-election";
 
 struct Args {
-    backend: String,
-    spawn: Option<String>,
+    target: Target,
     rounds: usize,
     lease: Duration,
     candidates: usize,
     seconds: f64,
-    json: bool,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
-        backend: String::new(),
-        spawn: None,
+        target: Target::default(),
         rounds: 3,
         lease: Duration::from_millis(2000),
         candidates: 40,
         seconds: 3.0,
-        json: false,
     };
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        if flag == "--json" {
-            a.json = true;
-            continue;
-        }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+    a.target = Target::parse(argv, "", |flag, value| {
         let bad = || format!("{flag}: bad value {value:?}");
-        match flag.as_str() {
-            "--backend" => a.backend = value.clone(),
-            "--spawn" => a.spawn = Some(value.clone()),
+        match flag {
             "--rounds" => a.rounds = value.parse().map_err(|_| bad())?,
             "--lease-ms" => a.lease = Duration::from_millis(value.parse().map_err(|_| bad())?),
             "--candidates" => a.candidates = value.parse().map_err(|_| bad())?,
             "--seconds" => a.seconds = value.parse().map_err(|_| bad())?,
             _ => return Err(format!("unknown flag {flag}")),
         }
-    }
-    if a.backend.is_empty() == a.spawn.is_none() {
-        return Err("give one of --backend and --spawn".into());
-    }
+        Ok(())
+    })?;
     Ok(a)
 }
 
@@ -229,12 +215,13 @@ async fn main() {
         }
     };
     let spawned = args
+        .target
         .spawn
         .as_deref()
         .map(|k| spawn(k).unwrap_or_else(|e| panic!("{e}")));
     let url = spawned
         .as_ref()
-        .map_or(args.backend.clone(), |s| s.url.clone());
+        .map_or(args.target.backend.clone(), |s| s.url.clone());
     let server = spawned
         .as_ref()
         .and_then(|s| s.pid)
@@ -262,7 +249,7 @@ async fn main() {
         idle_client_cpu_us_per_candidate_s: client,
         idle_server_cpu_us_per_candidate_s: server_cpu,
     };
-    if args.json {
+    if args.target.json {
         distlock_bench::print_line(&line);
     } else {
         println!(

@@ -24,52 +24,38 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{Lock, LockRegistry, RegistryOptions};
-use distlock_bench::spawn::spawn;
+use distlock_bench::spawn::{spawn, Target};
 use serde::Serialize;
 
 const USAGE: &str = "usage: kinds_bench (--backend URL | --spawn KIND) [--seconds S] [--rounds N] \
                      [--tasks N] [--processes N] [--permits N] [--hold-ms MS] [--json]";
 
 struct Args {
-    backend: String,
-    spawn: Option<String>,
+    target: Target,
     seconds: f64,
     rounds: usize,
     tasks: usize,
     processes: usize,
     permits: u32,
     hold_ms: u64,
-    json: bool,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
-        backend: String::new(),
-        spawn: None,
+        target: Target::default(),
         seconds: 2.0,
         rounds: 3,
         tasks: 16,
         processes: 8,
         permits: 4,
         hold_ms: 5,
-        json: false,
     };
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        if flag == "--json" {
-            a.json = true;
-            continue;
-        }
-        let v = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+    a.target = Target::parse(argv, &format!("\n{USAGE}"), |flag, v| {
         let n = |v: &str| {
             v.parse::<u64>()
                 .map_err(|_| format!("{flag}: not a number"))
         };
-        match flag.as_str() {
-            "--backend" => a.backend = v.clone(),
-            "--spawn" => a.spawn = Some(v.clone()),
+        match flag {
             "--seconds" => a.seconds = v.parse().map_err(|_| "--seconds: a number")?,
             "--rounds" => a.rounds = n(v)? as usize,
             "--tasks" => a.tasks = n(v)? as usize,
@@ -78,10 +64,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--hold-ms" => a.hold_ms = n(v)?,
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
-    }
-    if a.backend.is_empty() == a.spawn.is_none() {
-        return Err(format!("one of --backend and --spawn is required\n{USAGE}"));
-    }
+        Ok(())
+    })?;
     Ok(a)
 }
 
@@ -149,7 +133,7 @@ struct Report {
 
 async fn run(a: &Args, exe: &Path) -> Result<Report, String> {
     let opts = RegistryOptions::default().with_prefix(format!("kinds{}", std::process::id()));
-    let reg = LockRegistry::connect(&a.backend, opts)
+    let reg = LockRegistry::connect(&a.target.backend, opts)
         .await
         .map_err(|e| e.to_string())?;
     let rw = reg.read_write("rw").map_err(|e| e.to_string())?;
@@ -184,7 +168,13 @@ async fn run(a: &Args, exe: &Path) -> Result<Report, String> {
         (0, 0, 0, 0.0)
     };
     Ok(Report {
-        backend: a.backend.split("://").next().unwrap_or("").to_owned(),
+        backend: a
+            .target
+            .backend
+            .split("://")
+            .next()
+            .unwrap_or("")
+            .to_owned(),
         mutex_cycles_s: m,
         read_cycles_s: r,
         write_cycles_s: w,
@@ -213,7 +203,7 @@ fn semaphore_processes(a: &Args, exe: &Path) -> Result<(u64, u64, u64, f64), Str
         .map(|i| {
             Command::new(exe)
                 .arg("--child")
-                .args([&a.backend, &prefix, &dir.display().to_string()])
+                .args([&a.target.backend, &prefix, &dir.display().to_string()])
                 .args([i.to_string(), a.permits.to_string(), a.hold_ms.to_string()])
                 .arg(format!("{}", a.seconds * a.rounds as f64))
                 .arg(
@@ -311,10 +301,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let _server = match a.spawn.as_deref().map(spawn) {
+    let _server = match a.target.spawn.as_deref().map(spawn) {
         None => None,
         Some(Ok(s)) => {
-            a.backend = s.url.clone();
+            a.target.backend = s.url.clone();
             Some(s)
         }
         Some(Err(e)) => {
@@ -324,7 +314,7 @@ fn main() {
     };
     let exe = std::env::current_exe().expect("this program's path");
     match rt.block_on(run(&a, &exe)) {
-        Ok(r) if a.json => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
+        Ok(r) if a.target.json => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
         Ok(r) => {
             println!("backend {}", r.backend);
             println!(

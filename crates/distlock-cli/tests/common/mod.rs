@@ -15,6 +15,31 @@ use nix::unistd::Pid;
 pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// A fresh database on the machine's PostgreSQL server, or on a throwaway one.
+pub fn fresh_postgres() -> distlock_testkit::postgres::TestDatabase {
+    distlock_testkit::postgres::PostgresServer::machine_or_start()
+        .expect("PostgreSQL (scripts/test.sh installs postgresql)")
+        .fresh_database()
+        .expect("fresh database")
+}
+
+/// A fresh database on the machine's MariaDB server, or on a throwaway one.
+pub fn fresh_mariadb() -> distlock_testkit::mysql::TestDatabase {
+    distlock_testkit::mysql::MariaDbServer::machine_or_start()
+        .expect("MariaDB (scripts/test.sh installs mariadb-server)")
+        .fresh_database()
+        .expect("fresh database")
+}
+
+/// The first number of a query's answer, such as a `count(*)`.
+pub fn first_number(rows: std::io::Result<Vec<Vec<Option<String>>>>) -> usize {
+    rows.expect("count")[0][0]
+        .as_deref()
+        .expect("a count")
+        .parse()
+        .expect("a number")
+}
+
 /// A test's private home: the SQLite database lives here, and so do marker files.
 pub struct Home {
     pub dir: tempfile::TempDir,

@@ -11,7 +11,6 @@ use tokio::time::Instant;
 use super::{short_lease, within, Harness};
 use distlock::Leader;
 use distlock::Owner;
-use distlock::RegistryOptions;
 
 /// Three candidates lead twice each, one at a time; `leader()` names whoever leads with a term
 /// at least its own; terms rise; and an observer sees every leadership, in order (each leader
@@ -118,13 +117,7 @@ fn backend_fence(term: u64) -> u64 {
 /// that waited for it, with a higher term.
 pub async fn dead_leader_is_replaced_within_its_lease(h: &Harness) {
     let lease = Duration::from_millis(300);
-    let dead = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(lease),
-        )
-        .await;
+    let dead = h.unrenewed_registry(lease).await;
     let standby = h.registry().await;
     let first = dead
         .election("e")

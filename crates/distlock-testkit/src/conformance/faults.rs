@@ -6,8 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{within, Harness};
+use crate::hooked::{Hooked, Hooks};
 use distlock::Error;
-use distlock::{AcquireRequest, Attempt, Backend, Capabilities, LockName, Token};
+use distlock::{AcquireRequest, Attempt, Backend};
 use distlock::{LockRegistry, RegistryOptions};
 
 /// What [`ReplyFaults`] does to an acquisition attempt.
@@ -21,10 +22,9 @@ enum ReplyFault {
     Delay(Duration),
 }
 
-/// A backend whose acquisition attempts travel over a network that loses or delays replies.
+/// Acquisition attempts over a network that loses or delays replies.
 #[derive(Debug)]
 struct ReplyFaults {
-    inner: Arc<dyn Backend>,
     fault: Mutex<ReplyFault>,
 }
 
@@ -35,13 +35,14 @@ impl ReplyFaults {
 }
 
 #[async_trait::async_trait]
-impl Backend for ReplyFaults {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn acquire(&self, request: &AcquireRequest) -> distlock::Result<Attempt> {
+impl Hooks for ReplyFaults {
+    async fn acquire(
+        &self,
+        inner: &Arc<dyn Backend>,
+        request: &AcquireRequest,
+    ) -> distlock::Result<Attempt> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
-        let (inner, request) = (self.inner.clone(), request.clone());
+        let (inner, request) = (inner.clone(), request.clone());
         let delay = match fault {
             ReplyFault::Delay(d) => d,
             _ => Duration::ZERO,
@@ -66,33 +67,6 @@ impl Backend for ReplyFaults {
         }
         outcome
     }
-    async fn leave_queue(&self, name: &LockName, token: Token) -> distlock::Result<()> {
-        self.inner.leave_queue(name, token).await
-    }
-    async fn release(&self, name: &LockName, token: Token) -> distlock::Result<distlock::Released> {
-        self.inner.release(name, token).await
-    }
-    async fn extend(
-        &self,
-        name: &LockName,
-        token: Token,
-        lease: Duration,
-    ) -> distlock::Result<bool> {
-        self.inner.extend(name, token, lease).await
-    }
-    async fn subscribe(
-        &self,
-        name: &LockName,
-        waiter: Token,
-    ) -> distlock::Result<distlock::ReleaseSubscription> {
-        self.inner.subscribe(name, waiter).await
-    }
-    async fn force_release(&self, name: &LockName) -> distlock::Result<bool> {
-        self.inner.force_release(name).await
-    }
-    async fn inspect(&self, name: &LockName) -> distlock::Result<Option<distlock::LockInfo>> {
-        self.inner.inspect(name).await
-    }
 }
 
 /// An acquisition that returns no guard leaves the lock free, also when the server granted an
@@ -101,10 +75,12 @@ impl Backend for ReplyFaults {
 /// minute, so expiry cannot pass for a release.
 pub async fn failed_acquisitions_leave_the_lock_free(h: &Harness) {
     let long = Duration::from_secs(60);
-    let faulty = Arc::new(ReplyFaults {
-        inner: h.backend().await,
-        fault: Mutex::new(ReplyFault::None),
-    });
+    let faulty = Arc::new(Hooked::wrap(
+        h.backend().await,
+        ReplyFaults {
+            fault: Mutex::new(ReplyFault::None),
+        },
+    ));
     let reg = LockRegistry::from_backend(
         faulty.clone(),
         RegistryOptions::default()

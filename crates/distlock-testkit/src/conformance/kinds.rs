@@ -51,12 +51,7 @@ pub async fn readers_share_and_writers_exclude(h: &Harness) {
         "mutex while a writer holds",
     );
     w.release().await.unwrap();
-    let m = a
-        .obtain("rw")
-        .unwrap()
-        .try_lock()
-        .await
-        .expect("mutex when free");
+    let m = crate::holds::take_free(&a, "rw", "mutex when free").await;
     busy(rb.read().try_lock().await, "reader while the mutex holds");
     busy(rc.write().try_lock().await, "writer while the mutex holds");
     m.release().await.unwrap();
@@ -213,21 +208,9 @@ pub async fn local_readers_share_one_remote_hold(h: &Harness) {
 /// reader renews its own: a writer gets the key as soon as the live reader leaves.
 pub async fn crashed_reader_frees_its_share(h: &Harness) {
     let lease = Duration::from_millis(600);
-    let crashed = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(lease),
-        )
-        .await;
+    let crashed = h.unrenewed_registry(lease).await;
     let live = h.registry_with(short_lease()).await;
-    let g = crashed
-        .read_write("r")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let g = crate::holds::read(&crashed, "r").await;
     std::mem::forget(g); // no release: the process died
     let l = live.read_write("r").unwrap().read().lock().await.unwrap();
     // Past the crashed reader's lease while the live reader renews (several renewals).
@@ -372,13 +355,7 @@ pub async fn semaphore_holders_must_agree_on_permits(h: &Harness) {
 /// A permit holder that stops renewing (crashed) gives its permit back after its lease.
 pub async fn crashed_permit_holder_frees_its_permit(h: &Harness) {
     let lease = Duration::from_millis(600);
-    let crashed = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(lease),
-        )
-        .await;
+    let crashed = h.unrenewed_registry(lease).await;
     let started = Instant::now();
     std::mem::forget(crashed.semaphore("s", 1).unwrap().lock().await.unwrap());
     let other = h.registry().await;
@@ -689,11 +666,7 @@ pub async fn blocking_facade_covers_every_kind(h: &Harness) {
     let caps = backend.capabilities();
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = distlock::blocking::LockRegistry::from_backend(
-            backend,
-            RegistryOptions::default().with_prefix(prefix),
-        )
-        .unwrap();
+        let reg = super::blocking_registry(backend, prefix);
         if caps.read_write {
             let rw = reg.read_write("b").unwrap();
             rw.read().lock().unwrap();

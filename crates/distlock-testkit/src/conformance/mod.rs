@@ -165,6 +165,17 @@ impl Harness {
             .expect("valid options")
     }
 
+    /// A registry whose holds are never renewed, as a crashed process's: they end with
+    /// `lease`.
+    pub async fn unrenewed_registry(&self, lease: Duration) -> LockRegistry {
+        self.registry_with(
+            RegistryOptions::default()
+                .with_renew(false)
+                .with_lease(lease),
+        )
+        .await
+    }
+
     /// The slowest of a few uncontended acquire-and-release cycles on this backend, measured
     /// now: the unit by which the scenarios' time limits grow on a slow or loaded machine, so
     /// that a limit checks the behaviour (no polling delay, no overrun) rather than the CPU.
@@ -235,6 +246,19 @@ impl std::fmt::Debug for Requirement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.what)
     }
+}
+
+/// A registry of the blocking facade on `backend`, in namespace `prefix`; made on a thread
+/// outside the runtime (in `spawn_blocking`), as the facade wants.
+pub(crate) fn blocking_registry(
+    backend: Arc<dyn Backend>,
+    prefix: String,
+) -> distlock::blocking::LockRegistry {
+    distlock::blocking::LockRegistry::from_backend(
+        backend,
+        RegistryOptions::default().with_prefix(prefix),
+    )
+    .unwrap()
 }
 
 impl Requirement {

@@ -63,13 +63,7 @@ pub async fn try_lock_fails_fast_when_held(h: &Harness) {
         started.elapsed()
     );
     g.release().await.unwrap();
-    let g = b
-        .obtain("k")
-        .unwrap()
-        .try_lock()
-        .await
-        .expect("free after release");
-    g.release().await.unwrap();
+    crate::holds::free(&b, "k", "free after release").await;
 }
 
 /// `try_lock_for` waits about as long as asked, then gives up with `NotAcquired`.
@@ -178,13 +172,7 @@ pub async fn release_is_owner_checked(h: &Harness) {
 /// Without renewal a lease ends by itself: another registry gets the lock, and the old guard
 /// knows it is lost.
 pub async fn lease_expiry_frees_lock(h: &Harness) {
-    let a = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(Duration::from_millis(300)),
-        )
-        .await;
+    let a = h.unrenewed_registry(Duration::from_millis(300)).await;
     let b = h.registry().await;
     let g = a.obtain("k").unwrap().lock().await.unwrap();
     let started = Instant::now();
@@ -249,13 +237,7 @@ pub async fn lost_signal_fires_when_key_deleted(h: &Harness) {
 
 /// Without renewal, the lost signal fires when the lease runs out.
 pub async fn lost_signal_fires_when_lease_expires(h: &Harness) {
-    let a = h
-        .registry_with(
-            RegistryOptions::default()
-                .with_renew(false)
-                .with_lease(Duration::from_millis(200)),
-        )
-        .await;
+    let a = h.unrenewed_registry(Duration::from_millis(200)).await;
     // The lease counts from when the request was sent, so measure from before it.
     let started = Instant::now();
     let g = a.obtain("k").unwrap().lock().await.unwrap();
@@ -308,11 +290,7 @@ pub async fn blocking_facade_is_reentrant(h: &Harness) {
     let backend = h.backend().await;
     let prefix = h.prefix().to_owned();
     tokio::task::spawn_blocking(move || {
-        let reg = distlock::blocking::LockRegistry::from_backend(
-            backend,
-            RegistryOptions::default().with_prefix(prefix),
-        )
-        .unwrap();
+        let reg = super::blocking_registry(backend, prefix);
         let lock = reg.obtain("re").unwrap();
         lock.lock().unwrap();
         lock.lock().unwrap();
@@ -571,15 +549,7 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
     for g in guards {
         g.release().await.unwrap();
     }
-    other
-        .obtain("many0")
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::holds::free(&other, "many0", "free").await;
 }
 
 /// A queued busy attempt that reports its place (`Attempt::Busy::ahead`) counts the contenders

@@ -17,6 +17,11 @@ pub fn prefix() -> String {
     format!("t{:016x}", rand::random::<u64>())
 }
 
+/// The test process's shared etcd server, and a fresh prefix for the test's keys on it.
+pub fn shared_server() -> (Arc<EtcdServer>, String) {
+    (EtcdServer::shared().expect("etcd-server"), prefix())
+}
+
 pub async fn backend(url: &str) -> Arc<dyn Backend> {
     // `RUST_LOG=distlock=debug` shows what the backend does (nextest prints it on failure).
     let _ = tracing_subscriber::fmt()

@@ -28,6 +28,72 @@ pub fn my_db() -> mysql::TestDatabase {
     server.fresh_database().unwrap()
 }
 
+/// A fresh database on one of the two servers, for the checks that run on both: its URL, how a
+/// backend connects to it, and what the fault tests do to its sessions.
+pub enum SqlDb {
+    /// On the PostgreSQL server.
+    Postgres(postgres::TestDatabase),
+    /// On the MariaDB server.
+    MariaDb(mysql::TestDatabase),
+}
+
+impl SqlDb {
+    /// A fresh database on the machine's PostgreSQL server (or a throwaway one).
+    pub fn postgres() -> Self {
+        SqlDb::Postgres(pg_db())
+    }
+
+    /// A fresh database on the machine's MariaDB server (or a throwaway one).
+    pub fn mariadb() -> Self {
+        SqlDb::MariaDb(my_db())
+    }
+
+    /// The URL that connects to the database.
+    pub fn url(&self) -> &str {
+        match self {
+            SqlDb::Postgres(db) => db.url(),
+            SqlDb::MariaDb(db) => db.url(),
+        }
+    }
+
+    /// The backend of this server's kind, for any URL (such as one through a proxy).
+    pub fn connector(&self) -> fn(&str) -> BoxBackend {
+        match self {
+            SqlDb::Postgres(_) => pg_boxed,
+            SqlDb::MariaDb(_) => my_boxed,
+        }
+    }
+
+    /// A new backend on the database.
+    pub async fn backend(&self) -> Arc<dyn Backend> {
+        self.connector()(self.url()).await
+    }
+
+    /// Runs `sql` in the database, as its administrator.
+    pub fn query(&self, sql: &str) -> std::io::Result<Vec<Vec<Option<String>>>> {
+        match self {
+            SqlDb::Postgres(db) => db.query(sql),
+            SqlDb::MariaDb(db) => db.query(sql),
+        }
+    }
+
+    /// Has the server end every other session on the database; how many there were.
+    pub fn kill_connections(&self) -> usize {
+        match self {
+            SqlDb::Postgres(db) => pg_kill_connections(db),
+            SqlDb::MariaDb(db) => my_kill_connections(db),
+        }
+    }
+
+    /// The ids of the other sessions on the database.
+    pub fn sessions(&self) -> BTreeSet<String> {
+        match self {
+            SqlDb::Postgres(db) => pg_sessions(db),
+            SqlDb::MariaDb(db) => my_sessions(db),
+        }
+    }
+}
+
 pub fn opts(lease_ms: u64) -> RegistryOptions {
     RegistryOptions::default()
         .with_prefix("faults")

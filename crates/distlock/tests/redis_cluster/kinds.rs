@@ -5,23 +5,6 @@
 use super::redis_common::take_and_release;
 use super::*;
 
-/// A key of `prefix`'s lock keys (`<prefix>:<key>`) on each of the three masters.
-fn key_per_master(set: &mut ClusterSet, stem: &str) -> Vec<(String, usize)> {
-    let mut keys: Vec<(String, usize)> = Vec::new();
-    for i in 0.. {
-        let key = format!("{stem}-{i}");
-        let slot = set.slot_of(&format!("lock:{key}")).unwrap();
-        let master = set.master_of(slot).unwrap();
-        if !keys.iter().any(|(_, m)| *m == master) {
-            keys.push((key, master));
-        }
-        if keys.len() == 3 {
-            return keys;
-        }
-    }
-    unreachable!()
-}
-
 /// Read holds, permits and writes on keys of every shard, and on keys whose braces make no
 /// hash tag (Redisson's timeout-key names would be in another slot, and Cluster refuses a
 /// script that touches two slots): all taken, listed from every shard, renewed together past
@@ -195,21 +178,11 @@ async fn releases_of_every_kind_are_heard_on_any_node() {
     );
 
     let poll = Duration::from_secs(120);
-    let options = RegistryOptions::default()
-        .with_lease(Duration::from_secs(60))
-        .with_max_poll_interval(poll);
-    let holder = registry_with(&url, options.clone()).await;
-    let waiter = Arc::new(registry_with(&url, options).await);
+    let (holder, waiter) = holder_and_slow_waiter(&url, poll).await;
     let bound = (poll / 8).min(Duration::from_secs(5) + scheduling_slack().await);
     for (key, _) in key_per_master(&mut set, "wake") {
         // A reader's release wakes a writer; a permit's release wakes a permit taker.
-        let r = holder
-            .read_write(&key)
-            .unwrap()
-            .read()
-            .lock()
-            .await
-            .unwrap();
+        let r = distlock_testkit::holds::read(&holder, &key).await;
         let (w, k) = (waiter.clone(), key.clone());
         let writer = tokio::spawn(async move { w.read_write(&k).unwrap().write().lock().await });
         let p = holder
@@ -225,13 +198,7 @@ async fn releases_of_every_kind_are_heard_on_any_node() {
         r.release().await.unwrap();
         p.release().await.unwrap();
         for (what, waiting) in [("writer", writer), ("permit taker", taker)] {
-            let g = tokio::time::timeout(bound, waiting)
-                .await
-                .unwrap_or_else(|_| panic!("{key}: the {what} was not woken within {bound:?}"))
-                .unwrap()
-                .unwrap();
-            assert!(released.elapsed() < bound);
-            g.release().await.unwrap();
+            woken_within(waiting, released, bound, &format!("{key}: the {what}")).await;
         }
     }
 }
@@ -313,8 +280,8 @@ async fn a_read_hold_and_a_permit_survive_the_master_killed() {
             .unwrap(),
         "OK"
     );
-    extend_after_failover(&r, lease).await;
-    extend_after_failover(&p, lease).await;
+    extend_after_failover(&r, lease, 101).await;
+    extend_after_failover(&p, lease, 101).await;
     r.release().await.unwrap();
     p.release().await.unwrap();
     let w = loop {

@@ -45,13 +45,7 @@ async fn a_stalled_reader_or_permit_holder_knows_it_lost_before_anyone_else_hold
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let stalled = registry(&format!("redis://{}", proxy.addr()), lease(400)).await;
     let healthy = registry(&server.url(), lease(400)).await;
-    let r = stalled
-        .read_write("doc")
-        .unwrap()
-        .read()
-        .lock()
-        .await
-        .unwrap();
+    let r = distlock_testkit::holds::read(&stalled, "doc").await;
     let p = stalled.semaphore("pool", 1).unwrap().lock().await.unwrap();
     proxy.pause();
     let w = tokio::time::timeout(

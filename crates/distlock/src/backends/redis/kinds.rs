@@ -217,6 +217,26 @@ impl RedisBackend {
         token: Token,
         grants: bool,
     ) -> Result<bool> {
+        let letter = letter(name.kind());
+        self.eval_ending(
+            &self.scripts.kind_release,
+            name,
+            &[&token.to_hex_bytes(), letter],
+            grants,
+        )
+        .await
+    }
+
+    /// Runs a script that ends holds of `name` and tells its waiters: the arguments are
+    /// `first`, then the channel, the wake prefix, the legacy flag, the read-write channel and
+    /// `grants`; true when the script ended something.
+    async fn eval_ending(
+        &self,
+        script: &Lua,
+        name: &LockName,
+        first: &[&[u8]],
+        grants: bool,
+    ) -> Result<bool> {
         let key = Self::lock_key(name);
         let keys = script_keys(&key, self.cluster.is_some());
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -225,21 +245,15 @@ impl RedisBackend {
             Self::wake_prefix(name),
             rw_channel(&key),
         );
-        let r = self
-            .eval(
-                &self.scripts.kind_release,
-                &keys,
-                &[
-                    &token.to_hex_bytes(),
-                    letter(name.kind()),
-                    channel.as_bytes(),
-                    wake.as_bytes(),
-                    self.legacy(),
-                    rw.as_bytes(),
-                    flag(grants),
-                ],
-            )
-            .await?;
+        let mut args = first.to_vec();
+        args.extend_from_slice(&[
+            channel.as_bytes(),
+            wake.as_bytes(),
+            self.legacy(),
+            rw.as_bytes(),
+            flag(grants),
+        ]);
+        let r = self.eval(script, &keys, &args).await?;
         Ok(r.int() == Some(1))
     }
 
@@ -270,28 +284,8 @@ impl RedisBackend {
 
     /// Removes whatever holds the key (see `scripts::FORCE_RELEASE`).
     pub(super) async fn force_release_key(&self, name: &LockName, grants: bool) -> Result<bool> {
-        let key = Self::lock_key(name);
-        let keys = script_keys(&key, self.cluster.is_some());
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let (channel, wake, rw) = (
-            Self::channel(name),
-            Self::wake_prefix(name),
-            rw_channel(&key),
-        );
-        let r = self
-            .eval(
-                &self.scripts.force_release,
-                &keys,
-                &[
-                    channel.as_bytes(),
-                    wake.as_bytes(),
-                    self.legacy(),
-                    rw.as_bytes(),
-                    flag(grants),
-                ],
-            )
-            .await?;
-        Ok(r.int() == Some(1))
+        self.eval_ending(&self.scripts.force_release, name, &[], grants)
+            .await
     }
 
     /// Gives up `token`'s place in the key's wait queue (see `scripts::LEAVE`).

@@ -40,11 +40,11 @@ use tokio::sync::oneshot;
 use super::replicas::{connected_replicas, Replicas};
 use super::resp::{ConnInfo, Pool, SentinelInfo, Subscriber};
 use super::scripts::Scripts;
-use super::transport::{has_password, refuse_clear_password, topology_scheme, NodeAccess};
+use super::transport::{has_password, topology_scheme, NodeAccess, TopologyUrl};
 use super::{RedisBackend, RedisOptions, KIND};
 use crate::backend::ReleaseSignals;
 use crate::error::{Error, Result};
-use crate::url::{parse_hosts, Params, RawUrl, UserInfo};
+use crate::url::{parse_hosts, RawUrl};
 
 /// What the pub/sub side needs to follow the master.
 pub(super) struct Mode {
@@ -159,45 +159,19 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
             raw.path
         )));
     }
-    let user = raw
-        .userinfo
-        .map(|u| UserInfo::parse_any_user(u, crate::url::Decode::Lenient))
-        .transpose()
-        .map_err(bad)?;
-    let mut params = Params::form("redis sentinel", raw.query).unique()?;
-    let min_replicas = params.integer::<u32>("min_replicas")?;
-    let replica_timeout = params
-        .duration("replica_timeout")?
-        .unwrap_or(Duration::from_secs(1));
-    let sentinel_user = params.decoded("sentinel_user")?;
-    let sentinel_password = params.decoded("sentinel_password")?;
-    let db = params.integer::<u16>("db")?.unwrap_or(0);
-    let ca_file = params.string("ca_file");
-    let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
-    if let Some(slice) = params.duration("hold_slice")? {
-        options.hold_slice = slice;
-    }
-    params.finish(&[
-        "min_replicas",
-        "replica_timeout",
-        "sentinel_user",
-        "sentinel_password",
-        "db",
-        "ca_file",
-        "allow_insecure_auth",
-        "hold_slice",
-    ])?;
-    refuse_clear_password(
+    let mut url_parts = TopologyUrl::read("redis sentinel", &raw, bad)?;
+    let sentinel_user = url_parts.params.decoded("sentinel_user")?;
+    let sentinel_password = url_parts.params.decoded("sentinel_password")?;
+    let db = url_parts.params.integer::<u16>("db")?.unwrap_or(0);
+    let (user, password) = (url_parts.user.take(), url_parts.password.take());
+    let (min_replicas, replica_timeout) = (url_parts.min_replicas, url_parts.replica_timeout);
+    let access = url_parts.finish(
+        &["sentinel_user", "sentinel_password", "db"],
         &format!("redis sentinel URL {shown:?}"),
+        &raw,
         tls,
         has_password(raw.userinfo) || sentinel_password.as_deref().is_some_and(|p| !p.is_empty()),
-        allow_insecure_auth || options.allow_insecure_auth,
-    )?;
-    let access = NodeAccess::new(
-        &format!("redis sentinel URL {shown:?}"),
-        raw.userinfo,
-        tls,
-        ca_file,
+        &mut options,
     )?;
     // The `redis` crate's client of the skeleton is never used: pub/sub goes to the master
     // found at run time (see `Mode::client`).
@@ -214,11 +188,8 @@ pub(super) async fn connect(url: &str, mut options: RedisOptions) -> Result<Redi
     };
     let pool = Arc::new(Pool::new(ConnInfo {
         addr: String::new(),
-        user: user
-            .as_ref()
-            .map(|u| u.user.clone())
-            .filter(|u| !u.is_empty()),
-        password: user.as_ref().and_then(|u| u.password.clone()),
+        user,
+        password,
         db,
         connect_timeout: options.connect_timeout,
         response_timeout: options.response_timeout,

@@ -2,13 +2,16 @@
 //! `redis` crate's multiplexed connection for `rediss://`, scripts by SHA, and the mapping of
 //! errors to [`Error`] classes.
 
+use std::time::Duration;
+
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 
 use super::resp::{Reply, RespError};
 use super::scripts::Lua;
-use super::{RedisBackend, KIND};
+use super::{RedisBackend, RedisOptions, KIND};
 use crate::error::{Error, Result};
+use crate::url::{Params, RawUrl, UserInfo};
 
 pub(super) fn map_err(e: RedisError) -> Error {
     let text = e.to_string();
@@ -469,5 +472,85 @@ impl NodeAccess {
             }
         }
         .map_err(bad)
+    }
+}
+
+/// What `redis+cluster://` and `redis+sentinel://` URLs have in common, read in the order both
+/// always took their parameters: the user and the shared replica parameters first
+/// ([`TopologyUrl::read`]), then the topology's own from `params`, then the shared tail
+/// ([`TopologyUrl::finish`]).
+pub(super) struct TopologyUrl<'k> {
+    /// The data nodes' user (`None` when the URL names none or an empty one).
+    pub(super) user: Option<String>,
+    /// The data nodes' password.
+    pub(super) password: Option<String>,
+    /// `min_replicas`: the replicas a write waits for (`None`: as many as are connected).
+    pub(super) min_replicas: Option<u32>,
+    /// `replica_timeout`: how long a write waits for them (1 s by default).
+    pub(super) replica_timeout: Duration,
+    /// The parameters not read yet.
+    pub(super) params: Params<'k>,
+}
+
+impl<'k> TopologyUrl<'k> {
+    /// Reads the user info and the shared replica parameters; `kind` names the URL's kind in
+    /// parameter errors, `bad` turns a user-info error into the URL's error.
+    pub(super) fn read(
+        kind: &'k str,
+        raw: &RawUrl<'_>,
+        bad: impl Fn(String) -> Error,
+    ) -> Result<Self> {
+        let user = raw
+            .userinfo
+            .map(|u| UserInfo::parse_any_user(u, crate::url::Decode::Lenient))
+            .transpose()
+            .map_err(bad)?;
+        let mut params = Params::form(kind, raw.query).unique()?;
+        let min_replicas = params.integer::<u32>("min_replicas")?;
+        let replica_timeout = params
+            .duration("replica_timeout")?
+            .unwrap_or(Duration::from_secs(1));
+        let (user, password) = match user {
+            Some(u) => (Some(u.user).filter(|u| !u.is_empty()), u.password),
+            None => (None, None),
+        };
+        Ok(TopologyUrl {
+            user,
+            password,
+            min_replicas,
+            replica_timeout,
+            params,
+        })
+    }
+
+    /// Reads `ca_file`, `allow_insecure_auth` and `hold_slice` (into `options`), refuses any
+    /// parameter but the shared ones and the topology's `own`, refuses a password in clear
+    /// (`password`: whether the URL carries one) and sets up how nodes are reached. `what`
+    /// names the URL in errors.
+    pub(super) fn finish(
+        mut self,
+        own: &[&str],
+        what: &str,
+        raw: &RawUrl<'_>,
+        tls: bool,
+        password: bool,
+        options: &mut RedisOptions,
+    ) -> Result<NodeAccess> {
+        let ca_file = self.params.string("ca_file");
+        let allow_insecure_auth = self.params.bool("allow_insecure_auth")?.unwrap_or(false);
+        if let Some(slice) = self.params.duration("hold_slice")? {
+            options.hold_slice = slice;
+        }
+        let mut known = vec!["min_replicas", "replica_timeout"];
+        known.extend_from_slice(own);
+        known.extend_from_slice(&["ca_file", "allow_insecure_auth", "hold_slice"]);
+        self.params.finish(&known)?;
+        refuse_clear_password(
+            what,
+            tls,
+            password,
+            allow_insecure_auth || options.allow_insecure_auth,
+        )?;
+        NodeAccess::new(what, raw.userinfo, tls, ca_file)
     }
 }

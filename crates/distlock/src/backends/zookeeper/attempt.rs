@@ -4,6 +4,7 @@
 
 use super::contender::{Target, Which};
 use super::queue::{place, sort_for, Place, Role};
+use super::semaphore::Seen;
 use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
@@ -213,7 +214,10 @@ impl Inner {
                 Place::Behind(pred) if latch => Some(Watch::Plain(format!("{parent}/{pred}"))),
                 Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
                 Place::First if latch => None,
-                Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
+                Place::First => {
+                    self.older_leases(&Seen::new(&conn, parent, &children, czxid))
+                        .await?
+                }
             };
             let own_path = format!("{parent}/{own}");
             let Some(blocker) = blocker else {

@@ -55,6 +55,27 @@ pub(super) fn lease_owner(data: &[u8]) -> String {
 /// Other holders whose numbers of permits are checked against a new taker's.
 const PERMIT_CHECKS: usize = 64;
 
+/// What a contender saw of its key after creating its node: the connection it listed on, the
+/// key's node, the key's children listed after the create, and its own node's `czxid`.
+#[derive(Clone, Copy)]
+pub(super) struct Seen<'a> {
+    pub(super) conn: &'a Conn,
+    pub(super) parent: &'a str,
+    pub(super) children: &'a [String],
+    pub(super) czxid: i64,
+}
+
+impl<'a> Seen<'a> {
+    pub(super) fn new(conn: &'a Conn, parent: &'a str, children: &'a [String], czxid: i64) -> Self {
+        Seen {
+            conn,
+            parent,
+            children,
+            czxid,
+        }
+    }
+}
+
 impl Inner {
     /// The first of `paths` (in creation order) that exists and was created before `czxid`,
     /// read four at a time: a node created after it ends the search, as every later one is
@@ -92,13 +113,13 @@ impl Inner {
     /// the key created before it, which it must wait for, as a watch on the `leases` folder.
     /// Costs nothing unless the key has a `leases` folder among `children` (listed after our
     /// create, so a lease older than our node would show its folder).
-    pub(super) async fn older_leases(
-        &self,
-        conn: &Conn,
-        parent: &str,
-        children: &[String],
-        czxid: i64,
-    ) -> Result<Option<Watch>> {
+    pub(super) async fn older_leases(&self, seen: &Seen<'_>) -> Result<Option<Watch>> {
+        let Seen {
+            conn,
+            parent,
+            children,
+            czxid,
+        } = *seen;
         if !children.iter().any(|c| c == LEASE_DIR) {
             return Ok(None);
         }
@@ -116,19 +137,13 @@ impl Inner {
 
     /// For a lease (`czxid`): the key's mutex, reader or writer node created before it, which
     /// it must wait for.
-    async fn older_exclusive(
-        &self,
-        conn: &Conn,
-        parent: &str,
-        children: &[String],
-        czxid: i64,
-    ) -> Result<Option<Watch>> {
-        let paths: Vec<String> = sort_contenders(children)
+    async fn older_exclusive(&self, seen: &Seen<'_>) -> Result<Option<Watch>> {
+        let paths: Vec<String> = sort_contenders(seen.children)
             .iter()
-            .map(|c| format!("{parent}/{}", c.name))
+            .map(|c| format!("{}/{}", seen.parent, c.name))
             .collect();
         Ok(self
-            .created_before(conn, &paths, czxid)
+            .created_before(seen.conn, &paths, seen.czxid)
             .await?
             .map(Watch::Node))
     }
@@ -331,7 +346,7 @@ impl Inner {
                     seen: leases,
                 }),
                 _ => {
-                    self.older_exclusive(&conn, parent, &children, czxid)
+                    self.older_exclusive(&Seen::new(&conn, parent, &children, czxid))
                         .await?
                 }
             };

@@ -4,20 +4,17 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use futures_util::future::join_all;
 
 use super::super::replicas::Replicas;
 use super::super::resp::{ConnInfo, Reply};
 use super::super::scripts::Scripts;
-use super::super::transport::{
-    has_password, refuse_clear_password, server_err, topology_scheme, NodeAccess,
-};
+use super::super::transport::{has_password, server_err, topology_scheme, TopologyUrl};
 use super::super::{RedisBackend, RedisOptions};
 use super::{Cluster, Topology};
 use crate::error::{Error, Result};
-use crate::url::{parse_hosts, Params, RawUrl, UserInfo};
+use crate::url::{parse_hosts, RawUrl};
 
 /// Connects to the cluster named by `url`; see the module docs.
 pub(in crate::backends::redis) async fn connect(
@@ -36,41 +33,20 @@ pub(in crate::backends::redis) async fn connect(
             raw.path
         )));
     }
-    let user = raw
-        .userinfo
-        .map(|u| UserInfo::parse_any_user(u, crate::url::Decode::Lenient))
-        .transpose()
-        .map_err(bad)?;
-    let mut params = Params::form("redis cluster", raw.query).unique()?;
-    let min_replicas = params.integer::<u32>("min_replicas")?;
-    let replica_timeout = params
-        .duration("replica_timeout")?
-        .unwrap_or(Duration::from_secs(1));
-    let legacy = params.bool("spring_legacy_channel")?.unwrap_or(false);
-    let ca_file = params.string("ca_file");
-    let allow_insecure_auth = params.bool("allow_insecure_auth")?.unwrap_or(false);
-    if let Some(slice) = params.duration("hold_slice")? {
-        options.hold_slice = slice;
-    }
-    params.finish(&[
-        "min_replicas",
-        "replica_timeout",
-        "spring_legacy_channel",
-        "ca_file",
-        "allow_insecure_auth",
-        "hold_slice",
-    ])?;
-    refuse_clear_password(
+    let mut url_parts = TopologyUrl::read("redis cluster", &raw, bad)?;
+    let legacy = url_parts
+        .params
+        .bool("spring_legacy_channel")?
+        .unwrap_or(false);
+    let (user, password) = (url_parts.user.take(), url_parts.password.take());
+    let (min_replicas, replica_timeout) = (url_parts.min_replicas, url_parts.replica_timeout);
+    let access = url_parts.finish(
+        &["spring_legacy_channel"],
         &format!("redis cluster URL {shown:?}"),
+        &raw,
         tls,
         has_password(raw.userinfo),
-        allow_insecure_auth || options.allow_insecure_auth,
-    )?;
-    let access = NodeAccess::new(
-        &format!("redis cluster URL {shown:?}"),
-        raw.userinfo,
-        tls,
-        ca_file,
+        &mut options,
     )?;
 
     let seeds: Vec<String> = hosts.iter().map(ToString::to_string).collect();
@@ -87,11 +63,8 @@ pub(in crate::backends::redis) async fn connect(
     let cluster = Cluster {
         template: ConnInfo {
             addr: String::new(),
-            user: user
-                .as_ref()
-                .map(|u| u.user.clone())
-                .filter(|u| !u.is_empty()),
-            password: user.as_ref().and_then(|u| u.password.clone()),
+            user,
+            password,
             db: 0,
             connect_timeout: options.connect_timeout,
             response_timeout: options.response_timeout,

@@ -12,30 +12,14 @@ impl Pool {
     pub(super) async fn connect_now(&self) -> Result<Conn, RespError> {
         let info = &self.info;
         let Some(sentinel) = &info.sentinel else {
-            let mut conn = open(
-                &info.addr,
-                info.user.as_deref(),
-                info.password.as_deref(),
-                info.db,
-                info.connect_timeout,
-                info.tls.as_ref(),
-            )
-            .await?;
+            let mut conn = self.open_at(&info.addr).await?;
             if let Some(id) = &info.node_id {
                 check_node_id(&mut conn, &info.addr, id, info.connect_timeout).await?;
             }
             return Ok(conn);
         };
         let addr = self.master_addr(sentinel).await?;
-        let mut conn = open(
-            &addr,
-            info.user.as_deref(),
-            info.password.as_deref(),
-            info.db,
-            info.connect_timeout,
-            info.tls.as_ref(),
-        )
-        .await?;
+        let mut conn = self.open_at(&addr).await?;
         // The Sentinels may still name a master that a failover has just demoted.
         let role = tokio::time::timeout(
             info.connect_timeout,
@@ -53,6 +37,20 @@ impl Pool {
                 "{addr}, named master by the Sentinels, is not a master (a failover is under way)"
             )))),
         }
+    }
+
+    /// Opens a connection to `addr` with the pool's credentials, database and TLS.
+    async fn open_at(&self, addr: &str) -> Result<Conn, RespError> {
+        let info = &self.info;
+        open(
+            addr,
+            info.user.as_deref(),
+            info.password.as_deref(),
+            info.db,
+            info.connect_timeout,
+            info.tls.as_ref(),
+        )
+        .await
     }
 
     /// Asks the Sentinels, in turn, for the master's address.

@@ -27,6 +27,6 @@ mod pg_wait;
 mod tests;
 
 pub(crate) use self::lite::Lite;
-pub(crate) use self::my::{My, MyLock, MyOutcome, MyShareOutcome, Prepared};
+pub(crate) use self::my::{My, MyLock, MyOutcome, MyShareOutcome, Prepared, ShareAsk};
 pub(crate) use self::pg::Pg;
 pub(crate) use self::pg_wait::WAIT_ENTRY_MS;

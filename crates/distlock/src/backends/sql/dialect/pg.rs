@@ -106,6 +106,27 @@ pub(super) fn pg_table(schema: Option<&str>, table: &str) -> String {
     }
 }
 
+/// The first of a layout's creating statements: its schema's, when it names one.
+pub(super) fn schema_first(schema: Option<&str>) -> Vec<String> {
+    schema
+        .map(|s| format!("CREATE SCHEMA IF NOT EXISTS {}", pg_ident(s)))
+        .into_iter()
+        .collect()
+}
+
+/// A side table of Spring's layout, keyed as its lock rows are, with `columns` (each followed
+/// by a comma) between the key and the primary key.
+fn spring_side_table(name: &str, columns: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {name} (
+                LOCK_KEY CHAR(36) NOT NULL,
+                REGION VARCHAR(100) NOT NULL,
+                {columns}
+                PRIMARY KEY (LOCK_KEY, REGION)
+            )"
+    )
+}
+
 impl Pg {
     /// Native layout. Parameters: see each statement.
     pub(crate) fn native(schema: Option<&str>, table: &str) -> Self {
@@ -114,10 +135,7 @@ impl Pg {
             "(l.token IS NULL OR l.token = excluded.token OR l.expires_ms <= {PG_MS_FLOOR})"
         );
         let readers = readers_hold("token");
-        let mut create = Vec::new();
-        if let Some(s) = schema {
-            create.push(format!("CREATE SCHEMA IF NOT EXISTS {}", pg_ident(s)));
-        }
+        let mut create = schema_first(schema);
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {t} (
                 region TEXT NOT NULL,
@@ -269,10 +287,7 @@ impl Pg {
         let remaining =
             format!("ceil(EXTRACT(EPOCH FROM (EXPIRED_AFTER - {PG_UTC})) * 1000)::bigint");
         let lease = "($4::bigint * INTERVAL '1 millisecond')";
-        let mut create = Vec::new();
-        if let Some(s) = schema {
-            create.push(format!("CREATE SCHEMA IF NOT EXISTS {}", pg_ident(s)));
-        }
+        let mut create = schema_first(schema);
         // Spring's schema-postgresql.sql, with IF NOT EXISTS.
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {t} (
@@ -287,24 +302,13 @@ impl Pg {
         ));
         let side = names_table(table);
         let names = pg_table(schema, &side);
-        create.push(format!(
-            "CREATE TABLE IF NOT EXISTS {names} (
-                LOCK_KEY CHAR(36) NOT NULL,
-                REGION VARCHAR(100) NOT NULL,
-                LOCK_NAME TEXT NOT NULL,
-                PRIMARY KEY (LOCK_KEY, REGION)
-            )"
-        ));
+        create.push(spring_side_table(&names, "LOCK_NAME TEXT NOT NULL,"));
         let owners_name = owners_table(table);
         let owners = pg_table(schema, &owners_name);
-        create.push(format!(
-            "CREATE TABLE IF NOT EXISTS {owners} (
-                LOCK_KEY CHAR(36) NOT NULL,
-                REGION VARCHAR(100) NOT NULL,
-                CLIENT_ID CHAR(36) NOT NULL,
-                OWNER TEXT NOT NULL,
-                PRIMARY KEY (LOCK_KEY, REGION)
-            )"
+        create.push(spring_side_table(
+            &owners,
+            "CLIENT_ID CHAR(36) NOT NULL,
+                OWNER TEXT NOT NULL,",
         ));
         let undescribed = Undescribed {
             acquire: format!(

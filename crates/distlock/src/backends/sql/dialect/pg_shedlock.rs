@@ -2,7 +2,7 @@
 //! with the database's time (`usingDbTime()`), in the parameter order and result shapes of
 //! the Spring layout's, so that the backend runs them the same way.
 
-use super::pg::{exists_query_of, pg_ident, pg_table};
+use super::pg::{exists_query_of, pg_table, schema_first};
 use super::pg_wait::PgWaits;
 use super::Pg;
 
@@ -38,10 +38,7 @@ impl Pg {
         let fence = "(EXTRACT(EPOCH FROM l.locked_at) * 1000000)::bigint";
         let remaining = format!("ceil(EXTRACT(EPOCH FROM (l.lock_until - {NOW})) * 1000)::bigint");
         let released = format!("GREATEST(locked_at, {})", now_ms());
-        let mut create = Vec::new();
-        if let Some(s) = schema {
-            create.push(format!("CREATE SCHEMA IF NOT EXISTS {}", pg_ident(s)));
-        }
+        let mut create = schema_first(schema);
         // ShedLock's documented table.
         create.push(format!(
             "CREATE TABLE IF NOT EXISTS {t} (

@@ -7,7 +7,7 @@ use super::session::{Failed, Ring};
 use super::state::{MySql, KIND};
 use super::statement;
 use crate::backend::{Attempt, LockName, Token};
-use crate::backends::sql::dialect::{My, MyLock, MyOutcome, MyShareOutcome};
+use crate::backends::sql::dialect::{My, MyLock, MyOutcome, MyShareOutcome, ShareAsk};
 use crate::backends::sql::kinds::{disagreement, share_owner, Share};
 use crate::backends::sql::lease_table::{Engine, Take};
 use crate::backends::sql::{fence_from, lease_ms, millis, WANT_WINDOW_MS};
@@ -58,15 +58,21 @@ impl MySql {
                 });
             }
         }
+        let ask = ShareAsk {
+            lock: &lock,
+            share,
+            lease_ms: lease,
+            want_ms: want,
+        };
         let outcome = match outcome {
             Some(o) => o,
             None => {
-                let sql = self.sql.acquire_share(&lock, share, lease, want);
+                let sql = self.sql.acquire_share(&ask);
                 let out = self.run_transaction("try_acquire", &sql, true).await?;
                 match statement(&out, My::share_outcome_at(share)) {
                     (0, _) => {
                         // The key's first use: the transaction that creates its row.
-                        let sql = self.sql.acquire_share_first(&lock, share, lease, want);
+                        let sql = self.sql.acquire_share_first(&ask);
                         let out = self.run_transaction("try_acquire", &sql, true).await?;
                         let Some(row) = out.rows.first() else {
                             return Err(Error::backend(

@@ -74,6 +74,18 @@ impl MySql {
     fn doorbell(&self, a: &str, b: &str) -> String {
         doorbell_name(&self.qualified_table, a, b)
     }
+
+    /// The token a hold of `name` is stored under, and its share when it is a read hold or a
+    /// permit (then in the holds table, and only where the layout has one); else the row's.
+    fn stored_token(&self, name: &LockName, token: Token) -> Result<(String, Option<Share>)> {
+        match place(name) {
+            Place::Shared(share) => {
+                self.check_kind(name)?;
+                Ok((share_owner(name, token), Some(share)))
+            }
+            Place::Row => Ok((self.owner(name, token), None)),
+        }
+    }
 }
 
 /// Reads a row of the inspect and list statements (native layout) from column `at` on.
@@ -165,16 +177,9 @@ impl Engine for MySql {
         let ch = channel(name);
         let (a, b) = self.row_key(name)?;
         let doorbell = self.doorbell(&a, &b);
-        let sql = self.sql.doorbell_wait(
-            &MyLock {
-                region: &a,
-                key: &b,
-                token: "",
-                described: "",
-            },
-            &doorbell,
-            LISTEN_WAIT_S,
-        );
+        let sql = self
+            .sql
+            .doorbell_wait(&MyLock::new(&a, &b, ""), &doorbell, LISTEN_WAIT_S);
         self.doorbells
             .listen(doorbell, ch, sql, &self.common.signals);
         Ok(None)
@@ -186,12 +191,7 @@ impl Engine for MySql {
         }
         let (a, b) = self.row_key(name)?;
         let waiter = token.to_string();
-        let sql = self.sql.leave(&MyLock {
-            region: &a,
-            key: &b,
-            token: &waiter,
-            described: "",
-        });
+        let sql = self.sql.leave(&MyLock::new(&a, &b, &waiter));
         // Readers kept out may come in: those of this process are woken here, the others'
         // doorbell listeners see the row free of a waiting writer.
         self.run("leave_queue", &sql, true).await?;
@@ -226,15 +226,9 @@ impl Engine for MySql {
 
     async fn release_token(&self, name: &LockName, token: Token) -> Result<Released> {
         let (a, b) = self.row_key(name)?;
-        if let Place::Shared(share) = place(name) {
-            self.check_kind(name)?;
-            let owner = share_owner(name, token);
-            let lock = MyLock {
-                region: &a,
-                key: &b,
-                token: &owner,
-                described: "",
-            };
+        let (owner, shared) = self.stored_token(name, token)?;
+        let lock = MyLock::new(&a, &b, &owner);
+        if let Some(share) = shared {
             if share.is_read() {
                 // A lone reader's release is the mutex's; a reader that was joined is in the
                 // holds table.
@@ -257,13 +251,6 @@ impl Engine for MySql {
                 contended: code & 2 == 2,
             });
         }
-        let owner = self.owner(name, token);
-        let lock = MyLock {
-            region: &a,
-            key: &b,
-            token: &owner,
-            described: "",
-        };
         let doorbell = self.doorbell(&a, &b);
         let out = if self.doorbells.is_armed(&doorbell) {
             // Release and ring in one round trip, on the connection that holds the doorbell.
@@ -296,15 +283,9 @@ impl Engine for MySql {
 
     async fn extend_token(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
         let (a, b) = self.row_key(name)?;
-        if let Place::Shared(share) = place(name) {
-            self.check_kind(name)?;
-            let owner = share_owner(name, token);
-            let lock = MyLock {
-                region: &a,
-                key: &b,
-                token: &owner,
-                described: "",
-            };
+        let (owner, shared) = self.stored_token(name, token)?;
+        let lock = MyLock::new(&a, &b, &owner);
+        if let Some(share) = shared {
             // A lone reader's renewal is the mutex's.
             if share.is_read()
                 && self
@@ -319,27 +300,13 @@ impl Engine for MySql {
             let out = self.run_transaction("extend", &sql, true).await?;
             return Ok(statement(&out, 2).0 > 0);
         }
-        let owner = self.owner(name, token);
-        let sql = self.sql.extend(
-            &MyLock {
-                region: &a,
-                key: &b,
-                token: &owner,
-                described: "",
-            },
-            lease_ms(lease),
-        );
+        let sql = self.sql.extend(&lock, lease_ms(lease));
         Ok(self.run("extend", &sql, true).await?.affected > 0)
     }
 
     async fn inspect_lock(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let (a, b) = self.row_key(name)?;
-        let sql = self.sql.inspect(&MyLock {
-            region: &a,
-            key: &b,
-            token: "",
-            described: "",
-        });
+        let sql = self.sql.inspect(&MyLock::new(&a, &b, ""));
         let out = self.run("inspect", &sql, true).await?;
         let Some(row) = out.rows.first() else {
             return Ok(None);
@@ -360,12 +327,7 @@ impl Engine for MySql {
 
     async fn force_delete(&self, name: &LockName) -> Result<bool> {
         let (a, b) = self.row_key(name)?;
-        let sql = self.sql.force_delete(&MyLock {
-            region: &a,
-            key: &b,
-            token: "",
-            described: "",
-        });
+        let sql = self.sql.force_delete(&MyLock::new(&a, &b, ""));
         let existed = if !self.common.options.native() {
             self.run("force_release", &sql, true).await?.affected > 0
         } else {
@@ -411,17 +373,7 @@ impl Engine for MySql {
         for chunk in valid.chunks(BATCH) {
             let locks: Vec<(MyLock<'_>, i64)> = chunk
                 .iter()
-                .map(|(_, (a, b, t, l))| {
-                    (
-                        MyLock {
-                            region: a,
-                            key: b,
-                            token: t,
-                            described: "",
-                        },
-                        *l,
-                    )
-                })
+                .map(|(_, (a, b, t, l))| (MyLock::new(a, b, t), *l))
                 .collect();
             let sql = self.sql.extend_many(&locks);
             let out = self.run("extend_many", &sql, true).await?;

@@ -15,6 +15,14 @@ fn doorbell_held(
     rows[0][0].is_some()
 }
 
+/// A fresh database on the test server, and a backend on it.
+async fn fresh() -> (distlock_testkit::mysql::TestDatabase, MySqlBackend) {
+    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
+    let db = server.fresh_database().unwrap();
+    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    (db, b)
+}
+
 /// One attempt of a caller that will wait.
 async fn queued(b: &MySqlBackend, name: &LockName, token: Token, lease: Duration) -> Attempt {
     let request = AcquireRequest::new(name.clone(), token, lease);
@@ -124,18 +132,14 @@ fn holds_of(db: &distlock_testkit::mysql::TestDatabase) -> impl Fn(bool) -> usiz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_share_ends_with_its_lease() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
-    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let (db, b) = fresh().await;
     let count = holds_of(&db);
     crate::backends::sql::kinds::checks::a_crashed_share_ends_with_its_lease(&b, &count).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_reader_is_joined_and_leaves_first() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
-    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let (db, b) = fresh().await;
     let count = holds_of(&db);
     crate::backends::sql::kinds::checks::a_lone_reader_is_joined_and_leaves_first(&b, &count, true)
         .await;
@@ -143,17 +147,13 @@ async fn a_lone_reader_is_joined_and_leaves_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_must_agree() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
-    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let (_db, b) = fresh().await;
     crate::backends::sql::kinds::checks::permits_must_agree(&b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_writer_keeps_readers_out() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
-    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let (db, b) = fresh().await;
     let count = holds_of(&db);
     crate::backends::sql::kinds::checks::a_waiting_writer_keeps_readers_out(&b, &count).await;
 }
@@ -162,9 +162,7 @@ async fn a_waiting_writer_keeps_readers_out() {
 /// pending for the connection's next query), and leaves no transaction open on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_statement_in_a_transaction_is_reported_and_rolled_back() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
-    let b = MySqlBackend::connect(db.url()).await.unwrap();
+    let (db, b) = fresh().await;
     let failed = b
         .inner
         .run_transaction(
@@ -175,23 +173,18 @@ async fn a_failing_statement_in_a_transaction_is_reported_and_rolled_back() {
         )
         .await;
     assert!(failed.is_err(), "{:?}", failed.map(|o| o.statements));
-    let open = db
-        .query(&format!(
+    let open_transactions = || {
+        db.query(&format!(
             "SELECT COUNT(*) FROM information_schema.innodb_trx t \
              JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
              WHERE p.db = '{}'",
             db.name()
         ))
-        .unwrap();
+        .unwrap()
+    };
+    let open = open_transactions();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let open_later = db
-        .query(&format!(
-            "SELECT COUNT(*) FROM information_schema.innodb_trx t \
-             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-             WHERE p.db = '{}'",
-            db.name()
-        ))
-        .unwrap();
+    let open_later = open_transactions();
     assert_eq!(
         open_later[0][0].as_deref(),
         Some("0"),

@@ -9,6 +9,32 @@ use crate::backends::sql::kinds::{
     Share, LONE_READER, PERMIT, READ, READ_MARK, SEM_MARK, WRITER, WRITER_PLACE_MS,
 };
 
+/// One share attempt, as both statements of [`My::acquire_share`] and
+/// [`My::acquire_share_first`] build it.
+pub(crate) struct ShareAsk<'l, 'a> {
+    /// The lock, with the hold's token and description.
+    pub(crate) lock: &'l MyLock<'a>,
+    /// The kind of hold asked for.
+    pub(crate) share: Share,
+    /// The hold's lease.
+    pub(crate) lease_ms: i64,
+    /// How long a busy attempt marks the row wanted.
+    pub(crate) want_ms: i64,
+}
+
+impl ShareAsk<'_, '_> {
+    /// The SQL values both statements use: the quoted token, the owner as a hex literal, and
+    /// the server clock's milliseconds rounded down and up.
+    fn values(&self) -> [String; 4] {
+        [
+            format!("'{}'", self.lock.checked_token()),
+            hex_literal(self.lock.described.as_bytes()),
+            my_ms_floor(),
+            my_ms_ceil(),
+        ]
+    }
+}
+
 impl My {
     /// A lone reader's hold in the key's row (native layout; see `kinds::LONE_READER`), as a
     /// prepared statement: takes a free or expired row that no waiting writer keeps readers
@@ -61,17 +87,10 @@ impl My {
     /// all); the hold's own lease ends no later than the row's. Otherwise the row is only
     /// stamped wanted, as the mutex does. Matches no row on the key's first use: then
     /// [`acquire_share_first`](Self::acquire_share_first).
-    pub(crate) fn acquire_share(
-        &self,
-        l: &MyLock<'_>,
-        share: Share,
-        lease_ms: i64,
-        want_ms: i64,
-    ) -> String {
+    pub(crate) fn acquire_share(&self, ask: &ShareAsk<'_, '_>) -> String {
         let (t, h) = (&self.table, &self.side);
-        let tok = format!("'{}'", l.checked_token());
-        let own = hex_literal(l.described.as_bytes());
-        let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
+        let (l, share, lease_ms, want_ms) = (ask.lock, ask.share, ask.lease_ms, ask.want_ms);
+        let [tok, own, floor, ceil] = ask.values();
         let mw = self.at(l, "m");
         let (code, mark, permits) = (share.code, share.mark, share.permits);
         let live =
@@ -159,17 +178,10 @@ impl My {
     /// lease of this kind's holds. Otherwise the row is only stamped wanted, as the mutex
     /// does. The last result: (the fence if taken, else NULL; other holders' permits or NULL;
     /// the row's remaining ms).
-    pub(crate) fn acquire_share_first(
-        &self,
-        l: &MyLock<'_>,
-        share: Share,
-        lease_ms: i64,
-        want_ms: i64,
-    ) -> String {
+    pub(crate) fn acquire_share_first(&self, ask: &ShareAsk<'_, '_>) -> String {
         let (t, h) = (&self.table, &self.side);
-        let tok = format!("'{}'", l.checked_token());
-        let own = hex_literal(l.described.as_bytes());
-        let (floor, ceil) = (my_ms_floor(), my_ms_ceil());
+        let (l, share, lease_ms, want_ms) = (ask.lock, ask.share, ask.lease_ms, ask.want_ms);
+        let [tok, own, floor, ceil] = ask.values();
         let (xw, mw, w) = (self.at(l, "x"), self.at(l, "m"), self.where_lock(l));
         let (code, mark, permits) = (share.code, share.mark, share.permits);
         let live = format!("{xw} AND x.expires_ms > {floor}");

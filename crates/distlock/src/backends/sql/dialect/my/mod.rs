@@ -17,6 +17,8 @@ mod kinds;
 mod mutex;
 mod shedlock;
 
+pub(crate) use self::kinds::ShareAsk;
+
 /// MySQL / MariaDB statements, built per call.
 #[derive(Debug, Clone)]
 pub(crate) struct My {
@@ -87,7 +89,18 @@ pub(crate) struct MyLock<'a> {
     pub(crate) described: &'a str,
 }
 
-impl MyLock<'_> {
+impl<'a> MyLock<'a> {
+    /// The lock at row `(region, key)` with `token`, and no description (only acquisitions
+    /// write one).
+    pub(crate) fn new(region: &'a str, key: &'a str, token: &'a str) -> Self {
+        MyLock {
+            region,
+            key,
+            token,
+            described: "",
+        }
+    }
+
     fn checked_token(&self) -> &str {
         assert!(
             self.token

@@ -1,8 +1,6 @@
-//! A memory backend behind hooks on its acquisition and extension replies, for tests that play a
-//! network which delays or holds back those replies: every other call reaches the memory
+//! A backend behind hooks on its acquisition and extension replies, for tests that play a
+//! network which loses, delays or holds back those replies: every other call reaches the inner
 //! backend unchanged.
-
-#![allow(dead_code)]
 
 use std::fmt;
 use std::ops::Deref;
@@ -10,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock::backends::memory::MemoryBackend;
 use distlock::{
     AcquireRequest, Attempt, Backend, Capabilities, LockInfo, LockName, ReleaseSubscription,
     Released, Token,
@@ -19,16 +16,18 @@ use distlock::{
 /// What a test changes about the replies; each default passes the call straight through.
 #[async_trait]
 pub trait Hooks: Send + Sync + fmt::Debug + 'static {
+    /// An acquisition attempt, sent on to `inner` (or not) as the network would.
     async fn acquire(
         &self,
-        inner: &MemoryBackend,
+        inner: &Arc<dyn Backend>,
         request: &AcquireRequest,
     ) -> distlock::Result<Attempt> {
         inner.acquire(request).await
     }
+    /// An extension, sent on to `inner` (or not) as the network would.
     async fn extend(
         &self,
-        inner: &MemoryBackend,
+        inner: &Arc<dyn Backend>,
         name: &LockName,
         token: Token,
         lease: Duration,
@@ -38,14 +37,17 @@ pub trait Hooks: Send + Sync + fmt::Debug + 'static {
 }
 
 /// `inner` behind `hooks`; it derefs to the hooks, so a test reaches their state directly.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hooked<H> {
-    pub inner: Arc<MemoryBackend>,
+    /// The backend every call reaches in the end.
+    pub inner: Arc<dyn Backend>,
+    /// What the test changes.
     pub hooks: H,
 }
 
 impl<H> Hooked<H> {
-    pub fn wrap(inner: Arc<MemoryBackend>, hooks: H) -> Self {
+    /// `inner` behind `hooks`.
+    pub fn wrap(inner: Arc<dyn Backend>, hooks: H) -> Self {
         Hooked { inner, hooks }
     }
 }
@@ -85,6 +87,9 @@ impl<H: Hooks> Backend for Hooked<H> {
     }
     async fn leave_queue(&self, name: &LockName, token: Token) -> distlock::Result<()> {
         self.inner.leave_queue(name, token).await
+    }
+    async fn force_release(&self, name: &LockName) -> distlock::Result<bool> {
+        self.inner.force_release(name).await
     }
     async fn inspect(&self, name: &LockName) -> distlock::Result<Option<LockInfo>> {
         self.inner.inspect(name).await
