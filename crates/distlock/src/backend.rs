@@ -212,14 +212,16 @@ pub enum Attempt {
     },
     /// Somebody else holds the lock.
     Busy {
-        /// The holder's remaining lease, where the backend knows it; waiters use it to time
-        /// their fallback poll.
+        /// The holder's remaining lease, where the backend knows it, or sooner when the
+        /// backend needs the waiter back (to keep its place in a queue whose places expire);
+        /// waiters poll again no later than this.
         retry_after: Option<Duration>,
         /// How many contenders (holders and waiters) the backend's queue has before this
         /// token, where it knows it. A backend reports it only when it wakes a queued token
         /// in its turn by itself (a watch on its predecessor, as ZooKeeper and etcd keep), so
-        /// that polling only guards against a lost wake-up: a waiter `n` places back then
-        /// polls `n` times less often, and the polls of W waiters grow with log W, not W.
+        /// that polling only guards against a lost wake-up: a waiter with `n` contenders
+        /// before it then polls `n - 1` times less often (the head and the waiter behind it
+        /// at the registry's pace), and the polls of W waiters grow with log W, not W.
         /// `None`: every waiter polls at the registry's pace.
         ahead: Option<u32>,
     },

@@ -444,16 +444,17 @@ const MAX_SPREAD: u32 = 120;
 
 /// The pause before the next poll of a waiter: `poll` (its backed-off pace, at most
 /// `max_poll`), no later than the holder's remaining lease (`retry_after`, plus a millisecond),
-/// and, for a waiter that its backend wakes in turn, `poll` times its place in the queue
-/// (`ahead`, at most [`MAX_SPREAD`]). Only the waiters near the head then poll at the
-/// registry's pace: W waiters make about `2 ln W` polls per `max_poll`, not W.
+/// and, for a waiter that its backend wakes in turn with `ahead` contenders before it, `poll`
+/// times `ahead - 1` (at most [`MAX_SPREAD`]). The head and the waiter behind it poll at the
+/// registry's pace, so a head that died is noticed as soon as before; W waiters make about
+/// `ln W` polls per `max_poll`, not W.
 pub(super) fn poll_delay(
     poll: Duration,
     max_poll: Duration,
     retry_after: Option<Duration>,
     ahead: Option<u32>,
 ) -> Duration {
-    let spread = ahead.map_or(1, |n| n.clamp(1, MAX_SPREAD));
+    let spread = ahead.map_or(1, |n| n.saturating_sub(1).clamp(1, MAX_SPREAD));
     let mut delay = poll.min(max_poll).saturating_mul(spread);
     if let Some(r) = retry_after {
         delay = delay
