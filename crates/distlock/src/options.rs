@@ -89,7 +89,11 @@ impl RegistryOptions {
     }
     /// Longest pause between two attempts of a waiter that has not been notified. Default:
     /// 500 ms on backends that notify releases (polling only catches expiry there), 50 ms on
-    /// the others.
+    /// the others. A waiter deep in a queue whose backend wakes each waiter in its turn
+    /// (ZooKeeper, etcd, Redis: `Attempt::Busy::ahead`) polls less often, by its place:
+    /// with `n` contenders before it, up to `n - 1` times this (at most 120 times), so that
+    /// many waiters do not poll the server in a herd. The head and the waiter behind it, and a
+    /// waiter whose holder's lease ends sooner, keep this pace.
     pub fn with_max_poll_interval(mut self, d: Duration) -> Self {
         self.max_poll_interval = Some(d);
         self

@@ -86,6 +86,33 @@ mod etcd {
     /// Holder descriptions are in the keys' values: `etcdctl get` shows ours, and `inspect`
     /// shows an `etcdctl lock` holder (whose value is empty) and a key of an older distlock
     /// (its token alone) as unknown, and another client's value as it is.
+    /// `waiter_ttl` in the URL: a waiter's key is attached to a lease of that TTL.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_url_sets_the_waiter_ttl() {
+        let (server, p) = shared_server();
+        let url = format!("{}?waiter_ttl=7s", server.url());
+        let a = registry(&url, &p, RegistryOptions::default()).await;
+        let b = registry(&url, &p, RegistryOptions::default()).await;
+        let g = a.obtain("ttl").unwrap().lock().await.unwrap();
+        let waiter = tokio::spawn(async move { b.obtain("ttl").unwrap().lock().await.unwrap() });
+        let dir = format!("{p}/ttl/");
+        eventually("waiter's key", Duration::from_secs(5), || {
+            server_keys(&server, &dir).len() == 2
+        })
+        .await;
+        let younger = server_keys(&server, &dir)[1].lease;
+        let ttl = server
+            .etcdctl(&["lease", "timetolive", &format!("{younger:x}")])
+            .unwrap();
+        assert!(ttl.contains("granted with TTL(7s)"), "{ttl}");
+        g.release().await.unwrap();
+        waiter.await.unwrap().release().await.unwrap();
+        let err = EtcdBackend::connect(&format!("{}?waiter_ttl=soon", server.url()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig(_)), "{err:?}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn owners_of_ours_etcdctl_and_older_keys() {
         let (server, p) = shared_server();

@@ -15,6 +15,8 @@ pub(super) struct ParsedUrl {
     pub(super) key_file: Option<String>,
     /// `allow_insecure_auth=true`: send a password over plain `etcd://` anyway.
     pub(super) allow_insecure_auth: bool,
+    /// `waiter_ttl=<duration>`: [`EtcdOptions::waiter_ttl`] instead of the options' own.
+    pub(super) waiter_ttl: Option<std::time::Duration>,
 }
 
 impl ParsedUrl {
@@ -48,11 +50,19 @@ impl ParsedUrl {
             cert_file: params.string("cert_file"),
             key_file: params.string("key_file"),
             allow_insecure_auth: false,
+            waiter_ttl: params.duration("waiter_ttl")?,
         };
         if let Some(v) = params.bool("allow_insecure_auth")? {
             parsed.allow_insecure_auth = v;
         }
-        params.finish(&["ca_file", "cert_file", "key_file", "allow_insecure_auth"])?;
+        params.finish(&[
+            "ca_file",
+            "cert_file",
+            "key_file",
+            "allow_insecure_auth",
+            "waiter_ttl",
+        ])?;
+
         if !tls && (parsed.ca_file.is_some() || parsed.cert_file.is_some()) {
             return Err(bad("ca_file and cert_file need etcds:// (TLS)"));
         }

@@ -42,8 +42,11 @@
 //! # Waiting
 //!
 //! A waiter's key stays in the queue (with its create revision, its place) while it waits,
-//! attached to a short lease of its own ([`EtcdOptions::waiter_ttl`], 2 s), so that a waiter
-//! that dies leaves the queue within that TTL whatever lease it asked for. When it reaches the
+//! attached to a short lease of its own ([`EtcdOptions::waiter_ttl`], 2 s, URL
+//! `waiter_ttl=10s`), so that a waiter that dies leaves the queue within that TTL whatever lease
+//! it asked for. Each such lease is kept alive every third of its TTL: with many waiters those
+//! keep-alives are most of the server's work, and a longer `waiter_ttl` trades a slower exit
+//! of a dead waiter for fewer of them (see the waiters benchmark). When it reaches the
 //! head it puts its key again with a session lease of its lease's length (a put keeps the key's
 //! name and create revision, so its place) before it reports the lock acquired. The
 //! waiter watches the key created just before its own, starting at the server's current
@@ -69,7 +72,8 @@
 //! (a client certificate). A user name and password log in with etcd's authentication, which
 //! sends the password as it is: over `etcds://` only, unless the URL adds
 //! `allow_insecure_auth=true` (use that only on a network you trust); without it a password in
-//! an `etcd://` URL is an [`Error::InvalidConfig`].
+//! an `etcd://` URL is an [`Error::InvalidConfig`]. `waiter_ttl=<duration>` sets
+//! [`EtcdOptions::waiter_ttl`] (see Waiting).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -155,8 +159,11 @@ impl EtcdBackend {
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connections it opened. Set-up it finished (a lock
     /// table, a root node) stays, as the next call would make it anyway.
-    pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
+    pub async fn connect_with(url: &str, mut options: EtcdOptions) -> Result<Self> {
         let parsed = ParsedUrl::parse(url)?;
+        if let Some(t) = parsed.waiter_ttl {
+            options.waiter_ttl = t;
+        }
         let tls = match parsed.tls {
             true => Some(tls_settings(&parsed, &options)?),
             false => None,
