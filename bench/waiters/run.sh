@@ -23,6 +23,7 @@ waiters=
 handoffs=2000
 time_limit=20
 max_poll=()
+query=
 while [ $# -gt 0 ]; do
   case $1 in
     --backends) backends=$2; shift 2 ;;
@@ -31,7 +32,8 @@ while [ $# -gt 0 ]; do
     --time) time_limit=$2; shift 2 ;;
     # A diagnostic: the registries' max_poll_interval in seconds (the library's default otherwise).
     --max-poll) max_poll=(--max-poll "$2"); shift 2 ;;
-    *) echo "usage: $0 [--backends LIST] [--waiters LIST] [--handoffs N] [--time SECS] [--max-poll SECS]" >&2; exit 2 ;;
+    --query) query=$2; shift 2 ;;
+    *) echo "usage: $0 [--backends LIST] [--waiters LIST] [--handoffs N] [--time SECS] [--max-poll SECS] [--query PARAMS]" >&2; exit 2 ;;
   esac
 done
 
@@ -114,8 +116,8 @@ for b in ${backends//,/ }; do
     memory) target=(--backend memory://) ;;
     # Every release hands over to the head of the queue (the default 5 ms slice lets a backend
     # that takes the key in a loop take it back, which is not a hand-over).
-    redis) target=(--spawn redis --query hold_slice=0ms) ;;
-    etcd | postgres | mysql) target=(--spawn "$kind") ;;
+    redis) target=(--spawn redis --query "hold_slice=0ms${query:+&$query}") ;;
+    etcd | postgres | mysql) target=(--spawn "$kind" ${query:+--query "$query"}) ;;
     zookeeper) target=(zookeeper) ;;
     *) echo "{\"backend\":\"$b\",\"error\":\"not measured by this bench yet\"}" | tee -a "$jsonl"; continue ;;
   esac
