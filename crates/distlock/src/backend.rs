@@ -238,6 +238,15 @@ pub enum Attempt {
     },
 }
 
+impl Attempt {
+    /// [`Attempt::Busy`] with nothing more to tell: no remaining lease known, no place in a
+    /// queue.
+    pub const BUSY: Attempt = Attempt::Busy {
+        retry_after: None,
+        ahead: None,
+    };
+}
+
 /// The outcome of a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Released {

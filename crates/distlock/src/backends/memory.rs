@@ -365,10 +365,7 @@ mod tests {
             Capabilities::new("minimal")
         }
         async fn acquire(&self, _: &AcquireRequest) -> Result<Attempt> {
-            Ok(Attempt::Busy {
-                retry_after: None,
-                ahead: None,
-            })
+            Ok(Attempt::BUSY)
         }
         async fn release(&self, _: &LockName, _: Token) -> Result<Released> {
             Ok(Released::default())

@@ -104,10 +104,7 @@ impl Shared {
             if rounds > 8 {
                 // The queue keeps changing under us; the registry comes back after the next
                 // notification or poll. Busy is always safe.
-                return Ok(Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                });
+                return Ok(Attempt::BUSY);
             }
             let (mine, verdict, ahead) = if e.phase == Phase::New {
                 // A queued key that finds older keys waits on a short waiter lease (named after
@@ -387,10 +384,7 @@ impl Shared {
                         self.zombify(e, err);
                     }
                 }
-                return Ok(Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                });
+                return Ok(Attempt::BUSY);
             }
             e.phase = Phase::Queued;
             e.pred = pred.clone();

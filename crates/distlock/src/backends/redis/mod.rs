@@ -598,10 +598,7 @@ impl Backend for RedisBackend {
             return Ok(Attempt::HandedOver { fence });
         }
         if mode == crate::AcquireMode::Try && request.waits && self.expects_busy(name) {
-            return Ok(Attempt::Busy {
-                retry_after: None,
-                ahead: None,
-            });
+            return Ok(Attempt::BUSY);
         }
         let sent = std::time::Instant::now();
         let attempt = self.attempt(request).await;

@@ -184,10 +184,7 @@ impl RedisBackend {
                 match self.request(set).await? {
                     Reply::Bulk(None) => {
                         self.contended.mark(key);
-                        return Ok(Attempt::Busy {
-                            retry_after: None,
-                            ahead: None,
-                        });
+                        return Ok(Attempt::BUSY);
                     }
                     Reply::Simple(_) => {}
                     Reply::Error(e) => return Err(server_err(e)),
@@ -202,10 +199,7 @@ impl RedisBackend {
                 match <[Reply; 2]>::try_from(replies) {
                     Ok([Reply::Bulk(None), _]) => {
                         self.contended.mark(key);
-                        return Ok(Attempt::Busy {
-                            retry_after: None,
-                            ahead: None,
-                        });
+                        return Ok(Attempt::BUSY);
                     }
                     Ok([Reply::Simple(_), Reply::Int(f)]) if f >= FENCE_SEED => {
                         return Ok(Attempt::Acquired { fence: f as u64 })

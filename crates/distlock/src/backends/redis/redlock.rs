@@ -332,10 +332,7 @@ impl RedlockBackend {
                 if let Some(permits) = theirs {
                     return Err(disagreement(name, permits));
                 }
-                won.map(|_| Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                })
+                won.map(|_| Attempt::BUSY)
             }
         }
     }
@@ -372,10 +369,7 @@ impl RedlockBackend {
             Ok(n) if n >= self.quorum => Ok(Attempt::Acquired { fence: 0 }),
             outcome => {
                 self.unlock_all(&key, &hex).await?;
-                outcome.map(|_| Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                })
+                outcome.map(|_| Attempt::BUSY)
             }
         }
     }
@@ -514,10 +508,7 @@ impl Backend for RedlockBackend {
                 // No majority: give back what this attempt took, so that the nodes it won do
                 // not block the next contender for a whole lease.
                 self.unlock_all(&key, &hex).await?;
-                outcome.map(|_| Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                })
+                outcome.map(|_| Attempt::BUSY)
             }
         }
     }

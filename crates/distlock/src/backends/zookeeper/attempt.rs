@@ -242,10 +242,7 @@ impl Inner {
                     Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
                 }
                 self.forget(token);
-                return Ok(Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                });
+                return Ok(Attempt::BUSY);
             }
             if !latch {
                 self.mark_node(&conn, token, parent, &own_path).await;

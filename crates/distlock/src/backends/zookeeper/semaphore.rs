@@ -200,10 +200,7 @@ impl Inner {
         let slot = session_of_lease(lease);
         let gate_dir = format!("{parent}/{GATE_DIR}");
         let lease_dir = format!("{parent}/{LEASE_DIR}");
-        let busy = Ok(Attempt::Busy {
-            retry_after: None,
-            ahead: None,
-        });
+        let busy = Ok(Attempt::BUSY);
         for _ in 0..MAX_SETTLE {
             let conn = self.conn_for(slot).await?;
             check_lease(&conn, lease)?;

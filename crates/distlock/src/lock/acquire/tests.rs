@@ -163,16 +163,30 @@ async fn an_exclusive_try_is_refused_while_a_local_attempt_is_in_flight() {
     }
 }
 
-/// Memory locks behind a fair queue that hands the lock over: the first attempt finds it busy
-/// (its request recorded), the second too after a pause, the third is handed the lock.
+/// Memory locks behind a fair queue. With `hands_over`, the first attempt finds the lock busy
+/// (its request recorded), the second too after a pause, the third is handed the lock; without,
+/// every attempt finds it busy with `ahead` contenders before the waiter.
 #[derive(Debug)]
-struct HandsOver {
+struct Queued {
     inner: MemoryBackend,
+    hands_over: bool,
+    ahead: Option<u32>,
     requests: std::sync::Mutex<Vec<(AcquireRequest, Instant)>>,
 }
 
+impl Queued {
+    fn new(hands_over: bool, ahead: Option<u32>) -> Arc<Self> {
+        Arc::new(Queued {
+            inner: MemoryBackend::new(),
+            hands_over,
+            ahead,
+            requests: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+}
+
 #[async_trait]
-impl Backend for HandsOver {
+impl Backend for Queued {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities().fifo(true)
     }
@@ -182,17 +196,16 @@ impl Backend for HandsOver {
             requests.push((request.clone(), Instant::now()));
             requests.len()
         };
+        let busy = Attempt::Busy {
+            retry_after: None,
+            ahead: self.ahead,
+        };
         match n {
-            1 => Ok(Attempt::Busy {
-                retry_after: None,
-                ahead: None,
-            }),
+            _ if !self.hands_over => Ok(busy),
+            1 => Ok(busy),
             2 => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                Ok(Attempt::Busy {
-                    retry_after: None,
-                    ahead: None,
-                })
+                Ok(busy)
             }
             _ => match self.inner.acquire(request).await? {
                 Attempt::Acquired { fence } => Ok(Attempt::HandedOver { fence }),
@@ -218,10 +231,7 @@ impl Backend for HandsOver {
 /// counts its lease from before the last busy attempt was sent, not from the hand-over.
 #[tokio::test]
 async fn a_hand_over_counts_the_lease_from_before_the_last_busy_attempt() {
-    let backend = Arc::new(HandsOver {
-        inner: MemoryBackend::new(),
-        requests: std::sync::Mutex::new(Vec::new()),
-    });
+    let backend = Queued::new(true, None);
     let lease = Duration::from_secs(2);
     let options = RegistryOptions::default()
         .with_lease(lease)
@@ -245,52 +255,15 @@ async fn a_hand_over_counts_the_lease_from_before_the_last_busy_attempt() {
     guard.release().await.unwrap();
 }
 
-/// A busy lock behind a fair queue that reports this waiter `ahead` places back.
-#[derive(Debug)]
-struct AlwaysBehind {
-    inner: MemoryBackend,
-    ahead: Option<u32>,
-    attempts: AtomicUsize,
-}
-
-#[async_trait]
-impl Backend for AlwaysBehind {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().fifo(true)
-    }
-    async fn acquire(&self, _: &AcquireRequest) -> Result<Attempt> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        Ok(Attempt::Busy {
-            retry_after: None,
-            ahead: self.ahead,
-        })
-    }
-    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
-        self.inner.release(name, token).await
-    }
-    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        self.inner.extend(name, token, lease).await
-    }
-    async fn subscribe(&self, name: &LockName, waiter: Token) -> Result<ReleaseSubscription> {
-        self.inner.subscribe(name, waiter).await
-    }
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        self.inner.inspect(name).await
-    }
-}
-
 /// Attempts of one `try_lock_for(wait)` on a lock that stays busy, in paused time.
 async fn attempts_while_behind(ahead: Option<u32>, wait: Duration) -> usize {
-    let backend = Arc::new(AlwaysBehind {
-        inner: MemoryBackend::new(),
-        ahead,
-        attempts: AtomicUsize::new(0),
-    });
+    let backend = Queued::new(false, ahead);
     let options = RegistryOptions::default().with_max_poll_interval(Duration::from_millis(500));
     let registry = LockRegistry::from_backend(backend.clone(), options).unwrap();
     let lock = registry.obtain("k").unwrap();
     assert!(lock.try_lock_for(wait).await.is_err());
-    backend.attempts.load(Ordering::SeqCst)
+    let attempts = backend.requests.lock().unwrap().len();
+    attempts
 }
 
 /// A waiter far back in a queue that wakes it in turn polls at a pace spread by its place; one

@@ -103,10 +103,7 @@ impl MySql {
             MyShareOutcome::Disagree { permits } if !share.is_read() => {
                 Err(disagreement(name, permits))
             }
-            MyShareOutcome::Disagree { .. } => Ok(Attempt::Busy {
-                retry_after: None,
-                ahead: None,
-            }),
+            MyShareOutcome::Disagree { .. } => Ok(Attempt::BUSY),
             MyShareOutcome::Busy { remaining_ms } => Ok(Attempt::Busy {
                 retry_after: Some(millis(remaining_ms)),
                 ahead: None,
@@ -229,10 +226,7 @@ impl MySql {
                     self.common.name_recorded(&a, &b);
                 }
                 let Some(row) = out.rows.first() else {
-                    return Ok(Attempt::Busy {
-                        retry_after: None,
-                        ahead: None,
-                    });
+                    return Ok(Attempt::BUSY);
                 };
                 if int(row, 0).unwrap_or(0) > 0 {
                     MyOutcome::Acquired {

@@ -449,10 +449,7 @@ impl Engine for Postgres {
         let ours = row.as_ref().is_some_and(|r| r.get::<_, bool>(0));
         self.after_attempt(name, token, ours).await;
         let Some(row) = row else {
-            return Ok(Attempt::Busy {
-                retry_after: None,
-                ahead: None,
-            });
+            return Ok(Attempt::BUSY);
         };
         let (fence, remaining): (i64, i64) = (row.get(1), row.get(2));
         if !ours {
