@@ -31,6 +31,10 @@ fn ahead_of(asc: &pb::RangeResponse, rev: i64) -> Option<u32> {
     }
 }
 
+/// How long a release that left the lock to another contender makes the next waiting try of
+/// the same lock expect it busy (see `Shared::expects_busy`).
+const HANDED_FOR: Duration = Duration::from_secs(5);
+
 fn count(n: usize) -> Option<u32> {
     u32::try_from(n).ok()
 }
@@ -109,7 +113,7 @@ impl Shared {
                     ahead: None,
                 });
             }
-            let (mine, verdict, ahead) = if e.phase == Phase::New {
+            let (mine, verdict, ahead, at) = if e.phase == Phase::New {
                 // A queued key that finds older keys waits on a short waiter lease (named after
                 // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
                 // queue within the waiter ttl; a key that holds at once goes on a session of its
@@ -258,6 +262,7 @@ impl Shared {
                 let Some(asc) = pb::range_at(&resp, asc_at) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
+                let at = resp.header.as_ref().map_or(0, |h| h.revision);
                 let (verdict, ahead) = if shares {
                     let before = self.before(&e.dir, rev, Some(asc)).await?;
                     (
@@ -268,7 +273,7 @@ impl Shared {
                     let view = self.view(&e.dir, &mine, asc, None).await?;
                     (self.verdict_of(view, &mine), ahead_of(asc, rev))
                 };
-                (mine, verdict, ahead)
+                (mine, verdict, ahead, at)
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
                 // queue around it (for a reader or permit: every key before it).
@@ -286,6 +291,7 @@ impl Shared {
                     vec![],
                 );
                 let resp = self.txn(txn).await?;
+                let at = resp.header.as_ref().map_or(0, |h| h.revision);
                 if !resp.succeeded {
                     tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
                     e.phase = Phase::New;
@@ -314,7 +320,7 @@ impl Shared {
                     let view = self.view(&e.dir, &mine, asc, Some(desc)).await?;
                     (self.verdict_of(view, &mine), ahead_of(asc, mine.rev))
                 };
-                (mine, verdict, ahead)
+                (mine, verdict, ahead, at)
             };
 
             let pred = match verdict {
@@ -394,6 +400,7 @@ impl Shared {
             }
             e.phase = Phase::Queued;
             e.pred = pred.clone();
+            e.pred_at = at;
             let Some(pred) = pred else {
                 // The holder is older than us, so somebody precedes us; the ranges raced with
                 // a change of the queue. Look again.
@@ -406,9 +413,14 @@ impl Shared {
                     ahead,
                 });
             }
-            // Watch the predecessor from now on, then look again: if it went before the watch
-            // started, the next read shows it.
-            self.watch_pred(slot, pred).await?;
+            // Watch the predecessor from just after the read that found it: a change since
+            // then fires at once, so the queue need not be read again (each read ranges the
+            // whole directory on the server).
+            self.watch_pred(slot, pred, at).await?;
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead,
+            });
         }
     }
 
@@ -465,13 +477,25 @@ impl Shared {
         }
     }
 
-    pub(super) async fn watch_pred(&self, slot: &Arc<Slot>, pred: WatchTarget) -> Result<()> {
+    /// Watches `pred`, found by a read at revision `at` (0: unknown), for its changes after
+    /// that read.
+    pub(super) async fn watch_pred(
+        &self,
+        slot: &Arc<Slot>,
+        pred: WatchTarget,
+        at: i64,
+    ) -> Result<()> {
         if let Some(old) = slot.take_watch() {
             self.watches.cancel(old);
         }
         let handle = self
             .watches
-            .create(pred, slot.signal.clone(), self.opts.request_timeout)
+ .create(
+                pred,
+                if at > 0 { at + 1 } else { 0 },
+                slot.signal.clone(),
+                self.opts.request_timeout,
+            )
             .await?;
         *slot.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         if !slot.subscribed() {
@@ -499,6 +523,59 @@ impl Shared {
         let key = e.key.as_bytes();
         let txn = pb::txn(e.owned(key), vec![pb::op_delete(key)], vec![]);
         Ok(self.txn(txn).await?.succeeded)
+    }
+
+    /// Deletes the own held key like [`delete_own`](Self::delete_own), and counts in the same
+    /// transaction the keys left in its directory: any left means the lock went to a waiter,
+    /// which [`expects_busy`](Self::expects_busy) remembers. The count reads only etcd's index.
+    async fn delete_held(&self, e: &Entry, token: Token) -> Result<bool> {
+        if e.alt.is_some() || e.key.is_empty() {
+            return self.delete_own(e, token).await;
+        }
+        let key = e.key.as_bytes();
+        let left = pb::RangeRequest {
+            range_end: pb::prefix_end(e.dir.as_bytes()),
+            count_only: true,
+            ..pb::range_key(e.dir.as_bytes())
+        };
+        let txn = pb::txn(
+            e.owned(key),
+            vec![pb::op_delete(key), pb::op_range(left)],
+            vec![],
+        );
+        let resp = self.txn(txn).await?;
+        let handed = resp.succeeded && pb::range_at(&resp, 1).is_some_and(|r| r.count > 0);
+        let exclusive = e
+            .name
+            .as_ref()
+            .is_some_and(|n| !n.is_election() && n.kind().is_exclusive());
+        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        match handed && exclusive {
+            true => {
+                let now = Instant::now();
+                // Entries of locks this instance does not take again go after a while.
+                if map.len() >= 1024 {
+                    map.retain(|_, t| now.duration_since(*t) < HANDED_FOR);
+                }
+                map.insert(e.dir.clone(), now);
+            }
+            false => {
+                map.remove(&e.dir);
+            }
+        }
+        Ok(resp.succeeded)
+    }
+
+    /// Whether this instance's last release of `name` left it to another contender, recently:
+    /// then a waiting try answers busy without asking (once; the queued attempt that follows
+    /// asks the server, so a wrong guess costs nothing but that attempt).
+    pub(super) fn expects_busy(&self, name: &LockName) -> bool {
+        if name.is_election() || !name.kind().is_exclusive() {
+            return false;
+        }
+        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&lock_dir(name))
+            .is_some_and(|t| t.elapsed() < HANDED_FOR)
     }
 
     /// The key is gone from the server: free its name for other tokens of this instance.
@@ -546,7 +623,11 @@ impl Shared {
             self.drop_slot(token, slot);
             return Ok((held, false));
         }
-        match self.delete_own(e, token).await {
+        let deleted = match held {
+            true => self.delete_held(e, token).await,
+            false => self.delete_own(e, token).await,
+        };
+        match deleted {
             Ok(deleted) => {
                 e.phase = Phase::Done;
                 self.forget_key(e, token);

@@ -212,6 +212,7 @@ impl EtcdBackend {
             reaper_wake: Arc::new(Notify::new()),
             reaper_next_ms: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
+            handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
         tokio::spawn(run_reaper(
@@ -250,6 +251,14 @@ impl EtcdBackend {
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
+        if !queued && request.waits && self.shared.expects_busy(name) {
+            // The queued attempt that follows at once asks the server; this try would put a
+            // key, range the whole queue and delete the key again to learn the same.
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            });
+        }
         let owner = request.owner_str().to_owned();
         let slot = self.shared.slot_for(token);
         let shared = self.shared.clone();
@@ -382,7 +391,8 @@ impl Backend for EtcdBackend {
                 return Ok(());
             };
             if !slot.watches(&pred) {
-                shared.watch_pred(&slot, pred).await?;
+                let from = e.pred_at;
+                shared.watch_pred(&slot, pred, from).await?;
             }
             Ok(())
         })

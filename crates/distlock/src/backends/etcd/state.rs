@@ -31,6 +31,10 @@ pub(super) struct Shared {
     /// When the reaper looks next (ms since `epoch`).
     pub(super) reaper_next_ms: AtomicU64,
     pub(super) epoch: Instant,
+    /// Lock directories this instance released with other keys left in them (a waiter's, who
+    /// holds now), and when: the next waiting try of the same lock expects it busy (see
+    /// `AcquireRequest::waits`).
+    pub(super) handed: Mutex<HashMap<String, Instant>>,
 }
 
 impl Drop for Shared {
@@ -133,6 +137,8 @@ pub(super) struct Entry {
     pub(super) retry_at: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
+    /// The revision of the read that found `pred`: its watch starts right after it.
+    pub(super) pred_at: i64,
     /// The last attempt failed: the registry may not know that the key is queued.
     pub(super) failed_at: Option<Instant>,
 }
