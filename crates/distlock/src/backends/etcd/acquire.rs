@@ -4,7 +4,7 @@
 use super::kinds::{self, judge, key_of, value_of, Verdict};
 use super::options::{DELETE_RETRY, KIND};
 use super::pool::waiter_class;
-use super::queue::{ascending, before, class_of, every_before, lock_dir, with_values};
+use super::queue::{ascending, before, class_of, every_before, lock_dir, newest, with_values};
 use super::session::Session;
 use super::state::{Contender, Entry, Phase, Shared, Slot, View};
 use super::watch::WatchTarget;
@@ -170,7 +170,12 @@ impl Shared {
                 };
                 let n_read = read.len();
                 read.push(pb::op_range(queue()));
-                let txn = pb::txn(absent, vec![put, pb::op_range(queue())], read);
+                // A mutex or writer whose key is new sees its predecessor among the newest keys.
+                let after_put = match shares {
+                    true => queue(),
+                    false => newest(&e.dir),
+                };
+                let txn = pb::txn(absent, vec![put, pb::op_range(after_put)], read);
                 e.maybe_created = true;
                 let resp = match self.client.txn(txn).await {
                     Ok(r) => r,
@@ -269,6 +274,9 @@ impl Shared {
                         Step::Judged(judge(kind, &e.dir, &before)),
                         count(before.len()),
                     )
+                } else if resp.succeeded {
+                    let (view, ahead) = self.view_behind(&e.dir, &mine, asc).await?;
+                    (self.verdict_of(view, &mine), ahead)
                 } else {
                     let view = self.view(&e.dir, &mine, asc, None).await?;
                     (self.verdict_of(view, &mine), ahead_of(asc, rev))
@@ -280,10 +288,7 @@ impl Shared {
                 let ranges = if shares {
                     vec![pb::op_range(every_before(&e.dir, e.create_rev))]
                 } else {
-                    vec![
-                        pb::op_range(ascending(&e.dir)),
-                        pb::op_range(before(&e.dir, e.create_rev)),
-                    ]
+                    vec![pb::op_range(before(&e.dir, e.create_rev))]
                 };
                 let txn = pb::txn(
                     vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
@@ -313,12 +318,11 @@ impl Shared {
                         count(before.len()),
                     )
                 } else {
-                    let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
-                    else {
+                    let Some(desc) = pb::range_at(&resp, 0) else {
                         return Err(Error::backend(KIND, "short transaction reply"));
                     };
-                    let view = self.view(&e.dir, &mine, asc, Some(desc)).await?;
-                    (self.verdict_of(view, &mine), ahead_of(asc, mine.rev))
+                    let (view, ahead) = self.view_behind(&e.dir, &mine, desc).await?;
+                    (self.verdict_of(view, &mine), ahead)
                 };
                 (mine, verdict, ahead, at)
             };
