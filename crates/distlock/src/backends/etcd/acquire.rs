@@ -39,6 +39,16 @@ fn count(n: usize) -> Option<u32> {
     u32::try_from(n).ok()
 }
 
+/// What a queued key's look at the queue found (see `Shared::look_behind`).
+enum Look {
+    /// Its own key is gone.
+    Gone,
+    /// A lease vanished under the transaction: look again.
+    Again,
+    /// The verdict, the contenders ahead, and the revision of the read.
+    Seen(Step, Option<u32>, i64),
+}
+
 /// What one look at the queue found.
 enum Step {
     /// Our own key is not in it (it just went).
@@ -282,17 +292,28 @@ impl Shared {
                     (self.verdict_of(view, &mine), ahead_of(asc, rev))
                 };
                 (mine, verdict, ahead, at)
+            } else if !shares {
+                let mine = Contender {
+                    key: e.key.clone().into_bytes(),
+                    rev: e.create_rev,
+                    lease: e.attached.as_ref().map_or(0, |s| s.id),
+                };
+                match self.look_behind(e, &mine, lease).await? {
+                    Look::Gone => {
+                        tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
+                        e.phase = Phase::New;
+                        e.create_rev = 0;
+                        continue;
+                    }
+                    Look::Again => continue,
+                    Look::Seen(verdict, ahead, at) => (mine, verdict, ahead, at),
+                }
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
                 // queue around it (for a reader or permit: every key before it).
-                let ranges = if shares {
-                    vec![pb::op_range(every_before(&e.dir, e.create_rev))]
-                } else {
-                    vec![pb::op_range(before(&e.dir, e.create_rev))]
-                };
                 let txn = pb::txn(
                     vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
-                    ranges,
+                    vec![pb::op_range(every_before(&e.dir, e.create_rev))],
                     vec![],
                 );
                 let resp = self.txn(txn).await?;
@@ -308,23 +329,12 @@ impl Shared {
                     rev: e.create_rev,
                     lease: e.attached.as_ref().map_or(0, |s| s.id),
                 };
-                let (verdict, ahead) = if shares {
-                    let Some(all) = pb::range_at(&resp, 0) else {
-                        return Err(Error::backend(KIND, "short transaction reply"));
-                    };
-                    let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
-                    (
-                        Step::Judged(judge(kind, &e.dir, &before)),
-                        count(before.len()),
-                    )
-                } else {
-                    let Some(desc) = pb::range_at(&resp, 0) else {
-                        return Err(Error::backend(KIND, "short transaction reply"));
-                    };
-                    let (view, ahead) = self.view_behind(&e.dir, &mine, desc).await?;
-                    (self.verdict_of(view, &mine), ahead)
+                let Some(all) = pb::range_at(&resp, 0) else {
+                    return Err(Error::backend(KIND, "short transaction reply"));
                 };
-                (mine, verdict, ahead, at)
+                let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
+                let verdict = Step::Judged(judge(kind, &e.dir, &before));
+                (mine, verdict, count(before.len()), at)
             };
 
             let pred = match verdict {
@@ -426,6 +436,74 @@ impl Shared {
                 ahead,
             });
         }
+    }
+
+    /// One look at the queue by the queued key of `e` (`mine`, a mutex's or writer's), in one
+    /// transaction: when no key of the directory is older (the head, as a waiter woken by its
+    /// predecessor's deletion mostly is), it holds, and its key moves to a session at least as
+    /// long as `lease` at once (see [`on_holder_session`](Self::on_holder_session)); else the
+    /// keys before it, youngest first, show its predecessor.
+    async fn look_behind(&self, e: &mut Entry, mine: &Contender, lease: Duration) -> Result<Look> {
+        let class = class_of(lease, self.opts.min_session_ttl);
+        let to = match e
+            .attached
+            .as_ref()
+            .is_some_and(|a| a.class >= class && !a.is_dead())
+        {
+            true => None,
+            false => {
+                let s = self.session_at_least(class).await?;
+                // `attach` counts it.
+                s.attached.fetch_sub(1, Ordering::AcqRel);
+                Some(s)
+            }
+        };
+        let (key, dir) = (e.key.as_bytes(), e.dir.as_bytes());
+        let head = vec![
+            pb::create_revision_is(key, mine.rev),
+            pb::none_created_before(dir, pb::prefix_end(dir), mine.rev),
+        ];
+        let moved = to.iter().map(|s| pb::op_put(key, &e.value, s.id));
+        let own = pb::RangeRequest {
+            keys_only: true,
+            ..pb::range_key(key)
+        };
+        let txn = pb::txn(
+            head,
+            moved.collect(),
+            vec![
+                pb::op_range(own),
+                pb::op_range(before(&e.dir, mine.rev)),
+            ],
+        );
+        let resp = match self.client.txn(txn).await {
+            Ok(r) => r,
+            Err(err) if is_lease_not_found(&err) => {
+                if let Some(to) = &to {
+                    let _ = to.keep_alive_now(self.opts.request_timeout).await;
+                }
+                return Ok(Look::Again);
+            }
+            Err(err) => return Err(map_err(err)),
+        };
+        let at = resp.header.as_ref().map_or(0, |h| h.revision);
+        if resp.succeeded {
+            if let Some(to) = to {
+                attach(e, to);
+            }
+            return Ok(Look::Seen(Step::Judged(Verdict::Holds), Some(0), at));
+        }
+        let kept = pb::range_at(&resp, 0)
+            .and_then(|r| r.kvs.first())
+            .is_some_and(|kv| kv.create_revision == mine.rev);
+        if !kept {
+            return Ok(Look::Gone);
+        }
+        let Some(desc) = pb::range_at(&resp, 1) else {
+            return Err(Error::backend(KIND, "short transaction reply"));
+        };
+        let (view, ahead) = self.view_behind(&e.dir, mine, desc).await?;
+        Ok(Look::Seen(self.verdict_of(view, mine), ahead, at))
     }
 
     /// Makes sure the key of `e` (created at `rev`), about to hold, is attached to a session
