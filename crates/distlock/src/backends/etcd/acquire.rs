@@ -31,6 +31,11 @@ fn ahead_of(asc: &pb::RangeResponse, rev: i64) -> Option<u32> {
     }
 }
 
+/// How many contenders ahead make a waiter watch its predecessor from the revision of its read
+/// instead of reading again (see the attempt loop): that many hand-overs take longer than
+/// etcd's 100 ms catch-up of a watch that starts in the past.
+const FAR_BACK: u32 = 32;
+
 /// How long a release that left the lock to another contender makes the next waiting try of
 /// the same lock expect it busy (see `Shared::expects_busy`).
 const HANDED_FOR: Duration = Duration::from_secs(5);
@@ -288,7 +293,7 @@ impl Shared {
                     let (view, ahead) = self.view_behind(&e.dir, &mine, asc).await?;
                     (self.verdict_of(view, &mine), ahead)
                 } else {
-                    let view = self.view(&e.dir, &mine, asc, None).await?;
+                    let view = self.view(&e.dir, &mine, asc).await?;
                     (self.verdict_of(view, &mine), ahead_of(asc, rev))
                 };
                 (mine, verdict, ahead, at)
@@ -414,7 +419,6 @@ impl Shared {
             }
             e.phase = Phase::Queued;
             e.pred = pred.clone();
-            e.pred_at = at;
             let Some(pred) = pred else {
                 // The holder is older than us, so somebody precedes us; the ranges raced with
                 // a change of the queue. Look again.
@@ -427,14 +431,21 @@ impl Shared {
                     ahead,
                 });
             }
-            // Watch the predecessor from just after the read that found it: a change since
-            // then fires at once, so the queue need not be read again (each read ranges the
-            // whole directory on the server).
-            self.watch_pred(slot, pred, at).await?;
-            return Ok(Attempt::Busy {
-                retry_after: None,
-                ahead,
-            });
+            if ahead.is_some_and(|a| a >= FAR_BACK) {
+                // Far back, the predecessor goes only after many hand-overs: watch it from just
+                // after the read that found it, so that a change since then fires too, and
+                // spare the second read (each ranges the whole directory on the server). A
+                // watch from an older revision than the server's is caught up only every
+                // 100 ms (etcd's unsynced watchers), too late for a predecessor that goes soon.
+                self.watch_pred(slot, pred, at).await?;
+                return Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead,
+                });
+            }
+            // Watch the predecessor from now on, then look again: if it went before the watch
+            // started, the next read shows it.
+            self.watch_pred(slot, pred, 0).await?;
         }
     }
 
@@ -471,10 +482,7 @@ impl Shared {
         let txn = pb::txn(
             head,
             moved.collect(),
-            vec![
-                pb::op_range(own),
-                pb::op_range(before(&e.dir, mine.rev)),
-            ],
+            vec![pb::op_range(own), pb::op_range(before(&e.dir, mine.rev))],
         );
         let resp = match self.client.txn(txn).await {
             Ok(r) => r,
@@ -572,7 +580,7 @@ impl Shared {
         }
         let handle = self
             .watches
- .create(
+            .create(
                 pred,
                 if at > 0 { at + 1 } else { 0 },
                 slot.signal.clone(),

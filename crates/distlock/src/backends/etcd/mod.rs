@@ -391,8 +391,7 @@ impl Backend for EtcdBackend {
                 return Ok(());
             };
             if !slot.watches(&pred) {
-                let from = e.pred_at;
-                shared.watch_pred(&slot, pred, from).await?;
+                shared.watch_pred(&slot, pred, 0).await?;
             }
             Ok(())
         })

@@ -194,35 +194,23 @@ impl Shared {
         Ok((view, u32::try_from(at).ok()))
     }
 
-    /// The queue as seen by `mine` from an ascending range (and, when given, a range of the
-    /// keys created before it), falling back to the whole queue when they missed.
+    /// The queue as seen by `mine` from an ascending range of the oldest keys, falling back to
+    /// the whole queue when it does not reach `mine` (a key that was there before the attempt).
     pub(super) async fn view(
         &self,
         dir: &str,
         mine: &Contender,
         asc: &pb::RangeResponse,
-        desc: Option<&pb::RangeResponse>,
     ) -> Result<View> {
-        let d = dir.as_bytes();
-        let listed = direct_children(d, &asc.kvs);
-        let mut holder = listed.first().cloned();
-        let mut pred = match desc {
-            Some(desc) => direct_children(d, &desc.kvs).into_iter().next(),
-            None => listed
-                .iter()
-                .take_while(|c| c.rev < mine.rev)
-                .last()
-                .cloned(),
+        let listed = direct_children(dir.as_bytes(), &asc.kvs);
+        let complete =
+            !listed.is_empty() && (listed.iter().any(|c| c.rev >= mine.rev) || !asc.more);
+        let all = match complete {
+            true => listed,
+            false => self.all_contenders(dir).await?,
         };
-        let listed_mine = listed.iter().any(|c| c.rev >= mine.rev);
-        let complete = holder.is_some() && (desc.is_some() || listed_mine || !asc.more);
-        let desc_missed =
-            desc.is_some_and(|r| pred.is_none() && r.more) && holder.as_ref() != Some(mine);
-        if !complete || desc_missed {
-            let all = self.all_contenders(dir).await?;
-            holder = all.first().cloned();
-            pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
-        }
+        let holder = all.first().cloned();
+        let pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
         Ok(View { holder, pred })
     }
 }

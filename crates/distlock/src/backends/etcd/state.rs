@@ -137,8 +137,6 @@ pub(super) struct Entry {
     pub(super) retry_at: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
-    /// The revision of the read that found `pred`: its watch starts right after it.
-    pub(super) pred_at: i64,
     /// The last attempt failed: the registry may not know that the key is queued.
     pub(super) failed_at: Option<Instant>,
 }
