@@ -303,7 +303,12 @@ impl Shared {
                     rev: e.create_rev,
                     lease: e.attached.as_ref().map_or(0, |s| s.id),
                 };
-                match self.look_behind(e, &mine, lease).await? {
+                // Only a waiter that may be at the head (woken since its last look, or next in
+                // line then) checks for it in the look, at the cost of a second read of the
+                // directory when it is not: a far waiter's poll reads it once.
+                let (was_ahead, gen) = e.seen;
+                let head = gen != slot.signal.generation() || was_ahead.is_none_or(|a| a <= 1);
+                match self.look_behind(e, &mine, lease, head).await? {
                     Look::Gone => {
                         tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
                         e.phase = Phase::New;
@@ -419,6 +424,7 @@ impl Shared {
             }
             e.phase = Phase::Queued;
             e.pred = pred.clone();
+            e.seen = (ahead, slot.signal.generation());
             let Some(pred) = pred else {
                 // The holder is older than us, so somebody precedes us; the ranges raced with
                 // a change of the queue. Look again.
@@ -453,8 +459,29 @@ impl Shared {
     /// transaction: when no key of the directory is older (the head, as a waiter woken by its
     /// predecessor's deletion mostly is), it holds, and its key moves to a session at least as
     /// long as `lease` at once (see [`on_holder_session`](Self::on_holder_session)); else the
-    /// keys before it, youngest first, show its predecessor.
-    async fn look_behind(&self, e: &mut Entry, mine: &Contender, lease: Duration) -> Result<Look> {
+    /// keys before it, youngest first, show its predecessor. Without `head`, only the keys
+    /// before it are read (the holder then moves in `on_holder_session`).
+    async fn look_behind(
+        &self,
+        e: &mut Entry,
+        mine: &Contender,
+        lease: Duration,
+        head: bool,
+    ) -> Result<Look> {
+        let own = pb::create_revision_is(e.key.as_bytes(), mine.rev);
+        if !head {
+            let older = vec![pb::op_range(before(&e.dir, mine.rev))];
+            let resp = self.txn(pb::txn(vec![own], older, vec![])).await?;
+            if !resp.succeeded {
+                return Ok(Look::Gone);
+            }
+            let Some(desc) = pb::range_at(&resp, 0) else {
+                return Err(Error::backend(KIND, "short transaction reply"));
+            };
+            let at = resp.header.as_ref().map_or(0, |h| h.revision);
+            let (view, ahead) = self.view_behind(&e.dir, mine, desc).await?;
+            return Ok(Look::Seen(self.verdict_of(view, mine), ahead, at));
+        }
         let class = class_of(lease, self.opts.min_session_ttl);
         let to = match e
             .attached
@@ -470,8 +497,8 @@ impl Shared {
             }
         };
         let (key, dir) = (e.key.as_bytes(), e.dir.as_bytes());
-        let head = vec![
-            pb::create_revision_is(key, mine.rev),
+        let first = vec![
+            own,
             pb::none_created_before(dir, pb::prefix_end(dir), mine.rev),
         ];
         let moved = to.iter().map(|s| pb::op_put(key, &e.value, s.id));
@@ -480,7 +507,7 @@ impl Shared {
             ..pb::range_key(key)
         };
         let txn = pb::txn(
-            head,
+            first,
             moved.collect(),
             vec![pb::op_range(own), pb::op_range(before(&e.dir, mine.rev))],
         );

@@ -137,6 +137,9 @@ pub(super) struct Entry {
     pub(super) retry_at: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
+    /// After the last look at the queue: the contenders ahead, and the slot's signal's
+    /// generation (a later one means the predecessor's watch fired since).
+    pub(super) seen: (Option<u32>, u64),
     /// The last attempt failed: the registry may not know that the key is queued.
     pub(super) failed_at: Option<Instant>,
 }
