@@ -412,6 +412,51 @@ mod etcd {
         assert!(c.release(&name, tc).await.unwrap().was_held);
     }
 
+    /// A waiter far back in the queue watches its predecessor from the revision of the read
+    /// that found it instead of reading the queue again: it is woken when that predecessor
+    /// leaves, and not before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_far_back_is_woken_by_its_predecessor() {
+        let server = EtcdServer::shared().expect("etcd-server");
+        let name = LockName::new(prefix(), "far").unwrap();
+        let lease = Duration::from_secs(10);
+        let be = backend(&server.url()).await;
+        let tokens: Vec<Token> = (0..40).map(|_| Token::random()).collect();
+        let (last, ahead_of_last) = tokens.split_last().unwrap();
+        for (i, t) in ahead_of_last.iter().enumerate() {
+            let got = queued_attempt(&*be, &name, *t, lease).await;
+            assert_eq!(
+                matches!(got, Attempt::Acquired { .. }),
+                i == 0,
+                "{i}: {got:?}"
+            );
+        }
+        // Subscribed before its first attempt, which then arms the watch itself.
+        let mut sub = be.subscribe(&name, *last).await.unwrap();
+        let Attempt::Busy { ahead, .. } = queued_attempt(&*be, &name, *last, lease).await else {
+            panic!("the last waiter got the lock");
+        };
+        assert!(ahead.is_some_and(|a| a >= 32), "ahead: {ahead:?}");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), sub.released())
+                .await
+                .is_err(),
+            "woken while its predecessor is still queued"
+        );
+        let pred = ahead_of_last[ahead_of_last.len() - 1];
+        be.leave_queue(&name, pred).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(2), sub.released())
+            .await
+            .expect("woken when its predecessor left");
+        assert!(matches!(
+            queued_attempt(&*be, &name, *last, lease).await,
+            Attempt::Busy { .. }
+        ));
+        for t in &tokens {
+            be.leave_queue(&name, *t).await.unwrap();
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiters_across_processes_are_served_in_arrival_order() {
         let (server, p) = shared_server();

@@ -23,6 +23,11 @@ impl ReleaseSignal {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
+
+    /// How many times it fired so far.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
 }
 
 /// A subscription to the releases of one lock. [`released`](Self::released) completes once for

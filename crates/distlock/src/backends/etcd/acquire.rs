@@ -4,7 +4,7 @@
 use super::kinds::{self, judge, key_of, value_of, Verdict};
 use super::options::{DELETE_RETRY, KIND};
 use super::pool::waiter_class;
-use super::queue::{ascending, before, class_of, every_before, lock_dir, with_values};
+use super::queue::{ascending, before, class_of, every_before, lock_dir, newest, with_values};
 use super::session::Session;
 use super::state::{Contender, Entry, Phase, Shared, Slot, View};
 use super::watch::WatchTarget;
@@ -31,8 +31,27 @@ fn ahead_of(asc: &pb::RangeResponse, rev: i64) -> Option<u32> {
     }
 }
 
+/// How many contenders ahead make a waiter watch its predecessor from the revision of its read
+/// instead of reading again (see the attempt loop): that many hand-overs take longer than
+/// etcd's 100 ms catch-up of a watch that starts in the past.
+const FAR_BACK: u32 = 32;
+
+/// How long a release that left the lock to another contender makes the next waiting try of
+/// the same lock expect it busy (see `Shared::expects_busy`).
+const HANDED_FOR: Duration = Duration::from_secs(5);
+
 fn count(n: usize) -> Option<u32> {
     u32::try_from(n).ok()
+}
+
+/// What a queued key's look at the queue found (see `Shared::look_behind`).
+enum Look {
+    /// Its own key is gone.
+    Gone,
+    /// A lease vanished under the transaction: look again.
+    Again,
+    /// The verdict, the contenders ahead, and the revision of the read.
+    Seen(Step, Option<u32>, i64),
 }
 
 /// What one look at the queue found.
@@ -106,7 +125,7 @@ impl Shared {
                 // notification or poll. Busy is always safe.
                 return Ok(Attempt::BUSY);
             }
-            let (mine, verdict, ahead) = if e.phase == Phase::New {
+            let (mine, verdict, ahead, at) = if e.phase == Phase::New {
                 // A queued key that finds older keys waits on a short waiter lease (named after
                 // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
                 // queue within the waiter ttl; a key that holds at once goes on a session of its
@@ -163,7 +182,12 @@ impl Shared {
                 };
                 let n_read = read.len();
                 read.push(pb::op_range(queue()));
-                let txn = pb::txn(absent, vec![put, pb::op_range(queue())], read);
+                // A mutex or writer whose key is new sees its predecessor among the newest keys.
+                let after_put = match shares {
+                    true => queue(),
+                    false => newest(&e.dir),
+                };
+                let txn = pb::txn(absent, vec![put, pb::op_range(after_put)], read);
                 e.maybe_created = true;
                 let resp = match self.client.txn(txn).await {
                     Ok(r) => r,
@@ -255,34 +279,52 @@ impl Shared {
                 let Some(asc) = pb::range_at(&resp, asc_at) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
+                let at = resp.header.as_ref().map_or(0, |h| h.revision);
                 let (verdict, ahead) = if shares {
                     let before = self.before(&e.dir, rev, Some(asc)).await?;
                     (
                         Step::Judged(judge(kind, &e.dir, &before)),
                         count(before.len()),
                     )
+                } else if resp.succeeded {
+                    let (view, ahead) = self.view_behind(&e.dir, &mine, asc).await?;
+                    (self.verdict_of(view, &mine), ahead)
                 } else {
-                    let view = self.view(&e.dir, &mine, asc, None).await?;
+                    let view = self.view(&e.dir, &mine, asc).await?;
                     (self.verdict_of(view, &mine), ahead_of(asc, rev))
                 };
-                (mine, verdict, ahead)
+                (mine, verdict, ahead, at)
+            } else if !shares {
+                let mine = Contender {
+                    key: e.key.clone().into_bytes(),
+                    rev: e.create_rev,
+                    lease: e.attached.as_ref().map_or(0, |s| s.id),
+                };
+                // Only a waiter that may be at the head (woken since its last look, or next in
+                // line then) checks for it in the look, at the cost of a second read of the
+                // directory when it is not: a far waiter's poll reads it once.
+                let (was_ahead, gen) = e.seen;
+                let head = gen != slot.signal.generation() || was_ahead.is_none_or(|a| a <= 1);
+                match self.look_behind(e, &mine, lease, head).await? {
+                    Look::Gone => {
+                        tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
+                        e.phase = Phase::New;
+                        e.create_rev = 0;
+                        continue;
+                    }
+                    Look::Again => continue,
+                    Look::Seen(verdict, ahead, at) => (mine, verdict, ahead, at),
+                }
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
                 // queue around it (for a reader or permit: every key before it).
-                let ranges = if shares {
-                    vec![pb::op_range(every_before(&e.dir, e.create_rev))]
-                } else {
-                    vec![
-                        pb::op_range(ascending(&e.dir)),
-                        pb::op_range(before(&e.dir, e.create_rev)),
-                    ]
-                };
                 let txn = pb::txn(
                     vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
-                    ranges,
+                    vec![pb::op_range(every_before(&e.dir, e.create_rev))],
                     vec![],
                 );
                 let resp = self.txn(txn).await?;
+                let at = resp.header.as_ref().map_or(0, |h| h.revision);
                 if !resp.succeeded {
                     tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
                     e.phase = Phase::New;
@@ -294,24 +336,12 @@ impl Shared {
                     rev: e.create_rev,
                     lease: e.attached.as_ref().map_or(0, |s| s.id),
                 };
-                let (verdict, ahead) = if shares {
-                    let Some(all) = pb::range_at(&resp, 0) else {
-                        return Err(Error::backend(KIND, "short transaction reply"));
-                    };
-                    let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
-                    (
-                        Step::Judged(judge(kind, &e.dir, &before)),
-                        count(before.len()),
-                    )
-                } else {
-                    let (Some(asc), Some(desc)) = (pb::range_at(&resp, 0), pb::range_at(&resp, 1))
-                    else {
-                        return Err(Error::backend(KIND, "short transaction reply"));
-                    };
-                    let view = self.view(&e.dir, &mine, asc, Some(desc)).await?;
-                    (self.verdict_of(view, &mine), ahead_of(asc, mine.rev))
+                let Some(all) = pb::range_at(&resp, 0) else {
+                    return Err(Error::backend(KIND, "short transaction reply"));
                 };
-                (mine, verdict, ahead)
+                let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
+                let verdict = Step::Judged(judge(kind, &e.dir, &before));
+                (mine, verdict, count(before.len()), at)
             };
 
             let pred = match verdict {
@@ -388,6 +418,7 @@ impl Shared {
             }
             e.phase = Phase::Queued;
             e.pred = pred.clone();
+            e.seen = (ahead, slot.signal.generation());
             let Some(pred) = pred else {
                 // The holder is older than us, so somebody precedes us; the ranges raced with
                 // a change of the queue. Look again.
@@ -400,10 +431,108 @@ impl Shared {
                     ahead,
                 });
             }
+            if ahead.is_some_and(|a| a >= FAR_BACK) {
+                // Far back, the predecessor goes only after many hand-overs: watch it from just
+                // after the read that found it, so that a change since then fires too, and
+                // spare the second read (each ranges the whole directory on the server). A
+                // watch from an older revision than the server's is caught up only every
+                // 100 ms (etcd's unsynced watchers), too late for a predecessor that goes soon.
+                self.watch_pred(slot, pred, at).await?;
+                return Ok(Attempt::Busy {
+                    retry_after: None,
+                    ahead,
+                });
+            }
             // Watch the predecessor from now on, then look again: if it went before the watch
             // started, the next read shows it.
-            self.watch_pred(slot, pred).await?;
+            self.watch_pred(slot, pred, 0).await?;
         }
+    }
+
+    /// One look at the queue by the queued key of `e` (`mine`, a mutex's or writer's), in one
+    /// transaction: when no key of the directory is older (the head, as a waiter woken by its
+    /// predecessor's deletion mostly is), it holds, and its key moves to a session at least as
+    /// long as `lease` at once (see [`on_holder_session`](Self::on_holder_session)); else the
+    /// keys before it, youngest first, show its predecessor. Without `head`, only the keys
+    /// before it are read (the holder then moves in `on_holder_session`).
+    async fn look_behind(
+        &self,
+        e: &mut Entry,
+        mine: &Contender,
+        lease: Duration,
+        head: bool,
+    ) -> Result<Look> {
+        let own = pb::create_revision_is(e.key.as_bytes(), mine.rev);
+        if !head {
+            let older = vec![pb::op_range(before(&e.dir, mine.rev))];
+            let resp = self.txn(pb::txn(vec![own], older, vec![])).await?;
+            if !resp.succeeded {
+                return Ok(Look::Gone);
+            }
+            let Some(desc) = pb::range_at(&resp, 0) else {
+                return Err(Error::backend(KIND, "short transaction reply"));
+            };
+            let at = resp.header.as_ref().map_or(0, |h| h.revision);
+            let (view, ahead) = self.view_behind(&e.dir, mine, desc).await?;
+            return Ok(Look::Seen(self.verdict_of(view, mine), ahead, at));
+        }
+        let class = class_of(lease, self.opts.min_session_ttl);
+        let to = match e
+            .attached
+            .as_ref()
+            .is_some_and(|a| a.class >= class && !a.is_dead())
+        {
+            true => None,
+            false => {
+                let s = self.session_at_least(class).await?;
+                // `attach` counts it.
+                s.attached.fetch_sub(1, Ordering::AcqRel);
+                Some(s)
+            }
+        };
+        let (key, dir) = (e.key.as_bytes(), e.dir.as_bytes());
+        let first = vec![
+            own,
+            pb::none_created_before(dir, pb::prefix_end(dir), mine.rev),
+        ];
+        let moved = to.iter().map(|s| pb::op_put(key, &e.value, s.id));
+        let own = pb::RangeRequest {
+            keys_only: true,
+            ..pb::range_key(key)
+        };
+        let txn = pb::txn(
+            first,
+            moved.collect(),
+            vec![pb::op_range(own), pb::op_range(before(&e.dir, mine.rev))],
+        );
+        let resp = match self.client.txn(txn).await {
+            Ok(r) => r,
+            Err(err) if is_lease_not_found(&err) => {
+                if let Some(to) = &to {
+                    let _ = to.keep_alive_now(self.opts.request_timeout).await;
+                }
+                return Ok(Look::Again);
+            }
+            Err(err) => return Err(map_err(err)),
+        };
+        let at = resp.header.as_ref().map_or(0, |h| h.revision);
+        if resp.succeeded {
+            if let Some(to) = to {
+                attach(e, to);
+            }
+            return Ok(Look::Seen(Step::Judged(Verdict::Holds), Some(0), at));
+        }
+        let kept = pb::range_at(&resp, 0)
+            .and_then(|r| r.kvs.first())
+            .is_some_and(|kv| kv.create_revision == mine.rev);
+        if !kept {
+            return Ok(Look::Gone);
+        }
+        let Some(desc) = pb::range_at(&resp, 1) else {
+            return Err(Error::backend(KIND, "short transaction reply"));
+        };
+        let (view, ahead) = self.view_behind(&e.dir, mine, desc).await?;
+        Ok(Look::Seen(self.verdict_of(view, mine), ahead, at))
     }
 
     /// Makes sure the key of `e` (created at `rev`), about to hold, is attached to a session
@@ -459,13 +588,25 @@ impl Shared {
         }
     }
 
-    pub(super) async fn watch_pred(&self, slot: &Arc<Slot>, pred: WatchTarget) -> Result<()> {
+    /// Watches `pred`, found by a read at revision `at` (0: unknown), for its changes after
+    /// that read.
+    pub(super) async fn watch_pred(
+        &self,
+        slot: &Arc<Slot>,
+        pred: WatchTarget,
+        at: i64,
+    ) -> Result<()> {
         if let Some(old) = slot.take_watch() {
             self.watches.cancel(old);
         }
         let handle = self
             .watches
-            .create(pred, slot.signal.clone(), self.opts.request_timeout)
+            .create(
+                pred,
+                if at > 0 { at + 1 } else { 0 },
+                slot.signal.clone(),
+                self.opts.request_timeout,
+            )
             .await?;
         *slot.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         if !slot.subscribed() {
@@ -493,6 +634,59 @@ impl Shared {
         let key = e.key.as_bytes();
         let txn = pb::txn(e.owned(key), vec![pb::op_delete(key)], vec![]);
         Ok(self.txn(txn).await?.succeeded)
+    }
+
+    /// Deletes the own held key like [`delete_own`](Self::delete_own), and counts in the same
+    /// transaction the keys left in its directory: any left means the lock went to a waiter,
+    /// which [`expects_busy`](Self::expects_busy) remembers. The count reads only etcd's index.
+    async fn delete_held(&self, e: &Entry, token: Token) -> Result<bool> {
+        if e.alt.is_some() || e.key.is_empty() {
+            return self.delete_own(e, token).await;
+        }
+        let key = e.key.as_bytes();
+        let left = pb::RangeRequest {
+            range_end: pb::prefix_end(e.dir.as_bytes()),
+            count_only: true,
+            ..pb::range_key(e.dir.as_bytes())
+        };
+        let txn = pb::txn(
+            e.owned(key),
+            vec![pb::op_delete(key), pb::op_range(left)],
+            vec![],
+        );
+        let resp = self.txn(txn).await?;
+        let handed = resp.succeeded && pb::range_at(&resp, 1).is_some_and(|r| r.count > 0);
+        let exclusive = e
+            .name
+            .as_ref()
+            .is_some_and(|n| !n.is_election() && n.kind().is_exclusive());
+        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        match handed && exclusive {
+            true => {
+                let now = Instant::now();
+                // Entries of locks this instance does not take again go after a while.
+                if map.len() >= 1024 {
+                    map.retain(|_, t| now.duration_since(*t) < HANDED_FOR);
+                }
+                map.insert(e.dir.clone(), now);
+            }
+            false => {
+                map.remove(&e.dir);
+            }
+        }
+        Ok(resp.succeeded)
+    }
+
+    /// Whether this instance's last release of `name` left it to another contender, recently:
+    /// then a waiting try answers busy without asking (once; the queued attempt that follows
+    /// asks the server, so a wrong guess costs nothing but that attempt).
+    pub(super) fn expects_busy(&self, name: &LockName) -> bool {
+        if name.is_election() || !name.kind().is_exclusive() {
+            return false;
+        }
+        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&lock_dir(name))
+            .is_some_and(|t| t.elapsed() < HANDED_FOR)
     }
 
     /// The key is gone from the server: free its name for other tokens of this instance.
@@ -540,7 +734,11 @@ impl Shared {
             self.drop_slot(token, slot);
             return Ok((held, false));
         }
-        match self.delete_own(e, token).await {
+        let deleted = match held {
+            true => self.delete_held(e, token).await,
+            false => self.delete_own(e, token).await,
+        };
+        match deleted {
             Ok(deleted) => {
                 e.phase = Phase::Done;
                 self.forget_key(e, token);

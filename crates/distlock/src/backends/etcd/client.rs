@@ -445,13 +445,14 @@ impl Client {
         &self,
         key: Vec<u8>,
         range_end: Vec<u8>,
+        from: i64,
     ) -> Result<(WatchSender, WatchStream)> {
         self.call(self.request_timeout, || {
             let (mut c, key, range_end) = (self.watch.clone(), key.clone(), range_end.clone());
             async move {
                 let (tx, rx) = mpsc::channel(100);
                 let sender = WatchSender { tx };
-                sender.watch(key, range_end).await?;
+                sender.watch(key, range_end, from).await?;
                 let stream = c.watch(requests(rx)).await?.into_inner();
                 Ok((sender, stream))
             }
@@ -490,7 +491,8 @@ pub(super) struct WatchSender {
 impl WatchSender {
     /// Watches `key` from the server's current revision on; with a `range_end`, the
     /// deletions of the keys in `[key, range_end)` (puts filtered out by the server).
-    pub(super) async fn watch(&self, key: Vec<u8>, range_end: Vec<u8>) -> Result<()> {
+    /// Watches `[key, range_end)` from revision `from` on (0: from the server's current one).
+    pub(super) async fn watch(&self, key: Vec<u8>, range_end: Vec<u8>, from: i64) -> Result<()> {
         let filters = if range_end.is_empty() {
             Vec::new()
         } else {
@@ -500,6 +502,7 @@ impl WatchSender {
             key,
             range_end,
             filters,
+            start_revision: from.max(0),
             ..WatchCreateRequest::default()
         };
         self.send(watch_request::RequestUnion::CreateRequest(create))

@@ -48,11 +48,16 @@
 //! keep-alives are most of the server's work, and a longer `waiter_ttl` trades a slower exit
 //! of a dead waiter for fewer of them (see the waiters benchmark). When it reaches the
 //! head it puts its key again with a session lease of its lease's length (a put keeps the key's
-//! name and create revision, so its place) before it reports the lock acquired. The
+//! name and create revision, so its place) before it reports the lock acquired, in the same
+//! transaction that finds no older key in the directory. The
 //! waiter watches the key created just before its own, starting at the server's current
 //! revision, and then checks once more that this key still exists: a watch started at an
 //! older revision would be delivered by etcd 3.4's catch-up loop, which runs only every
-//! 100 ms. Whenever a wait ends, the next attempt confirms in one linearizable read that the
+//! 100 ms. A waiter far back in the queue (32 or more contenders ahead), whose predecessor
+//! goes only after many hand-overs, instead watches from the revision of the read that found
+//! the predecessor and skips the check, which would range the whole directory once more.
+//! A release that leaves other keys in the directory makes this instance's next waiting try
+//! of the lock answer busy without asking (the queued attempt that follows asks). Whenever a wait ends, the next attempt confirms in one linearizable read that the
 //! own key still exists before it reports the lock acquired: the lease may have expired while
 //! waiting (the bug Jepsen found in etcd 3.4.3's lock). If the own key is gone, it is created
 //! again, at the back of the queue.
@@ -212,6 +217,7 @@ impl EtcdBackend {
             reaper_wake: Arc::new(Notify::new()),
             reaper_next_ms: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
+            handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
         tokio::spawn(run_reaper(
@@ -250,6 +256,14 @@ impl EtcdBackend {
     async fn attempt(&self, request: &AcquireRequest) -> Result<Attempt> {
         let (name, token, lease) = (&request.name, request.token, request.lease);
         let queued = request.queued();
+        if !queued && request.waits && self.shared.expects_busy(name) {
+            // The queued attempt that follows at once asks the server; this try would put a
+            // key, range the whole queue and delete the key again to learn the same.
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: None,
+            });
+        }
         let owner = request.owner_str().to_owned();
         let slot = self.shared.slot_for(token);
         let shared = self.shared.clone();
@@ -382,7 +396,7 @@ impl Backend for EtcdBackend {
                 return Ok(());
             };
             if !slot.watches(&pred) {
-                shared.watch_pred(&slot, pred).await?;
+                shared.watch_pred(&slot, pred, 0).await?;
             }
             Ok(())
         })

@@ -82,6 +82,17 @@ pub(super) fn range_is_empty(key: &[u8], range_end: Vec<u8>) -> Compare {
     }
 }
 
+/// No key of the range `[key, range_end)` was created before revision `rev`: etcd compares
+/// every key of the range (an empty range as one key created at 0, so it must not be empty).
+pub(super) fn none_created_before(key: &[u8], range_end: Vec<u8>, rev: i64) -> Compare {
+    Compare {
+        result: compare::CompareResult::Greater as i32,
+        range_end,
+        target_union: Some(compare::TargetUnion::CreateRevision(rev - 1)),
+        ..create_revision_is(key, 0)
+    }
+}
+
 /// The key's value equals `value`.
 pub(super) fn value_is(key: &[u8], value: &[u8]) -> Compare {
     Compare {

@@ -48,6 +48,15 @@ pub(super) fn ascending(dir: &str) -> pb::RangeRequest {
     }
 }
 
+/// The last contenders of `dir`, youngest first: right after a transaction that put a key, that
+/// key and the ones just before it.
+pub(super) fn newest(dir: &str) -> pb::RangeRequest {
+    pb::RangeRequest {
+        limit: PEEK,
+        ..pb::range_by_create(dir.as_bytes(), SortOrder::Descend)
+    }
+}
+
 /// The contenders of `dir` created before revision `rev`, youngest first.
 pub(super) fn before(dir: &str, rev: i64) -> pb::RangeRequest {
     pb::RangeRequest {
@@ -136,35 +145,72 @@ impl Shared {
         Ok(direct_children(dir.as_bytes(), &resp.kvs))
     }
 
-    /// The queue as seen by `mine` from an ascending range (and, when given, a range of the
-    /// keys created before it), falling back to the whole queue when they missed.
+    /// The queue as seen by `mine` (a mutex or writer) from one range of the keys before it,
+    /// youngest first (`newest` right after its key was put, or `before` its revision; keys
+    /// younger than `mine` are skipped), and how many keys are ahead of it (exact when the
+    /// range reached the oldest key, else the directory's count less one, an upper bound).
+    /// Only a range that shows no older key of the directory itself but has more falls back
+    /// to the whole queue. Holding needs no older key, so the oldest key (the holder) need not
+    /// be ranged: one sorted range instead of two, each of which etcd serves by reading every
+    /// key of the directory.
+    pub(super) async fn view_behind(
+        &self,
+        dir: &str,
+        mine: &Contender,
+        desc: &pb::RangeResponse,
+    ) -> Result<(View, Option<u32>)> {
+        let d = dir.as_bytes();
+        let older: Vec<Contender> = direct_children(d, &desc.kvs)
+            .into_iter()
+            .filter(|c| c.rev < mine.rev)
+            .collect();
+        let ahead = |exact: usize| match desc.more {
+            false => u32::try_from(exact).ok(),
+            true => u32::try_from(desc.count.saturating_sub(1)).ok(),
+        };
+        if let Some(pred) = older.first() {
+            // The oldest key listed stands for the holder: it is not `mine`, which is all the
+            // verdict asks of it.
+            let view = View {
+                holder: older.last().cloned(),
+                pred: Some(pred.clone()),
+            };
+            return Ok((view, ahead(older.len())));
+        }
+        if !desc.more {
+            let view = View {
+                holder: Some(mine.clone()),
+                pred: None,
+            };
+            return Ok((view, Some(0)));
+        }
+        let all = self.all_contenders(dir).await?;
+        let pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
+        let at = all.iter().take_while(|c| c.rev < mine.rev).count();
+        let view = View {
+            holder: all.first().cloned(),
+            pred,
+        };
+        Ok((view, u32::try_from(at).ok()))
+    }
+
+    /// The queue as seen by `mine` from an ascending range of the oldest keys, falling back to
+    /// the whole queue when it does not reach `mine` (a key that was there before the attempt).
     pub(super) async fn view(
         &self,
         dir: &str,
         mine: &Contender,
         asc: &pb::RangeResponse,
-        desc: Option<&pb::RangeResponse>,
     ) -> Result<View> {
-        let d = dir.as_bytes();
-        let listed = direct_children(d, &asc.kvs);
-        let mut holder = listed.first().cloned();
-        let mut pred = match desc {
-            Some(desc) => direct_children(d, &desc.kvs).into_iter().next(),
-            None => listed
-                .iter()
-                .take_while(|c| c.rev < mine.rev)
-                .last()
-                .cloned(),
+        let listed = direct_children(dir.as_bytes(), &asc.kvs);
+        let complete =
+            !listed.is_empty() && (listed.iter().any(|c| c.rev >= mine.rev) || !asc.more);
+        let all = match complete {
+            true => listed,
+            false => self.all_contenders(dir).await?,
         };
-        let listed_mine = listed.iter().any(|c| c.rev >= mine.rev);
-        let complete = holder.is_some() && (desc.is_some() || listed_mine || !asc.more);
-        let desc_missed =
-            desc.is_some_and(|r| pred.is_none() && r.more) && holder.as_ref() != Some(mine);
-        if !complete || desc_missed {
-            let all = self.all_contenders(dir).await?;
-            holder = all.first().cloned();
-            pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
-        }
+        let holder = all.first().cloned();
+        let pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
         Ok(View { holder, pred })
     }
 }

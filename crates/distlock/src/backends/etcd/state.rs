@@ -31,6 +31,10 @@ pub(super) struct Shared {
     /// When the reaper looks next (ms since `epoch`).
     pub(super) reaper_next_ms: AtomicU64,
     pub(super) epoch: Instant,
+    /// Lock directories this instance released with other keys left in them (a waiter's, who
+    /// holds now), and when: the next waiting try of the same lock expects it busy (see
+    /// `AcquireRequest::waits`).
+    pub(super) handed: Mutex<HashMap<String, Instant>>,
 }
 
 impl Drop for Shared {
@@ -133,6 +137,9 @@ pub(super) struct Entry {
     pub(super) retry_at: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
+    /// After the last look at the queue: the contenders ahead, and the slot's signal's
+    /// generation (a later one means the predecessor's watch fired since).
+    pub(super) seen: (Option<u32>, u64),
     /// The last attempt failed: the registry may not know that the key is queued.
     pub(super) failed_at: Option<Instant>,
 }

@@ -49,6 +49,7 @@ pub(super) struct WatchHandle {
 pub(super) enum WatchCmd {
     Create {
         target: WatchTarget,
+        from: i64,
         signal: Arc<ReleaseSignal>,
         broken: Arc<AtomicBool>,
         done: oneshot::Sender<Result<(u64, i64)>>,
@@ -65,12 +66,14 @@ pub(super) struct WatchHub {
 }
 
 impl WatchHub {
-    /// Watches `target` from the server's current revision on; returns once the server
-    /// confirmed the watch. `signal` fires when the key is deleted or replaced (for a range:
+    /// Watches `target` from revision `from` on (0: from the server's current revision);
+    /// returns once the server confirmed the watch. A change after the read that found the
+    /// target, from that read's revision + 1, fires at once, so no second read is needed. `signal` fires when the key is deleted or replaced (for a range:
     /// when a key in it is deleted), and when the watch breaks.
     pub(super) async fn create(
         &self,
         target: WatchTarget,
+        from: i64,
         signal: Arc<ReleaseSignal>,
         timeout: Duration,
     ) -> Result<WatchHandle> {
@@ -79,6 +82,7 @@ impl WatchHub {
         self.tx
             .send(WatchCmd::Create {
                 target: target.clone(),
+                from,
                 signal,
                 broken: broken.clone(),
                 done,
@@ -148,14 +152,15 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
             Ev::Cmd(None) => return,
             Ev::Cmd(Some(WatchCmd::Create {
                 target,
+                from,
                 signal,
                 broken,
                 done,
             })) => {
                 let (rev, range) = (target.rev, target.is_range());
                 let res = match sender.as_mut() {
-                    Some(s) => s.watch(target.key, target.range_end).await,
-                    None => match client.watch(target.key, target.range_end).await {
+                    Some(s) => s.watch(target.key, target.range_end, from).await,
+                    None => match client.watch(target.key, target.range_end, from).await {
                         Ok((s, r)) => {
                             sender = Some(s);
                             stream = Some(r);
