@@ -445,7 +445,8 @@ mod etcd {
         );
         let pred = ahead_of_last[ahead_of_last.len() - 1];
         be.leave_queue(&name, pred).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(2), sub.released())
+        // Far longer than a watch event takes; only a failing run waits this long.
+        tokio::time::timeout(Duration::from_secs(10), sub.released())
             .await
             .expect("woken when its predecessor left");
         assert!(matches!(
