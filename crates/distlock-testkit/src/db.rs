@@ -228,6 +228,34 @@ pub(crate) fn launch_on_free_port(
     Err(last.unwrap_or_else(|| io::Error::other(format!("{what} did not start"))))
 }
 
+/// The machine's own server, unless `DISTLOCK_TEST_THROWAWAY=1`: the admin URL from `env`
+/// (else `default`), when something listens at its address. Returns the address, the parsed
+/// URL and its base (scheme, user info, host and port: no path, no query).
+pub(crate) fn machine_admin(
+    env: &str,
+    default: &str,
+    default_port: u16,
+) -> Option<(SocketAddr, url::Url, String)> {
+    if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
+        return None;
+    }
+    let admin = std::env::var(env).unwrap_or_else(|_| default.to_owned());
+    let parsed = url::Url::parse(&admin).ok()?;
+    let addr: SocketAddr = format!(
+        "{}:{}",
+        parsed.host_str()?,
+        parsed.port().unwrap_or(default_port)
+    )
+    .parse()
+    .ok()?;
+    TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    let mut base = parsed.clone();
+    base.set_path("");
+    base.set_query(None);
+    let base = base.to_string().trim_end_matches('/').to_owned();
+    Some((addr, parsed, base))
+}
+
 /// `server` when it answers `ping` (something listens at `addr`: a busy server gets a few
 /// chances), else `None`, after saying that a throwaway `what` server starts instead.
 pub(crate) fn if_answers<S>(
@@ -298,6 +326,26 @@ pub(crate) struct StartUp<'a> {
     pub(crate) port_taken: &'a [&'a str],
 }
 
+/// Spawns the server `cmd` (as `ids` when set), tied to this process, into `child`, and waits
+/// as [`wait_until_ready`] does. On an error the caller kills what `child` holds.
+pub(crate) fn spawn_until_ready(
+    mut cmd: std::process::Command,
+    ids: Option<(u32, u32)>,
+    child: &mut Option<Child>,
+    port: u16,
+    start: &StartUp,
+) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    if let Some((uid, gid)) = ids {
+        cmd.uid(uid).gid(gid);
+    }
+    let program = Path::new(cmd.get_program()).display().to_string();
+    let spawned = crate::spawn_tied_to_process(cmd)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot start {program}: {e}")))?;
+    *child = Some(spawned);
+    wait_until_ready(child, port, start)
+}
+
 /// Waits until the server just spawned as `child` logs that it is ready and accepts
 /// connections on `port`. One that exits is an error (`AddrInUse` when its port was taken, worth
 /// another port); one that is not ready within 30 seconds too, and the caller kills it.
@@ -345,4 +393,13 @@ pub(crate) fn wait_until_ready(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What both database servers' modules take from the testkit, in one import.
+pub(crate) mod kit {
+    pub(crate) use super::{
+        block_on, chown_tree, find_binary, if_answers, launch_on_free_port, machine_admin,
+        run_setup, server_ids, spawn_until_ready, DatabaseServer, Rows, StartUp,
+    };
+    pub(crate) use crate::{process, remove_leftover_dirs, TempDir};
 }

@@ -10,7 +10,6 @@
 
 use std::fmt;
 use std::io;
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,12 +18,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 
-use super::db::{
-    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, run_setup, server_ids,
-    wait_until_ready, DatabaseServer, Rows, StartUp,
-};
-use super::process;
-use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
+use super::db::kit::*;
 
 const DIR_PREFIX: &str = "distlock-testkit-mariadb";
 
@@ -52,23 +46,13 @@ database_server_controls!(MariaDbServer, "MariaDB", "mariadb-server");
 
 impl MariaDbServer {
     fn machine() -> Option<MariaDbServer> {
-        if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
-            return None;
-        }
-        let admin = std::env::var("DISTLOCK_TEST_MYSQL_URL")
-            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned());
-        let parsed = url::Url::parse(&admin).ok()?;
-        let addr: SocketAddr = format!("{}:{}", parsed.host_str()?, parsed.port().unwrap_or(3306))
-            .parse()
-            .ok()?;
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-        let mut base = parsed.clone();
-        base.set_path("");
-        base.set_query(None);
+        let (addr, _, base) = machine_admin(
+            "DISTLOCK_TEST_MYSQL_URL",
+            "mysql://root@127.0.0.1:3306",
+            3306,
+        )?;
         let server = MariaDbServer {
-            mode: Mode::Machine {
-                base: base.to_string().trim_end_matches('/').to_owned(),
-            },
+            mode: Mode::Machine { base },
         };
         if_answers(server, "MariaDB", addr, |s| s.query(None, "SELECT 1"))
     }
@@ -271,16 +255,6 @@ impl Owned {
             .stdin(Stdio::null())
             .stdout(log.stdout)
             .stderr(log.stderr);
-        if let Some((uid, gid)) = self.ids {
-            cmd.uid(uid).gid(gid);
-        }
-        let child = spawn_tied_to_process(cmd).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot start {}: {e}", self.server_bin.display()),
-            )
-        })?;
-        self.child = Some(child);
         let start = StartUp {
             what: "mariadbd",
             log_path: &log_path,
@@ -288,7 +262,7 @@ impl Owned {
             ready: "ready for connections",
             port_taken: &["Address already in use", "Can't start server: Bind"],
         };
-        let started = wait_until_ready(&mut self.child, self.port, &start);
+        let started = spawn_until_ready(cmd, self.ids, &mut self.child, self.port, &start);
         if started.is_err() {
             self.kill();
         }

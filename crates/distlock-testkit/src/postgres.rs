@@ -20,19 +20,13 @@
 
 use std::fmt;
 use std::io;
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::db::{
-    block_on, chown_tree, find_binary, if_answers, launch_on_free_port, run_setup, server_ids,
-    wait_until_ready, DatabaseServer, Rows, StartUp,
-};
-use super::process;
-use super::{remove_leftover_dirs, spawn_tied_to_process, TempDir};
+use super::db::kit::*;
 
 const DIR_PREFIX: &str = "distlock-testkit-pg";
 
@@ -63,22 +57,15 @@ database_server_controls!(PostgresServer, "PostgreSQL", "postgresql");
 
 impl PostgresServer {
     fn machine() -> Option<PostgresServer> {
-        if std::env::var_os("DISTLOCK_TEST_THROWAWAY").is_some_and(|v| v == "1") {
-            return None;
-        }
-        let admin = std::env::var("DISTLOCK_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let parsed = url::Url::parse(&admin).ok()?;
-        let addr = format!("{}:{}", parsed.host_str()?, parsed.port().unwrap_or(5432));
-        let addr: SocketAddr = addr.parse().ok()?;
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+        let (addr, parsed, base) = machine_admin(
+            "DISTLOCK_TEST_POSTGRES_URL",
+            "postgres://postgres@127.0.0.1:5432/postgres",
+            5432,
+        )?;
         let admin_db = parsed.path().trim_start_matches('/').to_owned();
-        let mut base = parsed.clone();
-        base.set_path("");
-        base.set_query(None);
         let server = PostgresServer {
             mode: Mode::Machine {
-                base: base.to_string().trim_end_matches('/').to_owned(),
+                base,
                 admin_db: if admin_db.is_empty() {
                     "postgres".to_owned()
                 } else {
@@ -285,16 +272,6 @@ impl Owned {
             .stdin(Stdio::null())
             .stdout(log.stdout)
             .stderr(log.stderr);
-        if let Some((uid, gid)) = self.ids {
-            cmd.uid(uid).gid(gid);
-        }
-        let child = spawn_tied_to_process(cmd).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot start {}: {e}", self.bin.join("postgres").display()),
-            )
-        })?;
-        self.child = Some(child);
         let start = StartUp {
             what: "postgres",
             log_path: &log_path,
@@ -302,7 +279,7 @@ impl Owned {
             ready: "ready to accept connections",
             port_taken: &["could not bind", "already in use"],
         };
-        let started = wait_until_ready(&mut self.child, self.port, &start);
+        let started = spawn_until_ready(cmd, self.ids, &mut self.child, self.port, &start);
         if started.is_err() {
             self.kill();
         }
