@@ -136,15 +136,13 @@ impl Inner {
         queued: bool,
         owner: &str,
     ) -> Result<Attempt> {
-        let slot = session_of_lease(lease);
         let latch = role == Role::Latch;
         let data = match latch {
             true => owner.as_bytes().to_vec(),
             false => holder_data(owner),
         };
         for _ in 0..MAX_SETTLE {
-            let conn = self.conn_for(slot).await?;
-            check_lease(&conn, lease)?;
+            let conn = self.lease_conn(lease).await?;
             enum Have {
                 Creating(tokio::task::JoinHandle<Result<Created>>),
                 Known(String, i64),

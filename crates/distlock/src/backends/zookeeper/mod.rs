@@ -161,7 +161,7 @@ use address::parse_url;
 pub use address::{decode_key, encode_key};
 use contender::{Created, Node, Phase};
 use queue::sort_contenders;
-use session::{check_lease, session_of_lease};
+use session::session_of_lease;
 
 use crate::backend::{
     AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo, LockKind, LockName,

@@ -197,13 +197,11 @@ impl Inner {
         queued: bool,
         owner: &str,
     ) -> Result<Attempt> {
-        let slot = session_of_lease(lease);
         let gate_dir = format!("{parent}/{GATE_DIR}");
         let lease_dir = format!("{parent}/{LEASE_DIR}");
         let busy = Ok(Attempt::BUSY);
         for _ in 0..MAX_SETTLE {
-            let conn = self.conn_for(slot).await?;
-            check_lease(&conn, lease)?;
+            let conn = self.lease_conn(lease).await?;
             enum Step {
                 /// Our node in `locks` is being created.
                 Gate(tokio::task::JoinHandle<Result<Created>>),

@@ -12,7 +12,7 @@ pub(super) fn session_of_lease(lease: Duration) -> Duration {
 
 /// Fails unless the server granted `conn` a session timeout of exactly `lease`: the session
 /// is the lease on the server (a holder that stops frees the lock when its session ends).
-pub(super) fn check_lease(conn: &Conn, lease: Duration) -> Result<()> {
+fn check_lease(conn: &Conn, lease: Duration) -> Result<()> {
     let granted = conn.client.session_timeout();
     if granted == conn.slot {
         return Ok(());
@@ -152,6 +152,14 @@ impl Inner {
     /// The session of reads that hold nothing (`options.session_timeout`).
     pub(super) async fn conn(self: &Arc<Self>) -> Result<Arc<Conn>> {
         self.conn_for(self.options.session_timeout).await
+    }
+
+    /// The session whose timeout is `lease`, checked to be what the server granted (see
+    /// [`check_lease`]): where a hold of that lease lives.
+    pub(super) async fn lease_conn(self: &Arc<Self>, lease: Duration) -> Result<Arc<Conn>> {
+        let conn = self.conn_for(session_of_lease(lease)).await?;
+        check_lease(&conn, lease)?;
+        Ok(conn)
     }
 
     /// The current session of `timeout`, establishing a new one when it ended. A session the
