@@ -8,6 +8,8 @@
 //! Every protocol line is a `Serialize` struct printed by serde_json; the field names and their
 //! order are the ones the external harnesses parse.
 
+#[cfg(feature = "sql")]
+pub mod probe;
 pub mod procstat;
 #[cfg(feature = "scale")]
 pub mod spawn;
@@ -409,18 +411,26 @@ pub async fn measure_cycles(
             }
         };
         let t1 = mono_ns();
+        #[cfg(feature = "sql")]
+        probe::mark("acquired");
         if let Some(path) = counter_file {
             write_counter(path, read_counter(path) + 1);
         }
         let t2 = mono_ns();
+        #[cfg(feature = "sql")]
+        probe::mark("release");
         if let Err(e) = guard.release().await {
             errors += 1;
             first_error.get_or_insert_with(|| format!("release: {e}"));
         }
         let t3 = mono_ns();
+        #[cfg(feature = "sql")]
+        probe::mark("released");
         cycles.push([t0, t1, t2, t3]);
     }
     let cpu = cpu_s() - cpu0;
+    #[cfg(feature = "sql")]
+    probe::dump(a.proc_id);
     print_line(&CyclesResult {
         ev: "result",
         cycles,

@@ -90,6 +90,7 @@ fn client_name(a: &WorkerArgs) -> &'static str {
 }
 
 async fn cycles(a: &WorkerArgs) {
+    distlock_bench::probe::install();
     let mut url = url(a);
     if a.backend == "mariadb" {
         // The harness's server has a password and no TLS, on loopback: the backend refuses to

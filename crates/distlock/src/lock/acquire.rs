@@ -229,8 +229,12 @@ impl Lock {
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
             let until = deadline.map_or(until, |d| d.min(until));
             if notifies {
+                tracing::trace!(target: "distlock::probe", ev = "yield");
                 if let Ok(mut s) = backend.subscribe(name, token).await {
-                    let _ = tokio::time::timeout_at(until, s.released()).await;
+                    tracing::trace!(target: "distlock::probe", ev = "yield_sub");
+                    let y = tokio::time::timeout_at(until, s.released()).await;
+                    tracing::trace!(target: "distlock::probe",
+                        ev = if y.is_ok() { "yield_woken" } else { "yield_timeout" });
                     sub = Some(s);
                 }
             } else {
@@ -261,6 +265,7 @@ impl Lock {
             // A busy reply to this try is followed at once by a queued attempt (see below).
             let opens_wait = mode == AcquireMode::Try && queues && notifies && sub.is_none();
             let sent = Instant::now();
+            tracing::trace!(target: "distlock::probe", ev = "attempt");
             let mut in_flight =
                 InFlight::start(reg, name, token, self.lease, mode, opens_wait, &self.owner);
             // `try_lock_for` bounds its attempts too: a reply that comes after the deadline is
@@ -280,6 +285,11 @@ impl Lock {
                 _ => in_flight.outcome().await,
             };
             in_flight.finished();
+            tracing::trace!(target: "distlock::probe", ev = match &attempt {
+                Ok(Attempt::Busy { .. }) => "busy",
+                Ok(_) => "got",
+                Err(_) => "error",
+            });
             let sent = match attempt {
                 Ok(Attempt::Busy { .. }) => {
                     last_busy_sent = Some(sent);
@@ -391,7 +401,9 @@ impl Lock {
             async {
                 match sub.as_mut() {
                     Some(s) => {
-                        let _ = tokio::time::timeout_at(wake_at, s.released()).await;
+                        let woken = tokio::time::timeout_at(wake_at, s.released()).await;
+                        tracing::trace!(target: "distlock::probe",
+                            ev = if woken.is_ok() { "woken" } else { "poll" });
                     }
                     None => tokio::time::sleep_until(wake_at).await,
                 }

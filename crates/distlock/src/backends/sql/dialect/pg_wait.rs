@@ -26,7 +26,8 @@ pub(crate) const WAIT_ENTRY_MS: i64 = 5000;
 pub(crate) struct PgWaits {
     /// `$1`, `$2` the row, `$3` the waiter (its owner value), `$4` its registry's origin,
     /// `$5` its place (NULL for a new one: the server's clock in µs), `$6` the entry's life in
-    /// ms. Takes or renews the place and drops the key's expired entries; returns (place).
+    /// ms. Takes or renews the place and drops the key's expired entries; returns (place,
+    /// alone): alone when no live entry of another waiter is before it.
     pub(crate) register: String,
     /// `$1`, `$2` the row, `$3` the waiter, `$4` its place: a waiter that stopped waiting.
     pub(crate) unregister: String,
@@ -86,7 +87,11 @@ impl Pg {
                          {ceil} + $6::bigint)
                  ON CONFLICT (row_a, row_b, seq, waiter)
                      DO UPDATE SET expires_ms = excluded.expires_ms, origin = excluded.origin
-                 RETURNING x.seq"
+                 RETURNING x.seq, NOT EXISTS (
+                     SELECT 1 FROM {w} o
+                     WHERE o.row_a = $1::text AND o.row_b = $2::text AND o.expires_ms > {floor}
+                       AND o.waiter <> $3::text AND (o.seq, o.waiter) < (x.seq, x.waiter)
+                 )"
             ),
             unregister: format!(
                 "DELETE FROM {w}

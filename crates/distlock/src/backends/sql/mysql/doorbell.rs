@@ -434,6 +434,7 @@ async fn listener(
                 .await;
             wake.behind
                 .store(matches!(got, Ok(Some(Some(0)))), Ordering::Release);
+            tracing::trace!(target: "distlock::probe", ev = "my_turnstile");
             match got {
                 Ok(Some(Some(1))) => have_turnstile = true,
                 Ok(_) => {}
@@ -446,6 +447,7 @@ async fn listener(
             continue;
         }
         let started = Instant::now();
+        tracing::trace!(target: "distlock::probe", ev = "my_bell_wait");
         let statement = target.sql.replace("OWN_SESSIONS", &b.own_sessions());
         let row: Option<Row> = match c.query_first(&statement).await {
             Ok(r) => r,
@@ -477,12 +479,14 @@ async fn listener(
                 s.fire(&target.channel);
             }
         };
+        tracing::trace!(target: "distlock::probe", ev = "my_bell_returned");
         if rang && own {
             // Our own holder gave the doorbell back: its release woke this process already.
             last_ring = Some((Instant::now(), version));
             backoff = Duration::ZERO;
         } else if rang && (waited || held_by != 0) {
             // A holder gave the doorbell back after its release committed.
+            tracing::trace!(target: "distlock::probe", ev = "my_ring");
             fire();
             last_ring = Some((Instant::now(), version));
             backoff = Duration::ZERO;
@@ -495,9 +499,11 @@ async fn listener(
             let settling =
                 last_ring.is_some_and(|(t, v)| v == version && t.elapsed() < RING_SETTLE);
             if settling {
+                tracing::trace!(target: "distlock::probe", ev = "my_settling");
                 pause(&wake, MIN_BACKOFF).await;
                 continue;
             }
+            tracing::trace!(target: "distlock::probe", ev = "my_free");
             fire();
             // Still the version of the last wake-up: nobody took the lock since, so back off;
             // a new version means the lock is changing hands, and its next holder rings soon.

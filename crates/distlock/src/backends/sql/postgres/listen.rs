@@ -76,6 +76,8 @@ pub(super) async fn listen(
                             return;
                         };
                         let payload = n.payload();
+                        tracing::trace!(target: "distlock::probe",
+                            ev = if n.channel() == own { "pg_own" } else { "pg_table" });
                         if n.channel() == own {
                             // A release named one of our waiters as the next (ours included).
                             inner.woken(payload);

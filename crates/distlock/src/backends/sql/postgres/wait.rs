@@ -25,6 +25,11 @@ const RENEW_AFTER: Duration = Duration::from_millis(WAIT_ENTRY_MS as u64 * 2 / 5
 /// the table's channel or their polls, as without the wait table).
 const MAX_ENTRIES: usize = 100_000;
 
+/// How long after taking the first place in line a waiter looks whether the key is free
+/// (see [`Postgres::wait_in_line`]): far longer than a woken waiter takes to acquire on a
+/// machine that is not overloaded, far shorter than a registry's yield after its release.
+const RECHECK_ALONE: Duration = Duration::from_millis(2);
+
 /// The wait-table state of one backend.
 #[derive(Default)]
 pub(crate) struct Waits {
@@ -101,8 +106,42 @@ impl Postgres {
             Arc::new(ReleaseSignal::default()),
             Some(Box::new(leaving)),
         ));
-        self.take_place(&waiter).await;
+        if self.take_place(&waiter).await {
+            // Nobody was in line before this waiter: the key's last release may have found no
+            // entry and rung the table's channel before this subscription listened (its
+            // registry was still on its way back from its own release, say). Nobody would wake
+            // it then until its next poll, the whole yield of a registry that just released.
+            // A look a little later, once a waiter woken by that release (whose entry is gone)
+            // had time to take the key, tells.
+            let (engine, waiter) = (Arc::downgrade(self), waiter.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(RECHECK_ALONE).await;
+                if let Some(engine) = engine.upgrade() {
+                    engine.recheck(&waiter).await;
+                }
+            });
+        }
         Some(sub)
+    }
+
+    /// A waiter that was first in line when it took its place, and still waits with its entry
+    /// standing: wakes it if nobody holds the key (see [`wait_in_line`](Self::wait_in_line)).
+    async fn recheck(&self, waiter: &str) {
+        let row = {
+            let entries = self.waits.entries();
+            match entries.get(waiter) {
+                Some(e) if e.seq.is_some() && !e.taken => e.row.clone(),
+                _ => return,
+            }
+        };
+        let (a, b) = (&row.0, &row.1);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [a, b, &waiter];
+        if let Ok(rows) = self.query("wait", Stmt::Peek, &params, true).await {
+            if rows.is_empty() {
+                tracing::trace!(target: "distlock::probe", ev = "recheck_free");
+                self.common.signals.fire(&waiter_channel(waiter));
+            }
+        }
     }
 
     /// After an exclusive attempt of `token`. Busy: takes its place again if a release took it
@@ -149,6 +188,7 @@ impl Postgres {
             return None;
         }
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&a, &b, &waiter];
+        tracing::trace!(target: "distlock::probe", ev = "peek");
         let rows = self.query("try_acquire", Stmt::Peek, &params, true).await;
         let rows = rows.ok()?;
         let row = rows.first()?;
@@ -171,29 +211,33 @@ impl Postgres {
     }
 
     /// Takes (or renews) `waiter`'s place. A failure leaves the waiter to the table's channel
-    /// and its polls.
-    async fn take_place(&self, waiter: &str) {
+    /// and its polls. Returns whether a new place was taken with nobody before it.
+    async fn take_place(&self, waiter: &str) -> bool {
         let Some((a, b, seq)) = self
             .waits
             .entries()
             .get(waiter)
             .map(|e| (e.row.0.clone(), e.row.1.clone(), e.seq))
         else {
-            return;
+            return false;
         };
         let life = WAIT_ENTRY_MS;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
             [&a, &b, &waiter, &self.origin, &seq, &life];
         // A new place is not taken twice (a retry would take a second one).
         let again = seq.is_some();
-        let placed: Option<i64> = match self.query("wait", Stmt::Register, &params, again).await {
-            Ok(rows) => rows.first().map(|r| r.get(0)),
-            Err(e) => {
-                tracing::debug!(error = %e, "no place in the wait table; woken by the channel");
-                None
-            }
+        tracing::trace!(target: "distlock::probe", ev = if again { "renew_place" } else { "take_place" });
+        let placed: Option<(i64, bool)> =
+            match self.query("wait", Stmt::Register, &params, again).await {
+                Ok(rows) => rows.first().map(|r| (r.get(0), r.get(1))),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no place in the wait table; woken by the channel");
+                    None
+                }
+            };
+        let Some((placed, alone)) = placed else {
+            return false;
         };
-        let Some(placed) = placed else { return };
         let gone = {
             let mut entries = self.waits.entries();
             match entries.get_mut(waiter) {
@@ -208,9 +252,11 @@ impl Postgres {
             // The waiter stopped while its place was being taken: give it back.
             self.leave_line(&a, &b, waiter, placed).await;
         }
+        alone && !again && !gone
     }
 
     async fn leave_line(&self, a: &str, b: &str, waiter: &str, seq: i64) {
+        tracing::trace!(target: "distlock::probe", ev = "leave_line");
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&a, &b, &waiter, &seq];
         if let Err(e) = self.query("wait", Stmt::Unregister, &params, true).await {
             tracing::debug!(error = %e, "the wait table's entry stays until it expires");

@@ -144,3 +144,32 @@ async fn waiters_gone_hold_up_one_hand_over_at_most() {
     assert!(b[3].release(&name, token).await.unwrap().contended);
     assert!(fires(&mut again, WOKEN).await);
 }
+
+/// A release that finds no entry rings the table's channel; a waiter whose subscription came
+/// just after it (as a registry on its way back from its own release) heard nothing, and first
+/// in line it is woken by its look at the free key, not left to its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_missed_the_release_is_woken_when_first_in_line() {
+    let (db, b) = backends(2).await;
+    let name = LockName::new("wait", "k").unwrap();
+    let holder = Token::random();
+    assert!(matches!(
+        attempt(&b[0], &name, holder).await,
+        Attempt::Acquired { .. }
+    ));
+    let token = Token::random();
+    let busy = attempt(&b[1], &name, token).await;
+    assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
+    assert!(b[0].release(&name, holder).await.unwrap().contended);
+    let mut late = b[1].subscribe(&name, token).await.unwrap();
+    assert_eq!(entries(&db), 1);
+    assert!(fires(&mut late, WOKEN).await, "left to its poll");
+    let got = attempt(&b[1], &name, token).await;
+    assert!(matches!(got, Attempt::Acquired { .. }), "{got:?}");
+    // First in line with the key held, nothing wakes it.
+    let (_, mut next) = wait(&b[0], &name).await;
+    assert!(
+        !fires(&mut next, QUIET).await,
+        "woken while the key is held"
+    );
+}
