@@ -50,9 +50,22 @@ pub struct AcquireRequest {
 }
 
 /// The default owner of a connection's holds, `http <the client's address>`: made once per
-/// connection and put into each of its requests.
+/// connection.
 #[derive(Debug, Clone)]
 pub struct Peer(pub Owner);
+
+tokio::task_local! {
+    /// The [`Peer`] of the connection whose task serves the request (hyper serves a
+    /// connection's requests in the connection's own task); absent outside one.
+    pub static PEER: Option<Peer>;
+}
+
+impl Peer {
+    /// The peer of the connection being served, if any.
+    pub fn current() -> Option<Peer> {
+        PEER.try_with(Option::clone).ok().flatten()
+    }
+}
 
 /// The body of `PUT /v1/locks/{key}/{token}`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
