@@ -26,7 +26,7 @@ struct Inner {
 
 #[derive(Default)]
 struct Schedule {
-    due: BTreeMap<Slot, String>,
+    due: BTreeMap<Slot, super::holds::TokenBits>,
     /// When the task will look next; `None`: only when woken. It may be the end of a hold
     /// released since: the task then looks once for nothing, but a hold scheduled later
     /// (leases of one length end in the order they began) need not wake it, which a task
@@ -43,10 +43,10 @@ impl Expiries {
     }
 
     /// Schedules the hold `id` (token `token`) for `at`; returns its slot.
-    pub fn schedule(&self, at: Instant, id: u64, token: &str) -> Slot {
+    pub fn schedule(&self, at: Instant, id: u64, token: super::holds::TokenBits) -> Slot {
         let slot = (at, id);
         let mut schedule = self.schedule_mut();
-        schedule.due.insert(slot, token.to_owned());
+        schedule.due.insert(slot, token);
         if schedule.looks_at.is_none_or(|t| at < t) {
             schedule.looks_at = Some(at);
             drop(schedule);
@@ -64,7 +64,7 @@ impl Expiries {
     ///
     /// # Cancel safety
     /// Cancel safe: entries are taken out only when it returns.
-    pub async fn next_due(&self) -> Vec<String> {
+    pub async fn next_due(&self) -> Vec<super::holds::TokenBits> {
         loop {
             // Made before looking, so that a wake-up meanwhile is not missed.
             let woken = self.inner.wake.notified();
@@ -106,8 +106,8 @@ mod tests {
     async fn an_earlier_hold_wakes_the_waiting_task_and_unscheduled_ones_never_come() {
         let expiries = Expiries::default();
         let t0 = Instant::now();
-        let late = expiries.schedule(t0 + Duration::from_secs(60), 2, "late");
-        let gone = expiries.schedule(t0 + Duration::from_millis(1), 3, "gone");
+        let late = expiries.schedule(t0 + Duration::from_secs(60), 2, 60);
+        let gone = expiries.schedule(t0 + Duration::from_millis(1), 3, 61);
         expiries.unschedule(gone);
         let task = tokio::spawn({
             let expiries = expiries.clone();
@@ -115,12 +115,12 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         // Scheduled while the task sleeps until the late one: it must wake for this one.
-        expiries.schedule(Instant::now() + Duration::from_millis(50), 1, "soon");
+        expiries.schedule(Instant::now() + Duration::from_millis(50), 1, 62);
         let due = tokio::time::timeout(Duration::from_secs(30), task)
             .await
             .expect("woken for the earlier hold")
             .unwrap();
-        assert_eq!(due, ["soon"]);
+        assert_eq!(due, [62]);
         assert_eq!(expiries.schedule_mut().due.len(), 1);
         expiries.unschedule(late);
         assert!(expiries.schedule_mut().due.is_empty());

@@ -192,7 +192,45 @@ async fn acquire(
     let req = body(&bytes)?;
     let peer = super::holds::Peer::current();
     let granted = service.holds.acquire(&key, req, peer).await?;
-    Ok(Json(granted).into_response())
+    Ok(granted_json(&granted).into_response())
+}
+
+/// `granted` as its derived `Serialize` writes it, byte for byte (a test compares them), but
+/// written straight into its buffer: the answer of every acquisition.
+fn granted_json(granted: &Granted) -> impl IntoResponse {
+    /// A number's decimal digits, without the formatting machinery.
+    fn number(out: &mut Vec<u8>, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(&digits[at..]);
+    }
+    let mut out = Vec::with_capacity(granted.key.len() + 96);
+    out.extend_from_slice(b"{\"key\":");
+    // Any UTF-8: escaped as the derived serializer escapes it. Writing to a `Vec` of a `str`
+    // cannot fail.
+    let _ = serde_json::to_writer(&mut out, &granted.key);
+    out.extend_from_slice(b",\"token\":");
+    let _ = serde_json::to_writer(&mut out, &granted.token);
+    out.extend_from_slice(b",\"fence\":");
+    number(&mut out, granted.fence);
+    out.extend_from_slice(b",\"lease_ms\":");
+    number(&mut out, granted.lease_ms);
+    out.push(b'}');
+    (
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        out,
+    )
 }
 
 #[utoipa::path(
@@ -351,6 +389,31 @@ mod tests {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
         );
         assert!(url_query_pairs("%%%").len() <= 1);
+    }
+
+    #[test]
+    fn a_grant_is_written_as_its_serializer_writes_it() {
+        for (key, fence) in [
+            ("k", 0),
+            ("a \"quoted\" \\ key\n\u{1}é/✓", u64::MAX),
+            ("x", 1024),
+        ] {
+            let granted = Granted {
+                key: key.to_owned(),
+                token: distlock::Token::random().to_string(),
+                fence,
+                lease_ms: 30_000,
+            };
+            let response = granted_json(&granted).into_response();
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+            let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(
+                response.into_body(),
+                usize::MAX,
+            ))
+            .unwrap()
+            .unwrap();
+            assert_eq!(body, serde_json::to_vec(&granted).unwrap(), "{key:?}");
+        }
     }
 
     #[test]
