@@ -209,6 +209,27 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_that_names_another_host_is_checked_again() {
+        let sites = Sites::new(&[], false).unwrap();
+        let arrived: SocketAddr = "127.0.0.1:7070".parse().unwrap();
+        let known = KnownHost::default();
+        let get = |host: &str| {
+            Request::get("/v1/locks")
+                .header(header::HOST, host)
+                .body(())
+                .unwrap()
+        };
+        for _ in 0..2 {
+            assert!(sites.check(&get("127.0.0.1:7070"), arrived, &known).is_ok());
+        }
+        let refused = sites.check(&get("evil.example:7070"), arrived, &known);
+        assert_eq!(refused.unwrap_err().status, StatusCode::FORBIDDEN);
+        assert!(sites.check(&get("localhost:7070"), arrived, &known).is_ok());
+        let refused = sites.check(&get("localhost:7071"), arrived, &known);
+        assert_eq!(refused.unwrap_err().status, StatusCode::FORBIDDEN);
+    }
+
+    #[test]
     fn hosts_are_the_address_arrived_at_loopback_names_or_allowed_names() {
         let sites = Sites::new(&["Locks.Example".into()], false).unwrap();
         let local = at("127.0.0.1:7070");
