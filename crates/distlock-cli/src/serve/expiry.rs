@@ -19,25 +19,37 @@ pub struct Expiries {
 
 #[derive(Default)]
 struct Inner {
-    due: Mutex<BTreeMap<Slot, String>>,
-    /// Wakes the task for a hold due before everything it knew of.
+    schedule: Mutex<Schedule>,
+    /// Wakes the task for a hold due before the time it will look next.
     wake: Notify,
 }
 
+#[derive(Default)]
+struct Schedule {
+    due: BTreeMap<Slot, super::holds::TokenBits>,
+    /// When the task will look next; `None`: only when woken. It may be the end of a hold
+    /// released since: the task then looks once for nothing, but a hold scheduled later
+    /// (leases of one length end in the order they began) need not wake it, which a task
+    /// that went to sleep whenever the schedule emptied would need for nearly every hold.
+    looks_at: Option<Instant>,
+}
+
 impl Expiries {
-    fn due(&self) -> std::sync::MutexGuard<'_, BTreeMap<Slot, String>> {
-        self.inner.due.lock().unwrap_or_else(|e| e.into_inner())
+    fn schedule_mut(&self) -> std::sync::MutexGuard<'_, Schedule> {
+        self.inner
+            .schedule
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Schedules the hold `id` (token `token`) for `at`; returns its slot.
-    pub fn schedule(&self, at: Instant, id: u64, token: &str) -> Slot {
+    pub fn schedule(&self, at: Instant, id: u64, token: super::holds::TokenBits) -> Slot {
         let slot = (at, id);
-        let mut due = self.due();
-        let earliest = due.first_key_value().map(|(s, _)| s.0);
-        due.insert(slot, token.to_owned());
-        drop(due);
-        // Leases of one length end in the order they began: a new one is rarely the first.
-        if earliest.is_none_or(|e| at < e) {
+        let mut schedule = self.schedule_mut();
+        schedule.due.insert(slot, token);
+        if schedule.looks_at.is_none_or(|t| at < t) {
+            schedule.looks_at = Some(at);
+            drop(schedule);
             self.inner.wake.notify_one();
         }
         slot
@@ -45,28 +57,32 @@ impl Expiries {
 
     /// Takes a hold out of the schedule (released, or moved to another time).
     pub fn unschedule(&self, slot: Slot) {
-        self.due().remove(&slot);
+        self.schedule_mut().due.remove(&slot);
     }
 
     /// Waits for the next holds due and returns their tokens, out of the schedule.
     ///
     /// # Cancel safety
     /// Cancel safe: entries are taken out only when it returns.
-    pub async fn next_due(&self) -> Vec<String> {
+    pub async fn next_due(&self) -> Vec<super::holds::TokenBits> {
         loop {
             // Made before looking, so that a wake-up meanwhile is not missed.
             let woken = self.inner.wake.notified();
             let now = Instant::now();
             let next = {
-                let mut due = self.due();
-                match due.first_key_value().map(|(s, _)| s.0) {
+                let mut schedule = self.schedule_mut();
+                let next = match schedule.due.first_key_value().map(|(s, _)| s.0) {
                     Some(at) if at <= now => {
-                        let later = due.split_off(&(now, u64::MAX));
-                        let ready = std::mem::replace(&mut *due, later);
+                        schedule.looks_at = None;
+                        let later = schedule.due.split_off(&(now, u64::MAX));
+                        let ready = std::mem::replace(&mut schedule.due, later);
                         return ready.into_values().collect();
                     }
-                    next => next,
-                }
+                    Some(at) => Some(at),
+                    None => schedule.looks_at.filter(|t| *t > now),
+                };
+                schedule.looks_at = next;
+                next
             };
             match next {
                 Some(at) => {
@@ -90,8 +106,8 @@ mod tests {
     async fn an_earlier_hold_wakes_the_waiting_task_and_unscheduled_ones_never_come() {
         let expiries = Expiries::default();
         let t0 = Instant::now();
-        let late = expiries.schedule(t0 + Duration::from_secs(60), 2, "late");
-        let gone = expiries.schedule(t0 + Duration::from_millis(1), 3, "gone");
+        let late = expiries.schedule(t0 + Duration::from_secs(60), 2, 60);
+        let gone = expiries.schedule(t0 + Duration::from_millis(1), 3, 61);
         expiries.unschedule(gone);
         let task = tokio::spawn({
             let expiries = expiries.clone();
@@ -99,14 +115,14 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         // Scheduled while the task sleeps until the late one: it must wake for this one.
-        expiries.schedule(Instant::now() + Duration::from_millis(50), 1, "soon");
+        expiries.schedule(Instant::now() + Duration::from_millis(50), 1, 62);
         let due = tokio::time::timeout(Duration::from_secs(30), task)
             .await
             .expect("woken for the earlier hold")
             .unwrap();
-        assert_eq!(due, ["soon"]);
-        assert_eq!(expiries.due().len(), 1);
+        assert_eq!(due, [62]);
+        assert_eq!(expiries.schedule_mut().due.len(), 1);
         expiries.unschedule(late);
-        assert!(expiries.due().is_empty());
+        assert!(expiries.schedule_mut().due.is_empty());
     }
 }

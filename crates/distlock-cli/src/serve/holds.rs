@@ -17,6 +17,7 @@
 //! in this service and means nothing to the backend.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,9 +51,22 @@ pub struct AcquireRequest {
 }
 
 /// The default owner of a connection's holds, `http <the client's address>`: made once per
-/// connection and put into each of its requests.
+/// connection.
 #[derive(Debug, Clone)]
 pub struct Peer(pub Owner);
+
+tokio::task_local! {
+    /// The [`Peer`] of the connection whose task serves the request (hyper serves a
+    /// connection's requests in the connection's own task); absent outside one.
+    pub static PEER: Option<Peer>;
+}
+
+impl Peer {
+    /// The peer of the connection being served, if any.
+    pub fn current() -> Option<Peer> {
+        PEER.try_with(Option::clone).ok().flatten()
+    }
+}
 
 /// The body of `PUT /v1/locks/{key}/{token}`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -103,12 +117,54 @@ impl HttpHold {
     }
 }
 
+/// A hold's token as the table keys it: its 128 bits.
+pub type TokenBits = u128;
+
+/// Hashes a token by folding its bits: tokens are random (made here, from a cryptographic
+/// generator), so that is as good as a keyed hash and far cheaper; a caller chooses only the
+/// tokens it looks up, never the ones in the table.
+#[derive(Default)]
+pub struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    #[allow(clippy::cast_possible_truncation)] // the two halves, folded on purpose
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= (v as u64) ^ ((v >> 64) as u64);
+    }
+}
+
+type Table = HashMap<TokenBits, Arc<HttpHold>, BuildHasherDefault<TokenHasher>>;
+
+/// The bits of a token as this service writes it (32 lowercase hex digits); `None` for any
+/// other text, which names no hold.
+fn token_bits(token: &str) -> Option<TokenBits> {
+    if token.len() != 32 {
+        return None;
+    }
+    token.bytes().try_fold(0, |bits: TokenBits, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        Some(bits << 4 | TokenBits::from(digit))
+    })
+}
+
 /// The holds of this service, by token.
 #[derive(Clone)]
 pub struct Holds {
     registry: LockRegistry,
     board: Board,
-    table: Arc<Mutex<HashMap<String, Arc<HttpHold>>>>,
+    table: Arc<Mutex<Table>>,
     /// When the holds' leases end; one task ends them (see `new`).
     expiries: Expiries,
     /// The holder name of HTTP holds on the board.
@@ -137,7 +193,7 @@ impl Holds {
         let holds = Holds {
             registry,
             board,
-            table: Arc::new(Mutex::new(HashMap::new())),
+            table: Arc::new(Mutex::new(Table::default())),
             expiries: Expiries::default(),
             http: Holder::from("http"),
             stopping,
@@ -153,7 +209,7 @@ impl Holds {
         holds
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HttpHold>>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -219,7 +275,7 @@ impl Holds {
                 }
             }
         };
-        let token = Token::random().to_string();
+        let bits = Token::random().as_u128();
         let fence = guard.fence();
         let board_id = self
             .board
@@ -231,33 +287,33 @@ impl Holds {
             guard: tokio::sync::Mutex::new(Some(guard)),
             due: Mutex::new(None),
         });
-        self.table().insert(token.clone(), hold.clone());
-        *hold.due() = Some(self.expiries.schedule(ends, board_id, &token));
+        self.table().insert(bits, hold.clone());
+        *hold.due() = Some(self.expiries.schedule(ends, board_id, bits));
         // Shutdown releases the holds in the table once it is stopping; one entered after that
         // (acquired while shutdown began) is given back here, so none outlives the service.
         if *self.stopping.borrow() {
-            let _ = self.release(key, &token).await;
+            let _ = self.release_bits(key, bits).await;
             return Err(ApiError::shutting_down());
         }
         Ok(Granted {
             key: key.to_owned(),
-            token,
+            token: Token::from(bits).to_string(),
             fence,
             lease_ms: millis(lease),
         })
     }
 
     /// The hold of `token` if it is one of `key`'s.
-    fn find(&self, key: &str, token: &str) -> Option<Arc<HttpHold>> {
-        self.table().get(token).filter(|h| h.key == key).cloned()
+    fn find(&self, key: &str, token: TokenBits) -> Option<Arc<HttpHold>> {
+        self.table().get(&token).filter(|h| h.key == key).cloned()
     }
 
     /// Takes the hold out of the table (once: a second caller gets `None`).
-    fn take(&self, token: &str, hold: &Arc<HttpHold>) -> bool {
+    fn take(&self, token: TokenBits, hold: &Arc<HttpHold>) -> bool {
         let mut table = self.table();
-        match table.get(token) {
+        match table.get(&token) {
             Some(h) if Arc::ptr_eq(h, hold) => {
-                table.remove(token);
+                table.remove(&token);
                 true
             }
             _ => false,
@@ -266,26 +322,26 @@ impl Holds {
 
     /// The hold's lease is due to end: it ends unless it was extended meanwhile. A hold busy
     /// with an extension or a release is looked at once that is done, by a task of its own.
-    fn reap(&self, token: String) {
+    fn reap(&self, token: TokenBits) {
         let Some(hold) = self.table().get(&token).cloned() else {
             return;
         };
         let busy = match hold.guard.try_lock() {
             Ok(mut slot) => {
-                self.end_if_lost(&token, &hold, &mut slot);
+                self.end_if_lost(token, &hold, &mut slot);
                 false
             }
             Err(_) => true,
         };
         if busy {
             let this = self.clone();
-            tokio::spawn(async move { this.expire(&token).await });
+            tokio::spawn(async move { this.expire(token).await });
         }
     }
 
     /// `reap` for a hold whose guard may be in use: waits for it.
-    async fn expire(&self, token: &str) {
-        let Some(hold) = self.table().get(token).cloned() else {
+    async fn expire(&self, token: TokenBits) {
+        let Some(hold) = self.table().get(&token).cloned() else {
             return;
         };
         let mut slot = hold.guard.lock().await;
@@ -295,7 +351,7 @@ impl Holds {
     /// Ends the hold if its lease ran out (or the backend took it away): the guard's drop
     /// frees the key on the server if our token is still there. A hold still held (extended
     /// meanwhile) goes back into the schedule.
-    fn end_if_lost(&self, token: &str, hold: &Arc<HttpHold>, slot: &mut Option<LockGuard>) {
+    fn end_if_lost(&self, token: TokenBits, hold: &Arc<HttpHold>, slot: &mut Option<LockGuard>) {
         let Some(guard) = slot.as_ref() else {
             return;
         };
@@ -317,7 +373,7 @@ impl Holds {
     }
 
     /// Puts the hold into the schedule at the end of its lease as the guard counts it now.
-    fn reschedule(&self, token: &str, hold: &HttpHold, guard: &LockGuard) {
+    fn reschedule(&self, token: TokenBits, hold: &HttpHold, guard: &LockGuard) {
         let ends = Instant::now() + guard.remaining();
         let mut due = hold.due();
         if let Some(old) = due.take() {
@@ -338,6 +394,7 @@ impl Holds {
         req: ExtendRequest,
     ) -> Result<Duration, ApiError> {
         let lease = lease_of(req.lease_ms)?;
+        let token = token_bits(token).ok_or_else(ApiError::gone)?;
         let hold = self.find(key, token).ok_or_else(ApiError::gone)?;
         let slot = hold.guard.lock().await;
         let guard = slot.as_ref().ok_or_else(ApiError::gone)?;
@@ -363,6 +420,12 @@ impl Holds {
     /// Cancel safe: once the hold is out of the table, the release finishes or the lease
     /// ends; the hold is never left half-released in the table.
     pub async fn release(&self, key: &str, token: &str) -> Result<(), ApiError> {
+        let token = token_bits(token).ok_or_else(ApiError::gone)?;
+        self.release_bits(key, token).await
+    }
+
+    /// [`Holds::release`] of a token's bits.
+    async fn release_bits(&self, key: &str, token: TokenBits) -> Result<(), ApiError> {
         let hold = self.find(key, token).ok_or_else(ApiError::gone)?;
         let guard = hold.guard.lock().await.take().ok_or_else(ApiError::gone)?;
         self.take(token, &hold);
@@ -395,12 +458,38 @@ impl Holds {
     /// Cancel safe: each release is cancel safe, and a hold whose release was cut off ends
     /// with its lease.
     pub async fn release_all(&self) {
-        let tokens: Vec<(String, String)> = self
+        let tokens: Vec<(TokenBits, String)> = self
             .table()
             .iter()
-            .map(|(t, h)| (t.clone(), h.key.clone()))
+            .map(|(t, h)| (*t, h.key.clone()))
             .collect();
-        let releases = tokens.iter().map(|(token, key)| self.release(key, token));
+        let releases = tokens
+            .iter()
+            .map(|(token, key)| self.release_bits(key, *token));
         let _ = futures_util::future::join_all(releases).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_token_as_written_names_a_hold() {
+        let bits = Token::random().as_u128();
+        let text = Token::from(bits).to_string();
+        assert_eq!(token_bits(&text), Some(bits));
+        assert_eq!(token_bits(&"0".repeat(32)), Some(0));
+        for other in [
+            text.to_uppercase(),
+            format!("+{}", &text[1..]),
+            text[1..].to_owned(),
+            format!("{text}0"),
+            String::new(),
+        ] {
+            if other != text {
+                assert_eq!(token_bits(&other), None, "{other:?}");
+            }
+        }
     }
 }

@@ -218,15 +218,11 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                 let owner = distlock::Owner::new(format!("http {peer}")).ok().map(holds::Peer);
                 let routed = TowerToHyperService::new(router.clone());
                 let gate = service.clone();
-                let service = hyper::service::service_fn(move |mut request| {
-                    let answer = match routes::refused(&gate, &request, arrived) {
+                let known = sites::KnownHost::default();
+                let service = hyper::service::service_fn(move |request| {
+                    let answer = match routes::refused(&gate, &request, arrived, &known) {
                         Some(refused) => Either::Left(std::future::ready(Ok::<_, std::convert::Infallible>(refused))),
-                        None => {
-                            if let Some(owner) = &owner {
-                                request.extensions_mut().insert(owner.clone());
-                            }
-                            Either::Right(hyper::service::Service::call(&routed, request))
-                        }
+                        None => Either::Right(hyper::service::Service::call(&routed, request)),
                     };
                     async move {
                         let response = answer.await;
@@ -238,7 +234,9 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                 });
                 let watcher = graceful.watcher();
                 let tls = tls.clone();
-                tokio::spawn(async move {
+                // The connection's requests are served in its task: the default owner is there
+                    // for them without a request extension (a map allocated for each request).
+                tokio::spawn(holds::PEER.scope(owner, async move {
                     let mut builder = hyper::server::conn::http1::Builder::new();
                     // With a timer, hyper drops clients that trickle their headers (30 s).
                     builder.timer(hyper_util::rt::TokioTimer::new());
@@ -261,7 +259,7 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                     if let Err(e) = result {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
-                });
+                }));
             }
             sig = signals.recv() => {
                 tracing::debug!(signal = sig, "shutting down");

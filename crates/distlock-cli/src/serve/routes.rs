@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::body::HttpBody;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Path, Query, State};
 use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -73,8 +74,9 @@ pub fn refused<B>(
     service: &Service,
     request: &Request<B>,
     arrived: SocketAddr,
+    known: &super::sites::KnownHost,
 ) -> Option<Response> {
-    if let Err(refused) = service.sites.check(request, arrived) {
+    if let Err(refused) = service.sites.check(request, arrived, known) {
         Some(refused.into_response())
     } else if !authorized(service, request.headers(), request.uri().query()) {
         let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
@@ -128,6 +130,25 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// A request's body, as axum's `Bytes` extractor takes it (within [`MAX_BODY`], its rejection
+/// the same), but without collecting a body the request declared empty: most requests have
+/// none, and collecting one costs more than the rest of their extraction.
+struct RequestBody(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RequestBody {
+    type Rejection = <Bytes as FromRequest<S>>::Rejection;
+
+    async fn from_request(
+        request: Request<axum::body::Body>,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        if request.body().size_hint().exact() == Some(0) {
+            return Ok(RequestBody(Bytes::new()));
+        }
+        Bytes::from_request(request, state).await.map(RequestBody)
+    }
+}
+
 /// The body as `T`; an empty body is `T::default()`.
 fn body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -165,14 +186,51 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
 async fn acquire(
     State(service): State<Arc<Service>>,
     key: Result<Path<String>, PathRejection>,
-    peer: Option<axum::Extension<super::holds::Peer>>,
-    bytes: Bytes,
+    RequestBody(bytes): RequestBody,
 ) -> Result<Response, ApiError> {
     let key = path(key)?;
     let req = body(&bytes)?;
-    let peer = peer.map(|axum::Extension(p)| p);
+    let peer = super::holds::Peer::current();
     let granted = service.holds.acquire(&key, req, peer).await?;
-    Ok(Json(granted).into_response())
+    Ok(granted_json(&granted).into_response())
+}
+
+/// `granted` as its derived `Serialize` writes it, byte for byte (a test compares them), but
+/// written straight into its buffer: the answer of every acquisition.
+fn granted_json(granted: &Granted) -> impl IntoResponse {
+    /// A number's decimal digits, without the formatting machinery.
+    fn number(out: &mut Vec<u8>, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(&digits[at..]);
+    }
+    let mut out = Vec::with_capacity(granted.key.len() + 96);
+    out.extend_from_slice(b"{\"key\":");
+    // Any UTF-8: escaped as the derived serializer escapes it. Writing to a `Vec` of a `str`
+    // cannot fail.
+    let _ = serde_json::to_writer(&mut out, &granted.key);
+    out.extend_from_slice(b",\"token\":");
+    let _ = serde_json::to_writer(&mut out, &granted.token);
+    out.extend_from_slice(b",\"fence\":");
+    number(&mut out, granted.fence);
+    out.extend_from_slice(b",\"lease_ms\":");
+    number(&mut out, granted.lease_ms);
+    out.push(b'}');
+    (
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        out,
+    )
 }
 
 #[utoipa::path(
@@ -190,7 +248,7 @@ async fn acquire(
 async fn extend(
     State(service): State<Arc<Service>>,
     p: Result<Path<(String, String)>, PathRejection>,
-    bytes: Bytes,
+    RequestBody(bytes): RequestBody,
 ) -> Result<Response, ApiError> {
     let (key, token) = path(p)?;
     let req = body(&bytes)?;
@@ -277,7 +335,10 @@ async fn events(State(service): State<Arc<Service>>) -> Response {
     )
 )]
 /// `POST /demo` with `{"key", "workers", "hold_ms"}` (all optional): 202 once it started.
-async fn demo(State(service): State<Arc<Service>>, bytes: Bytes) -> Result<Response, ApiError> {
+async fn demo(
+    State(service): State<Arc<Service>>,
+    RequestBody(bytes): RequestBody,
+) -> Result<Response, ApiError> {
     let req = body(&bytes)?;
     let started = service.demos.start(&service, req)?;
     Ok((StatusCode::ACCEPTED, Json(started)).into_response())
@@ -328,6 +389,31 @@ mod tests {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
         );
         assert!(url_query_pairs("%%%").len() <= 1);
+    }
+
+    #[test]
+    fn a_grant_is_written_as_its_serializer_writes_it() {
+        for (key, fence) in [
+            ("k", 0),
+            ("a \"quoted\" \\ key\n\u{1}é/✓", u64::MAX),
+            ("x", 1024),
+        ] {
+            let granted = Granted {
+                key: key.to_owned(),
+                token: distlock::Token::random().to_string(),
+                fence,
+                lease_ms: 30_000,
+            };
+            let response = granted_json(&granted).into_response();
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+            let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(
+                response.into_body(),
+                usize::MAX,
+            ))
+            .unwrap()
+            .unwrap();
+            assert_eq!(body, serde_json::to_vec(&granted).unwrap(), "{key:?}");
+        }
     }
 
     #[test]

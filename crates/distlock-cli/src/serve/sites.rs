@@ -53,8 +53,14 @@ impl Sites {
     }
 
     /// `Ok` if the request may go on; else the answer (403, 400 or 415 with `{"error"}`).
-    /// `arrived`: the local address the request's connection arrived at.
-    pub fn check<B>(&self, request: &Request<B>, arrived: SocketAddr) -> Result<(), ApiError> {
+    /// `arrived`: the local address the request's connection arrived at; `known`: the
+    /// connection's last accepted `Host`.
+    pub fn check<B>(
+        &self,
+        request: &Request<B>,
+        arrived: SocketAddr,
+        known: &KnownHost,
+    ) -> Result<(), ApiError> {
         let headers = request.headers();
         let host = request
             .uri()
@@ -62,11 +68,17 @@ impl Sites {
             .map(|a| a.as_str())
             .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
             .ok_or_else(|| forbidden("the request names no Host"))?;
-        if !self.host_allowed(host, Some(arrived)) {
+        // Whether a host is allowed depends only on it and on `arrived`, which a connection
+        // keeps: the same host as last time passes without its parsing again.
+        let seen = known.0.borrow().as_deref() == Some(host);
+        if !seen && !self.host_allowed(host, Some(arrived)) {
             return Err(forbidden(format!(
                 "Host {host:?} is not an address this service listens on \
                  (name it with --allow-host to accept it)"
             )));
+        }
+        if !seen {
+            *known.0.borrow_mut() = Some(host.into());
         }
         if changes_state(request.method()) {
             from_this_site(headers, host)?;
@@ -103,6 +115,15 @@ impl Sites {
     }
 }
 
+/// The last `Host` a connection named that was allowed (one per connection): a keep-alive
+/// client names the same one in every request, and checking it again (parsing it as an
+/// authority, lowercasing it) would cost more than the rest of the gate.
+#[derive(Debug, Default)]
+pub struct KnownHost(std::cell::RefCell<Option<Box<str>>>);
+
+/// Looked up by a name made once rather than parsed from a string in each request.
+static SEC_FETCH_SITE: header::HeaderName = header::HeaderName::from_static("sec-fetch-site");
+
 fn forbidden(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, message)
 }
@@ -113,7 +134,7 @@ fn changes_state(method: &Method) -> bool {
 
 /// Refuses what a browser marks as sent by a page of another site.
 fn from_this_site(headers: &HeaderMap, host: &str) -> Result<(), ApiError> {
-    if let Some(site) = headers.get("sec-fetch-site") {
+    if let Some(site) = headers.get(&SEC_FETCH_SITE) {
         let site = site.to_str().unwrap_or("");
         if !matches!(site, "same-origin" | "none") {
             return Err(forbidden(format!(
@@ -185,6 +206,27 @@ mod tests {
 
     fn at(addr: &str) -> Option<SocketAddr> {
         Some(addr.parse().unwrap())
+    }
+
+    #[test]
+    fn a_connection_that_names_another_host_is_checked_again() {
+        let sites = Sites::new(&[], false).unwrap();
+        let arrived: SocketAddr = "127.0.0.1:7070".parse().unwrap();
+        let known = KnownHost::default();
+        let get = |host: &str| {
+            Request::get("/v1/locks")
+                .header(header::HOST, host)
+                .body(())
+                .unwrap()
+        };
+        for _ in 0..2 {
+            assert!(sites.check(&get("127.0.0.1:7070"), arrived, &known).is_ok());
+        }
+        let refused = sites.check(&get("evil.example:7070"), arrived, &known);
+        assert_eq!(refused.unwrap_err().status, StatusCode::FORBIDDEN);
+        assert!(sites.check(&get("localhost:7070"), arrived, &known).is_ok());
+        let refused = sites.check(&get("localhost:7071"), arrived, &known);
+        assert_eq!(refused.unwrap_err().status, StatusCode::FORBIDDEN);
     }
 
     #[test]
