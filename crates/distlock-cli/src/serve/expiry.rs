@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// A hold's token as the hold table and this schedule key it: its 128 bits.
+pub type TokenBits = u128;
+
 /// Where a hold is in the schedule: its lease's end and its id (the board's).
 pub type Slot = (Instant, u64);
 
@@ -26,7 +29,7 @@ struct Inner {
 
 #[derive(Default)]
 struct Schedule {
-    due: BTreeMap<Slot, super::holds::TokenBits>,
+    due: BTreeMap<Slot, TokenBits>,
     /// When the task will look next; `None`: only when woken. It may be the end of a hold
     /// released since: the task then looks once for nothing, but a hold scheduled later
     /// (leases of one length end in the order they began) need not wake it, which a task
@@ -43,7 +46,7 @@ impl Expiries {
     }
 
     /// Schedules the hold `id` (token `token`) for `at`; returns its slot.
-    pub fn schedule(&self, at: Instant, id: u64, token: super::holds::TokenBits) -> Slot {
+    pub fn schedule(&self, at: Instant, id: u64, token: TokenBits) -> Slot {
         let slot = (at, id);
         let mut schedule = self.schedule_mut();
         schedule.due.insert(slot, token);
@@ -64,7 +67,7 @@ impl Expiries {
     ///
     /// # Cancel safety
     /// Cancel safe: entries are taken out only when it returns.
-    pub async fn next_due(&self) -> Vec<super::holds::TokenBits> {
+    pub async fn next_due(&self) -> Vec<TokenBits> {
         loop {
             // Made before looking, so that a wake-up meanwhile is not missed.
             let woken = self.inner.wake.notified();

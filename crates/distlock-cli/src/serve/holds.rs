@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::events::{millis, Board, Holder};
-use super::expiry::{Expiries, Slot};
+use super::expiry::{Expiries, Slot, TokenBits};
 use super::ApiError;
 use crate::run::HoldKind;
 
@@ -116,9 +116,6 @@ impl HttpHold {
         self.due.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
-
-/// A hold's token as the table keys it: its 128 bits.
-pub type TokenBits = u128;
 
 /// Hashes a token by folding its bits: tokens are random (made here, from a cryptographic
 /// generator), so that is as good as a keyed hash and far cheaper; a caller chooses only the

@@ -22,6 +22,7 @@ mod lite;
 mod my;
 mod pg;
 mod pg_shedlock;
+mod pg_text;
 mod pg_wait;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! PostgreSQL statements: prepared once per connection, with `$n` parameters.
 
-use super::pg_wait::PgWaits;
+use super::pg_text::{pg_ident, pg_table, PG_MS_CEIL, PG_MS_FLOOR, PG_US, PG_UTC};
+use super::pg_wait::{PgWaits, WaitTable};
 use crate::backends::sql::kinds::{
     holds_table, names_table, owners_table, LONE_READER, MAX_SHARE_OWNERS, OWNER_SEP, PERMIT, READ,
     READ_MARK, SEM_MARK, WRITER,
@@ -85,27 +86,6 @@ pub(crate) struct PgKinds {
     pub(crate) leave: String,
 }
 
-// Clocks. `now()` is the start of the statement's transaction: taken before the statement
-// waits for a row lock, so a lease it writes ends no later than the holder reckons, and an
-// expiry it checks is judged no earlier than it happened.
-pub(super) const PG_US: &str = "(EXTRACT(EPOCH FROM now()) * 1000000)::bigint";
-pub(super) const PG_MS_FLOOR: &str = "floor(EXTRACT(EPOCH FROM now()) * 1000)::bigint";
-pub(super) const PG_MS_CEIL: &str = "ceil(EXTRACT(EPOCH FROM now()) * 1000)::bigint";
-pub(super) const PG_UTC: &str = "(now() AT TIME ZONE 'UTC')";
-
-/// PostgreSQL folds unquoted names to lower case; quoting the folded name gives the same table
-/// as an unquoted reference (Spring's `INT_LOCK` is `int_lock`) and survives reserved words.
-pub(super) fn pg_ident(name: &str) -> String {
-    format!("\"{}\"", name.to_ascii_lowercase())
-}
-
-pub(super) fn pg_table(schema: Option<&str>, table: &str) -> String {
-    match schema {
-        Some(s) => format!("{}.{}", pg_ident(s), pg_ident(table)),
-        None => pg_ident(table),
-    }
-}
-
 /// The first of a layout's creating statements: its schema's, when it names one.
 pub(super) fn schema_first(schema: Option<&str>) -> Vec<String> {
     schema
@@ -128,6 +108,27 @@ fn spring_side_table(name: &str, columns: &str) -> String {
 }
 
 impl Pg {
+    /// Adds the wait table (see `pg_wait`) to the statements: its creation, its existence as
+    /// the fourth column of `exists`, and its statements (see [`WaitTable::new`] for `rels`
+    /// and `peek`).
+    pub(crate) fn with_waits(
+        mut self,
+        schema: Option<&str>,
+        table: &str,
+        rels: (&str, Option<&str>),
+        peek: String,
+    ) -> Self {
+        let t = WaitTable::new(schema, table, rels, peek);
+        self.create.push(t.create);
+        self.exists = format!(
+            "SELECT e.*, to_regclass('{}') IS NOT NULL FROM ({}) AS e",
+            t.name.replace('\'', "''"),
+            self.exists
+        );
+        self.waits = t.waits;
+        self
+    }
+
     /// Native layout. Parameters: see each statement.
     pub(crate) fn native(schema: Option<&str>, table: &str) -> Self {
         let t = pg_table(schema, table);

@@ -2,7 +2,8 @@
 //! with the database's time (`usingDbTime()`), in the parameter order and result shapes of
 //! the Spring layout's, so that the backend runs them the same way.
 
-use super::pg::{exists_query_of, pg_table, schema_first};
+use super::pg::{exists_query_of, schema_first};
+use super::pg_text::pg_table;
 use super::pg_wait::PgWaits;
 use super::Pg;
 

@@ -11,8 +11,7 @@
 //! waiter died is taken out by the next release, which then wakes nobody, so the others wait
 //! for their next poll once.
 
-use super::pg::{pg_table, PG_MS_CEIL, PG_MS_FLOOR, PG_US};
-use super::Pg;
+use super::pg_text::{pg_table, PG_MS_CEIL, PG_MS_FLOOR, PG_US};
 use crate::backends::sql::kinds::waits_table;
 
 /// How long a waiter's entry stands unless its waiter renews it (see `postgres::wait`); an
@@ -43,22 +42,31 @@ pub(crate) struct PgWaits {
     pub(crate) peek: String,
 }
 
-impl Pg {
-    /// Adds the wait table to the statements: its creation, its existence as the fourth column
-    /// of `exists`, and the release that wakes the next waiter, made of `rel` (and
-    /// `rel_undescribed`, see [`PgWaits::release_next_undescribed`]): the layout's release as
-    /// common table expressions, the last named `rel` with the columns (contended, bell): bell
-    /// when a release without a waiter's entry notifies the table's channel. `peek`: see
+/// The wait table of the layout table `table`: what [`Pg`](super::Pg)'s `with_waits` adds to a
+/// layout's statements.
+pub(super) struct WaitTable {
+    /// The table's name as statements write it.
+    pub(super) name: String,
+    /// Its creation.
+    pub(super) create: String,
+    /// Its statements.
+    pub(super) waits: PgWaits,
+}
+
+impl WaitTable {
+    /// The wait table of `table`, with the release that wakes the next waiter made of `rel`
+    /// (and `rel_undescribed`, see [`PgWaits::release_next_undescribed`]): the layout's release
+    /// as common table expressions, the last named `rel` with the columns (contended, bell):
+    /// bell when a release without a waiter's entry notifies the table's channel. `peek`: see
     /// [`PgWaits::peek`].
-    pub(crate) fn with_waits(
-        mut self,
+    pub(super) fn new(
         schema: Option<&str>,
         table: &str,
         (rel, rel_undescribed): (&str, Option<&str>),
         peek: String,
-    ) -> Self {
+    ) -> WaitTable {
         let w = pg_table(schema, &waits_table(table));
-        self.create.push(format!(
+        let create = format!(
             "CREATE TABLE IF NOT EXISTS {w} (
                 row_a TEXT NOT NULL,
                 row_b TEXT NOT NULL,
@@ -68,14 +76,9 @@ impl Pg {
                 expires_ms BIGINT NOT NULL,
                 PRIMARY KEY (row_a, row_b, seq, waiter)
             )"
-        ));
-        self.exists = format!(
-            "SELECT e.*, to_regclass('{}') IS NOT NULL FROM ({}) AS e",
-            w.replace('\'', "''"),
-            self.exists
         );
         let (floor, ceil) = (PG_MS_FLOOR, PG_MS_CEIL);
-        self.waits = PgWaits {
+        let waits = PgWaits {
             register: format!(
                 "WITH prune AS (
                      DELETE FROM {w}
@@ -102,11 +105,15 @@ impl Pg {
             release_next_undescribed: rel_undescribed.map(|r| release_next(&w, r)),
             peek,
         };
-        self
+        WaitTable {
+            name: w,
+            create,
+            waits,
+        }
     }
 }
 
-/// `rel` (see [`Pg::with_waits`]) followed by the hand-over to the oldest live entry of another
+/// `rel` (see [`WaitTable::new`]) followed by the hand-over to the oldest live entry of another
 /// waiter of the key. `SKIP LOCKED`: two releases at once (one of them of an expired hold) do
 /// not wait for each other's entry.
 fn release_next(w: &str, rel: &str) -> String {

@@ -1,5 +1,5 @@
 use super::my::{hex_literal, My};
-use super::pg::pg_table;
+use super::pg_text::pg_table;
 use super::*;
 
 #[test]

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 
 mod cycle;
 mod listen;
+mod places;
 mod pool;
 mod run;
 mod state;
@@ -48,12 +49,12 @@ mod wait_tests;
 
 #[doc(hidden)]
 pub use self::cycle::LockCycle;
+use self::places::Waits;
 use self::pool::{Connector, Pool, Stmt};
 pub use self::state::Postgres;
 use self::state::KIND;
 pub use self::tls::SslMode;
 use self::tls::{TlsFiles, Transport};
-use self::wait::Waits;
 
 /// The URL schemes of this backend.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];

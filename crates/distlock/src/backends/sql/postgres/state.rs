@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use tokio::sync::{oneshot, watch};
 
+use super::places::Waits;
 use super::pool::Pool;
-use super::wait::Waits;
 use crate::backends::sql::dialect::Pg;
 use crate::backends::sql::lease_table::Common;
 

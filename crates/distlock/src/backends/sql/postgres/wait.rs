@@ -4,11 +4,10 @@
 //! without having been woken (the subscription's end). The listener wakes a waiter whose entry
 //! a release took out (`listen.rs`).
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::places::Entry;
 use super::pool::Stmt;
 use super::state::Postgres;
 use crate::backend::{Attempt, LockName, ReleaseSignal, ReleaseSubscription, Token};
@@ -30,36 +29,9 @@ const MAX_ENTRIES: usize = 100_000;
 /// machine that is not overloaded, far shorter than a registry's yield after its release.
 const RECHECK_ALONE: Duration = Duration::from_millis(2);
 
-/// The wait-table state of one backend.
-#[derive(Default)]
-pub(crate) struct Waits {
-    /// Whether the wait table exists (see `run::ensure_table`).
-    pub(super) ready: AtomicBool,
-    /// This backend's waiters, by their owner value (the entry's `waiter`).
-    entries: Mutex<HashMap<String, Entry>>,
-}
-
-struct Entry {
-    /// The key's row, as the statements' `$1`, `$2`.
-    row: (String, String),
-    /// The entry's place once it was taken; kept when a release takes the entry out, so that a
-    /// waiter that comes back keeps its turn.
-    seq: Option<i64>,
-    /// When the entry was last taken or renewed.
-    renewed: Instant,
-    /// A release took the entry out (and woke the waiter).
-    taken: bool,
-}
-
 /// The channel of [`ReleaseSignals`](crate::backend::ReleaseSignals) that wakes one waiter.
 pub(super) fn waiter_channel(waiter: &str) -> String {
     format!("waiter/{waiter}")
-}
-
-impl Waits {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 impl Postgres {
