@@ -34,6 +34,15 @@ async fn attempt(b: &PostgresBackend, name: &LockName, token: Token) -> Attempt 
 }
 
 /// Finds the key busy and subscribes, as a waiting registry does.
+/// The test key, held by `b` with the token returned.
+async fn held(b: &PostgresBackend) -> (LockName, Token) {
+    let name = LockName::new("wait", "k").unwrap();
+    let holder = Token::random();
+    let got = attempt(b, &name, holder).await;
+    assert!(matches!(got, Attempt::Acquired { .. }), "{got:?}");
+    (name, holder)
+}
+
 async fn wait(b: &PostgresBackend, name: &LockName) -> (Token, ReleaseSubscription) {
     let token = Token::random();
     let busy = attempt(b, name, token).await;
@@ -90,12 +99,7 @@ async fn a_release_wakes_the_next_waiter_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_acquires_otherwise_leaves_no_entry() {
     let (db, b) = backends(2).await;
-    let name = LockName::new("wait", "k").unwrap();
-    let holder = Token::random();
-    assert!(matches!(
-        attempt(&b[0], &name, holder).await,
-        Attempt::Acquired { .. }
-    ));
+    let (name, _) = held(&b[0]).await;
     let (token, _sub) = wait(&b[1], &name).await;
     assert_eq!(entries(&db), 1);
     b[0].force_release(&name).await.unwrap();
@@ -110,12 +114,7 @@ async fn a_waiter_that_acquires_otherwise_leaves_no_entry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_gone_hold_up_one_hand_over_at_most() {
     let (db, b) = backends(4).await;
-    let name = LockName::new("wait", "k").unwrap();
-    let holder = Token::random();
-    assert!(matches!(
-        attempt(&b[0], &name, holder).await,
-        Attempt::Acquired { .. }
-    ));
+    let (name, holder) = held(&b[0]).await;
     let (_, gave_up) = wait(&b[1], &name).await;
     let (_, vanished) = wait(&b[2], &name).await;
     let (token, mut last) = wait(&b[3], &name).await;
@@ -151,12 +150,7 @@ async fn waiters_gone_hold_up_one_hand_over_at_most() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_missed_the_release_is_woken_when_first_in_line() {
     let (db, b) = backends(2).await;
-    let name = LockName::new("wait", "k").unwrap();
-    let holder = Token::random();
-    assert!(matches!(
-        attempt(&b[0], &name, holder).await,
-        Attempt::Acquired { .. }
-    ));
+    let (name, holder) = held(&b[0]).await;
     let token = Token::random();
     let busy = attempt(&b[1], &name, token).await;
     assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
