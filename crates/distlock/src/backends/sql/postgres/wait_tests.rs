@@ -33,7 +33,6 @@ async fn attempt(b: &PostgresBackend, name: &LockName, token: Token) -> Attempt 
     b.acquire(&request).await.unwrap()
 }
 
-/// Finds the key busy and subscribes, as a waiting registry does.
 /// The test key, held by `b` with the token returned.
 async fn held(b: &PostgresBackend) -> (LockName, Token) {
     let name = LockName::new("wait", "k").unwrap();
@@ -43,6 +42,7 @@ async fn held(b: &PostgresBackend) -> (LockName, Token) {
     (name, holder)
 }
 
+/// Finds the key busy and subscribes, as a waiting registry does.
 async fn wait(b: &PostgresBackend, name: &LockName) -> (Token, ReleaseSubscription) {
     let token = Token::random();
     let busy = attempt(b, name, token).await;
