@@ -107,7 +107,12 @@ impl Unary {
         let connect = async {
             let tcp = TcpStream::connect(host.as_str()).await?;
             tcp.set_nodelay(true)?;
-            let (send, conn) = h2::client::handshake(tcp)
+            // hyper's windows (what the tonic channel used): a large answer (a long queue)
+            // comes without waiting for window updates.
+            let (send, conn) = h2::client::Builder::new()
+                .initial_window_size(2 << 20)
+                .initial_connection_window_size(5 << 20)
+                .handshake(tcp)
                 .await
                 .map_err(std::io::Error::other)?;
             Ok::<_, std::io::Error>((send, conn))
