@@ -75,7 +75,8 @@ impl Unary {
             connect_timeout,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            made: AtomicUsize::new(0),
+            // Processes start at different members, as a balanced channel would spread them.
+            made: AtomicUsize::new(first_member()),
         })
     }
 
@@ -179,6 +180,14 @@ impl Unary {
             }
         }
     }
+}
+
+/// A member to start at that differs between processes and instances.
+fn first_member() -> usize {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (nanos as usize) ^ (std::process::id() as usize)
 }
 
 /// Drops the connection of a call that is dropped unfinished after [`SUSPECT_AFTER`].
