@@ -28,9 +28,10 @@ use super::pb::{
     watch_create_request, watch_request, AuthClient, AuthenticateRequest, KvClient, LeaseClient,
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MaintenanceClient,
-    PutRequest, RangeRequest, RangeResponse, StatusRequest, TxnRequest, TxnResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest, TxnRequest, TxnResponse,
     WatchCancelRequest, WatchClient, WatchCreateRequest, WatchRequest, WatchResponse,
 };
+use super::unary::{Method, Unary};
 use crate::error::Error;
 
 /// How a request failed, before it becomes an [`Error`] (see [`map_err`]).
@@ -244,6 +245,8 @@ pub(super) struct Client {
     lease: LeaseClient<Svc>,
     maintenance: MaintenanceClient<Svc>,
     auth: Option<Arc<Auth>>,
+    /// KV calls without tonic's tasks in between, on plain-text endpoints (see `unary.rs`).
+    unary: Option<Arc<Unary>>,
     request_timeout: Duration,
 }
 
@@ -316,14 +319,24 @@ impl Client {
         if let Some(auth) = &auth {
             with_retry(settings.connect_timeout, || auth.login()).await?;
         }
+        let unary = match settings.tls {
+            None => Some(Unary::new(settings.hosts.clone(), settings.connect_timeout)),
+            Some(_) => None,
+        };
         Ok(Client {
             kv: KvClient::with_interceptor(channel.clone(), headers.clone()),
             watch: WatchClient::with_interceptor(channel.clone(), headers.clone()),
             lease: LeaseClient::with_interceptor(channel.clone(), headers.clone()),
             maintenance: MaintenanceClient::with_interceptor(channel, headers),
             auth,
+            unary,
             request_timeout: settings.request_timeout,
         })
+    }
+
+    /// The authentication token of the next call, if any.
+    fn token(&self) -> Option<AsciiMetadataValue> {
+        self.auth.as_ref().and_then(|a| a.current())
     }
 
     /// Runs `op` once, and once more after logging in again if the server refused the token.
@@ -364,6 +377,13 @@ impl Client {
     }
 
     pub(super) async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        if let Some(u) = &self.unary {
+            return self
+                .call(self.request_timeout, || {
+                    u.call(Method::Range, &req, self.token())
+                })
+                .await;
+        }
         self.call(self.request_timeout, || {
             let (mut c, req) = (self.kv.clone(), req.clone());
             async move { Ok(c.range(req).await?.into_inner()) }
@@ -372,6 +392,10 @@ impl Client {
     }
 
     pub(super) async fn put(&self, req: PutRequest) -> Result<()> {
+        if let Some(u) = &self.unary {
+            let put = || u.call::<_, PutResponse>(Method::Put, &req, self.token());
+            return self.call(self.request_timeout, put).await.map(drop);
+        }
         self.call(self.request_timeout, || {
             let (mut c, req) = (self.kv.clone(), req.clone());
             async move { Ok(c.put(req).await.map(drop)?) }
@@ -380,6 +404,13 @@ impl Client {
     }
 
     pub(super) async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        if let Some(u) = &self.unary {
+            return self
+                .call(self.request_timeout, || {
+                    u.call(Method::Txn, &req, self.token())
+                })
+                .await;
+        }
         self.call(self.request_timeout, || {
             let (mut c, req) = (self.kv.clone(), req.clone());
             async move { Ok(c.txn(req).await?.into_inner()) }

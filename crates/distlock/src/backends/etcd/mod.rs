@@ -109,6 +109,7 @@ mod session;
 mod state;
 #[cfg(test)]
 mod tests;
+mod unary;
 mod watch;
 
 use self::address::{tls_settings, ParsedUrl};

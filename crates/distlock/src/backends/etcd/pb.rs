@@ -23,8 +23,8 @@ pub(super) use generated::etcdserverpb::{
     watch_client::WatchClient, watch_create_request, watch_request, AuthenticateRequest, Compare,
     DeleteRangeRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
     LeaseKeepAliveResponse, LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
-    PutRequest, RangeRequest, RangeResponse, RequestOp, StatusRequest, TxnRequest, TxnResponse,
-    WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, StatusRequest, TxnRequest,
+    TxnResponse, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 
 pub(super) use generated::mvccpb::{event::EventType, KeyValue};
