@@ -25,6 +25,7 @@ impl ReleaseSignal {
     }
 
     /// How many times it fired so far.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
