@@ -142,34 +142,48 @@ pub(super) struct Queued {
     pub(super) owner: String,
 }
 
-/// The direct children of `dir` among `kvs`, in the order given.
-pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
+/// `f` of each direct child of `dir` among `kvs`, in the order given.
+pub(super) fn children<'a, T>(
+    dir: &[u8],
+    kvs: &'a [pb::KeyValue],
+    f: impl FnMut(&'a pb::KeyValue) -> T,
+) -> Vec<T> {
     kvs.iter()
         .filter(|kv| is_direct_child(dir, &kv.key))
-        .map(|kv| Queued {
+        .map(f)
+        .collect()
+}
+
+impl Queued {
+    fn of(kv: &pb::KeyValue, kind: LockKind, owner: String) -> Queued {
+        Queued {
             key: kv.key.clone(),
             rev: kv.create_revision,
             lease: kv.lease,
-            kind: kind_of(&kv.key[dir.len()..], &kv.value),
-            owner: owner_of(&kv.value),
-        })
-        .collect()
+            kind,
+            owner,
+        }
+    }
+}
+
+/// The direct children of `dir` among `kvs`, in the order given.
+pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
+    children(dir, kvs, |kv| {
+        Queued::of(
+            kv,
+            kind_of(&kv.key[dir.len()..], &kv.value),
+            owner_of(&kv.value),
+        )
+    })
 }
 
 /// The direct children of `dir` among `kvs` as the candidates of the election `dir`
 /// (`concurrency.Election`): each one a contender for the one leadership, its value the
 /// candidate's description as it is.
 pub(super) fn candidates(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
-    kvs.iter()
-        .filter(|kv| is_direct_child(dir, &kv.key))
-        .map(|kv| Queued {
-            key: kv.key.clone(),
-            rev: kv.create_revision,
-            lease: kv.lease,
-            kind: LockKind::Mutex,
-            owner: Owner::shown(&kv.value),
-        })
-        .collect()
+    children(dir, kvs, |kv| {
+        Queued::of(kv, LockKind::Mutex, Owner::shown(&kv.value))
+    })
 }
 
 /// The keys of `dir` for the permits of its semaphore, as a watched range.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::Result;
 
 use super::client::map_err;
-use super::kinds::{is_direct_child, queued, Queued};
+use super::kinds::{children, queued, Queued};
 use super::options::PEEK;
 use super::pb::{self, range_request::SortOrder};
 use super::state::{Contender, Shared, View};
@@ -30,14 +30,11 @@ pub(super) fn lock_dir(name: &LockName) -> String {
 
 /// The keys directly below `dir` (not those of a lock whose key extends this one's with `/`).
 pub(super) fn direct_children(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Contender> {
-    kvs.iter()
-        .filter(|kv| is_direct_child(dir, &kv.key))
-        .map(|kv| Contender {
-            key: kv.key.clone(),
-            rev: kv.create_revision,
-            lease: kv.lease,
-        })
-        .collect()
+    children(dir, kvs, |kv| Contender {
+        key: kv.key.clone(),
+        rev: kv.create_revision,
+        lease: kv.lease,
+    })
 }
 
 /// The first contenders of `dir`, oldest first.
