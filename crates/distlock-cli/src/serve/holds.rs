@@ -143,17 +143,10 @@ type Table = HashMap<TokenBits, Arc<HttpHold>, BuildHasherDefault<TokenHasher>>;
 /// The bits of a token as this service writes it (32 lowercase hex digits); `None` for any
 /// other text, which names no hold.
 fn token_bits(token: &str) -> Option<TokenBits> {
-    if token.len() != 32 {
-        return None;
-    }
-    token.bytes().try_fold(0, |bits: TokenBits, b| {
-        let digit = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => return None,
-        };
-        Some(bits << 4 | TokenBits::from(digit))
-    })
+    // `from_hex` also reads upper case; only the text this service wrote names a hold.
+    Token::from_hex(token)
+        .filter(|t| t.to_hex_bytes() == token.as_bytes())
+        .map(Token::as_u128)
 }
 
 /// The holds of this service, by token.

@@ -264,20 +264,23 @@ async fn exchange<Q: Message, A: Message + Default>(
             head.status
         )));
     }
-    // The answer is mostly one DATA frame, kept as it came.
+    // The answer is mostly one DATA frame, kept as it came; more are copied into one buffer.
     let mut data = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
     while let Some(chunk) = recv.data().await {
         let chunk = chunk.map_err(transport)?;
         let _ = recv.flow_control().release_capacity(chunk.len());
-        data = match data.is_empty() {
-            true => chunk,
-            false => {
-                let mut joined = BytesMut::from(&data[..]);
-                joined.extend_from_slice(&chunk);
-                joined.freeze()
+        match &mut joined {
+            Some(j) => j.extend_from_slice(&chunk),
+            None if data.is_empty() => data = chunk,
+            None => {
+                let mut j = BytesMut::from(&data[..]);
+                j.extend_from_slice(&chunk);
+                joined = Some(j);
             }
-        };
+        }
     }
+    let mut data = joined.map_or(data, BytesMut::freeze);
     let trailers = recv.trailers().await.map_err(transport)?;
     if let Some(s) = trailers.as_ref().and_then(Status::from_header_map) {
         if s.code() != Code::Ok {
