@@ -116,6 +116,10 @@ pub struct Event {
 
 impl Event {
     fn new(kind: &'static str, key: &Name) -> Self {
+        Self::at(kind, key, SystemTime::now())
+    }
+
+    fn at(kind: &'static str, key: &Name, at: SystemTime) -> Self {
         Event {
             kind,
             key: key.clone(),
@@ -129,7 +133,7 @@ impl Event {
             reason: None,
             demo: None,
             demonstration: None,
-            at_ms: epoch_ms(SystemTime::now()),
+            at_ms: epoch_ms(at),
             seq: 0,
         }
     }
@@ -192,7 +196,9 @@ pub struct ShownWaiter {
 struct State {
     holds: BTreeMap<u64, ShownHold>,
     waiters: BTreeMap<u64, ShownWaiter>,
-    timeline: VecDeque<Arc<Event>>,
+    /// The events themselves, not shared: most of the time nobody follows the stream, and
+    /// an event then needs no allocation of its own.
+    timeline: VecDeque<Event>,
     /// The `seq` of the last event published.
     seq: u64,
 }
@@ -250,13 +256,14 @@ impl Board {
     fn publish(state: &mut State, sender: &broadcast::Sender<Arc<Event>>, mut event: Event) {
         state.seq += 1;
         event.seq = state.seq;
-        let event = Arc::new(event);
+        // Nobody listening is the common case: then no copy to share.
+        if sender.receiver_count() > 0 {
+            let _ = sender.send(Arc::new(event.clone()));
+        }
         if state.timeline.len() == TIMELINE_LEN {
             state.timeline.pop_front();
         }
-        state.timeline.push_back(event.clone());
-        // Nobody listening is the common case: no error worth a word.
-        let _ = sender.send(event);
+        state.timeline.push_back(event);
     }
 
     /// A new hold of `kind`; returns its id on the board.
@@ -274,7 +281,8 @@ impl Board {
             _ => None,
         };
         let key = Name::from(key);
-        let mut event = Event::new("acquired", &key);
+        let now = SystemTime::now();
+        let mut event = Event::at("acquired", &key, now);
         let shown = ShownHold {
             hold: id,
             key,
@@ -285,7 +293,7 @@ impl Board {
             demo: holder.demo,
             fence,
             lease_ms: millis(lease),
-            expires_at_ms: epoch_ms(SystemTime::now() + lease),
+            expires_at_ms: epoch_ms(now + lease),
         };
         event.hold = Some(id);
         event.fence = Some(fence);
@@ -335,7 +343,7 @@ impl Board {
         let id = self.next_id();
         let now = SystemTime::now();
         let key = Name::from(key);
-        let mut event = Event::new("waiting", &key);
+        let mut event = Event::at("waiting", &key, now);
         event.waiter = Some(id);
         event.holder = Some(holder.name.clone());
         event.demo = holder.demo;
@@ -389,7 +397,7 @@ impl Board {
     }
 
     /// The recent events, oldest first.
-    pub fn timeline(&self) -> Vec<Arc<Event>> {
+    pub fn timeline(&self) -> Vec<Event> {
         self.state().timeline.iter().cloned().collect()
     }
 

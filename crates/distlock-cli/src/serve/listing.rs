@@ -135,7 +135,7 @@ pub async fn list(registry: &LockRegistry, board: &Board) -> Result<String, ApiE
         waiters: &waiters,
         seq,
         now_ms: epoch_ms(now),
-        timeline: timeline.iter().map(|e| &**e).collect(),
+        timeline: timeline.iter().collect(),
     };
     serde_json::to_string(&answer).map_err(|e| {
         ApiError::new(
