@@ -111,8 +111,11 @@ mod tests {
     use super::*;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
-    /// Every counter and histogram sample `recorder` got: name, labels, value.
-    fn seen(recorder: &DebuggingRecorder) -> Vec<(String, Vec<(String, String)>, String)> {
+    /// A metric as seen: its name, its labels, its value as text.
+    type Seen = (String, Vec<(String, String)>, String);
+
+    /// Every counter and histogram sample `recorder` got.
+    fn seen(recorder: &DebuggingRecorder) -> Vec<Seen> {
         let mut all: Vec<_> = recorder
             .snapshotter()
             .snapshot()
