@@ -650,3 +650,36 @@ fn joined<T>(
         )),
     }
 }
+
+#[cfg(all(test, feature = "etcd"))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn detach_on_drop_finishes_a_dropped_call_and_answers_a_finished_one() {
+        assert_eq!(detach_on_drop("t", async { Ok(7) }).await.unwrap(), 7);
+
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        let call = detach_on_drop("t", async move {
+            s.store(true, Ordering::SeqCst);
+            let _ = wait.await;
+            let _ = done_tx.send(());
+            Ok(())
+        });
+        // Started in the caller's task, then given up while it waits.
+        let mut call = Box::pin(call);
+        assert!(futures_util::FutureExt::now_or_never(call.as_mut()).is_none());
+        assert!(started.load(Ordering::SeqCst));
+        drop(call);
+        go.send(()).unwrap();
+        done.await
+            .expect("the rest of the call ran after its caller left");
+
+        let e = detach_on_drop::<()>("t", async { panic!("boom") }).await;
+        assert!(e.unwrap_err().to_string().contains("panicked"));
+    }
+}
