@@ -530,6 +530,55 @@ pub(crate) async fn detached<T: Send + 'static>(
     )
 }
 
+/// Runs `fut` in the caller's task, and only if the caller stops waiting (its future is
+/// dropped) moves what is left of it into a task of its own: as [`detached`], a request is
+/// never cut off midway, but a call that is waited for to its end costs no task, no wake-up
+/// of another task and no hand-over to another worker thread. A panic of `fut` is the error
+/// [`detached`] gives for it.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) async fn detach_on_drop<T: Send + 'static>(
+    kind: &'static str,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    use futures_util::FutureExt;
+    use std::pin::Pin;
+
+    struct Carry<F: Future<Output = ()> + Send + 'static> {
+        fut: Option<Pin<Box<F>>>,
+        runtime: tokio::runtime::Handle,
+    }
+    impl<F: Future<Output = ()> + Send + 'static> Drop for Carry<F> {
+        fn drop(&mut self) {
+            if let Some(fut) = self.fut.take() {
+                self.runtime.spawn(fut);
+            }
+        }
+    }
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let run = async move {
+        let outcome = std::panic::AssertUnwindSafe(fut).catch_unwind().await;
+        let _ = tx.send(outcome);
+    };
+    let mut carry = Carry {
+        fut: Some(Box::pin(run)),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    if let Some(fut) = carry.fut.as_mut() {
+        fut.await;
+    }
+    // Finished: nothing is left to carry on.
+    carry.fut = None;
+    match rx.await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(Error::backend(kind, "the backend's task panicked")),
+        Err(_) => Err(Error::unavailable(
+            kind,
+            "the backend's task was cancelled (runtime shutting down)",
+        )),
+    }
+}
+
 /// [`detached`] for an acquisition attempt, with its undo in one place: if the attempt
 /// acquired the lock but nobody is left to receive the outcome (the caller's future was
 /// dropped), `undo` gives the lock back, in the same task, so only after the attempt ended.
@@ -599,5 +648,38 @@ fn joined<T>(
             kind,
             "the backend's task was cancelled (runtime shutting down)",
         )),
+    }
+}
+
+#[cfg(all(test, feature = "etcd"))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn detach_on_drop_finishes_a_dropped_call_and_answers_a_finished_one() {
+        assert_eq!(detach_on_drop("t", async { Ok(7) }).await.unwrap(), 7);
+
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        let call = detach_on_drop("t", async move {
+            s.store(true, Ordering::SeqCst);
+            let _ = wait.await;
+            let _ = done_tx.send(());
+            Ok(())
+        });
+        // Started in the caller's task, then given up while it waits.
+        let mut call = Box::pin(call);
+        assert!(futures_util::FutureExt::now_or_never(call.as_mut()).is_none());
+        assert!(started.load(Ordering::SeqCst));
+        drop(call);
+        go.send(()).unwrap();
+        done.await
+            .expect("the rest of the call ran after its caller left");
+
+        let e = detach_on_drop::<()>("t", async { panic!("boom") }).await;
+        assert!(e.unwrap_err().to_string().contains("panicked"));
     }
 }

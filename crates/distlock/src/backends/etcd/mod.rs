@@ -91,8 +91,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{
-    detached, AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo, LockName,
-    ReleaseSubscription, Released, Renewal, Token,
+    detach_on_drop, detached, AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo,
+    LockName, ReleaseSubscription, Released, Renewal, Token,
 };
 use crate::error::{Error, Result};
 
@@ -269,13 +269,13 @@ impl EtcdBackend {
         let slot = self.shared.slot_for(token);
         let shared = self.shared.clone();
         let name = name.clone();
-        // In a task of its own: if the caller gives up mid-request, the outcome is still
-        // recorded, and a release that follows finds it (it waits for the entry lock). The lock
-        // is taken before the task starts: a release issued by a caller that gave up right
-        // after this returned must not run first and let the attempt create a key nobody
-        // gives back.
+        // Carried on in a task of its own if the caller gives up mid-request: the outcome is
+        // still recorded, and a release that follows finds it (it waits for the entry lock).
+        // The lock is taken before the attempt starts: a release issued by a caller that gave
+        // up right after this returned must not run first and let the attempt create a key
+        // nobody gives back.
         let mut e = slot.entry.clone().lock_owned().await;
-        detached(KIND, String::new, None, async move {
+        detach_on_drop(KIND, async move {
             let res = shared
                 .attempt_locked(&slot, &mut e, name, token, lease, queued, &owner)
                 .await;
@@ -294,7 +294,7 @@ impl EtcdBackend {
             return Ok((false, false));
         };
         let shared = self.shared.clone();
-        detached(KIND, String::new, None, async move {
+        detach_on_drop(KIND, async move {
             let mut e = slot.entry.lock().await;
             shared.finish_locked(&slot, &mut e, token).await
         })
