@@ -4,10 +4,10 @@
 //! - The **holder's** backend takes the lock's doorbell (`GET_LOCK(name, 0)`) on the session
 //!   (statement connection, see `session.rs`) that the lock's statements run on, while it
 //!   holds a lock that others want, and gives it back (`RELEASE_LOCK`) in the same round trip
-//!   as the release, just before it (see `Ring::Disarm`). A lock seen contended lately (busy,
-//!   or marked wanted by a waiter) is taken with the doorbell in the same round trip;
-//!   otherwise the doorbell is taken after the acquisition, only if a waiter marked the row
-//!   wanted. Uncontended locks cost no doorbell statement at all.
+//!   as the release. A lock seen contended lately (busy, or marked wanted by a waiter) is
+//!   taken with the doorbell in the same round trip; otherwise the doorbell is taken after the
+//!   acquisition, only if a waiter marked the row wanted. Uncontended locks cost no doorbell
+//!   statement at all.
 //! - A **waiter's** backend has one listener connection, whatever the number of locks it
 //!   waits for: it watches one lock at a time, and moves on to the next waited-for lock when
 //!   nobody in the process waits for its lock any more (the waiters of the others poll

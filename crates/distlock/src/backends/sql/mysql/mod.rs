@@ -252,24 +252,10 @@ impl Engine for MySql {
             });
         }
         let doorbell = self.doorbell(&a, &b);
-        let native = self.common.options.native();
         let out = if self.doorbells.is_armed(&doorbell) {
-            // Ring and release in one round trip, on the connection that holds the doorbell.
-            let mut sql = self.sql.release(&lock);
-            if native {
-                sql.push_str("; SELECT ROW_COUNT(), LAST_INSERT_ID()");
-            }
+            // Release and ring in one round trip, on the connection that holds the doorbell.
+            let sql = self.sql.release(&lock);
             match self.doorbells.exec(&doorbell, sql, Ring::Disarm).await {
-                Ok(mut out) if native => {
-                    // The counts of the release (see `Ring::Disarm`).
-                    let row = out.rows.first();
-                    let n = |i| {
-                        row.and_then(|r| int(r, i))
-                            .and_then(|v| u64::try_from(v).ok())
-                    };
-                    (out.affected, out.last_insert_id) = (n(0).unwrap_or(0), n(1));
-                    out
-                }
                 Ok(out) => out,
                 // Nothing was sent (no connection): the release's own retries, without the
                 // doorbell, which no connection holds any more.
@@ -279,7 +265,7 @@ impl Engine for MySql {
         } else {
             self.release_plain(&lock).await?
         };
-        let (was_held, contended) = if !native {
+        let (was_held, contended) = if !self.common.options.native() {
             let row = out.rows.first();
             let held = row.and_then(|r| int(r, 0)).unwrap_or(0) > 0;
             (held, row.and_then(|r| int(r, 1)).unwrap_or(0) > 0)

@@ -53,13 +53,7 @@ pub(crate) enum Ring {
     /// The statement is a single-statement acquisition (`LAST_INSERT_ID` below the busy mark
     /// means taken): take the doorbell in the same round trip if it was.
     ArmIfAcquired,
-    /// The statement is a release: give the doorbell back in the same round trip, just before
-    /// it. The woken listener's waiter then sends its attempt while the release commits (the
-    /// attempt waits on the row's lock for the release's commit, and the two commits can share
-    /// a log flush), instead of after the release's commit is on disk. The release's outcome
-    /// must come as a row: the first statement's counts are the doorbell's. A release that
-    /// fails after the ring leaves the lock without a doorbell: its waiters then look at it
-    /// now and then, as for a holder that does not ring.
+    /// The statement is a release: give the doorbell back in the same round trip.
     Disarm,
 }
 
@@ -284,7 +278,7 @@ async fn session(
                             MyOutcome::BUSY,
                             arm_expr(&doorbell)
                         ),
-                        Ring::Disarm => format!("DO RELEASE_LOCK('{doorbell}'); {sql}"),
+                        Ring::Disarm => format!("{sql}; DO RELEASE_LOCK('{doorbell}')"),
                     };
                     let out = bounded(limit, async {
                         match c.query_iter(full.as_str()).await {
