@@ -222,6 +222,9 @@ pub enum Attempt {
         /// that polling only guards against a lost wake-up: a waiter with `n` contenders
         /// before it then polls `n - 1` times less often (the head and the waiter behind it
         /// at the registry's pace), and the polls of W waiters grow with log W, not W.
+        /// A backend whose line does not tell the place (MariaDB's turnstile, a `GET_LOCK`
+        /// queue) may report a nominal place for a waiter it wakes in turn, which sets that
+        /// waiter's safety pace (documented by the backend).
         /// `None`: every waiter polls at the registry's pace.
         ahead: Option<u32>,
     },

@@ -93,7 +93,8 @@ impl RegistryOptions {
     /// (ZooKeeper, etcd, Redis: `Attempt::Busy::ahead`) polls less often, by its place:
     /// with `n` contenders before it, up to `n - 1` times this (at most 120 times), so that
     /// many waiters do not poll the server in a herd. The head and the waiter behind it, and a
-    /// waiter whose holder's lease ends sooner, keep this pace.
+    /// waiter whose holder's lease ends sooner, keep this pace. On MySQL/MariaDB a waiter whose
+    /// process's doorbell listener stands in the lock's turnstile line polls at 3 times this.
     pub fn with_max_poll_interval(mut self, d: Duration) -> Self {
         self.max_poll_interval = Some(d);
         self

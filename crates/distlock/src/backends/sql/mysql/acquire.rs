@@ -1,7 +1,9 @@
 //! Acquisition: one attempt at an exclusive hold (with the doorbell when the lock is
 //! contended), a read hold or a permit, a waiting writer's place, and the key names that
 //! Spring mode records for `list`.
-use super::doorbell::HEAD_GRACE_MS;
+use std::time::Duration;
+
+use super::doorbell::{HEAD_GRACE_MS, IN_LINE_AHEAD};
 use super::driver::{classify, int, Class};
 use super::session::{Failed, Ring};
 use super::state::{MySql, KIND};
@@ -103,11 +105,20 @@ impl MySql {
             MyShareOutcome::Disagree { permits } if !share.is_read() => {
                 Err(disagreement(name, permits))
             }
-            MyShareOutcome::Disagree { .. } => Ok(Attempt::BUSY),
-            MyShareOutcome::Busy { remaining_ms } => Ok(Attempt::Busy {
-                retry_after: Some(millis(remaining_ms)),
-                ahead: None,
-            }),
+            MyShareOutcome::Disagree { .. } => Ok(self.busy(&a, &b, take.queued, None)),
+            MyShareOutcome::Busy { remaining_ms } => {
+                Ok(self.busy(&a, &b, take.queued, Some(millis(remaining_ms))))
+            }
+        }
+    }
+
+    /// A busy outcome of an attempt at the lock of row `(a, b)`: a waiter that this process's
+    /// listener watches for polls only at the safety pace (see [`IN_LINE_AHEAD`]).
+    fn busy(&self, a: &str, b: &str, queued: bool, retry_after: Option<Duration>) -> Attempt {
+        let watched = queued && self.doorbells.watched(&self.doorbell(a, b));
+        Attempt::Busy {
+            retry_after,
+            ahead: watched.then_some(IN_LINE_AHEAD),
         }
     }
 
@@ -226,7 +237,7 @@ impl MySql {
                     self.common.name_recorded(&a, &b);
                 }
                 let Some(row) = out.rows.first() else {
-                    return Ok(Attempt::BUSY);
+                    return Ok(self.busy(&a, &b, take.queued, None));
                 };
                 if int(row, 0).unwrap_or(0) > 0 {
                     MyOutcome::Acquired {
@@ -253,10 +264,7 @@ impl MySql {
                     // A waiting writer keeps new readers out.
                     self.writer_place(&lock, token, false).await;
                 }
-                return Ok(Attempt::Busy {
-                    retry_after: Some(millis(remaining_ms)),
-                    ahead: None,
-                });
+                return Ok(self.busy(&a, &b, take.queued, Some(millis(remaining_ms))));
             }
         };
         if self.common.writers.has(token) {

@@ -69,6 +69,13 @@ pub(crate) const HEAD_GRACE_MS: i64 = 1000;
 /// After a ring the woken waiters race for the lock; until one of them commits, the row reads
 /// free, which is no reason to wake them again.
 const RING_SETTLE: Duration = Duration::from_millis(5);
+/// The place a waiter reports (`Attempt::Busy::ahead`) while its process's listener stands in
+/// the lock's turnstile line or at its head: it is woken in its turn, so its polls only guard
+/// against a line that does not move (a process at the head that stopped), which
+/// [`HEAD_GRACE_MS`] bounds as well. MariaDB does not tell a `GET_LOCK` line's length, so this
+/// is not the real place but the pace it buys: `max_poll_interval` × 3 (1.5 s by default),
+/// which keeps a stopped head's cost within the head grace plus one such poll.
+pub(crate) const IN_LINE_AHEAD: u32 = 4;
 
 /// The doorbell of a lock: at most 64 characters (MySQL's limit) of `[0-9a-z-]`, unique per
 /// table (qualified by its database: user lock names are global to the server), region and
@@ -327,6 +334,12 @@ impl Doorbells {
         }
     }
 
+    /// Whether this backend's listener watches `doorbell` (in the turnstile's line or at its
+    /// head), so that a release wakes its waiters in their turn (see [`IN_LINE_AHEAD`]).
+    pub(crate) fn watched(&self, doorbell: &str) -> bool {
+        self.watching(doorbell).is_some()
+    }
+
     /// Whether this backend's waiters of `doorbell` are in line behind another process's,
     /// which a free lock is left to for [`HEAD_GRACE_MS`].
     pub(crate) fn behind(&self, doorbell: &str) -> bool {
@@ -417,6 +430,9 @@ async fn listener(
                     // Waiters poll; the next wait starts a listener again.
                     tracing::debug!(error = %e, "doorbell listener cannot connect; polling");
                     *b.listeners() = Listeners::default();
+                    // Its waiters may sleep a safety poll (they were watched): they attempt
+                    // now, and poll at the registry's pace from then on.
+                    s.fire(&target.channel);
                     return;
                 }
             }

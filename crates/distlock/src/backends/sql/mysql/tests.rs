@@ -199,3 +199,30 @@ async fn a_failing_statement_in_a_transaction_is_reported_and_rolled_back() {
     ));
     assert!(b.release(&name, token).await.unwrap().was_held);
 }
+
+/// A waiter whose process's doorbell listener watches the lock is woken in its turn, so it
+/// reports the in-line place that slows its polls; before it listens it reports none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_watched_by_its_listener_reports_the_in_line_place() {
+    let (db, holder) = fresh().await;
+    let waiter = MySqlBackend::connect(db.url()).await.unwrap();
+    let name = LockName::new("pace", "k").unwrap();
+    let lease = Duration::from_secs(10);
+    let (h, w) = (Token::random(), Token::random());
+    assert!(matches!(
+        queued(&holder, &name, h, lease).await,
+        Attempt::Acquired { .. }
+    ));
+    let before = queued(&waiter, &name, w, lease).await;
+    assert!(
+        matches!(before, Attempt::Busy { ahead: None, .. }),
+        "{before:?}"
+    );
+    let _sub = waiter.subscribe(&name, w).await.unwrap();
+    let watched = queued(&waiter, &name, w, lease).await;
+    assert!(
+        matches!(watched, Attempt::Busy { ahead: Some(a), .. } if a == super::doorbell::IN_LINE_AHEAD),
+        "{watched:?}"
+    );
+    assert!(holder.release(&name, h).await.unwrap().was_held);
+}
