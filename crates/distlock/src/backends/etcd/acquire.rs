@@ -17,8 +17,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-use super::client::{is_lease_not_found, map_err};
 use super::pb;
+use super::rpc_error::{is_lease_not_found, map_err};
 
 /// The contenders before revision `rev`, as far as `asc` (the oldest keys of the directory,
 /// ascending, with the directory's count) shows them: exact when the key of `rev` is among

@@ -11,7 +11,6 @@
 //! - Errors map onto the crate's [`Error`] in [`map_err`]: transport failures, deadlines and
 //!   unavailable members are retryable, refusals (authentication, bad requests) permanent.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -23,7 +22,6 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
-use super::options::KIND;
 use super::pb::{
     watch_create_request, watch_request, AuthClient, AuthenticateRequest, KvClient, LeaseClient,
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -31,92 +29,8 @@ use super::pb::{
     PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest, TxnRequest, TxnResponse,
     WatchCancelRequest, WatchClient, WatchCreateRequest, WatchRequest, WatchResponse,
 };
+use super::rpc_error::{is_connect_error, Result, RpcError};
 use super::unary::{Method, Unary};
-use crate::error::Error;
-
-/// How a request failed, before it becomes an [`Error`] (see [`map_err`]).
-#[derive(Debug)]
-pub(super) enum RpcError {
-    /// The server, or the transport below the call, answered with this status.
-    Status(Status),
-    /// The request did not finish in its time.
-    TimedOut,
-    /// A keep-alive found the lease gone.
-    LeaseNotFound,
-    /// A stream ended before it could be used.
-    Closed(&'static str),
-    /// Settings that cannot work (an endpoint, TLS material).
-    Config(String),
-}
-
-impl fmt::Display for RpcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RpcError::Status(s) => write!(f, "{:?}: {}", s.code(), s.message()),
-            RpcError::TimedOut => f.write_str("request timed out"),
-            RpcError::LeaseNotFound => f.write_str("lease not found"),
-            RpcError::Closed(what) => f.write_str(what),
-            RpcError::Config(m) => f.write_str(m),
-        }
-    }
-}
-
-impl From<Status> for RpcError {
-    fn from(s: Status) -> Self {
-        RpcError::Status(s)
-    }
-}
-
-pub(super) type Result<T> = std::result::Result<T, RpcError>;
-
-/// The crate's error for a failed request: retryable unless the server refused it.
-pub(super) fn map_err(e: RpcError) -> Error {
-    match e {
-        RpcError::Status(status) => {
-            let msg = status.message();
-            let code = status.code();
-            if code == Code::Unauthenticated
-                || code == Code::PermissionDenied
-                || msg.contains("authentication failed")
-                || msg.contains("permission denied")
-                || msg.contains("user name is empty")
-            {
-                return Error::backend(KIND, format!("authentication or permission failed: {msg}"));
-            }
-            if matches!(
-                code,
-                Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange
-            ) {
-                return Error::backend(KIND, msg.to_owned());
-            }
-            Error::unavailable(KIND, msg.to_owned())
-        }
-        RpcError::Config(m) => Error::config(m),
-        e => Error::unavailable(KIND, e.to_string()),
-    }
-}
-
-/// Whether the lease a request named is gone (expired or revoked).
-pub(super) fn is_lease_not_found(e: &RpcError) -> bool {
-    match e {
-        RpcError::Status(s) => s.message().contains("lease not found"),
-        RpcError::LeaseNotFound => true,
-        _ => false,
-    }
-}
-
-/// Whether a request failed because no connection could be made: it never reached a server,
-/// so it can go to another endpoint (the balancer still offers a member that is down).
-pub(super) fn is_connect_error(e: &RpcError) -> bool {
-    match e {
-        RpcError::Status(s) => {
-            let m = s.message();
-            s.code() == Code::Unavailable
-                && (m.contains("connect") || m.contains("Connection refused"))
-        }
-        _ => false,
-    }
-}
 
 /// Runs `op` within `limit`, again as long as it fails to connect (see [`is_connect_error`]).
 pub(super) async fn with_retry<T, F, Fut>(limit: Duration, mut op: F) -> Result<T>
@@ -559,7 +473,9 @@ impl WatchSender {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rpc_error::{is_lease_not_found, map_err};
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn errors_map_onto_the_crates() {

@@ -105,6 +105,7 @@ mod pb;
 mod pool;
 mod queue;
 mod renew;
+mod rpc_error;
 mod session;
 mod state;
 #[cfg(test)]
@@ -113,11 +114,12 @@ mod unary;
 mod watch;
 
 use self::address::{tls_settings, ParsedUrl};
-use self::client::{is_connect_error, map_err, Client, RpcError, Settings};
+use self::client::{Client, Settings};
 use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
 use self::renew::run_reaper;
+use self::rpc_error::{is_connect_error, map_err, RpcError};
 use self::state::SubKeep;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, WatchHub};

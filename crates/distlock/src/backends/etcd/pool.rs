@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-use super::client::map_err;
 use super::options::{KIND, SESSION_IDLE};
 use super::queue::class_of;
+use super::rpc_error::map_err;
 use super::session::{run_keeper, Session, SessionPool};
 use super::state::Shared;
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use crate::error::Result;
 
-use super::client::map_err;
 use super::kinds::{children, queued, Queued};
 use super::options::PEEK;
 use super::pb::{self, range_request::SortOrder};
+use super::rpc_error::map_err;
 use super::state::{Contender, Shared, View};
 
 /// The session TTL class of a lock lease: 1.5 × the lease in whole seconds, at least `min`.

@@ -10,9 +10,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::client::{is_lease_not_found, map_err, Client, KeepAliveStream, LeaseKeeper};
+use super::client::{Client, KeepAliveStream, LeaseKeeper};
 use super::options::{KIND, SESSION_IDLE};
 use super::pb::LeaseKeepAliveResponse;
+use super::rpc_error::{is_lease_not_found, map_err};
 use crate::backend::Token;
 use crate::error::{Error, Result};
 

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::{Code, Status};
 
-use super::client::RpcError;
+use super::rpc_error::RpcError;
 
 /// A call that takes this long before it is dropped (its deadline) leaves the connection
 /// suspect: the next call makes a new one.

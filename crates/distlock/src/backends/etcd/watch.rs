@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::client::{map_err, Client, WatchSender, WatchStream};
+use super::client::{Client, WatchSender, WatchStream};
 use super::options::KIND;
 use super::pb::{EventType, WatchResponse};
+use super::rpc_error::map_err;
 use crate::backend::ReleaseSignal;
 use crate::error::{Error, Result};
 

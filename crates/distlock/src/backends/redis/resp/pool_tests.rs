@@ -161,7 +161,21 @@ async fn a_connection_from_before_a_clear_is_not_passed_on() {
 async fn a_batch_given_up_mid_exchange_answers_its_riders_and_frees_its_slot() {
     let server = RedisServer::start().expect("redis-server must be installed");
     let pool = pool(&server);
-    let holders = occupy(&pool, "1").await;
+    // Each holder blocks on a list of its own, so that they come free one at a time, in
+    // the order this test chooses: two coming free together would each lead a batch.
+    let holders: Vec<_> = (0..MAX_OPEN)
+        .map(|i| {
+            let p = pool.clone();
+            tokio::spawn(async move {
+                let list = format!("hold{i}");
+                let cmd: [&[u8]; 3] = [b"BLPOP", list.as_bytes(), b"30"];
+                p.pipeline(&[cmd]).await.unwrap();
+            })
+        })
+        .collect();
+    while busy(&pool).0 < MAX_OPEN {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // Queued first: its task leads the next batch, whose first command blocks.
     let lead = {
         let pool = pool.clone();
@@ -183,11 +197,18 @@ async fn a_batch_given_up_mid_exchange_answers_its_riders_and_frees_its_slot() {
     while busy(&pool).1 < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // One connection comes free: it goes to the lead, which takes the rider along.
+    server.cli(&["LPUSH", "hold0", "x"]).unwrap();
+    while busy(&pool).1 > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for i in 1..MAX_OPEN {
+        server.cli(&["LPUSH", &format!("hold{i}"), "x"]).unwrap();
+    }
     for h in holders {
         h.await.unwrap();
     }
-    // The holders' connections went to the lead (which took the rider along) and
-    // back to idle.
+    // The other holders' connections went back to idle.
     while busy(&pool).0 > 1 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
