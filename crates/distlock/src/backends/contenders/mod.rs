@@ -3,8 +3,10 @@
 //! waits for the entry before it to go, rather than retrying. ZooKeeper and etcd are its
 //! members. What their layouts share is decided here once, free of I/O: who holds a key and
 //! where a contender stands ([`verdict`]). Each backend reads its own layout into ordered
-//! `(kind, entry)` lists and acts on the answer.
+//! `(kind, entry)` lists and acts on the answer. Both also run their reaper on [`reaper`]: one
+//! task per backend that deletes entries whose time ran out, and background deletion retries.
 
+pub(crate) mod reaper;
 mod verdict;
 
 pub(crate) use verdict::{holders, verdict, Verdict};

@@ -82,12 +82,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backend::{
@@ -118,12 +117,12 @@ use self::client::{Client, Settings};
 use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE};
-use self::renew::run_reaper;
 use self::rpc_error::{is_connect_error, map_err, RpcError};
 use self::state::SubKeep;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, WatchHub};
 use crate::backends::contenders;
+use crate::backends::contenders::reaper::{self, Reaper};
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -217,16 +216,12 @@ impl EtcdBackend {
             pool: Mutex::new(Vec::new()),
             granting: tokio::sync::Mutex::new(()),
             slots: Mutex::new(HashMap::new()),
-            reaper_wake: Arc::new(Notify::new()),
-            reaper_next_ms: AtomicU64::new(u64::MAX),
-            epoch: Instant::now(),
+            reaper: Reaper::default(),
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
-        tokio::spawn(run_reaper(
-            Arc::downgrade(&shared),
-            shared.reaper_wake.clone(),
-        ));
+        reaper::spawn(&shared);
+        shared.reap_at(Instant::now());
         Ok(EtcdBackend { shared })
     }
 

@@ -7,10 +7,10 @@ use super::state::{Phase, Shared, Slot};
 use crate::backend::{Renewal, Token};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use crate::backends::contenders::reaper::{Reap, Reaper};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -295,20 +295,15 @@ impl Shared {
     }
 }
 
-pub(super) async fn run_reaper(weak: Weak<Shared>, wake: Arc<Notify>) {
-    loop {
-        let Some(shared) = weak.upgrade() else {
-            return;
-        };
-        shared.reaper_next_ms.store(u64::MAX, Ordering::Release);
-        let next = shared.reap().await;
-        shared
-            .reaper_next_ms
-            .store(shared.ms(next), Ordering::Release);
-        drop(shared);
-        tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep_until(next) => {}
-        }
+impl Reap for Shared {
+    type Key = ();
+
+    fn reaper(&self) -> &Reaper<()> {
+        &self.reaper
+    }
+
+    /// A pass over every slot; the next one is due when the pass says.
+    async fn due(self: &Arc<Self>, _: ()) -> Option<Instant> {
+        Some(self.reap().await)
     }
 }

@@ -4,16 +4,17 @@
 
 use crate::backend::{LockName, ReleaseSignal, Token};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::client::Client;
 use super::options::EtcdOptions;
 use super::session::{KaCmd, Session};
 use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
+use crate::backends::contenders::reaper::Reaper;
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -27,10 +28,8 @@ pub(super) struct Shared {
     pub(super) granting: tokio::sync::Mutex<()>,
     pub(super) slots: Mutex<HashMap<Token, Arc<Slot>>>,
     pub(super) watches: WatchHub,
-    pub(super) reaper_wake: Arc<Notify>,
-    /// When the reaper looks next (ms since `epoch`).
-    pub(super) reaper_next_ms: AtomicU64,
-    pub(super) epoch: Instant,
+    /// When the reaper's next pass over the slots is due (see `renew.rs`).
+    pub(super) reaper: Reaper<()>,
     /// Lock directories this instance released with other keys left in them (a waiter's, who
     /// holds now), and when: the next waiting try of the same lock expects it busy (see
     /// `AcquireRequest::waits`).
@@ -43,7 +42,6 @@ impl Drop for Shared {
         for s in self.pool.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = s.cmds.send(KaCmd::Close);
         }
-        self.reaper_wake.notify_one();
     }
 }
 
@@ -183,15 +181,9 @@ impl Shared {
         }
     }
 
-    pub(super) fn ms(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Makes sure the reaper looks at `at` at the latest.
     pub(super) fn reap_at(&self, at: Instant) {
-        if self.ms(at) < self.reaper_next_ms.load(Ordering::Acquire) {
-            self.reaper_wake.notify_one();
-        }
+        self.reaper.schedule_by((), at);
     }
 }
 

@@ -45,7 +45,6 @@ pub(super) struct Node {
     /// What is being watched while waiting (see `watch::Watch::key`).
     pub(super) watching: Option<String>,
     pub(super) watch_task: Option<AbortHandle>,
-    pub(super) reaper: Option<AbortHandle>,
 }
 
 /// One node of a [`Node`]: not made (yet), being created, or created.
@@ -86,9 +85,6 @@ impl Node {
 
     pub(super) fn stop_tasks(&mut self) {
         if let Some(t) = self.watch_task.take() {
-            t.abort();
-        }
-        if let Some(t) = self.reaper.take() {
             t.abort();
         }
     }
@@ -356,7 +352,6 @@ impl Inner {
             deadline: Instant::now(),
             watching: None,
             watch_task: None,
-            reaper: None,
         }
     }
 }

@@ -135,7 +135,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -266,6 +266,8 @@ struct Inner {
     marks: Mutex<HashSet<String>>,
     /// Wake-ups of waiters, by token: the watch on a waiter's predecessor fires its token.
     signals: Arc<ReleaseSignals>,
+    /// When held nodes' leases end, by token (see `reap.rs`).
+    reaper: crate::backends::contenders::reaper::Reaper<Token>,
 }
 
 /// The session of one session timeout, re-established when it ends.
@@ -375,8 +377,10 @@ impl ZooKeeperBackend {
                 parents: Mutex::new(HashSet::new()),
                 marks: Mutex::new(HashSet::new()),
                 signals: Arc::new(ReleaseSignals::default()),
+                reaper: Default::default(),
             }),
         };
+        crate::backends::contenders::reaper::spawn(&backend.inner);
         backend.inner.conn().await?;
         Ok(backend)
     }

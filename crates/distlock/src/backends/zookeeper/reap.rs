@@ -1,7 +1,8 @@
 //! Deleting contender nodes: on release, in the background until they are gone, and when a
-//! held lease ran out unrenewed (the reaper).
+//! held lease ran out unrenewed (the reaper, on the family's one task per backend).
 
 use super::*;
+use crate::backends::contenders::reaper::{retry_until_gone, Reap, Reaper};
 
 impl Inner {
     /// Deletes a node of session `session` (of timeout `slot`), retrying until it is gone (or
@@ -12,32 +13,27 @@ impl Inner {
         session: i64,
         path: String,
     ) {
-        let weak = Arc::downgrade(self);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return; // no runtime: the node goes with the session
-        };
-        rt.spawn(async move {
-            let mut pause = Duration::from_millis(20);
-            loop {
-                let Some(inner) = weak.upgrade() else {
-                    return; // the backend and its session are gone, and the node with them
+        retry_until_gone(self, move |inner: Arc<Inner>| {
+            let path = path.clone();
+            async move {
+                let Ok(conn) = inner.conn_for(slot).await else {
+                    return false;
                 };
-                if let Ok(conn) = inner.conn_for(slot).await {
-                    if conn.session != session {
-                        return; // the node ended with its session
+                if conn.session != session {
+                    return true; // the node ended with its session
+                }
+                match inner.timed("delete", conn.client.delete(&path, None)).await {
+                    Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NoNode)) => true,
+                    Ok(Err(e)) if session_gone(&e) => true,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%path, error = %e, "deleting a lock node failed; retrying");
+                        false
                     }
-                    match inner.timed("delete", conn.client.delete(&path, None)).await {
-                        Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NoNode)) => return,
-                        Ok(Err(e)) if session_gone(&e) => return,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%path, error = %e, "deleting a lock node failed; retrying")
-                        }
-                        Err(e) => tracing::debug!(%path, error = %e, "deleting a lock node timed out; retrying"),
+                    Err(e) => {
+                        tracing::debug!(%path, error = %e, "deleting a lock node timed out; retrying");
+                        false
                     }
                 }
-                drop(inner);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
             }
         });
     }
@@ -46,59 +42,14 @@ impl Inner {
     pub(super) fn forget(&self, token: Token) -> Option<Node> {
         let mut n = self.lock_nodes().remove(&token)?;
         n.stop_tasks();
+        self.reaper.cancel(token);
         Some(n)
     }
 
-    /// Deletes the node of a hold whose lease ran out unrenewed.
-    pub(super) fn spawn_reaper(self: &Arc<Self>, token: Token) -> AbortHandle {
-        let weak: Weak<Inner> = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                let deadline = {
-                    let Some(inner) = weak.upgrade() else { return };
-                    let nodes = inner.lock_nodes();
-                    match nodes.get(&token) {
-                        Some(n) if n.held => n.deadline,
-                        _ => return,
-                    }
-                };
-                tokio::time::sleep_until(deadline).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let mut nodes = inner.lock_nodes();
-                let expired = match nodes.get(&token) {
-                    Some(n) if n.held && n.deadline <= Instant::now() => true,
-                    Some(n) if n.held => false,
-                    _ => return,
-                };
-                if expired {
-                    // Our own task: take the entry without aborting ourselves.
-                    let Some(mut n) = nodes.remove(&token) else {
-                        return;
-                    };
-                    drop(nodes);
-                    n.reaper = None;
-                    n.stop_tasks();
-                    for path in n.created_paths() {
-                        tracing::debug!(%path, "lease ended without renewal; giving the lock up");
-                        inner.delete_in_background(n.slot, n.session, path);
-                    }
-                    return;
-                }
-            }
-        })
-        .abort_handle()
-    }
-
-    /// Starts the reaper of a node just marked held (it exits at once otherwise).
-    pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
-        let handle = self.spawn_reaper(token);
-        match self.lock_nodes().get_mut(&token) {
-            Some(n) => {
-                if let Some(old) = n.reaper.replace(handle) {
-                    old.abort();
-                }
-            }
-            None => handle.abort(),
+    /// Plans the reaper's look at a node just marked held, at its lease's end.
+    pub(super) fn install_reaper(&self, token: Token) {
+        if let Some(n) = self.lock_nodes().get(&token).filter(|n| n.held) {
+            self.reaper.schedule(token, n.deadline);
         }
     }
 
@@ -117,6 +68,7 @@ impl Inner {
                 Some(_) => {
                     let mut n = nodes.remove(&token).expect("present");
                     n.stop_tasks();
+                    self.reaper.cancel(token);
                     n
                 }
             }
@@ -172,5 +124,32 @@ impl Inner {
             }
         }
         out
+    }
+}
+
+impl Reap for Inner {
+    type Key = Token;
+
+    fn reaper(&self) -> &Reaper<Token> {
+        &self.reaper
+    }
+
+    /// Deletes the nodes of a hold whose lease ran out unrenewed; a renewed one is looked at
+    /// again at its new deadline.
+    async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
+        let mut nodes = self.lock_nodes();
+        match nodes.get(&token) {
+            Some(n) if n.held && n.deadline > Instant::now() => return Some(n.deadline),
+            Some(n) if n.held => {}
+            _ => return None,
+        }
+        let mut n = nodes.remove(&token).expect("present");
+        drop(nodes);
+        n.stop_tasks();
+        for path in n.created_paths() {
+            tracing::debug!(%path, "lease ended without renewal; giving the lock up");
+            self.delete_in_background(n.slot, n.session, path);
+        }
+        None
     }
 }
