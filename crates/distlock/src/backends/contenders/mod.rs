@@ -4,9 +4,12 @@
 //! members. What their layouts share is decided here once, free of I/O: who holds a key and
 //! where a contender stands ([`verdict`]). Each backend reads its own layout into ordered
 //! `(kind, entry)` lists and acts on the answer. Both also run their reaper on [`reaper`]: one
-//! task per backend that deletes entries whose time ran out, and background deletion retries.
+//! task per backend that deletes entries whose time ran out, and background deletion retries;
+//! and show a key's holders the same way ([`describe`]).
 
 pub(crate) mod reaper;
 mod verdict;
+mod view;
 
 pub(crate) use verdict::{holders, verdict, Verdict};
+pub(crate) use view::describe;

@@ -316,14 +316,8 @@ impl Shared {
             .filter_map(|r| r.ok().and_then(|r| u64::try_from(r.ttl).ok()))
             .max()
             .map(Duration::from_secs);
-        let fence = held.iter().map(|q| q.rev).max();
-        Some(
-            LockInfo::new(fence.and_then(|f| u64::try_from(f).ok()), remaining)
-                .with_kind(kind)
-                .with_holders(u32::try_from(n).unwrap_or(u32::MAX))
-                .with_waiters(u32::try_from(all.len() - n).unwrap_or(u32::MAX))
-                .with_owners(held.iter().map(|q| q.owner.clone())),
-        )
+        let shown = held.iter().map(|q| (q.rev, q.owner.as_str()));
+        Some(contenders::describe(kind, shown, all.len() - n, remaining))
     }
 }
 

@@ -10,22 +10,15 @@ use waiters::node_owner;
 /// The holders of one key.
 pub(super) struct Holders {
     pub(super) kind: LockKind,
-    /// The holders' nodes.
-    pub(super) paths: Vec<String>,
-    /// Who holds each of them, as its node's data says.
-    pub(super) owners: Vec<String>,
-    /// The highest `czxid` among the holders.
-    pub(super) fence: Option<u64>,
-    pub(super) waiters: u32,
+    /// The holders' nodes: path, `czxid`, and who holds it as the node's data says.
+    pub(super) held: Vec<(String, i64, String)>,
+    pub(super) waiters: usize,
 }
 
 impl Holders {
     pub(super) fn info(&self) -> LockInfo {
-        LockInfo::new(self.fence, None)
-            .with_kind(self.kind)
-            .with_holders(u32::try_from(self.paths.len()).unwrap_or(u32::MAX))
-            .with_waiters(self.waiters)
-            .with_owners(self.owners.iter().cloned())
+        let held = self.held.iter().map(|(_, z, o)| (*z, o.as_str()));
+        contenders::describe(self.kind, held, self.waiters, None)
     }
 }
 
@@ -125,14 +118,8 @@ impl Inner {
                 waiting_contenders + waiting_leases + gates.len() - gates.len().min(waiting_leases);
             return Ok(Some(Holders {
                 kind,
-                fence: holders
-                    .iter()
-                    .map(|(_, z, _)| *z)
-                    .max()
-                    .and_then(|z| u64::try_from(z).ok()),
-                owners: holders.iter().map(|(_, _, o)| o.clone()).collect(),
-                paths: holders.into_iter().map(|(p, _, _)| p).collect(),
-                waiters: u32::try_from(waiters).unwrap_or(u32::MAX),
+                held: holders,
+                waiters,
             }));
         }
         Err(Error::unavailable(
@@ -154,13 +141,12 @@ impl Inner {
             let path = format!("{parent}/{}", first.name);
             match self.timed("get data", conn.client.get_data(&path)).await? {
                 Ok((data, stat)) => {
+                    let owner = crate::backend::Owner::shown(&data);
                     return Ok(Some(Holders {
                         kind: LockKind::Mutex,
-                        paths: vec![path],
-                        owners: vec![crate::backend::Owner::shown(&data)],
-                        fence: u64::try_from(stat.czxid).ok(),
-                        waiters: u32::try_from(sorted.len() - 1).unwrap_or(u32::MAX),
-                    }))
+                        held: vec![(path, stat.czxid, owner)],
+                        waiters: sorted.len() - 1,
+                    }));
                 }
                 Err(zookeeper_client::Error::NoNode) => continue, // it resigned meanwhile
                 Err(e) => return Err(zk_err(e)),
@@ -200,7 +186,10 @@ impl Inner {
             .timed(
                 "delete",
                 futures_util::future::join_all(
-                    holders.paths.iter().map(|p| conn.client.delete(p, None)),
+                    holders
+                        .held
+                        .iter()
+                        .map(|(p, _, _)| conn.client.delete(p, None)),
                 ),
             )
             .await?;
