@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 /// A backend whose [`Reaper`] this module runs.
@@ -25,9 +26,10 @@ pub(crate) trait Reap: Send + Sync + Sized + 'static {
     fn due(self: &Arc<Self>, key: Self::Key) -> impl Future<Output = Option<Instant>> + Send;
 }
 
-/// When to look at which key. Dropping it stops the task of [`spawn`].
+/// When to look at which key. Dropping it stops the task of [`run`].
 pub(crate) struct Reaper<K> {
     core: Arc<Core<K>>,
+    task: Mutex<Option<AbortHandle>>,
 }
 
 struct Core<K> {
@@ -56,6 +58,7 @@ impl<K: Copy + Eq + Hash> Default for Reaper<K> {
                 }),
                 wake: Notify::new(),
             }),
+            task: Mutex::new(None),
         }
     }
 }
@@ -143,38 +146,53 @@ impl<K: Copy + Eq + Hash> Core<K> {
     }
 }
 
-/// Starts `engine`'s reaper task (one per backend). It holds the backend weakly and ends when
-/// the backend is dropped.
-pub(crate) fn spawn<E: Reap>(engine: &Arc<E>) -> tokio::task::JoinHandle<()> {
+/// Makes sure `engine`'s reaper task (one per backend) runs, starting it in the current
+/// runtime when it has none: a task ends with the runtime it was spawned in, and a backend may
+/// outlive the runtime it connected in. The task holds the backend weakly and ends when the
+/// backend is dropped. Does nothing outside a runtime.
+pub(crate) fn run<E: Reap>(engine: &Arc<E>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut task = engine
+        .reaper()
+        .task
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if task.as_ref().is_some_and(|t| !t.is_finished()) {
+        return;
+    }
     let core = engine.reaper().core.clone();
     let weak: Weak<E> = Arc::downgrade(engine);
-    tokio::spawn(async move {
-        loop {
-            let Some((due, next)) = core.take_due(Instant::now()) else {
+    *task = Some(rt.spawn(reap(core, weak)).abort_handle());
+}
+
+async fn reap<E: Reap>(core: Arc<Core<E::Key>>, weak: Weak<E>) {
+    loop {
+        let Some((due, next)) = core.take_due(Instant::now()) else {
+            return;
+        };
+        if !due.is_empty() {
+            let Some(engine) = weak.upgrade() else {
                 return;
             };
-            if !due.is_empty() {
-                let Some(engine) = weak.upgrade() else {
-                    return;
-                };
-                for key in due {
-                    if let Some(at) = engine.due(key).await {
-                        core.plan(key, at, true);
-                    }
+            for key in due {
+                if let Some(at) = engine.due(key).await {
+                    core.plan(key, at, true);
                 }
-                continue;
             }
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        _ = core.wake.notified() => {}
-                        _ = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => core.wake.notified().await,
-            }
+            continue;
         }
-    })
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = core.wake.notified() => {}
+                    _ = tokio::time::sleep_until(at) => {}
+                }
+            }
+            None => core.wake.notified().await,
+        }
+    }
 }
 
 /// First pause of [`retry_until_gone`]; it doubles up to [`MAX_PAUSE`].
@@ -238,7 +256,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keys_come_due_in_time_order_and_cancelled_ones_never() {
         let rec = Arc::new(Rec::default());
-        spawn(&rec);
+        run(&rec);
         let t0 = Instant::now();
         rec.plan.schedule(3, t0 + Duration::from_secs(30));
         rec.plan.schedule(1, t0 + Duration::from_secs(10));
@@ -259,7 +277,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_earlier_plan_wakes_the_sleeping_task_and_due_may_plan_again() {
         let rec = Arc::new(Rec::default());
-        spawn(&rec);
+        run(&rec);
         let t0 = Instant::now();
         rec.plan.schedule(1, t0 + Duration::from_secs(100));
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -274,17 +292,38 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_task_ends_with_the_backend() {
         let rec = Arc::new(Rec::default());
-        let task = spawn(&rec);
+        run(&rec);
+        run(&rec); // the one task runs on
+        let task = rec.plan.task.lock().unwrap().clone().expect("started");
         rec.plan
             .schedule(1, Instant::now() + Duration::from_secs(3600));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!task.is_finished());
         drop(rec);
         // Ends without waiting for the planned instant.
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .expect("the task ended")
-            .expect("no panic");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(task.is_finished());
+    }
+
+    #[test]
+    fn the_task_is_started_again_when_its_runtime_ended() {
+        let rt = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("runtime")
+        };
+        let rec = Arc::new(Rec::default());
+        let first = rt();
+        first.block_on(async { run(&rec) });
+        drop(first);
+        rt().block_on(async {
+            rec.plan.schedule(1, Instant::now() + Duration::from_secs(1));
+            run(&rec);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        });
+        assert_eq!(*rec.seen.lock().unwrap(), vec![1]);
     }
 
     #[tokio::test(start_paused = true)]

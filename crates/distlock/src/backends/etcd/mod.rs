@@ -220,7 +220,7 @@ impl EtcdBackend {
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
-        reaper::spawn(&shared);
+        reaper::run(&shared);
         shared.reap_at(Instant::now());
         Ok(EtcdBackend { shared })
     }

@@ -380,7 +380,6 @@ impl ZooKeeperBackend {
                 reaper: Default::default(),
             }),
         };
-        crate::backends::contenders::reaper::spawn(&backend.inner);
         backend.inner.conn().await?;
         Ok(backend)
     }
@@ -518,6 +517,7 @@ impl Inner {
                         // Counted from before the request: the server heard from the session
                         // after this, so its view of the session ends later than ours.
                         n.deadline = started + lease;
+                        self.reaper.schedule(token, n.deadline);
                         Ok(true)
                     }
                     _ => Ok(false),

@@ -2,7 +2,7 @@
 //! held lease ran out unrenewed (the reaper, on the family's one task per backend).
 
 use super::*;
-use crate::backends::contenders::reaper::{retry_until_gone, Reap, Reaper};
+use crate::backends::contenders::reaper::{self, retry_until_gone, Reap, Reaper};
 
 impl Inner {
     /// Deletes a node of session `session` (of timeout `slot`), retrying until it is gone (or
@@ -47,10 +47,11 @@ impl Inner {
     }
 
     /// Plans the reaper's look at a node just marked held, at its lease's end.
-    pub(super) fn install_reaper(&self, token: Token) {
+    pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
         if let Some(n) = self.lock_nodes().get(&token).filter(|n| n.held) {
             self.reaper.schedule(token, n.deadline);
         }
+        reaper::run(self);
     }
 
     /// Deletes `token`'s nodes; `Ok(Some(held))` when there were any of ours to delete.
