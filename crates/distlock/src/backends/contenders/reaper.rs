@@ -319,7 +319,8 @@ mod tests {
         first.block_on(async { run(&rec) });
         drop(first);
         rt().block_on(async {
-            rec.plan.schedule(1, Instant::now() + Duration::from_secs(1));
+            rec.plan
+                .schedule(1, Instant::now() + Duration::from_secs(1));
             run(&rec);
             tokio::time::sleep(Duration::from_secs(2)).await;
         });
