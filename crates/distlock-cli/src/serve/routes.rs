@@ -46,7 +46,6 @@ pub fn router(service: Arc<Service>) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(service)
 }
 
@@ -130,9 +129,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A request's body, as axum's `Bytes` extractor takes it (within [`MAX_BODY`], its rejection
-/// the same), but without collecting a body the request declared empty: most requests have
-/// none, and collecting one costs more than the rest of their extraction.
+/// A request's body, as axum's `Bytes` extractor takes it under a `DefaultBodyLimit` of
+/// [`MAX_BODY`] (the same rejection: 413 beyond it), but without collecting a body the request
+/// declared empty: most requests have none, and collecting one costs more than the rest of
+/// their extraction. The limit is applied here rather than by the layer, which would wrap
+/// every route in one more boxed service, cloned and called for every request.
 struct RequestBody(Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for RequestBody {
@@ -145,7 +146,10 @@ impl<S: Send + Sync> FromRequest<S> for RequestBody {
         if request.body().size_hint().exact() == Some(0) {
             return Ok(RequestBody(Bytes::new()));
         }
-        Bytes::from_request(request, state).await.map(RequestBody)
+        // `Bytes` finds the `LengthLimitError` of this `Limited` inside its own (larger) one.
+        let limited =
+            request.map(|b| axum::body::Body::new(http_body_util::Limited::new(b, MAX_BODY)));
+        Bytes::from_request(limited, state).await.map(RequestBody)
     }
 }
 
@@ -399,6 +403,33 @@ mod tests {
             .unwrap()
             .unwrap();
             assert_eq!(body, serde_json::to_vec(&granted).unwrap(), "{key:?}");
+        }
+    }
+
+    /// What `RequestBody` answers for a body of `chunks` (chunked: no length declared).
+    fn extracted(chunks: Vec<Vec<u8>>, declared: bool) -> Result<Bytes, Response> {
+        let body = if declared {
+            axum::body::Body::from(chunks.concat())
+        } else {
+            let frames = chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c)));
+            axum::body::Body::from_stream(futures_util::stream::iter(frames))
+        };
+        let request = Request::post("/").body(body).unwrap();
+        futures_util::FutureExt::now_or_never(RequestBody::from_request(request, &()))
+            .expect("ready")
+            .map(|RequestBody(b)| b)
+            .map_err(IntoResponse::into_response)
+    }
+
+    #[test]
+    fn bodies_beyond_the_limit_are_refused_with_413() {
+        for declared in [true, false] {
+            let whole = extracted(vec![vec![b' '; MAX_BODY / 2]; 2], declared).unwrap();
+            assert_eq!(whole.len(), MAX_BODY);
+            let over = extracted(vec![vec![b' '; MAX_BODY / 2], vec![b' '; MAX_BODY / 2 + 1]], declared)
+                .unwrap_err();
+            assert_eq!(over.status(), StatusCode::PAYLOAD_TOO_LARGE, "declared: {declared}");
+            assert!(extracted(Vec::new(), declared).unwrap().is_empty());
         }
     }
 
