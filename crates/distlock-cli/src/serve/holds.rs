@@ -141,12 +141,29 @@ impl Hasher for TokenHasher {
 type Table = HashMap<TokenBits, Arc<HttpHold>, BuildHasherDefault<TokenHasher>>;
 
 /// The bits of a token as this service writes it (32 lowercase hex digits); `None` for any
-/// other text, which names no hold.
+/// other text, which names no hold. Read digit by digit: only the text this service wrote
+/// names a hold (`Token::from_hex` also reads upper case and a sign, and checking its answer
+/// by writing it back costs more than reading).
 fn token_bits(token: &str) -> Option<TokenBits> {
-    // `from_hex` also reads upper case; only the text this service wrote names a hold.
-    Token::from_hex(token)
-        .filter(|t| t.to_hex_bytes() == token.as_bytes())
-        .map(Token::as_u128)
+    let digits = token.as_bytes();
+    if digits.len() != 32 {
+        return None;
+    }
+    digits.iter().try_fold(0, |bits: TokenBits, &d| {
+        let value = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            _ => return None,
+        };
+        Some(bits << 4 | TokenBits::from(value))
+    })
+}
+
+/// The text of a token: what [`token_bits`] reads back.
+fn token_text(bits: TokenBits) -> String {
+    let hex = Token::from(bits).to_hex_bytes();
+    // Hex digits are ASCII; written without the formatting machinery of `to_string`.
+    hex.iter().map(|&d| char::from(d)).collect()
 }
 
 /// The holds of this service, by token.
@@ -287,7 +304,7 @@ impl Holds {
         }
         Ok(Granted {
             key: key.to_owned(),
-            token: Token::from(bits).to_string(),
+            token: token_text(bits),
             fence,
             lease_ms: millis(lease),
         })
@@ -469,10 +486,15 @@ mod tests {
         let bits = Token::random().as_u128();
         let text = Token::from(bits).to_string();
         assert_eq!(token_bits(&text), Some(bits));
+        assert_eq!(token_text(bits), text);
+        assert_eq!(token_bits(&token_text(u128::MAX)), Some(u128::MAX));
         assert_eq!(token_bits(&"0".repeat(32)), Some(0));
         for other in [
             text.to_uppercase(),
             format!("+{}", &text[1..]),
+            format!("g{}", &text[1..]),
+            format!("{}/", &text[1..]),
+            format!("{}:", &text[1..]),
             text[1..].to_owned(),
             format!("{text}0"),
             String::new(),
