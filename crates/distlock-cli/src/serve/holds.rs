@@ -162,8 +162,9 @@ fn token_bits(token: &str) -> Option<TokenBits> {
 /// The text of a token: what [`token_bits`] reads back.
 fn token_text(bits: TokenBits) -> String {
     let hex = Token::from(bits).to_hex_bytes();
-    // Hex digits are ASCII; written without the formatting machinery of `to_string`.
-    hex.iter().map(|&d| char::from(d)).collect()
+    // Hex digits are ASCII (never the empty default); copied without the formatting
+    // machinery of `to_string`.
+    std::str::from_utf8(&hex).unwrap_or_default().to_owned()
 }
 
 /// The holds of this service, by token.
