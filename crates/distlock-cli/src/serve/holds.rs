@@ -26,7 +26,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{millis, Board, Holder};
+use super::events::{millis, Board, Holder, Name};
 use super::expiry::{Expiries, Slot, TokenBits};
 use super::ApiError;
 use crate::run::HoldKind;
@@ -103,7 +103,8 @@ pub struct Granted {
 
 /// One hold taken over HTTP.
 struct HttpHold {
-    key: String,
+    /// Shared with the board's entry.
+    key: Name,
     board_id: u64,
     /// `None` once released or expired (whoever takes it out answers for it).
     guard: tokio::sync::Mutex<Option<LockGuard>>,
@@ -231,17 +232,19 @@ impl Holds {
         self.table().len()
     }
 
-    /// `POST /v1/locks/{key}`: one attempt, or waits up to `wait_ms`.
+    /// `POST /v1/locks/{key}`: one attempt, or waits up to `wait_ms`. The answer names `key`,
+    /// moved into it.
     ///
     /// # Cancel safety
     /// Cancel safe (a caller that hangs up drops it): the library's `try_lock_for` leaves nothing
     /// held when dropped, and a hold is only entered in the table after it was acquired.
     pub async fn acquire(
         &self,
-        key: &str,
+        owned_key: String,
         req: AcquireRequest,
         peer: Option<Peer>,
     ) -> Result<Granted, ApiError> {
+        let key = owned_key.as_str();
         let kind = kind_of(&req)?;
         let owner = match (&req.owner, peer) {
             (Some(o), _) => {
@@ -285,12 +288,13 @@ impl Holds {
         };
         let bits = Token::random().as_u128();
         let fence = guard.fence();
+        let name = Name::from(key);
         let board_id = self
             .board
-            .acquired(key, &self.http, lock.kind(), fence, lease);
+            .acquired(name.clone(), &self.http, lock.kind(), fence, lease);
         let ends = Instant::now() + guard.remaining();
         let hold = Arc::new(HttpHold {
-            key: key.to_owned(),
+            key: name,
             board_id,
             guard: tokio::sync::Mutex::new(Some(guard)),
             due: Mutex::new(None),
@@ -304,7 +308,7 @@ impl Holds {
             return Err(ApiError::shutting_down());
         }
         Ok(Granted {
-            key: key.to_owned(),
+            key: owned_key,
             token: token_text(bits),
             fence,
             lease_ms: millis(lease),
@@ -313,7 +317,7 @@ impl Holds {
 
     /// The hold of `token` if it is one of `key`'s.
     fn find(&self, key: &str, token: TokenBits) -> Option<Arc<HttpHold>> {
-        self.table().get(&token).filter(|h| h.key == key).cloned()
+        self.table().get(&token).filter(|h| h.key.as_str() == key).cloned()
     }
 
     /// Takes the hold out of the table (once: a second caller gets `None`).
@@ -466,7 +470,7 @@ impl Holds {
     /// Cancel safe: each release is cancel safe, and a hold whose release was cut off ends
     /// with its lease.
     pub async fn release_all(&self) {
-        let tokens: Vec<(TokenBits, String)> = self
+        let tokens: Vec<(TokenBits, Name)> = self
             .table()
             .iter()
             .map(|(t, h)| (*t, h.key.clone()))

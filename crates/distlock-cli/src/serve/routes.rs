@@ -195,7 +195,7 @@ async fn acquire(
     let key = path(key)?;
     let req = body(&bytes)?;
     let peer = super::holds::Peer::current();
-    let granted = service.holds.acquire(&key, req, peer).await?;
+    let granted = service.holds.acquire(key, req, peer).await?;
     Ok(granted_json(&granted).into_response())
 }
 
