@@ -490,7 +490,7 @@ mod tests {
         let board = Board::default();
         for i in 0..TIMELINE_LEN + 10 {
             let id = board.acquired(
-                &format!("k{i}"),
+                format!("k{i}").as_str(),
                 &Holder::from("http"),
                 LockKind::Mutex,
                 1,

@@ -317,7 +317,10 @@ impl Holds {
 
     /// The hold of `token` if it is one of `key`'s.
     fn find(&self, key: &str, token: TokenBits) -> Option<Arc<HttpHold>> {
-        self.table().get(&token).filter(|h| h.key.as_str() == key).cloned()
+        self.table()
+            .get(&token)
+            .filter(|h| h.key.as_str() == key)
+            .cloned()
     }
 
     /// Takes the hold out of the table (once: a second caller gets `None`).
