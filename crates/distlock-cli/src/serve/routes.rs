@@ -228,6 +228,10 @@ pub fn hot_route(method: &Method, path: &str) -> Option<Hot> {
         if s.is_empty() || s.contains('/') {
             return None;
         }
+        if !s.contains('%') {
+            // Nothing to decode (what decoding would answer, without its two passes).
+            return Some(s.to_owned());
+        }
         percent_encoding::percent_decode_str(s)
             .decode_utf8()
             .ok()
