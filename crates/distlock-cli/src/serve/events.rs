@@ -266,10 +266,11 @@ impl Board {
         state.timeline.push_back(event);
     }
 
-    /// A new hold of `kind`; returns its id on the board.
+    /// A new hold of `kind`; returns its id on the board. `key`: a `&str`, or a [`Name`]
+    /// its caller keeps too (one allocation for both).
     pub fn acquired(
         &self,
-        key: &str,
+        key: impl Into<Name>,
         holder: &Holder,
         kind: LockKind,
         fence: u64,
@@ -280,7 +281,7 @@ impl Board {
             LockKind::Semaphore { permits } => Some(permits),
             _ => None,
         };
-        let key = Name::from(key);
+        let key = key.into();
         let now = SystemTime::now();
         let mut event = Event::at("acquired", &key, now);
         let shown = ShownHold {
@@ -489,7 +490,7 @@ mod tests {
         let board = Board::default();
         for i in 0..TIMELINE_LEN + 10 {
             let id = board.acquired(
-                &format!("k{i}"),
+                format!("k{i}").as_str(),
                 &Holder::from("http"),
                 LockKind::Mutex,
                 1,

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{millis, Board, Holder};
+use super::events::{millis, Board, Holder, Name};
 use super::expiry::{Expiries, Slot, TokenBits};
 use super::ApiError;
 use crate::run::HoldKind;
@@ -103,7 +103,8 @@ pub struct Granted {
 
 /// One hold taken over HTTP.
 struct HttpHold {
-    key: String,
+    /// Shared with the board's entry.
+    key: Name,
     board_id: u64,
     /// `None` once released or expired (whoever takes it out answers for it).
     guard: tokio::sync::Mutex<Option<LockGuard>>,
@@ -141,12 +142,30 @@ impl Hasher for TokenHasher {
 type Table = HashMap<TokenBits, Arc<HttpHold>, BuildHasherDefault<TokenHasher>>;
 
 /// The bits of a token as this service writes it (32 lowercase hex digits); `None` for any
-/// other text, which names no hold.
+/// other text, which names no hold. Read digit by digit: only the text this service wrote
+/// names a hold (`Token::from_hex` also reads upper case and a sign, and checking its answer
+/// by writing it back costs more than reading).
 fn token_bits(token: &str) -> Option<TokenBits> {
-    // `from_hex` also reads upper case; only the text this service wrote names a hold.
-    Token::from_hex(token)
-        .filter(|t| t.to_hex_bytes() == token.as_bytes())
-        .map(Token::as_u128)
+    let digits = token.as_bytes();
+    if digits.len() != 32 {
+        return None;
+    }
+    digits.iter().try_fold(0, |bits: TokenBits, &d| {
+        let value = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            _ => return None,
+        };
+        Some(bits << 4 | TokenBits::from(value))
+    })
+}
+
+/// The text of a token: what [`token_bits`] reads back.
+fn token_text(bits: TokenBits) -> String {
+    let hex = Token::from(bits).to_hex_bytes();
+    // Hex digits are ASCII (never the empty default); copied without the formatting
+    // machinery of `to_string`.
+    std::str::from_utf8(&hex).unwrap_or_default().to_owned()
 }
 
 /// The holds of this service, by token.
@@ -213,17 +232,19 @@ impl Holds {
         self.table().len()
     }
 
-    /// `POST /v1/locks/{key}`: one attempt, or waits up to `wait_ms`.
+    /// `POST /v1/locks/{key}`: one attempt, or waits up to `wait_ms`. The answer names `key`,
+    /// moved into it.
     ///
     /// # Cancel safety
     /// Cancel safe (a caller that hangs up drops it): the library's `try_lock_for` leaves nothing
     /// held when dropped, and a hold is only entered in the table after it was acquired.
     pub async fn acquire(
         &self,
-        key: &str,
+        owned_key: String,
         req: AcquireRequest,
         peer: Option<Peer>,
     ) -> Result<Granted, ApiError> {
+        let key = owned_key.as_str();
         let kind = kind_of(&req)?;
         let owner = match (&req.owner, peer) {
             (Some(o), _) => {
@@ -267,12 +288,13 @@ impl Holds {
         };
         let bits = Token::random().as_u128();
         let fence = guard.fence();
+        let name = Name::from(key);
         let board_id = self
             .board
-            .acquired(key, &self.http, lock.kind(), fence, lease);
+            .acquired(name.clone(), &self.http, lock.kind(), fence, lease);
         let ends = Instant::now() + guard.remaining();
         let hold = Arc::new(HttpHold {
-            key: key.to_owned(),
+            key: name,
             board_id,
             guard: tokio::sync::Mutex::new(Some(guard)),
             due: Mutex::new(None),
@@ -286,8 +308,8 @@ impl Holds {
             return Err(ApiError::shutting_down());
         }
         Ok(Granted {
-            key: key.to_owned(),
-            token: Token::from(bits).to_string(),
+            key: owned_key,
+            token: token_text(bits),
             fence,
             lease_ms: millis(lease),
         })
@@ -295,7 +317,10 @@ impl Holds {
 
     /// The hold of `token` if it is one of `key`'s.
     fn find(&self, key: &str, token: TokenBits) -> Option<Arc<HttpHold>> {
-        self.table().get(&token).filter(|h| h.key == key).cloned()
+        self.table()
+            .get(&token)
+            .filter(|h| h.key.as_str() == key)
+            .cloned()
     }
 
     /// Takes the hold out of the table (once: a second caller gets `None`).
@@ -448,7 +473,7 @@ impl Holds {
     /// Cancel safe: each release is cancel safe, and a hold whose release was cut off ends
     /// with its lease.
     pub async fn release_all(&self) {
-        let tokens: Vec<(TokenBits, String)> = self
+        let tokens: Vec<(TokenBits, Name)> = self
             .table()
             .iter()
             .map(|(t, h)| (*t, h.key.clone()))
@@ -469,10 +494,15 @@ mod tests {
         let bits = Token::random().as_u128();
         let text = Token::from(bits).to_string();
         assert_eq!(token_bits(&text), Some(bits));
+        assert_eq!(token_text(bits), text);
+        assert_eq!(token_bits(&token_text(u128::MAX)), Some(u128::MAX));
         assert_eq!(token_bits(&"0".repeat(32)), Some(0));
         for other in [
             text.to_uppercase(),
             format!("+{}", &text[1..]),
+            format!("g{}", &text[1..]),
+            format!("{}/", &text[1..]),
+            format!("{}:", &text[1..]),
             text[1..].to_owned(),
             format!("{text}0"),
             String::new(),

@@ -222,7 +222,13 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
                 let service = hyper::service::service_fn(move |request| {
                     let answer = match routes::refused(&gate, &request, arrived, &known) {
                         Some(refused) => Either::Left(std::future::ready(Ok::<_, std::convert::Infallible>(refused))),
-                        None => Either::Right(hyper::service::Service::call(&routed, request)),
+                        None => Either::Right(match routes::hot_route(request.method(), request.uri().path()) {
+                            Some(call) => Either::Left(futures_util::FutureExt::map(
+                                routes::hot(gate.clone(), call, request),
+                                Ok,
+                            )),
+                            None => Either::Right(hyper::service::Service::call(&routed, request)),
+                        }),
                     };
                     async move {
                         let response = answer.await;

@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::body::HttpBody;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, Path, Query, State};
-use axum::http::{header, HeaderMap, Request, StatusCode};
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -46,7 +46,6 @@ pub fn router(service: Arc<Service>) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(service)
 }
 
@@ -130,9 +129,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A request's body, as axum's `Bytes` extractor takes it (within [`MAX_BODY`], its rejection
-/// the same), but without collecting a body the request declared empty: most requests have
-/// none, and collecting one costs more than the rest of their extraction.
+/// A request's body, as axum's `Bytes` extractor takes it under a `DefaultBodyLimit` of
+/// [`MAX_BODY`] (the same rejection: 413 beyond it), but without collecting a body the request
+/// declared empty: most requests have none, and collecting one costs more than the rest of
+/// their extraction. The limit is applied here rather than by the layer, which would wrap
+/// every route in one more boxed service, cloned and called for every request.
 struct RequestBody(Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for RequestBody {
@@ -145,7 +146,10 @@ impl<S: Send + Sync> FromRequest<S> for RequestBody {
         if request.body().size_hint().exact() == Some(0) {
             return Ok(RequestBody(Bytes::new()));
         }
-        Bytes::from_request(request, state).await.map(RequestBody)
+        // `Bytes` finds the `LengthLimitError` of this `Limited` inside its own (larger) one.
+        let limited =
+            request.map(|b| axum::body::Body::new(http_body_util::Limited::new(b, MAX_BODY)));
+        Bytes::from_request(limited, state).await.map(RequestBody)
     }
 }
 
@@ -188,11 +192,86 @@ async fn acquire(
     key: Result<Path<String>, PathRejection>,
     RequestBody(bytes): RequestBody,
 ) -> Result<Response, ApiError> {
-    let key = path(key)?;
-    let req = body(&bytes)?;
+    acquire_with(&service, path(key)?, &bytes).await
+}
+
+/// `POST /v1/locks/{key}` once its key is decoded and its body read.
+async fn acquire_with(service: &Service, key: String, bytes: &Bytes) -> Result<Response, ApiError> {
+    let req = body(bytes)?;
     let peer = super::holds::Peer::current();
-    let granted = service.holds.acquire(&key, req, peer).await?;
+    let granted = service.holds.acquire(key, req, peer).await?;
     Ok(granted_json(&granted).into_response())
+}
+
+/// A call of one of the two requests of every hold, `POST /v1/locks/{key}` and `DELETE
+/// /v1/locks/{key}/{token}`, with its path decoded: see [`hot_route`].
+pub enum Hot {
+    Acquire(String),
+    Release(String, String),
+}
+
+/// The route of a request that certainly goes to `acquire` or `release`, for the connection
+/// to call them without the router: the router inserts the path's parameters into the
+/// request's extensions, boxes and clones the route's service and wraps its future, which
+/// together cost about as much again as the rest of the HTTP handling of the request. Only a
+/// path the router would route there with every parameter decodable (the same decoding) is
+/// taken; anything else (`None`) goes to the router, which answers it as before, errors
+/// included. The answer is the handler's, with the `Content-Length` the router would add
+/// (see [`hot`]).
+pub fn hot_route(method: &Method, path: &str) -> Option<Hot> {
+    let rest = path.strip_prefix("/v1/locks/")?;
+    let (key, token) = match rest.split_once('/') {
+        Some((key, token)) => (key, Some(token)),
+        None => (rest, None),
+    };
+    let decode = |s: &str| -> Option<String> {
+        if s.is_empty() || s.contains('/') {
+            return None;
+        }
+        if !s.contains('%') {
+            // Nothing to decode (what decoding would answer, without its two passes).
+            return Some(s.to_owned());
+        }
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .ok()
+            .map(std::borrow::Cow::into_owned)
+    };
+    match (method, token) {
+        (&Method::POST, None) => Some(Hot::Acquire(decode(key)?)),
+        (&Method::DELETE, Some(token)) => Some(Hot::Release(decode(key)?, decode(token)?)),
+        _ => None,
+    }
+}
+
+/// Serves a request [`hot_route`] took, as the router would (the gate has passed it).
+pub async fn hot<B>(service: Arc<Service>, call: Hot, request: Request<B>) -> Response
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let mut response = match call {
+        Hot::Acquire(key) => {
+            let request = request.map(axum::body::Body::new);
+            match RequestBody::from_request(request, &()).await {
+                Ok(RequestBody(bytes)) => acquire_with(&service, key, &bytes).await.into_response(),
+                Err(rejection) => rejection.into_response(),
+            }
+        }
+        Hot::Release(key, token) => {
+            drop(request);
+            release_with(&service, &key, &token).await.into_response()
+        }
+    };
+    // What the router adds to every answer it routed (a body's known length); the methods
+    // here are neither HEAD nor CONNECT, whose answers it also changes.
+    let size = response.body().size_hint().exact();
+    if let Some(size) = size.filter(|_| !response.headers().contains_key(header::CONTENT_LENGTH)) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
+    }
+    response
 }
 
 /// `granted` as its derived `Serialize` writes it, byte for byte (a test compares them), but
@@ -258,7 +337,12 @@ async fn release(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let (key, token) = path(p)?;
-    service.holds.release(&key, &token).await?;
+    release_with(&service, &key, &token).await
+}
+
+/// `DELETE /v1/locks/{key}/{token}` once its path is decoded.
+async fn release_with(service: &Service, key: &str, token: &str) -> Result<StatusCode, ApiError> {
+    service.holds.release(key, token).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -399,6 +483,211 @@ mod tests {
             .unwrap()
             .unwrap();
             assert_eq!(body, serde_json::to_vec(&granted).unwrap(), "{key:?}");
+        }
+    }
+
+    /// What `RequestBody` answers for a body of `chunks` (chunked: no length declared).
+    fn extracted(chunks: Vec<Vec<u8>>, declared: bool) -> Result<Bytes, Response> {
+        let body = if declared {
+            axum::body::Body::from(chunks.concat())
+        } else {
+            let frames = chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::io::Error>(Bytes::from(c)));
+            axum::body::Body::from_stream(futures_util::stream::iter(frames))
+        };
+        let request = Request::post("/").body(body).unwrap();
+        futures_util::FutureExt::now_or_never(RequestBody::from_request(request, &()))
+            .expect("ready")
+            .map(|RequestBody(b)| b)
+            .map_err(IntoResponse::into_response)
+    }
+
+    #[test]
+    fn bodies_beyond_the_limit_are_refused_with_413() {
+        for declared in [true, false] {
+            let whole = extracted(vec![vec![b' '; MAX_BODY / 2]; 2], declared).unwrap();
+            assert_eq!(whole.len(), MAX_BODY);
+            let over = extracted(
+                vec![vec![b' '; MAX_BODY / 2], vec![b' '; MAX_BODY / 2 + 1]],
+                declared,
+            )
+            .unwrap_err();
+            assert_eq!(
+                over.status(),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "declared: {declared}"
+            );
+            assert!(extracted(Vec::new(), declared).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn only_paths_the_router_sends_to_acquire_or_release_are_hot() {
+        let acquire = |p: &str| match hot_route(&Method::POST, p) {
+            Some(Hot::Acquire(key)) => Some(key),
+            _ => None,
+        };
+        let release = |p: &str| match hot_route(&Method::DELETE, p) {
+            Some(Hot::Release(key, token)) => Some((key, token)),
+            _ => None,
+        };
+        assert_eq!(acquire("/v1/locks/k").as_deref(), Some("k"));
+        assert_eq!(
+            acquire("/v1/locks/a%2Fb%20%C3%A9").as_deref(),
+            Some("a/b é")
+        );
+        assert_eq!(
+            release("/v1/locks/a%2Fb/t0"),
+            Some(("a/b".to_owned(), "t0".to_owned()))
+        );
+        // Left to the router: other methods, other shapes, empty segments, bad UTF-8.
+        for p in [
+            "/v1/locks/",
+            "/v1/locks/k/",
+            "/v1/locks/k/t",
+            "/v1/locks",
+            "/v1/lock/k",
+            "/v1/locks/%FF",
+            "/v1/locks/%C3",
+        ] {
+            assert_eq!(acquire(p), None, "{p}");
+        }
+        for p in [
+            "/v1/locks/k",
+            "/v1/locks//t",
+            "/v1/locks/k/",
+            "/v1/locks/k/t/",
+            "/v1/locks/k/t/u",
+            "/v1/locks/k/%FF",
+        ] {
+            assert_eq!(release(p), None, "{p}");
+        }
+        for m in [Method::GET, Method::PUT, Method::HEAD, Method::PATCH] {
+            assert!(
+                hot_route(&m, "/v1/locks/k").is_none() && hot_route(&m, "/v1/locks/k/t").is_none()
+            );
+        }
+    }
+
+    /// Status, headers and body of an answer.
+    async fn seen(response: Response) -> (StatusCode, Vec<(String, String)>, String) {
+        let status = response.status();
+        let mut headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        headers.sort();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, headers, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// The token a grant's body names, and the body with it and the fence blanked (tokens are
+    /// random, fences grow).
+    fn token_of(body: &str) -> (String, String) {
+        let Some(at) = body.find("\"token\":\"") else {
+            return (String::new(), body.to_owned());
+        };
+        let start = at + "\"token\":\"".len();
+        let mut blanked = body.to_owned();
+        let token = blanked[start..start + 32].to_owned();
+        blanked.replace_range(start..start + 32, "T");
+        let fence = blanked.find("\"fence\":").unwrap() + "\"fence\":".len();
+        let digits = blanked[fence..].find(',').unwrap();
+        blanked.replace_range(fence..fence + digits, "F");
+        (token, blanked)
+    }
+
+    #[tokio::test]
+    async fn hot_answers_are_the_routers() {
+        use super::super::{events::Board, holds::Holds, sites::Sites};
+        let options = distlock::RegistryOptions::default();
+        let registry = distlock::LockRegistry::from_backend(
+            distlock::connect("memory://").await.unwrap(),
+            options.clone().with_renew(false).with_max_local_handoffs(0),
+        )
+        .unwrap();
+        let (_stop, stopping) = tokio::sync::watch::channel(false);
+        let board = Board::default();
+        let service = Arc::new(Service {
+            holds: Holds::new(registry, board.clone(), stopping.clone()),
+            board,
+            token: None,
+            sites: Sites::new(&[], false).unwrap(),
+            demos: super::super::demo::Demos::default(),
+            metrics: metrics_exporter_prometheus::PrometheusBuilder::new()
+                .build_recorder()
+                .handle(),
+            options,
+            stopping,
+        });
+        let routed = hyper_util::service::TowerToHyperService::new(router(service.clone()));
+        let request = |method: &str, path: &str, body: &str| {
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(axum::body::Body::from(body.to_owned()))
+                .unwrap()
+        };
+        let by_router = |method: &str, path: &str, body: &str| {
+            let answer = hyper::service::Service::call(&routed, request(method, path, body));
+            async move { seen(answer.await.unwrap()).await }
+        };
+        let by_hot = |method: &str, path: &str, body: &str| {
+            let call = hot_route(&method.parse().unwrap(), path).expect("hot");
+            let answer = hot(service.clone(), call, request(method, path, body));
+            async move { seen(answer.await).await }
+        };
+        let big = " ".repeat(MAX_BODY + 1);
+        let bodies = [
+            "",
+            "{\"lease_ms\":5000}",
+            "{\"lease\":1}",
+            "{\"lease_ms\":1}",
+            &big,
+        ];
+        // Each acquisition by either, released before the other's (same state for both).
+        for body in bodies {
+            let path = "/v1/locks/k%2F%C3%A9";
+            let (status, headers, text) = by_router("POST", path, body).await;
+            service.holds.release_all().await;
+            let (hot_status, hot_headers, hot_text) = by_hot("POST", path, body).await;
+            service.holds.release_all().await;
+            assert_eq!((hot_status, hot_headers), (status, headers), "{body:.20}");
+            assert_eq!(token_of(&hot_text).1, token_of(&text).1, "{body:.20}");
+        }
+        let held = service
+            .holds
+            .registry()
+            .obtain("held")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap();
+        let conflict = by_router("POST", "/v1/locks/held", "").await;
+        assert_eq!(conflict.0, StatusCode::CONFLICT);
+        assert_eq!(by_hot("POST", "/v1/locks/held", "").await, conflict);
+        held.release().await.unwrap();
+        // Releases: of a hold (204), of a token that names none and of one that is no token
+        // (410).
+        let (_, _, grant) = by_hot("POST", "/v1/locks/r", "").await;
+        let path = format!("/v1/locks/r/{}", token_of(&grant).0);
+        let released = by_router("DELETE", &path, "").await;
+        assert_eq!(released.0, StatusCode::NO_CONTENT);
+        let (_, _, grant) = by_router("POST", "/v1/locks/r", "").await;
+        let path = format!("/v1/locks/r/{}", token_of(&grant).0);
+        assert_eq!(by_hot("DELETE", &path, "").await, released);
+        for path in [
+            "/v1/locks/r/0123456789abcdef0123456789abcdef",
+            "/v1/locks/r/nothex",
+        ] {
+            let gone = by_router("DELETE", path, "").await;
+            assert_eq!(gone.0, StatusCode::GONE);
+            assert_eq!(by_hot("DELETE", path, "").await, gone, "{path}");
         }
     }
 
