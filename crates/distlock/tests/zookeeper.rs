@@ -96,28 +96,32 @@ mod zookeeper {
                 f
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let nodes = loop {
+        // The waiter's first attempt is a try, whose node goes again right after its listing:
+        // the queued node is the one its waiter then marks (`distlock-waiting:`), so the
+        // listing is taken once the second node carries that mark.
+        let client = b.client().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (nodes, holder, queued) = loop {
             let n = b.contenders(&name).await.unwrap();
-            if n.len() == 2 || Instant::now() > deadline {
-                break n;
+            if let [first, second] = &n[..] {
+                let h = client.get_data(&format!("/lock/{key}/{first}")).await;
+                let q = client.get_data(&format!("/lock/{key}/{second}")).await;
+                if let (Ok((_, h)), Ok((data, q))) = (h, q) {
+                    if data.starts_with(b"distlock-waiting:") {
+                        break (n, h, q);
+                    }
+                }
             }
+            assert!(
+                Instant::now() < deadline,
+                "no marked waiter's node behind the holder's: {n:?}"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        assert_eq!(nodes.len(), 2, "{nodes:?}");
         for n in &nodes {
             assert!(is_curator_name(n), "{n:?} is not _c_<uuid>-lock-<seq>");
         }
         // Ephemeral nodes of two different sessions; the holder's czxid is the fence.
-        let client = b.client().await.unwrap();
-        let (_, holder) = client
-            .get_data(&format!("/lock/{key}/{}", nodes[0]))
-            .await
-            .unwrap();
-        let (_, queued) = client
-            .get_data(&format!("/lock/{key}/{}", nodes[1]))
-            .await
-            .unwrap();
         assert_ne!(holder.ephemeral_owner, 0);
         assert_ne!(queued.ephemeral_owner, 0);
         assert_ne!(holder.ephemeral_owner, queued.ephemeral_owner);
