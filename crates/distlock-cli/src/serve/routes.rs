@@ -27,7 +27,10 @@ const MAX_BODY: usize = 16 * 1024;
 
 /// The whole router over `service`. The API's routes are registered with the operation each
 /// handler declares (`#[utoipa::path]`), which also makes the OpenAPI document: the page, its
-/// script and the document itself are the only routes outside it.
+/// script and the document itself are the only routes outside it. The two requests of every
+/// hold, `POST /v1/locks/{key}` and `DELETE /v1/locks/{key}/{token}`, reach their handlers
+/// without this router (see [`hot_route`]): a layer added here would not apply to them, so
+/// what every request needs belongs in the connection's gate, which both paths pass.
 pub fn router(service: Arc<Service>) -> Router {
     let (api, doc) = api();
     let doc = Arc::new(openapi::to_json(&doc));
