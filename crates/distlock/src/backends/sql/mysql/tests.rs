@@ -35,9 +35,7 @@ async fn queued(b: &MySqlBackend, name: &LockName, token: Token, lease: Duration
 /// the doorbell for exactly as long as it holds the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holder_holds_the_doorbell_while_the_lock_is_wanted() {
-    let server = MariaDbServer::machine_or_start().expect("mariadb-server");
-    let db = server.fresh_database().unwrap();
-    let holder = MySqlBackend::connect(db.url()).await.unwrap();
+    let (db, holder) = fresh().await;
     let waiter = MySqlBackend::connect(db.url()).await.unwrap();
     let name = LockName::new("bell", "k").unwrap();
     let lease = Duration::from_secs(10);
