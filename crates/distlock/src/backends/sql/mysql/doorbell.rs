@@ -387,6 +387,7 @@ async fn listener(
         if acquired || !s.has_subscribers(&target.channel) {
             if have_turnstile {
                 if let Some(c) = conn.as_mut() {
+                    tracing::trace!(target: "distlock::probe", ev = "my_turnstile_give");
                     if c.query_drop(format!("DO RELEASE_LOCK('{turnstile}')"))
                         .await
                         .is_err()
