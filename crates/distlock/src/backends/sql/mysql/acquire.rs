@@ -112,10 +112,13 @@ impl MySql {
         }
     }
 
-    /// A busy outcome of an attempt at the lock of row `(a, b)`: a waiter that this process's
-    /// listener watches for polls only at the safety pace (see [`IN_LINE_AHEAD`]).
+    /// A busy outcome of an attempt at the lock of row `(a, b)`: the listener that woke the
+    /// waiter for it looks again, and a waiter that the listener watches for polls only at
+    /// the safety pace (see [`IN_LINE_AHEAD`]).
     fn busy(&self, a: &str, b: &str, queued: bool, retry_after: Option<Duration>) -> Attempt {
-        let watched = queued && self.doorbells.watched(&self.doorbell(a, b));
+        let doorbell = self.doorbell(a, b);
+        self.doorbells.tried(&doorbell);
+        let watched = queued && self.doorbells.watched(&doorbell);
         Attempt::Busy {
             retry_after,
             ahead: watched.then_some(IN_LINE_AHEAD),
