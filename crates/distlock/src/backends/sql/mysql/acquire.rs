@@ -112,10 +112,13 @@ impl MySql {
         }
     }
 
-    /// A busy outcome of an attempt at the lock of row `(a, b)`: a waiter that this process's
-    /// listener watches for polls only at the safety pace (see [`IN_LINE_AHEAD`]).
+    /// A busy outcome of an attempt at the lock of row `(a, b)`: the listener that woke the
+    /// waiter for it looks again, and a waiter that the listener watches for polls only at
+    /// the safety pace (see [`IN_LINE_AHEAD`]).
     fn busy(&self, a: &str, b: &str, queued: bool, retry_after: Option<Duration>) -> Attempt {
-        let watched = queued && self.doorbells.watched(&self.doorbell(a, b));
+        let doorbell = self.doorbell(a, b);
+        self.doorbells.tried(&doorbell);
+        let watched = queued && self.doorbells.watched(&doorbell);
         Attempt::Busy {
             retry_after,
             ahead: watched.then_some(IN_LINE_AHEAD),
@@ -148,8 +151,8 @@ impl MySql {
 }
 
 impl MySql {
-    /// One attempt at an exclusive hold; `queued` for a caller that will wait: its
-    /// acquisitions take the doorbell in the same round trip.
+    /// One attempt at an exclusive hold; an acquisition of a lock contended lately takes the
+    /// doorbell in the same round trip.
     pub(super) async fn take_exclusive(&self, take: Take<'_>) -> Result<Attempt> {
         let (name, token) = (take.name, take.token);
         let (a, b) = self.row_key(name)?;
@@ -169,9 +172,12 @@ impl MySql {
             // even when this waiter's polling comes first.
             let defer = take.queued && self.doorbells.behind(&doorbell);
             let mut rung = None;
-            if take.queued && self.doorbells.recently_contended(&doorbell) {
+            if self.doorbells.recently_contended(&doorbell) {
                 // Take the doorbell in the same round trip, on the session that will give
-                // it back with the release.
+                // it back with the release. Also for a try: a waiter woken in its turn tries
+                // (its last acquisition did not wait), and a doorbell taken by a statement of
+                // its own would cost the hand-over a round trip ahead of the release and leave
+                // the next waiter's listener a held lock without a doorbell to wait on.
                 if let Some(sql) = self.sql.acquire_existing(
                     &lock,
                     lease_ms(take.lease),

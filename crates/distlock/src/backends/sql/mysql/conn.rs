@@ -208,6 +208,7 @@ impl MySql {
                 Sql::Transaction(t) => Job::Transaction(t.to_owned()),
                 Sql::Prepared(p, values) => Job::Prepared(p.sql.clone(), values.to_vec()),
             };
+            tracing::trace!(target: "distlock::probe", ev = probe_name(op));
             let result = match self.ensure_table().await {
                 Ok(()) => self.doorbells.run(job).await,
                 Err(e) => Err(e),
@@ -237,5 +238,16 @@ impl MySql {
                 }
             }
         }
+    }
+}
+
+/// The probe event of a statement run for `op` (see `distlock::probe`).
+fn probe_name(op: &str) -> &'static str {
+    match op {
+        "try_acquire" => "my_sql_acquire",
+        "release" => "my_sql_release",
+        "leave_queue" => "my_sql_leave_queue",
+        "extend" | "extend_many" => "my_sql_extend",
+        _ => "my_sql_other",
     }
 }

@@ -33,7 +33,7 @@
 //! (sessions and the listener), never lent to anybody else.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,13 @@ pub(crate) const HEAD_GRACE_MS: i64 = 1000;
 /// After a ring the woken waiters race for the lock; until one of them commits, the row reads
 /// free, which is no reason to wake them again.
 const RING_SETTLE: Duration = Duration::from_millis(5);
+/// After a wake-up the woken waiter's attempt is under way: the listener looks at the lock
+/// again once that attempt has an outcome (taken: the listener gives the turnstile back; busy:
+/// somebody else took it), and at the latest after this (a waiter that was woken but does not
+/// attempt, because it gave up or its process is slow). A look while the attempt runs finds
+/// the lock still free or taken by this process, and costs a statement that the turnstile's
+/// hand-over to the next process then waits behind.
+const AFTER_FIRE: Duration = Duration::from_millis(2);
 /// The place a waiter reports (`Attempt::Busy::ahead`) while its process's listener stands in
 /// the lock's turnstile line or at its head: it is woken in its turn, so its polls only guard
 /// against a line that does not move (a process at the head that stopped), which
@@ -110,6 +117,8 @@ struct Listening {
     acquired: AtomicBool,
     /// The listener is in line for the turnstile behind another process's listener.
     behind: AtomicBool,
+    /// Attempts of this backend at the lock that ended busy (see [`Doorbells::tried`]).
+    tried: AtomicU64,
 }
 
 /// A lock the listener watches, or is asked to watch next.
@@ -334,6 +343,15 @@ impl Doorbells {
         }
     }
 
+    /// An attempt of this backend at the lock of `doorbell` found it busy: a listener that
+    /// woke a waiter for it looks at the lock again (somebody else took it).
+    pub(crate) fn tried(&self, doorbell: &str) {
+        if let Some(l) = self.watching(doorbell) {
+            l.tried.fetch_add(1, Ordering::AcqRel);
+            l.wake.notify_one();
+        }
+    }
+
     /// Whether this backend's listener watches `doorbell` (in the turnstile's line or at its
     /// head), so that a release wakes its waiters in their turn (see [`IN_LINE_AHEAD`]).
     pub(crate) fn watched(&self, doorbell: &str) -> bool {
@@ -387,6 +405,7 @@ async fn listener(
         if acquired || !s.has_subscribers(&target.channel) {
             if have_turnstile {
                 if let Some(c) = conn.as_mut() {
+                    tracing::trace!(target: "distlock::probe", ev = "my_turnstile_give");
                     if c.query_drop(format!("DO RELEASE_LOCK('{turnstile}')"))
                         .await
                         .is_err()
@@ -490,6 +509,8 @@ async fn listener(
         let own = b.is_ours(held_by);
         drop(b);
         let waited = started.elapsed() >= Duration::from_millis(2);
+        // Busy attempts counted before the waiters are woken, so that none is missed.
+        let seen = wake.tried.load(Ordering::Acquire);
         let fire = || {
             if let Some(s) = signals.upgrade() {
                 s.fire(&target.channel);
@@ -506,6 +527,7 @@ async fn listener(
             fire();
             last_ring = Some((Instant::now(), version));
             backoff = Duration::ZERO;
+            until_tried(&wake, seen, AFTER_FIRE).await;
         } else if free {
             // Free without a ring: the holder's lease ran out, or it does not ring (Spring's
             // registry), or a ring just woke the waiters, one of which is taking the lock
@@ -523,13 +545,17 @@ async fn listener(
             fire();
             // Still the version of the last wake-up: nobody took the lock since, so back off;
             // a new version means the lock is changing hands, and its next holder rings soon.
-            backoff = if last_fire == Some(version) {
+            let again = last_fire == Some(version);
+            backoff = if again {
                 next_backoff(backoff)
             } else {
                 MIN_BACKOFF
             };
             last_fire = Some(version);
-            pause(&wake, backoff).await;
+            until_tried(&wake, seen, AFTER_FIRE).await;
+            if again && !wake.acquired.load(Ordering::Acquire) {
+                pause(&wake, backoff).await;
+            }
         } else if rang || own {
             // Held but the doorbell was not: its holder has not taken it yet (or does not
             // ring); or held by this process, whose release wakes its waiters directly.
@@ -540,6 +566,20 @@ async fn listener(
     }
     if let Some(c) = conn {
         let _ = c.disconnect().await;
+    }
+}
+
+/// Waits until an attempt of this backend found the lock busy since `seen`, or it took the
+/// lock, or `d` passed.
+async fn until_tried(l: &Listening, seen: u64, d: Duration) {
+    let deadline = tokio::time::Instant::now() + d;
+    while l.tried.load(Ordering::Acquire) == seen && !l.acquired.load(Ordering::Acquire) {
+        if tokio::time::timeout_at(deadline, l.wake.notified())
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 

@@ -280,6 +280,10 @@ async fn session(
                         ),
                         Ring::Disarm => format!("{sql}; DO RELEASE_LOCK('{doorbell}')"),
                     };
+                    tracing::trace!(target: "distlock::probe", ev = match ring {
+                        Ring::ArmIfAcquired => "my_sql_acquire_arm",
+                        Ring::Disarm => "my_sql_release_disarm",
+                    });
                     let out = bounded(limit, async {
                         match c.query_iter(full.as_str()).await {
                             Ok(r) => outcome(r).await,
@@ -363,6 +367,7 @@ async fn arm_all(
     limit: Duration,
 ) -> bool {
     if ops.is_empty() {
+        tracing::trace!(target: "distlock::probe", ev = "my_sql_check");
         return match bounded(limit, c.query_first::<Row, _>("SELECT 1")).await {
             Ok(_) => true,
             Err(e) => {
@@ -374,6 +379,7 @@ async fn arm_all(
     for chunk in ops.chunks(BATCH) {
         let exprs: Vec<String> = chunk.iter().map(|n| arm_expr(n)).collect();
         let sql = format!("SELECT {}", exprs.join(", "));
+        tracing::trace!(target: "distlock::probe", ev = "my_sql_arm");
         match bounded(limit, c.query_first::<Row, _>(&sql)).await {
             Ok(row) => {
                 for (i, n) in chunk.iter().enumerate() {
