@@ -207,5 +207,7 @@ const QUESTIONS_MAX: f64 = 12.0;
 const SESSION_MAX: f64 = 2.6;
 /// Most listener round trips per hand-over: the turnstile taken and given back, and the
 /// looks at the doorbell (one, and some more when a woken attempt takes longer than the
-/// listener waits for its outcome).
-const LISTENER_MAX: f64 = 4.5;
+/// listener waits for its outcome). The looks depend on timing more than the sessions'
+/// statements do, so this bound leaves room for a loaded machine (about 3.1 measured at a load
+/// average of 7 to 8.6): it fails at two more round trips per hand-over, not at one.
+const LISTENER_MAX: f64 = 5.5;
