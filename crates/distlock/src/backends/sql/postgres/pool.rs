@@ -78,6 +78,24 @@ pub(super) enum Stmt {
     Peek,
 }
 
+impl Stmt {
+    /// The `distlock::probe` event of one statement sent on a pooled connection.
+    pub(super) fn probe(self) -> &'static str {
+        match self {
+            Stmt::Acquire => "pg_sql_acquire",
+            Stmt::AcquireExisting => "pg_sql_acquire_existing",
+            Stmt::Release => "pg_sql_release",
+            Stmt::ReleaseNext => "pg_sql_release_next",
+            Stmt::Register => "pg_sql_register",
+            Stmt::Unregister => "pg_sql_unregister",
+            Stmt::Peek => "pg_sql_peek",
+            Stmt::Extend | Stmt::ExtendMany | Stmt::ExtendShare => "pg_sql_extend",
+            Stmt::NameKey => "pg_sql_name_key",
+            _ => "pg_sql_other",
+        }
+    }
+}
+
 /// The pool: at most `pool_size` connections, the most recently returned lent first (so that
 /// a light load keeps few connections busy and the others go idle on the server).
 pub(super) type Pool = managed::Pool<Connector>;

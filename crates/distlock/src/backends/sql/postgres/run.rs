@@ -301,6 +301,7 @@ impl Postgres {
                 }
                 Err(e) => return Err(e),
             };
+            tracing::trace!(target: "distlock::probe", ev = stmt.probe());
             // Should this call be cut off while the statement is under way, the loan closes
             // the connection instead of giving it back.
             loan.in_flight = true;
