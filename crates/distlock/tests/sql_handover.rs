@@ -71,6 +71,7 @@ impl Events {
     }
 }
 
+/// MariaDB's global counters of `COUNTERS` (the `SHOW GLOBAL STATUS` itself counts as a question).
 fn counters(server: &MariaDbServer) -> BTreeMap<String, u64> {
     let list: Vec<String> = COUNTERS.iter().map(|c| format!("'{c}'")).collect();
     let rows = server
