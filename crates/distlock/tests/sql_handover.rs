@@ -176,10 +176,21 @@ where
         regs
     });
     rt.block_on(take_turns(&registries, WARM_UP));
+    let mut before = counters();
     if let Some(lag) = lag {
+        // Read again until two reads a second apart agree: a session whose report came late
+        // (a loaded machine) would have its warm-up counted in the hand-overs'.
         rt.block_on(async { tokio::time::sleep(lag).await });
+        before = counters();
+        for _ in 0..10 {
+            rt.block_on(async { tokio::time::sleep(Duration::from_secs(1)).await });
+            let again = counters();
+            if again == before {
+                break;
+            }
+            before = again;
+        }
     }
-    let before = counters();
     events.take();
     let started = std::time::Instant::now();
     let order = rt.block_on(take_turns(&registries, CYCLES));
