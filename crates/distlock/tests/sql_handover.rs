@@ -348,12 +348,14 @@ fn postgres_handover_statements() {
 }
 
 /// Most hand-over statements of the pool per hand-over: the release, the woken attempt, the
-/// releaser's place in line (3.00 measured on a quiet machine, 3.11 with four of these tests at
-/// once on 2 cores), and some busy attempts under load; one more round trip fails it.
-const PG_STEPS_MAX: f64 = 3.45;
+/// releaser's place in line (3.00 measured on a quiet machine), and busy attempts under load
+/// (3.11 with four of these tests at once on 2 cores, 3.32 with eight); one more round trip
+/// (4.0) fails it.
+const PG_STEPS_MAX: f64 = 3.6;
 /// Most statements of the pool per hand-over, peeks and places renewed or given back included
-/// (3.03 measured quiet, up to 3.61 four at once): timing-dependent, so a wide margin.
-const PG_SESSION_MAX: f64 = 4.5;
+/// (3.03 measured quiet, up to 3.61 four at once, 4.34 eight at once): these follow timing, so
+/// the bound fails at two more round trips, not at one.
+const PG_SESSION_MAX: f64 = 5.5;
 /// Most commits per hand-over beyond the pool's statements (4.23–4.32 measured): the four
 /// listeners' reads of one notification and a little for prepared statements and checks; a
 /// second notification per hand-over, or a statement the probes miss, fails it.
