@@ -242,8 +242,8 @@ fn mariadb_handover_statements() {
     let session = run.sum("my_sql_");
     let listener = run.sum("my_turnstile") + run.sum("my_bell_wait");
     println!("  round trips: sessions {session:.2}, listeners {listener:.2}");
-    // Bounds above what a hand-over takes (see docs/PERFORMANCE.md), so that load does not
-    // fail the test, but below what one more round trip per hand-over would cost.
+    // Bounds above what a hand-over takes (see docs/PERFORMANCE-RECIPES.md), so that load does
+    // not fail the test, but below what one more round trip per hand-over would cost.
     assert!(
         session <= SESSION_MAX,
         "{session:.2} session round trips per hand-over"
