@@ -83,7 +83,7 @@ impl<K: Copy + Eq + Hash> Reaper<K> {
 
     /// How many keys are planned.
     #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.core.lock().by_key.len()
     }
 }

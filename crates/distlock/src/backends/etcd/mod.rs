@@ -122,8 +122,7 @@ use self::state::SubKeep;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, WatchHub};
 use crate::backends::contenders;
-use crate::backends::contenders::reaper;
-use crate::backends::contenders::Table;
+use crate::backends::contenders::reaper::{self, Reaper};
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -216,7 +215,8 @@ impl EtcdBackend {
             opts: options,
             pool: Mutex::new(Vec::new()),
             granting: tokio::sync::Mutex::new(()),
-            slots: Table::default(),
+            slots: Mutex::new(HashMap::new()),
+            reaper: Reaper::default(),
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));

@@ -14,7 +14,7 @@ use super::client::Client;
 use super::options::EtcdOptions;
 use super::session::{KaCmd, Session};
 use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
-use crate::backends::contenders::Table;
+use crate::backends::contenders::reaper::Reaper;
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -26,9 +26,10 @@ pub(super) struct Shared {
     pub(super) pool: Mutex<Vec<Arc<Session>>>,
     /// Serializes lease grants, so that concurrent first acquisitions share one session.
     pub(super) granting: tokio::sync::Mutex<()>,
-    /// The slots, and when the reaper looks at which token's (see `renew.rs`).
-    pub(super) slots: Table<Arc<Slot>>,
+    pub(super) slots: Mutex<HashMap<Token, Arc<Slot>>>,
     pub(super) watches: WatchHub,
+    /// When the reaper looks at which token's slot next (see `renew.rs`).
+    pub(super) reaper: Reaper<Token>,
     /// Lock directories this instance released with other keys left in them (a waiter's, who
     /// holds now), and when: the next waiting try of the same lock expects it busy (see
     /// `AcquireRequest::waits`).
@@ -155,21 +156,33 @@ pub(super) struct View {
 
 impl Shared {
     pub(super) fn slot(&self, token: Token) -> Option<Arc<Slot>> {
-        self.slots.get(token)
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&token)
+            .cloned()
     }
 
     pub(super) fn slot_for(&self, token: Token) -> Arc<Slot> {
         self.slots
-            .get_or_insert_with(token, || Arc::new(Slot::new()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(token)
+            .or_insert_with(|| Arc::new(Slot::new()))
+            .clone()
     }
 
     pub(super) fn drop_slot(&self, token: Token, slot: &Arc<Slot>) {
-        self.slots.forget_if(token, |s| Arc::ptr_eq(s, slot));
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.get(&token).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(&token);
+            self.reaper.cancel(token);
+        }
     }
 
     /// Makes sure the reaper looks at `token`'s slot at `at` at the latest.
     pub(super) fn reap_at(&self, token: Token, at: Instant) {
-        self.slots.reap_by(token, at);
+        self.reaper.schedule_by(token, at);
     }
 }
 

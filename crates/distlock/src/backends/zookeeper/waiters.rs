@@ -121,8 +121,7 @@ impl Inner {
         path: &str,
     ) {
         let unmarked = self
-            .nodes
-            .lock()
+            .lock_nodes()
             .get(&token)
             .is_some_and(|n| n.marked.is_none());
         if !unmarked {
@@ -139,7 +138,7 @@ impl Inner {
         .await;
         match res {
             Ok(Ok(_)) => {
-                if let Some(n) = self.nodes.lock().get_mut(&token) {
+                if let Some(n) = self.lock_nodes().get_mut(&token) {
                     n.marked = Some(MARKED);
                 }
             }
@@ -154,8 +153,7 @@ impl Inner {
     /// node is gone: a waiter behind it deleted it after its mark went (or its session ended).
     pub(super) async fn claim(&self, conn: &Conn, token: Token, path: &str) -> Result<bool> {
         let marked = self
-            .nodes
-            .lock()
+            .lock_nodes()
             .get(&token)
             .and_then(|n| Some((n.marked?, n.data.clone())));
         let Some((version, data)) = marked else {
@@ -168,7 +166,7 @@ impl Inner {
             // A version changed by someone else also keeps the deleters off (they delete
             // conditionally on the marked version).
             Ok(_) | Err(zookeeper_client::Error::BadVersion) => {
-                if let Some(n) = self.nodes.lock().get_mut(&token) {
+                if let Some(n) = self.lock_nodes().get_mut(&token) {
                     n.marked = None;
                 }
                 Ok(true)
