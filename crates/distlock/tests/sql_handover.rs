@@ -244,18 +244,16 @@ fn mariadb_handover_statements() {
     println!("  round trips: sessions {session:.2}, listeners {listener:.2}");
     // Bounds above what a hand-over takes (see docs/PERFORMANCE-RECIPES.md), so that load does
     // not fail the test, but below what one more round trip per hand-over would cost.
+    at_most("session round trips", session, SESSION_MAX);
+    at_most("listener round trips", listener, LISTENER_MAX);
+    at_most("statements", server_counts["Questions"], QUESTIONS_MAX);
+}
+
+/// Fails the test when `value` (a count per hand-over) is above `max`.
+fn at_most(what: &str, value: f64, max: f64) {
     assert!(
-        session <= SESSION_MAX,
-        "{session:.2} session round trips per hand-over"
-    );
-    assert!(
-        listener <= LISTENER_MAX,
-        "{listener:.2} listener round trips per hand-over"
-    );
-    let questions = server_counts["Questions"];
-    assert!(
-        questions <= QUESTIONS_MAX,
-        "{questions:.2} statements per hand-over"
+        value <= max,
+        "{value:.2} {what} per hand-over (at most {max})"
     );
 }
 
@@ -333,17 +331,12 @@ fn postgres_handover_statements() {
         "  round trips: sessions {session:.2} (hand-over steps {steps:.2}, timed {timed:.2}); \
          commits {commits:.2} ({beyond:.2} beyond the sessions' statements)"
     );
-    assert!(
-        steps <= PG_STEPS_MAX,
-        "{steps:.2} hand-over statements per hand-over"
-    );
-    assert!(
-        session <= PG_SESSION_MAX,
-        "{session:.2} session round trips per hand-over"
-    );
-    assert!(
-        beyond <= PG_BEYOND_MAX,
-        "{beyond:.2} commits per hand-over beyond the pool's statements"
+    at_most("hand-over statements", steps, PG_STEPS_MAX);
+    at_most("session round trips", session, PG_SESSION_MAX);
+    at_most(
+        "commits beyond the pool's statements",
+        beyond,
+        PG_BEYOND_MAX,
     );
 }
 
