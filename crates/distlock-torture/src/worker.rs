@@ -76,6 +76,15 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // `DISTLOCK_TORTURE_TRACE=<filter>` (for instance `distlock=debug`) writes the library's
+    // tracing into the worker's log, to read what a worker did in a stretch the report flags.
+    if let Ok(filter) = std::env::var("DISTLOCK_TORTURE_TRACE") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     let Some(runtime) = runtime("distlock-torture worker") else {
         return ExitCode::FAILURE;
     };
