@@ -468,7 +468,7 @@ impl Inner {
     /// What a renewal of `token` must check: the session and the node's path. `Err(answer)`
     /// when the answer is known without asking the server (not held, or the session ended).
     fn renewal_target(
-        &self,
+        self: &Arc<Self>,
         token: Token,
         lease: Duration,
     ) -> Result<std::result::Result<(Arc<Conn>, String), bool>> {
@@ -491,8 +491,10 @@ impl Inner {
         Ok(match self.current(slot) {
             Some(c) if c.session == session && !c.client.state().is_terminated() => Ok((c, path)),
             _ => {
-                // The client saw the session end: the node is gone.
-                self.forget(token);
+                // The client saw the session end. The ensemble may still know it (it was
+                // electing a leader, which gives every session a new timeout), and `conn_for`
+                // then resumes it with its nodes: delete the node, or it outlives the hold.
+                self.forget_and_delete(token);
                 Err(false)
             }
         })
@@ -501,7 +503,7 @@ impl Inner {
     /// Turns what the server said of a holder node (its ephemeral owner, `None` when it is
     /// gone) into the renewal's answer, and moves the lease's end when it is confirmed.
     fn settle_renewal(
-        &self,
+        self: &Arc<Self>,
         conn: &Conn,
         token: Token,
         lease: Duration,
@@ -528,7 +530,7 @@ impl Inner {
                 Ok(false)
             }
             Err(e) if session_gone(&e) => {
-                self.forget(token);
+                self.forget_and_delete(token);
                 Ok(false)
             }
             Err(e) => Err(zk_err(e)),

@@ -46,6 +46,19 @@ impl Inner {
         Some(n)
     }
 
+    /// Forgets `token`'s node and deletes its nodes in the background: for a hold whose
+    /// session the client saw end. The ensemble may still know that session, and `conn_for`
+    /// resumes it with its nodes; a node forgotten but left there would keep the lock held by
+    /// nobody for as long as this process lives. (Where the session did end, the deletion sees
+    /// a new session and stops.)
+    pub(super) fn forget_and_delete(self: &Arc<Self>, token: Token) {
+        if let Some(n) = self.forget(token) {
+            for path in n.created_paths() {
+                self.delete_in_background(n.slot, n.session, path);
+            }
+        }
+    }
+
     /// Plans the reaper's look at a node just marked held, at its lease's end.
     pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
         if let Some(n) = self.lock_nodes().get(&token).filter(|n| n.held) {
