@@ -224,6 +224,7 @@ impl Lock {
         // Contenders before this token in the backend's queue, when the backend wakes it in
         // turn (see `Attempt::Busy::ahead`).
         let mut ahead: Option<u32> = None;
+        let mut turn = TurnWatch::default();
 
         // Having just released a lock others were waiting for, let one of them have it first.
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
@@ -388,12 +389,15 @@ impl Lock {
             // the holder's lease says the lock could be free; spread by the place in the
             // queue when the backend wakes this waiter in its turn.
             let listens = sub.as_ref().is_some_and(ReleaseSubscription::listens);
-            let delay = jitter(poll_delay(
-                poll,
-                max_poll,
-                retry_after,
-                ahead.filter(|_| listens),
-            ));
+            let mut delay = poll_delay(poll, max_poll, retry_after, ahead.filter(|_| listens));
+            if let (false, Some(a)) = (listens, ahead) {
+                // Nobody will tell this waiter that its turn came (its subscription failed, e.g.
+                // on a server out of connections): a lock handed to it waits for its next look.
+                if let Some(d) = turn.look_after(a, Instant::now()) {
+                    delay = delay.min(d);
+                }
+            }
+            let delay = jitter(delay);
             poll = (poll * 2).min(max_poll);
             let wake_at =
                 deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
@@ -474,6 +478,53 @@ pub(super) fn poll_delay(
             .min(r + Duration::from_millis(1));
     }
     delay
+}
+
+/// The first pause of a waiter at the head that cannot be woken, doubled at each look after
+/// up to [`TURN_MOST`]. The bound is what one hand-over to such a waiter costs at most, and
+/// so what a run of them costs each: a head that doubled without bound while its predecessor,
+/// which could not be woken either, took long to notice the lock would take about as long.
+const TURN_START: Duration = Duration::from_millis(2);
+const TURN_MOST: Duration = Duration::from_millis(32);
+
+/// When a waiter that its backend ranks but cannot wake should look again, so that it sees a
+/// lock handed to it soon after the hand-over instead of up to a poll later: at the head
+/// (`ahead` 1) from [`TURN_START`] on, doubling up to [`TURN_MOST`] while the holder keeps the
+/// lock (at most about 30 looks a second, from one waiter of the key); further back,
+/// when the hand-overs seen since its first ranked attempt say its turn comes.
+#[derive(Debug, Default)]
+pub(super) struct TurnWatch {
+    /// The first ranked attempt (or the first after the waiter lost its place): its rank, when.
+    first: Option<(u32, Instant)>,
+    last: Option<u32>,
+    still: Duration,
+}
+
+impl TurnWatch {
+    /// Records a busy attempt that found `ahead` contenders before the waiter at `now`; the
+    /// pause before the next look, or `None` when the registry's pace is as good as any.
+    pub(super) fn look_after(&mut self, ahead: u32, now: Instant) -> Option<Duration> {
+        let last = self.last.replace(ahead);
+        if last.is_none_or(|l| ahead > l) {
+            self.first = Some((ahead, now));
+        }
+        if ahead <= 1 {
+            self.still = if last == Some(ahead) {
+                self.still.saturating_mul(2).clamp(TURN_START, TURN_MOST)
+            } else {
+                TURN_START
+            };
+            return Some(self.still);
+        }
+        let (first, since) = self.first?;
+        let served = first.saturating_sub(ahead);
+        let took = now.saturating_duration_since(since);
+        if served == 0 || last == Some(ahead) {
+            return None;
+        }
+        // Turns come at the pace seen so far: the waiter's own comes after `ahead` more.
+        Some(took.mul_f64(f64::from(ahead) / f64::from(served)).max(TURN_START))
+    }
 }
 
 fn jitter(d: Duration) -> Duration {
