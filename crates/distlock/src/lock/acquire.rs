@@ -480,23 +480,25 @@ pub(super) fn poll_delay(
     delay
 }
 
-/// The first pause of a waiter at the head that cannot be woken, doubled at each look after
-/// up to [`TURN_MOST`]. The bound is what one hand-over to such a waiter costs at most, and
-/// so what a run of them costs each: a head that doubled without bound while its predecessor,
-/// which could not be woken either, took long to notice the lock would take about as long.
+/// The first pause of a waiter next in line that cannot be woken, doubled at each look
+/// after up to [`TURN_MOST`]. The bound is what one hand-over to such a waiter costs at most,
+/// and so what each costs in a run of them: a waiter that doubled without bound while the one
+/// before it, which could not be woken either, took long to notice the lock would take about
+/// as long again.
 const TURN_START: Duration = Duration::from_millis(2);
 const TURN_MOST: Duration = Duration::from_millis(32);
 
 /// When a waiter that its backend ranks but cannot wake should look again, so that it sees a
-/// lock handed to it soon after the hand-over instead of up to a poll later: at the head
-/// (`ahead` 1) from [`TURN_START`] on, doubling up to [`TURN_MOST`] while the holder keeps the
-/// lock (at most about 30 looks a second, from one waiter of the key); further back,
-/// when the hand-overs seen since its first ranked attempt say its turn comes.
+/// lock handed to it soon after the hand-over instead of up to a poll later: at the head and
+/// right behind it (`ahead` 1 or 2) from [`TURN_START`] on, doubling up to [`TURN_MOST`] while
+/// its place does not move (at most about 30 looks a second from each of the two); further
+/// back, after half the time the hand-overs since its last look say its turn is away (so that
+/// it reaches those two places before its turn comes), and after twice its last pause when
+/// nobody was served since.
 #[derive(Debug, Default)]
 pub(super) struct TurnWatch {
-    /// The first ranked attempt (or the first after the waiter lost its place): its rank, when.
-    first: Option<(u32, Instant)>,
-    last: Option<u32>,
+    /// The last look: places before the waiter then, and when.
+    last: Option<(u32, Instant)>,
     still: Duration,
 }
 
@@ -504,26 +506,29 @@ impl TurnWatch {
     /// Records a busy attempt that found `ahead` contenders before the waiter at `now`; the
     /// pause before the next look, or `None` when the registry's pace is as good as any.
     pub(super) fn look_after(&mut self, ahead: u32, now: Instant) -> Option<Duration> {
-        let last = self.last.replace(ahead);
-        if last.is_none_or(|l| ahead > l) {
-            self.first = Some((ahead, now));
-        }
-        if ahead <= 1 {
-            self.still = if last == Some(ahead) {
+        let last = self.last.replace((ahead, now));
+        if ahead <= 2 {
+            self.still = if last.is_some_and(|(a, _)| a == ahead) {
                 self.still.saturating_mul(2).clamp(TURN_START, TURN_MOST)
             } else {
                 TURN_START
             };
             return Some(self.still);
         }
-        let (first, since) = self.first?;
-        let served = first.saturating_sub(ahead);
-        let took = now.saturating_duration_since(since);
-        if served == 0 || last == Some(ahead) {
-            return None;
-        }
-        // Turns come at the pace seen so far: the waiter's own comes after `ahead` more.
-        Some(took.mul_f64(f64::from(ahead) / f64::from(served)).max(TURN_START))
+        let (before, then) = last?;
+        self.still = match before.checked_sub(ahead) {
+            // Turns come at the pace of the last ones: the waiter's own after `ahead` more.
+            Some(served) if served > 0 => now
+                .saturating_duration_since(then)
+                .mul_f64(f64::from(ahead) / f64::from(served) / 2.0)
+                .max(TURN_START),
+            // Nobody served since the last look (a holder that keeps the lock, or one that
+            // cannot be woken either and has not noticed it yet): twice the last pause.
+            Some(_) => self.still.saturating_mul(2),
+            // The place was lost and taken again at the back: the pace is learnt again.
+            None => Duration::ZERO,
+        };
+        (!self.still.is_zero()).then_some(self.still)
     }
 }
 

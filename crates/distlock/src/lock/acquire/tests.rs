@@ -300,9 +300,10 @@ fn the_poll_is_spread_by_the_place_up_to_a_bound() {
     assert_eq!(poll_delay(ms(500), max, Some(ms(0)), None), ms(1));
 }
 
-/// A waiter that cannot be woken looks again when its turn should have come: at the head
-/// soon, and sooner while the holder has just taken the lock; further back when the
-/// hand-overs seen so far say; at the registry's pace while it knows nothing better.
+/// A waiter that cannot be woken looks again when its turn should be near: next in line
+/// soon, and less often while the holder keeps the lock; further back after half the time the
+/// last hand-overs say (twice the last pause while nobody is served); at the registry's pace
+/// while it knows nothing better.
 #[test]
 fn a_waiter_that_cannot_be_woken_looks_when_its_turn_comes() {
     let ms = Duration::from_millis;
@@ -310,23 +311,24 @@ fn a_waiter_that_cannot_be_woken_looks_when_its_turn_comes() {
     let mut turn = TurnWatch::default();
     // Nothing seen served yet.
     assert_eq!(turn.look_after(1000, t0), None);
-    // 100 served in 100 ms: 900 more take 900 ms.
-    assert_eq!(turn.look_after(900, t0 + ms(100)), Some(ms(900)));
-    // The place did not move since: no estimate better than the registry's pace.
-    assert_eq!(turn.look_after(900, t0 + ms(150)), None);
-    // 998 served in 998 ms: the last one before it comes within a few ms.
-    assert_eq!(turn.look_after(2, t0 + ms(998)), Some(ms(2)));
-    // At the head: 2 ms, then doubling while the holder keeps the lock.
-    assert_eq!(turn.look_after(1, t0 + ms(1000)), Some(TURN_START));
-    assert_eq!(turn.look_after(1, t0 + ms(1002)), Some(ms(4)));
-    assert_eq!(turn.look_after(1, t0 + ms(1006)), Some(ms(8)));
-    let mut at = t0 + ms(1014);
+    // 100 served in 100 ms: 900 more take 900 ms; it looks after half of that.
+    assert_eq!(turn.look_after(900, t0 + ms(100)), Some(ms(450)));
+    // The place did not move since: twice the last pause.
+    assert_eq!(turn.look_after(900, t0 + ms(150)), Some(ms(900)));
+    // 880 served in 880 ms: 20 more take 20 ms.
+    assert_eq!(turn.look_after(20, t0 + ms(1030)), Some(ms(10)));
+    // Right behind the head and at the head: 2 ms, then doubling while the place stays.
+    assert_eq!(turn.look_after(2, t0 + ms(1040)), Some(TURN_START));
+    assert_eq!(turn.look_after(2, t0 + ms(1042)), Some(ms(4)));
+    assert_eq!(turn.look_after(1, t0 + ms(1046)), Some(TURN_START));
+    assert_eq!(turn.look_after(1, t0 + ms(1048)), Some(ms(4)));
+    let mut at = t0 + ms(1052);
     for _ in 0..4 {
         at += turn.look_after(1, at).unwrap();
     }
     // At most TURN_MOST between two looks, however long the holder keeps the lock.
     assert_eq!(turn.look_after(1, at), Some(TURN_MOST));
-    // Its place lost (it rejoined at the back): the pace is learnt again.
-    assert_eq!(turn.look_after(5000, t0 + ms(1100)), None);
-    assert_eq!(turn.look_after(4000, t0 + ms(2100)), Some(ms(4000)));
+    // Its place lost (it joined again at the back): the pace is learnt again.
+    assert_eq!(turn.look_after(5000, at + ms(100)), None);
+    assert_eq!(turn.look_after(4000, at + ms(1100)), Some(ms(2000)));
 }
