@@ -332,3 +332,61 @@ fn a_waiter_that_cannot_be_woken_looks_when_its_turn_comes() {
     assert_eq!(turn.look_after(5000, at + ms(100)), None);
     assert_eq!(turn.look_after(4000, at + ms(1100)), Some(ms(2000)));
 }
+
+/// Memory locks that stay busy until `open_at`, with the waiter at the head of a fair queue,
+/// and whose subscriptions never fire: a server that refused the waiter's pub/sub connection.
+#[derive(Debug)]
+struct Deaf {
+    inner: MemoryBackend,
+    open_at: Instant,
+    attempts: AtomicUsize,
+}
+
+#[async_trait]
+impl Backend for Deaf {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().fifo(true).notifies_release(true)
+    }
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if Instant::now() < self.open_at {
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: Some(1),
+            });
+        }
+        self.inner.acquire(request).await
+    }
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        self.inner.release(name, token).await
+    }
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        self.inner.extend(name, token, lease).await
+    }
+    async fn subscribe(&self, _: &LockName, _: Token) -> Result<ReleaseSubscription> {
+        Ok(ReleaseSubscription::never())
+    }
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// A head that cannot be woken sees the lock free within a few tens of ms, not at its next
+/// poll (125 ms, then 250 ms: 300 ms or later here).
+#[tokio::test(start_paused = true)]
+async fn a_head_that_cannot_be_woken_sees_its_turn_soon() {
+    let start = Instant::now();
+    let backend = Arc::new(Deaf {
+        inner: MemoryBackend::new(),
+        open_at: start + Duration::from_millis(200),
+        attempts: AtomicUsize::new(0),
+    });
+    let registry = LockRegistry::from_backend(backend.clone(), RegistryOptions::default()).unwrap();
+    let guard = registry.obtain("k").unwrap().lock().await.unwrap();
+    let waited = start.elapsed();
+    // 2, 4, 8, 16 ms, then 32 ms (±20 %) between looks.
+    assert!(waited < Duration::from_millis(240), "waited {waited:?}");
+    let attempts = backend.attempts.load(Ordering::SeqCst);
+    assert!(attempts <= 16, "{attempts} attempts");
+    guard.release().await.unwrap();
+}
