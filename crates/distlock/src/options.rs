@@ -93,8 +93,10 @@ impl RegistryOptions {
     /// (ZooKeeper, etcd, Redis: `Attempt::Busy::ahead`) polls less often, by its place:
     /// with `n` contenders before it, up to `n - 1` times this (at most 120 times), so that
     /// many waiters do not poll the server in a herd. The head and the waiter behind it, and a
-    /// waiter whose holder's lease ends sooner, keep this pace. On MySQL/MariaDB a waiter whose
-    /// process's doorbell listener stands in the lock's turnstile line polls at 3 times this.
+    /// waiter whose holder's lease ends sooner, keep this pace; a ranked waiter that cannot be
+    /// woken (its subscription failed) looks sooner when its turn is near (every 2–32 ms once
+    /// next in line). On MySQL/MariaDB a waiter whose process's doorbell listener stands in
+    /// the lock's turnstile line polls at 3 times this.
     pub fn with_max_poll_interval(mut self, d: Duration) -> Self {
         self.max_poll_interval = Some(d);
         self

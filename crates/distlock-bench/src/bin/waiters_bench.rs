@@ -391,6 +391,9 @@ struct Report {
     first_error: Option<String>,
     server_pid: Option<u32>,
     loadavg: String,
+    /// Connections the throwaway Redis refused (`maxclients`), the workers' start-up included:
+    /// a refused registry waits without notifications.
+    server_refused_connections: Option<u64>,
 }
 
 struct WorkerProc {
@@ -430,14 +433,60 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
-/// Lets a throwaway Redis take one client per waiter and its notifications (Redis's default is
-/// 10 000 clients).
-fn raise_redis_maxclients(url: &str) {
-    let Some(port) = url_port(url) else { return };
-    if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-        let _ = s.write_all(b"CONFIG SET maxclients 19000\r\n");
-        let mut buf = [0u8; 64];
-        let _ = std::io::Read::read(&mut s, &mut buf);
+/// A connection to the throwaway Redis, opened before the workers: a server that has reached
+/// `maxclients` refuses every later one, this one included.
+struct RedisAdmin(std::net::TcpStream);
+
+impl RedisAdmin {
+    fn connect(url: &str) -> Option<RedisAdmin> {
+        let port = url_port(url)?;
+        let s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        Some(RedisAdmin(s))
+    }
+
+    /// Sends one inline command; its reply, a bulk string read whole.
+    fn command(&mut self, cmd: &str) -> Option<String> {
+        self.0.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+        let mut r = BufReader::new(&self.0);
+        let mut head = String::new();
+        r.read_line(&mut head).ok()?;
+        let Some(len) = head.strip_prefix('$') else {
+            return Some(head);
+        };
+        let mut body = vec![0u8; len.trim().parse::<usize>().ok()? + 2];
+        std::io::Read::read_exact(&mut r, &mut body).ok()?;
+        String::from_utf8(body).ok()
+    }
+
+    /// Lets the server take a client per waiter and one for its notifications, as far as the
+    /// open-file limit it inherited allows (Redis keeps 32 descriptors for itself; Redis's
+    /// default is 10,000 clients): the spread layout holds two connections per registry.
+    fn raise_maxclients(&mut self) {
+        let limit = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|l| {
+                let line = l
+                    .lines()
+                    .find(|l| l.starts_with("Max open files"))?
+                    .to_owned();
+                line.split_whitespace().nth(3)?.parse::<u64>().ok()
+            })
+            .unwrap_or(19_032);
+        let _ = self.command(&format!(
+            "CONFIG SET maxclients {}",
+            limit.saturating_sub(32)
+        ));
+    }
+
+    /// Connections the server refused so far (`maxclients` reached).
+    fn refused(&mut self) -> Option<u64> {
+        let info = self.command("INFO stats")?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("rejected_connections:"))?
+            .trim()
+            .parse()
+            .ok()
     }
 }
 
@@ -466,8 +515,12 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
     let server_pid = a
         .server_pid
         .or_else(|| url_port(&a.backend).and_then(listening_pid));
-    if a.spawn.as_deref() == Some("redis") && a.waiters > 4000 {
-        raise_redis_maxclients(&a.backend);
+    let mut admin = match a.spawn.as_deref() {
+        Some("redis") => RedisAdmin::connect(&a.backend),
+        _ => None,
+    };
+    if let (Some(admin), true) = (admin.as_mut(), a.waiters > 4000) {
+        admin.raise_maxclients();
     }
     let name = a
         .name
@@ -546,6 +599,7 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
     let stop = mono_ns();
     let seconds = t0.elapsed().as_secs_f64();
     let server1 = server_pid.and_then(process_tree_cpu_s);
+    let refused = admin.as_mut().and_then(RedisAdmin::refused);
 
     let mut holds = Vec::new();
     let (mut client_cpu, mut waits, mut polls, mut errors) = (0.0, 0u64, 0u64, 0u64);
@@ -615,6 +669,7 @@ fn coordinate(mut a: Args) -> Result<Report, String> {
         first_error,
         server_pid,
         loadavg: loadavg(),
+        server_refused_connections: refused,
     })
 }
 

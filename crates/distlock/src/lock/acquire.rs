@@ -224,6 +224,7 @@ impl Lock {
         // Contenders before this token in the backend's queue, when the backend wakes it in
         // turn (see `Attempt::Busy::ahead`).
         let mut ahead: Option<u32> = None;
+        let mut turn = TurnWatch::default();
 
         // Having just released a lock others were waiting for, let one of them have it first.
         if let Some(until) = local.yield_until.take().filter(|t| *t > Instant::now()) {
@@ -388,12 +389,15 @@ impl Lock {
             // the holder's lease says the lock could be free; spread by the place in the
             // queue when the backend wakes this waiter in its turn.
             let listens = sub.as_ref().is_some_and(ReleaseSubscription::listens);
-            let delay = jitter(poll_delay(
-                poll,
-                max_poll,
-                retry_after,
-                ahead.filter(|_| listens),
-            ));
+            let mut delay = poll_delay(poll, max_poll, retry_after, ahead.filter(|_| listens));
+            if let (false, Some(a)) = (listens, ahead) {
+                // Nobody will tell this waiter that its turn came (its subscription failed, e.g.
+                // on a server out of connections): a lock handed to it waits for its next look.
+                if let Some(d) = turn.look_after(a, Instant::now()) {
+                    delay = delay.min(d);
+                }
+            }
+            let delay = jitter(delay);
             poll = (poll * 2).min(max_poll);
             let wake_at =
                 deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
@@ -474,6 +478,58 @@ pub(super) fn poll_delay(
             .min(r + Duration::from_millis(1));
     }
     delay
+}
+
+/// The first pause of a waiter next in line that cannot be woken, doubled at each look
+/// after up to [`TURN_MOST`]. The bound is what one hand-over to such a waiter costs at most,
+/// and so what each costs in a run of them: a waiter that doubled without bound while the one
+/// before it, which could not be woken either, took long to notice the lock would take about
+/// as long again.
+const TURN_START: Duration = Duration::from_millis(2);
+const TURN_MOST: Duration = Duration::from_millis(32);
+
+/// When a waiter that its backend ranks but cannot wake should look again, so that it sees a
+/// lock handed to it soon after the hand-over instead of up to a poll later: at the head and
+/// right behind it (`ahead` 1 or 2) from [`TURN_START`] on, doubling up to [`TURN_MOST`] while
+/// its place does not move (at most about 30 looks a second from each of the two); further
+/// back, after half the time the hand-overs since its last look say its turn is away (so that
+/// it reaches those two places before its turn comes), and after twice its last pause when
+/// nobody was served since.
+#[derive(Debug, Default)]
+pub(super) struct TurnWatch {
+    /// The last look: places before the waiter then, and when.
+    last: Option<(u32, Instant)>,
+    still: Duration,
+}
+
+impl TurnWatch {
+    /// Records a busy attempt that found `ahead` contenders before the waiter at `now`; the
+    /// pause before the next look, or `None` when the registry's pace is as good as any.
+    pub(super) fn look_after(&mut self, ahead: u32, now: Instant) -> Option<Duration> {
+        let last = self.last.replace((ahead, now));
+        if ahead <= 2 {
+            self.still = if last.is_some_and(|(a, _)| a == ahead) {
+                self.still.saturating_mul(2).clamp(TURN_START, TURN_MOST)
+            } else {
+                TURN_START
+            };
+            return Some(self.still);
+        }
+        let (before, then) = last?;
+        self.still = match before.checked_sub(ahead) {
+            // Turns come at the pace of the last ones: the waiter's own after `ahead` more.
+            Some(served) if served > 0 => now
+                .saturating_duration_since(then)
+                .mul_f64(f64::from(ahead) / f64::from(served) / 2.0)
+                .max(TURN_START),
+            // Nobody served since the last look (a holder that keeps the lock, or one that
+            // cannot be woken either and has not noticed it yet): twice the last pause.
+            Some(_) => self.still.saturating_mul(2),
+            // The place was lost and taken again at the back: the pace is learnt again.
+            None => Duration::ZERO,
+        };
+        (!self.still.is_zero()).then_some(self.still)
+    }
 }
 
 fn jitter(d: Duration) -> Duration {

@@ -299,3 +299,94 @@ fn the_poll_is_spread_by_the_place_up_to_a_bound() {
     assert_eq!(poll_delay(ms(500), max, Some(ms(300)), Some(50)), ms(301));
     assert_eq!(poll_delay(ms(500), max, Some(ms(0)), None), ms(1));
 }
+
+/// A waiter that cannot be woken looks again when its turn should be near: next in line
+/// soon, and less often while the holder keeps the lock; further back after half the time the
+/// last hand-overs say (twice the last pause while nobody is served); at the registry's pace
+/// while it knows nothing better.
+#[test]
+fn a_waiter_that_cannot_be_woken_looks_when_its_turn_comes() {
+    let ms = Duration::from_millis;
+    let t0 = Instant::now();
+    let mut turn = TurnWatch::default();
+    // Nothing seen served yet.
+    assert_eq!(turn.look_after(1000, t0), None);
+    // 100 served in 100 ms: 900 more take 900 ms; it looks after half of that.
+    assert_eq!(turn.look_after(900, t0 + ms(100)), Some(ms(450)));
+    // The place did not move since: twice the last pause.
+    assert_eq!(turn.look_after(900, t0 + ms(150)), Some(ms(900)));
+    // 880 served in 880 ms: 20 more take 20 ms.
+    assert_eq!(turn.look_after(20, t0 + ms(1030)), Some(ms(10)));
+    // Right behind the head and at the head: 2 ms, then doubling while the place stays.
+    assert_eq!(turn.look_after(2, t0 + ms(1040)), Some(TURN_START));
+    assert_eq!(turn.look_after(2, t0 + ms(1042)), Some(ms(4)));
+    assert_eq!(turn.look_after(1, t0 + ms(1046)), Some(TURN_START));
+    assert_eq!(turn.look_after(1, t0 + ms(1048)), Some(ms(4)));
+    let mut at = t0 + ms(1052);
+    for _ in 0..4 {
+        at += turn.look_after(1, at).unwrap();
+    }
+    // At most TURN_MOST between two looks, however long the holder keeps the lock.
+    assert_eq!(turn.look_after(1, at), Some(TURN_MOST));
+    // Its place lost (it joined again at the back): the pace is learnt again.
+    assert_eq!(turn.look_after(5000, at + ms(100)), None);
+    assert_eq!(turn.look_after(4000, at + ms(1100)), Some(ms(2000)));
+}
+
+/// Memory locks that stay busy until `open_at`, with the waiter at the head of a fair queue,
+/// and whose subscriptions never fire: a server that refused the waiter's pub/sub connection.
+#[derive(Debug)]
+struct Deaf {
+    inner: MemoryBackend,
+    open_at: Instant,
+    attempts: AtomicUsize,
+}
+
+#[async_trait]
+impl Backend for Deaf {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().fifo(true).notifies_release(true)
+    }
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if Instant::now() < self.open_at {
+            return Ok(Attempt::Busy {
+                retry_after: None,
+                ahead: Some(1),
+            });
+        }
+        self.inner.acquire(request).await
+    }
+    async fn release(&self, name: &LockName, token: Token) -> Result<Released> {
+        self.inner.release(name, token).await
+    }
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        self.inner.extend(name, token, lease).await
+    }
+    async fn subscribe(&self, _: &LockName, _: Token) -> Result<ReleaseSubscription> {
+        Ok(ReleaseSubscription::never())
+    }
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// A head that cannot be woken sees the lock free within a few tens of ms, not at its next
+/// poll (125 ms, then 250 ms: 300 ms or later here).
+#[tokio::test(start_paused = true)]
+async fn a_head_that_cannot_be_woken_sees_its_turn_soon() {
+    let start = Instant::now();
+    let backend = Arc::new(Deaf {
+        inner: MemoryBackend::new(),
+        open_at: start + Duration::from_millis(200),
+        attempts: AtomicUsize::new(0),
+    });
+    let registry = LockRegistry::from_backend(backend.clone(), RegistryOptions::default()).unwrap();
+    let guard = registry.obtain("k").unwrap().lock().await.unwrap();
+    let waited = start.elapsed();
+    // 2, 4, 8, 16 ms, then 32 ms (±20 %) between looks.
+    assert!(waited < Duration::from_millis(240), "waited {waited:?}");
+    let attempts = backend.attempts.load(Ordering::SeqCst);
+    assert!(attempts <= 16, "{attempts} attempts");
+    guard.release().await.unwrap();
+}
