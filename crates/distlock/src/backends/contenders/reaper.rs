@@ -15,8 +15,7 @@ use tokio::time::Instant;
 
 /// A backend whose [`Reaper`] this module runs.
 pub(crate) trait Reap: Send + Sync + Sized + 'static {
-    /// What is planned: an owner token, or `()` for a backend that looks at all its entries
-    /// in one pass.
+    /// What is planned: an owner token.
     type Key: Copy + Eq + Hash + Send + Sync + 'static;
 
     /// The backend's plan.

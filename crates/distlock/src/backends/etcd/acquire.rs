@@ -2,13 +2,14 @@
 //! watching the predecessor, and cleaning up after failures (zombies).
 
 use super::kinds::{self, judge, key_of, value_of, Verdict};
-use super::options::{DELETE_RETRY, KIND};
+use super::options::KIND;
 use super::pool::waiter_class;
 use super::queue::{ascending, before, class_of, every_before, lock_dir, newest, with_values};
 use super::session::Session;
 use super::state::{Contender, Entry, Phase, Shared, Slot, View};
 use super::watch::WatchTarget;
 use crate::backend::{Attempt, LockKind, LockName, Token};
+use crate::backends::contenders::reaper::retry_until_gone;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -358,7 +359,7 @@ impl Shared {
                             e.phase = Phase::Done;
                             self.forget_key(e, token);
                         }
-                        Err(err) => self.zombify(e, err),
+                        Err(err) => self.zombify(slot, e, token, err),
                     }
                     return Err(Error::config(format!(
                         "semaphore {} has holders with {other} permits; this one asks for \
@@ -396,7 +397,7 @@ impl Shared {
                 if let Some(w) = slot.take_watch() {
                     self.watches.cancel(w);
                 }
-                self.reap_at(deadline);
+                self.reap_at(token, deadline);
                 return Ok(Attempt::Acquired {
                     fence: u64::try_from(mine.rev).unwrap_or(0),
                 });
@@ -411,7 +412,7 @@ impl Shared {
                         }
                     }
                     Err(err) => {
-                        self.zombify(e, err);
+                        self.zombify(slot, e, token, err);
                     }
                 }
                 return Ok(Attempt::BUSY);
@@ -708,12 +709,42 @@ impl Shared {
         e.deadline = None;
     }
 
-    pub(super) fn zombify(&self, e: &mut Entry, err: Error) {
+    /// Deleting the key of `e` failed: it is retried in the background until it is gone
+    /// (or an attempt of the token deletes it first, which it does before queueing again).
+    pub(super) fn zombify(&self, slot: &Arc<Slot>, e: &mut Entry, token: Token, err: Error) {
         tracing::debug!(key = %e.key, error = %err, "deleting the lock key failed; retrying in the background");
         e.phase = Phase::Zombie;
-        let at = Instant::now() + DELETE_RETRY;
-        e.retry_at = Some(at);
-        self.reap_at(at);
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let slot = slot.clone();
+        retry_until_gone(&me, move |shared: Arc<Shared>| {
+            let slot = slot.clone();
+            async move { shared.delete_zombie(&slot, token).await }
+        });
+    }
+
+    /// One try of a zombie's deletion; `true` when no zombie is left to delete. The name is
+    /// freed only once the key is gone: another token of this instance would find it taken.
+    async fn delete_zombie(&self, slot: &Arc<Slot>, token: Token) -> bool {
+        let mut e = slot.entry.lock().await;
+        if e.phase != Phase::Zombie {
+            return true;
+        }
+        match self.delete_own(&e, token).await {
+            Ok(_) => {
+                e.phase = Phase::Done;
+                self.forget_key(&mut e, token);
+                if !slot.subscribed() {
+                    self.drop_slot(token, slot);
+                }
+                true
+            }
+            Err(err) => {
+                tracing::debug!(key = %e.key, error = %err, "deleting the lock key failed; retrying");
+                false
+            }
+        }
     }
 
     pub(super) async fn finish_locked(
@@ -747,7 +778,7 @@ impl Shared {
             }
             Err(err) => {
                 let msg = err.to_string();
-                self.zombify(e, err);
+                self.zombify(slot, e, token, err);
                 Err(Error::unavailable(
                     KIND,
                     format!("{msg} (the key will be deleted in the background)"),

@@ -116,7 +116,7 @@ use self::address::{tls_settings, ParsedUrl};
 use self::client::{Client, Settings};
 use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
-use self::options::{KIND, ORPHAN_GRACE};
+use self::options::{KIND, ORPHAN_GRACE, WAITER_IDLE};
 use self::rpc_error::{is_connect_error, map_err, RpcError};
 use self::state::SubKeep;
 use self::state::{Phase, Shared};
@@ -221,7 +221,6 @@ impl EtcdBackend {
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
         reaper::run(&shared);
-        shared.reap_at(Instant::now());
         Ok(EtcdBackend { shared })
     }
 
@@ -277,9 +276,15 @@ impl EtcdBackend {
                 .attempt_locked(&slot, &mut e, name, token, lease, queued, &owner)
                 .await;
             e.failed_at = res.is_err().then(Instant::now);
-            if res.is_err() {
-                shared.reap_at(Instant::now() + ORPHAN_GRACE);
-            }
+            // Every slot is planned: a key nobody comes back for is deleted, an idle slot
+            // forgotten (`Shared::look_at` says when, per phase).
+            let wait = if res.is_err() {
+                ORPHAN_GRACE
+            } else {
+                WAITER_IDLE
+            };
+            shared.reap_at(token, Instant::now() + wait);
+            reaper::run(&shared);
             res
         })
         .await
@@ -371,9 +376,11 @@ impl Backend for EtcdBackend {
         let sub = ReleaseSubscription::new(
             slot.signal.clone(),
             Some(Box::new(SubKeep {
-                _alive: alive,
+                alive: Some(alive),
                 slot: Arc::downgrade(&slot),
                 hub: self.shared.watches.tx.clone(),
+                shared: Arc::downgrade(&self.shared),
+                token,
             })),
         );
         // Watch the known predecessor now; the registry looks again right after.

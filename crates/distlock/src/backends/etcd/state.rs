@@ -28,8 +28,8 @@ pub(super) struct Shared {
     pub(super) granting: tokio::sync::Mutex<()>,
     pub(super) slots: Mutex<HashMap<Token, Arc<Slot>>>,
     pub(super) watches: WatchHub,
-    /// When the reaper's next pass over the slots is due (see `renew.rs`).
-    pub(super) reaper: Reaper<()>,
+    /// When the reaper looks at which token's slot next (see `renew.rs`).
+    pub(super) reaper: Reaper<Token>,
     /// Lock directories this instance released with other keys left in them (a waiter's, who
     /// holds now), and when: the next waiting try of the same lock expects it busy (see
     /// `AcquireRequest::waits`).
@@ -131,8 +131,6 @@ pub(super) struct Entry {
     pub(super) deadline: Option<Instant>,
     /// Last call by the registry.
     pub(super) touched: Option<Instant>,
-    /// While a zombie: when to try deleting again.
-    pub(super) retry_at: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
     /// After the last look at the queue: the contenders ahead, and the slot's signal's
@@ -178,12 +176,13 @@ impl Shared {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         if slots.get(&token).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             slots.remove(&token);
+            self.reaper.cancel(token);
         }
     }
 
-    /// Makes sure the reaper looks at `at` at the latest.
-    pub(super) fn reap_at(&self, at: Instant) {
-        self.reaper.schedule_by((), at);
+    /// Makes sure the reaper looks at `token`'s slot at `at` at the latest.
+    pub(super) fn reap_at(&self, token: Token, at: Instant) {
+        self.reaper.schedule_by(token, at);
     }
 }
 
@@ -203,15 +202,23 @@ impl Entry {
 }
 
 /// Keeps the registry's subscription and the predecessor watch together: dropping the
-/// subscription cancels the watch.
+/// subscription cancels the watch, and has the reaper look at the slot (a subscribed waiter's
+/// key is never reaped, so nothing was planned for it).
 pub(super) struct SubKeep {
-    pub(super) _alive: Arc<()>,
+    /// Taken first on drop, so that the reaper finds the slot unsubscribed.
+    pub(super) alive: Option<Arc<()>>,
     pub(super) slot: Weak<Slot>,
     pub(super) hub: mpsc::UnboundedSender<WatchCmd>,
+    pub(super) shared: Weak<Shared>,
+    pub(super) token: Token,
 }
 
 impl Drop for SubKeep {
     fn drop(&mut self) {
+        self.alive.take();
+        if let Some(shared) = self.shared.upgrade() {
+            shared.reap_at(self.token, Instant::now());
+        }
         if let Some(slot) = self.slot.upgrade() {
             if let Some(w) = slot.take_watch() {
                 let _ = self.hub.send(WatchCmd::Cancel {
