@@ -83,7 +83,7 @@ impl<K: Copy + Eq + Hash> Reaper<K> {
 
     /// How many keys are planned.
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.core.lock().by_key.len()
     }
 }

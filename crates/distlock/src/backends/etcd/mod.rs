@@ -122,7 +122,8 @@ use self::state::SubKeep;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, WatchHub};
 use crate::backends::contenders;
-use crate::backends::contenders::reaper::{self, Reaper};
+use crate::backends::contenders::reaper;
+use crate::backends::contenders::Table;
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -215,8 +216,7 @@ impl EtcdBackend {
             opts: options,
             pool: Mutex::new(Vec::new()),
             granting: tokio::sync::Mutex::new(()),
-            slots: Mutex::new(HashMap::new()),
-            reaper: Reaper::default(),
+            slots: Table::default(),
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));

@@ -284,7 +284,7 @@ impl Reap for Shared {
     type Key = Token;
 
     fn reaper(&self) -> &Reaper<Token> {
-        &self.reaper
+        self.slots.reaper()
     }
 
     async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {

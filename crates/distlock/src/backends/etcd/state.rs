@@ -14,7 +14,7 @@ use super::client::Client;
 use super::options::EtcdOptions;
 use super::session::{KaCmd, Session};
 use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
-use crate::backends::contenders::reaper::Reaper;
+use crate::backends::contenders::Table;
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -26,10 +26,9 @@ pub(super) struct Shared {
     pub(super) pool: Mutex<Vec<Arc<Session>>>,
     /// Serializes lease grants, so that concurrent first acquisitions share one session.
     pub(super) granting: tokio::sync::Mutex<()>,
-    pub(super) slots: Mutex<HashMap<Token, Arc<Slot>>>,
+    /// The slots, and when the reaper looks at which token's (see `renew.rs`).
+    pub(super) slots: Table<Arc<Slot>>,
     pub(super) watches: WatchHub,
-    /// When the reaper looks at which token's slot next (see `renew.rs`).
-    pub(super) reaper: Reaper<Token>,
     /// Lock directories this instance released with other keys left in them (a waiter's, who
     /// holds now), and when: the next waiting try of the same lock expects it busy (see
     /// `AcquireRequest::waits`).
@@ -156,33 +155,21 @@ pub(super) struct View {
 
 impl Shared {
     pub(super) fn slot(&self, token: Token) -> Option<Arc<Slot>> {
-        self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&token)
-            .cloned()
+        self.slots.get(token)
     }
 
     pub(super) fn slot_for(&self, token: Token) -> Arc<Slot> {
         self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(token)
-            .or_insert_with(|| Arc::new(Slot::new()))
-            .clone()
+            .get_or_insert_with(token, || Arc::new(Slot::new()))
     }
 
     pub(super) fn drop_slot(&self, token: Token, slot: &Arc<Slot>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if slots.get(&token).is_some_and(|s| Arc::ptr_eq(s, slot)) {
-            slots.remove(&token);
-            self.reaper.cancel(token);
-        }
+        self.slots.forget_if(token, |s| Arc::ptr_eq(s, slot));
     }
 
     /// Makes sure the reaper looks at `token`'s slot at `at` at the latest.
     pub(super) fn reap_at(&self, token: Token, at: Instant) {
-        self.reaper.schedule_by(token, at);
+        self.slots.reap_by(token, at);
     }
 }
 

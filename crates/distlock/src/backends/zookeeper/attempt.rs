@@ -93,7 +93,7 @@ impl Inner {
         lease: Duration,
     ) -> Result<Option<String>> {
         let gate = {
-            let mut nodes = self.lock_nodes();
+            let mut nodes = self.nodes.lock();
             let n = nodes
                 .get_mut(&token)
                 .ok_or_else(|| Error::unavailable(KIND, "the node was released meanwhile"))?;
@@ -115,7 +115,7 @@ impl Inner {
     /// Marks `token`'s entry handed to the registry while it waits; `false` when the entry
     /// went meanwhile.
     pub(super) fn mark_waiting(&self, token: Token) -> bool {
-        match self.lock_nodes().get_mut(&token) {
+        match self.nodes.lock().get_mut(&token) {
             Some(n) => {
                 n.owned = true;
                 true
@@ -148,7 +148,7 @@ impl Inner {
                 Known(String, i64),
             }
             let have = {
-                let mut nodes = self.lock_nodes();
+                let mut nodes = self.nodes.lock();
                 Self::drop_if_other_session(&mut nodes, token, &conn);
                 match nodes.get_mut(&token) {
                     Some(n) => match &n.phase {
@@ -276,7 +276,7 @@ impl Drop for Unowned<'_> {
         if !self.armed {
             return;
         }
-        let mut nodes = self.inner.lock_nodes();
+        let mut nodes = self.inner.nodes.lock();
         let Some(n) = nodes.get_mut(&self.token) else {
             return;
         };

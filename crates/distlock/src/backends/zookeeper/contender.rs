@@ -279,7 +279,7 @@ impl Inner {
         let inner = self.clone();
         tokio::spawn(async move {
             let res = inner.create_node(&conn, token, &target).await;
-            let mut nodes = inner.lock_nodes();
+            let mut nodes = inner.nodes.lock();
             let mut orphans = Vec::new();
             let taken = match nodes.get_mut(&token) {
                 Some(n) if n.id != id => false,

@@ -40,16 +40,15 @@ impl Inner {
 
     /// Forgets `token`'s node (stopping its tasks) and returns it.
     pub(super) fn forget(&self, token: Token) -> Option<Node> {
-        let mut n = self.lock_nodes().remove(&token)?;
+        let mut n = self.nodes.forget(token)?;
         n.stop_tasks();
-        self.reaper.cancel(token);
         Some(n)
     }
 
     /// Plans the reaper's look at a node just marked held, at its lease's end.
     pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
-        if let Some(n) = self.lock_nodes().get(&token).filter(|n| n.held) {
-            self.reaper.schedule(token, n.deadline);
+        if let Some(n) = self.nodes.lock().get(&token).filter(|n| n.held) {
+            self.nodes.reap_at(token, n.deadline);
         }
         reaper::run(self);
     }
@@ -57,7 +56,7 @@ impl Inner {
     /// Deletes `token`'s nodes; `Ok(Some(held))` when there were any of ours to delete.
     pub(super) async fn remove(self: &Arc<Self>, token: Token) -> Result<Option<bool>> {
         let node = {
-            let mut nodes = self.lock_nodes();
+            let mut nodes = self.nodes.lock();
             match nodes.get_mut(&token) {
                 None => return Ok(None),
                 Some(n) if n.creating() => {
@@ -69,7 +68,7 @@ impl Inner {
                 Some(_) => {
                     let mut n = nodes.remove(&token).expect("present");
                     n.stop_tasks();
-                    self.reaper.cancel(token);
+                    self.nodes.reaper().cancel(token);
                     n
                 }
             }
@@ -132,13 +131,13 @@ impl Reap for Inner {
     type Key = Token;
 
     fn reaper(&self) -> &Reaper<Token> {
-        &self.reaper
+        self.nodes.reaper()
     }
 
     /// Deletes the nodes of a hold whose lease ran out unrenewed; a renewed one is looked at
     /// again at its new deadline.
     async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
-        let mut nodes = self.lock_nodes();
+        let mut nodes = self.nodes.lock();
         match nodes.get(&token) {
             Some(n) if n.held && n.deadline > Instant::now() => return Some(n.deadline),
             Some(n) if n.held => {}

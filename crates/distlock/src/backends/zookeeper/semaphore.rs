@@ -211,7 +211,7 @@ impl Inner {
                 Lease(String, i64),
             }
             let step = {
-                let mut nodes = self.lock_nodes();
+                let mut nodes = self.nodes.lock();
                 Self::drop_if_other_session(&mut nodes, token, &conn);
                 match nodes.get_mut(&token) {
                     Some(n) if n.creating() => {
@@ -288,7 +288,7 @@ impl Inner {
                     }
                     // Our turn: create the lease while holding the mutex.
                     let id = {
-                        let mut nodes = self.lock_nodes();
+                        let mut nodes = self.nodes.lock();
                         let n = nodes.get_mut(&token).ok_or_else(|| {
                             Error::unavailable(KIND, "the acquisition was released meanwhile")
                         })?;

@@ -38,7 +38,7 @@ impl Inner {
         };
         // Never both locks at once: the nodes' lock is taken first elsewhere.
         let used: HashSet<Duration> = if full {
-            self.lock_nodes().values().map(|n| n.slot).collect()
+            self.nodes.lock().values().map(|n| n.slot).collect()
         } else {
             HashSet::new()
         };

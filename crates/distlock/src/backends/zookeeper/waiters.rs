@@ -121,7 +121,8 @@ impl Inner {
         path: &str,
     ) {
         let unmarked = self
-            .lock_nodes()
+            .nodes
+            .lock()
             .get(&token)
             .is_some_and(|n| n.marked.is_none());
         if !unmarked {
@@ -138,7 +139,7 @@ impl Inner {
         .await;
         match res {
             Ok(Ok(_)) => {
-                if let Some(n) = self.lock_nodes().get_mut(&token) {
+                if let Some(n) = self.nodes.lock().get_mut(&token) {
                     n.marked = Some(MARKED);
                 }
             }
@@ -153,7 +154,8 @@ impl Inner {
     /// node is gone: a waiter behind it deleted it after its mark went (or its session ended).
     pub(super) async fn claim(&self, conn: &Conn, token: Token, path: &str) -> Result<bool> {
         let marked = self
-            .lock_nodes()
+            .nodes
+            .lock()
             .get(&token)
             .and_then(|n| Some((n.marked?, n.data.clone())));
         let Some((version, data)) = marked else {
@@ -166,7 +168,7 @@ impl Inner {
             // A version changed by someone else also keeps the deleters off (they delete
             // conditionally on the marked version).
             Ok(_) | Err(zookeeper_client::Error::BadVersion) => {
-                if let Some(n) = self.lock_nodes().get_mut(&token) {
+                if let Some(n) = self.nodes.lock().get_mut(&token) {
                     n.marked = None;
                 }
                 Ok(true)
