@@ -4,7 +4,7 @@
 
 use super::options::{CHECK_CHUNK, KIND, ORPHAN_GRACE, WAITER_IDLE};
 use super::queue::class_of;
-use super::state::{Phase, Shared, Slot};
+use super::state::{Entry, Phase, Shared, Slot};
 use crate::backend::{Renewal, Token};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -98,7 +98,7 @@ impl Shared {
                     (Ok(true), Ok(true)) => {
                         let mut e = slot.entry.lock().await;
                         if e.phase == Phase::Held && e.create_rev == *rev {
-                            e.deadline = Some(sent + batch[*i].lease);
+                            self.renewed(&mut e, batch[*i].token, sent + batch[*i].lease);
                         }
                         Ok(true)
                     }
@@ -115,6 +115,13 @@ impl Shared {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered"))))
             .collect()
+    }
+
+    /// A renewal confirmed the hold until `deadline`. The reaper looks then at the latest: a
+    /// renewal with a shorter lease may end it before the instant planned.
+    fn renewed(&self, e: &mut Entry, token: Token, deadline: Instant) {
+        e.deadline = Some(deadline);
+        self.reap_at(token, deadline);
     }
 
     /// A renewal found the key gone: nothing is left on the server for this token.
@@ -196,7 +203,7 @@ impl Shared {
         }
         let mut e = slot.entry.lock().await;
         if e.phase == Phase::Held && e.create_rev == rev {
-            e.deadline = Some(sent + lease);
+            self.renewed(&mut e, token, sent + lease);
             Ok(true)
         } else {
             Ok(false)
