@@ -2,9 +2,9 @@
 //! exist, and the reaper's look at one token's slot (on the family's one task per backend),
 //! which deletes a key whose lease ran out or whose waiter left.
 
-use super::options::{CHECK_CHUNK, KIND, ORPHAN_GRACE, WAITER_IDLE};
+use super::options::{CHECK_CHUNK, KIND};
 use super::queue::class_of;
-use super::state::{Entry, Phase, Shared, Slot};
+use super::state::{Entry, Fate, Phase, Shared, Slot};
 use crate::backend::{Renewal, Token};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -221,48 +221,16 @@ impl Shared {
             // An attempt or release is under way; it plans the slot again when it ends.
             return Some(now + BUSY_AGAIN);
         };
-        let subscribed = slot.subscribed();
-        let idle_at = e.touched.map(|t| t + WAITER_IDLE);
-        let idle = idle_at.is_none_or(|t| t <= now);
-        // The last attempt failed and nothing happened since: the registry may have given up
-        // on a key it does not know about.
-        let orphan_at = e
-            .failed_at
-            .filter(|f| e.touched.is_none_or(|t| t <= *f))
-            .map(|f| f + ORPHAN_GRACE);
-        let on_server = e.phase == Phase::Queued || e.maybe_created;
-        let unclaimed = on_server && !subscribed;
-        let orphaned = unclaimed && e.phase != Phase::Held && orphan_at.is_some_and(|t| t <= now);
-        let mut next = orphan_at.filter(|t| unclaimed && *t > now);
-        let delete = orphaned
-            || match e.phase {
-                Phase::Held => match e.deadline {
-                    Some(d) if d <= now => {
-                        tracing::debug!(key = %e.key, "lease ended without renewal; deleting the lock key");
-                        true
-                    }
-                    d => {
-                        next = earliest(next, d);
-                        false
-                    }
-                },
-                Phase::Queued if !subscribed => {
-                    next = earliest(next, idle_at.filter(|_| !idle));
-                    idle
-                }
-                Phase::New if e.maybe_created && idle => true,
-                Phase::New | Phase::Done if !subscribed => {
-                    if idle {
-                        self.drop_slot(token, &slot);
-                        return None;
-                    }
-                    next = earliest(next, idle_at);
-                    false
-                }
-                _ => false,
-            };
-        if !delete {
-            return next;
+        match e.fate(slot.subscribed(), now) {
+            Fate::Keep(next) => return next,
+            Fate::Forget => {
+                self.drop_slot(token, &slot);
+                return None;
+            }
+            Fate::Delete => {}
+        }
+        if e.phase == Phase::Held {
+            tracing::debug!(key = %e.key, "lease ended without renewal; deleting the lock key");
         }
         if let Some(w) = slot.take_watch() {
             self.watches.cancel(w);
@@ -276,14 +244,6 @@ impl Shared {
             Err(err) => self.zombify(&slot, &mut e, token, err),
         }
         None
-    }
-}
-
-/// The earlier of two planned instants, either of which may be missing.
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 

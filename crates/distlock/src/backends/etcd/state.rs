@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::options::EtcdOptions;
+use super::options::{EtcdOptions, ORPHAN_GRACE, WAITER_IDLE};
 use super::session::{KaCmd, Session};
 use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
 use crate::backends::contenders::Table;
@@ -139,6 +139,18 @@ pub(super) struct Entry {
     pub(super) failed_at: Option<Instant>,
 }
 
+/// What the reaper does with a slot (see [`Entry::fate`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Delete its key, then forget it.
+    Delete,
+    /// Forget it: nothing of it is on the server and nobody used it for a while.
+    Forget,
+    /// Look at it again then; never when `None` (a subscribed waiter's slot, planned again
+    /// when the subscription is dropped; a zombie, whose deletion is retried on its own).
+    Keep(Option<Instant>),
+}
+
 /// One key in a lock's queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Contender {
@@ -174,6 +186,38 @@ impl Shared {
 }
 
 impl Entry {
+    /// What the reaper does with this entry's slot at `now`: delete the key of a hold whose
+    /// lease ended unrenewed, of an unsubscribed waiter idle for [`WAITER_IDLE`], of a failed
+    /// attempt nobody came back to within [`ORPHAN_GRACE`] (the registry may have given up
+    /// without knowing the key was queued), of a create whose answer was lost; forget an idle
+    /// slot with nothing on the server.
+    pub(super) fn fate(&self, subscribed: bool, now: Instant) -> Fate {
+        let idle_at = self.touched.map(|t| t + WAITER_IDLE);
+        let idle = idle_at.is_none_or(|t| t <= now);
+        let orphan_at = self
+            .failed_at
+            .filter(|f| self.touched.is_none_or(|t| t <= *f))
+            .map(|f| f + ORPHAN_GRACE);
+        let unclaimed = (self.phase == Phase::Queued || self.maybe_created) && !subscribed;
+        let orphan_next = match orphan_at.filter(|_| unclaimed && self.phase != Phase::Held) {
+            Some(t) if t <= now => return Fate::Delete,
+            _ => orphan_at.filter(|t| unclaimed && *t > now),
+        };
+        let next = match self.phase {
+            Phase::Held => match self.deadline {
+                Some(d) if d <= now => return Fate::Delete,
+                d => d,
+            },
+            Phase::Queued if !subscribed && idle => return Fate::Delete,
+            Phase::Queued if !subscribed => idle_at,
+            Phase::New if self.maybe_created && idle => return Fate::Delete,
+            Phase::New | Phase::Done if !subscribed && idle => return Fate::Forget,
+            Phase::New | Phase::Done if !subscribed => idle_at,
+            _ => None,
+        };
+        Fate::Keep([orphan_next, next].into_iter().flatten().min())
+    }
+
     /// The conditions under which the key `key` is still this entry's: its value and, for an
     /// election candidate once its create revision is known, that revision too. An election's
     /// value is the bare description, which other candidates may share; the name (the own
