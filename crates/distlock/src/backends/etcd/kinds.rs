@@ -40,7 +40,7 @@ const TOKEN_LEN: usize = 32;
 /// The key of a hold of `kind` in `dir` on session lease `lease_id`: the mutex's as
 /// `concurrency.Mutex` names it (`<dir><lease id>`), the other kinds' behind a tag. A name per
 /// session and directory, not per hold: a session holds one key of a directory at a time (see
-/// `Pool::session_for`), and the next hold reuses the name. Naming each hold after its token
+/// `Shared::session_of_class`), and the next hold reuses the name. Naming each hold after its token
 /// made every hold a new key, and etcd keeps a deleted key in its index until a compaction:
 /// read cycles slowed as they piled up (1,043 down to 665 cycles/s over 10,000 cycles, the
 /// mutex steady at 1,300).
@@ -197,7 +197,7 @@ pub(super) fn permits_range(dir: &str) -> WatchTarget {
     }
 }
 
-/// What a reader's or permit's place says.
+/// What one look at the queue says of a contender's key.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
     Holds,
@@ -206,6 +206,10 @@ pub(super) enum Verdict {
     Waits(WatchTarget),
     /// A permit of the same semaphore was taken with this other number of permits.
     Disagrees(u32),
+    /// Its own key is not in the queue (it just went).
+    Gone,
+    /// Somebody older holds, but the ranges raced with a change: look again.
+    Unclear,
 }
 
 /// The verdict for a reader or permit (`kind`) of `dir` whose older keys are `before` (oldest
@@ -216,6 +220,20 @@ pub(super) fn judge(kind: LockKind, dir: &str, before: &[Queued]) -> Verdict {
         contenders::Verdict::Behind(q) => Verdict::Waits(WatchTarget::key(q.key.clone(), q.rev)),
         contenders::Verdict::Full { .. } => Verdict::Waits(permits_range(dir)),
         contenders::Verdict::Disagrees(p) => Verdict::Disagrees(p),
+    }
+}
+
+/// The verdict for a mutex or writer whose key was created at `rev`, from every key of its
+/// directory (`all`, oldest first): it holds when its key is the oldest, else it waits for
+/// the key created just before its own.
+pub(super) fn judge_exclusive(all: Vec<WatchTarget>, rev: i64) -> Verdict {
+    match all.first() {
+        None => Verdict::Gone,
+        Some(h) if h.rev == rev => Verdict::Holds,
+        Some(_) => match all.into_iter().take_while(|c| c.rev < rev).last() {
+            Some(pred) => Verdict::Waits(pred),
+            None => Verdict::Unclear,
+        },
     }
 }
 

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 
 use super::options::{KIND, SESSION_IDLE};
-use super::queue::class_of;
 use super::rpc_error::map_err;
 use super::session::{run_keeper, Session, SessionPool};
 use super::state::Shared;
@@ -24,19 +23,8 @@ pub(super) fn waiter_class(ttl: Duration) -> i64 {
 }
 
 impl Shared {
-    /// Picks (or grants) a session of the class of `lease` whose id no other token of this
-    /// instance uses for `dir`, and registers `token` as its user for `dir`.
-    pub(super) async fn session_for(
-        &self,
-        dir: &str,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Arc<Session>> {
-        let class = class_of(lease, self.opts.min_session_ttl);
-        self.session_of_class(dir, token, class).await
-    }
-
-    /// [`session_for`](Self::session_for) by TTL class (whole seconds).
+    /// Picks (or grants) a session of TTL class `class` (whole seconds) whose id no other
+    /// token of this instance uses for `dir`, and registers `token` as its user for `dir`.
     pub(super) async fn session_of_class(
         &self,
         dir: &str,

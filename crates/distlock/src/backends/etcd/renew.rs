@@ -235,14 +235,7 @@ impl Shared {
         if let Some(w) = slot.take_watch() {
             self.watches.cancel(w);
         }
-        match self.delete_own(&e, token).await {
-            Ok(_) => {
-                e.phase = Phase::Done;
-                self.forget_key(&mut e, token);
-                self.drop_slot(token, &slot);
-            }
-            Err(err) => self.zombify(&slot, &mut e, token, err),
-        }
+        self.delete_and_forget(&slot, &mut e, token, true).await;
         None
     }
 }

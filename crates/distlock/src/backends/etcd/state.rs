@@ -151,20 +151,6 @@ pub(super) enum Fate {
     Keep(Option<Instant>),
 }
 
-/// One key in a lock's queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Contender {
-    pub(super) key: Vec<u8>,
-    pub(super) rev: i64,
-    pub(super) lease: i64,
-}
-
-/// What a ranging of the queue found.
-pub(super) struct View {
-    pub(super) holder: Option<Contender>,
-    pub(super) pred: Option<Contender>,
-}
-
 impl Shared {
     pub(super) fn slot(&self, token: Token) -> Option<Arc<Slot>> {
         self.slots.get(token)
@@ -186,6 +172,12 @@ impl Shared {
 }
 
 impl Entry {
+    /// The key is gone while queued or about to hold: the next round queues it again.
+    pub(super) fn requeue(&mut self) {
+        self.phase = Phase::New;
+        self.create_rev = 0;
+    }
+
     /// What the reaper does with this entry's slot at `now`: delete the key of a hold whose
     /// lease ended unrenewed, of an unsubscribed waiter idle for [`WAITER_IDLE`], of a failed
     /// attempt nobody came back to within [`ORPHAN_GRACE`] (the registry may have given up
