@@ -4,7 +4,6 @@
 
 use super::contender::{Target, Which};
 use super::queue::{place, sort_for, Place, Role};
-use super::semaphore::Seen;
 use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
@@ -182,10 +181,7 @@ impl Inner {
             };
             let (own, czxid, children) = match have {
                 Have::Creating(task) => {
-                    let mut created = self
-                        .timed("create", task)
-                        .await?
-                        .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
+                    let mut created = self.created(task).await?;
                     let children = created.listings.pop().unwrap_or_default();
                     (created.name, created.czxid, children)
                 }
@@ -212,10 +208,7 @@ impl Inner {
                 Place::Behind(pred) if latch => Some(Watch::Plain(format!("{parent}/{pred}"))),
                 Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
                 Place::First if latch => None,
-                Place::First => {
-                    self.older_leases(&Seen::new(&conn, parent, &children, czxid))
-                        .await?
-                }
+                Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
             };
             let own_path = format!("{parent}/{own}");
             let Some(blocker) = blocker else {

@@ -326,6 +326,15 @@ impl Inner {
         })
     }
 
+    /// What a create started by [`spawn_create`](Self::spawn_create) made.
+    pub(super) async fn created(
+        &self,
+        task: tokio::task::JoinHandle<Result<Created>>,
+    ) -> Result<Created> {
+        let joined = self.timed("create", task).await?;
+        joined.map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))?
+    }
+
     /// A new entry for `token` of session `conn`, its first node being created: the gate of a
     /// semaphore permit (`gate`), else the contender in `dir`.
     pub(super) fn new_node(

@@ -55,27 +55,6 @@ pub(super) fn lease_owner(data: &[u8]) -> String {
 /// Other holders whose numbers of permits are checked against a new taker's.
 const PERMIT_CHECKS: usize = 64;
 
-/// What a contender saw of its key after creating its node: the connection it listed on, the
-/// key's node, the key's children listed after the create, and its own node's `czxid`.
-#[derive(Clone, Copy)]
-pub(super) struct Seen<'a> {
-    pub(super) conn: &'a Conn,
-    pub(super) parent: &'a str,
-    pub(super) children: &'a [String],
-    pub(super) czxid: i64,
-}
-
-impl<'a> Seen<'a> {
-    pub(super) fn new(conn: &'a Conn, parent: &'a str, children: &'a [String], czxid: i64) -> Self {
-        Seen {
-            conn,
-            parent,
-            children,
-            czxid,
-        }
-    }
-}
-
 impl Inner {
     /// The first of `paths` (in creation order) that exists and was created before `czxid`,
     /// read four at a time: a node created after it ends the search, as every later one is
@@ -110,16 +89,17 @@ impl Inner {
     }
 
     /// For a mutex, reader or writer first in its key's order (node `czxid`): the leases of
-    /// the key created before it, which it must wait for, as a watch on the `leases` folder.
-    /// Costs nothing unless the key has a `leases` folder among `children` (listed after our
-    /// create, so a lease older than our node would show its folder).
-    pub(super) async fn older_leases(&self, seen: &Seen<'_>) -> Result<Option<Watch>> {
-        let Seen {
-            conn,
-            parent,
-            children,
-            czxid,
-        } = *seen;
+    /// the key (node `parent`) created before it, which it must wait for, as a watch on the
+    /// `leases` folder. Costs nothing unless the key has a `leases` folder among `children`
+    /// (listed on `conn` after our create, so a lease older than our node would show its
+    /// folder).
+    pub(super) async fn older_leases(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        children: &[String],
+        czxid: i64,
+    ) -> Result<Option<Watch>> {
         if !children.iter().any(|c| c == LEASE_DIR) {
             return Ok(None);
         }
@@ -135,15 +115,21 @@ impl Inner {
             .map(|_| Watch::Children { dir, seen: leases }))
     }
 
-    /// For a lease (`czxid`): the key's mutex, reader or writer node created before it, which
-    /// it must wait for.
-    async fn older_exclusive(&self, seen: &Seen<'_>) -> Result<Option<Watch>> {
-        let paths: Vec<String> = sort_contenders(seen.children)
+    /// For a lease (`czxid`): the mutex, reader or writer node among the key's `children`
+    /// created before it, which it must wait for.
+    async fn older_exclusive(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        children: &[String],
+        czxid: i64,
+    ) -> Result<Option<Watch>> {
+        let paths: Vec<String> = sort_contenders(children)
             .iter()
-            .map(|c| format!("{}/{}", seen.parent, c.name))
+            .map(|c| format!("{parent}/{}", c.name))
             .collect();
         Ok(self
-            .created_before(seen.conn, &paths, seen.czxid)
+            .created_before(conn, &paths, czxid)
             .await?
             .map(Watch::Node))
     }
@@ -255,10 +241,7 @@ impl Inner {
                 gate_step => {
                     let (gate, locks) = match gate_step {
                         Step::Gate(task) => {
-                            let mut created =
-                                self.timed("create", task).await?.map_err(|e| {
-                                    Error::backend(KIND, format!("create task failed: {e}"))
-                                })??;
+                            let mut created = self.created(task).await?;
                             (created.name, created.listings.pop().unwrap_or_default())
                         }
                         Step::GateKnown(name) => {
@@ -302,10 +285,7 @@ impl Inner {
                         lists: vec![lease_dir.clone(), parent.to_owned()],
                     };
                     let task = self.spawn_create(conn.clone(), token, id, Which::Contender, target);
-                    let created = self
-                        .timed("create", task)
-                        .await?
-                        .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
+                    let created = self.created(task).await?;
                     let mut listings = created.listings.into_iter();
                     let leases = listings.next().unwrap_or_default();
                     let children = listings.next().unwrap_or_default();
@@ -341,7 +321,7 @@ impl Inner {
                     seen: leases,
                 }),
                 _ => {
-                    self.older_exclusive(&Seen::new(&conn, parent, &children, czxid))
+                    self.older_exclusive(&conn, parent, &children, czxid)
                         .await?
                 }
             };
