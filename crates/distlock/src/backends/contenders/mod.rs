@@ -16,3 +16,15 @@ mod view;
 pub(crate) use table::Table;
 pub(crate) use verdict::{holders, verdict, Verdict};
 pub(crate) use view::describe;
+
+/// A std mutex's guard, the lock taken over when a panic poisoned it: every change the
+/// family makes under one of its mutexes leaves the data whole.
+pub(crate) trait Locked<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T>;
+}
+
+impl<T> Locked<T> for std::sync::Mutex<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

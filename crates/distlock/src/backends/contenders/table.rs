@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use super::reaper::Reaper;
+use super::Locked;
 use crate::backend::Token;
 
 /// One entry `V` per owner token, and when the reaper looks at which token.
@@ -29,7 +30,7 @@ impl<V> Default for Table<V> {
 impl<V> Table<V> {
     /// The entries (a lock poisoned by a panic is taken over: every change keeps them whole).
     pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<Token, V>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries.locked()
     }
 
     /// The plan that [`Reap::reaper`](super::reaper::Reap::reaper) hands to the reaper task.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 use super::pb;
@@ -531,7 +532,7 @@ impl Shared {
                 self.opts.request_timeout,
             )
             .await?;
-        *slot.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        *slot.watch.locked() = Some(handle);
         if !slot.subscribed() {
             if let Some(w) = slot.take_watch() {
                 self.watches.cancel(w);
@@ -583,7 +584,7 @@ impl Shared {
             .name
             .as_ref()
             .is_some_and(|n| !n.is_election() && n.kind().is_exclusive());
-        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.handed.locked();
         match handed && exclusive {
             true => {
                 let now = Instant::now();
@@ -607,7 +608,7 @@ impl Shared {
         if name.is_election() || !name.kind().is_exclusive() {
             return false;
         }
-        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.handed.locked();
         map.remove(&lock_dir(name))
             .is_some_and(|t| t.elapsed() < HANDED_FOR)
     }

@@ -93,6 +93,7 @@ use crate::backend::{
     detach_on_drop, detached, AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo,
     LockName, ReleaseSubscription, Released, Renewal, Token,
 };
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 mod acquire;
@@ -372,7 +373,7 @@ impl Backend for EtcdBackend {
         let token = waiter;
         let slot = self.shared.slot_for(token);
         let alive = Arc::new(());
-        *slot.sub.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&alive);
+        *slot.sub.locked() = Arc::downgrade(&alive);
         let sub = ReleaseSubscription::new(
             slot.signal.clone(),
             Some(Box::new(SubKeep {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 use super::options::{KIND, SESSION_IDLE};
@@ -39,24 +40,18 @@ impl Shared {
             return Ok(s);
         }
         let s = self.grant(class).await?;
-        s.users
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(dir.to_owned(), token);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
+        s.users.locked().insert(dir.to_owned(), token);
+        self.pool.locked().push(s.clone());
         Ok(s)
     }
 
     pub(super) fn pick_session(&self, dir: &str, token: Token, class: i64) -> Option<Arc<Session>> {
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = self.pool.locked();
         for s in pool.iter() {
             if s.class != class || s.is_dead() {
                 continue;
             }
-            let mut users = s.users.lock().unwrap_or_else(|e| e.into_inner());
+            let mut users = s.users.locked();
             if users.contains_key(dir) {
                 continue;
             }
@@ -69,7 +64,7 @@ impl Shared {
     /// A session of at least `class` seconds for keys that outgrew theirs (no user entry).
     pub(super) async fn session_at_least(&self, class: i64) -> Result<Arc<Session>> {
         {
-            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let pool = self.pool.locked();
             if let Some(s) = pool.iter().find(|s| s.class >= class && !s.is_dead()) {
                 s.attached.fetch_add(1, Ordering::AcqRel);
                 return Ok(s.clone());
@@ -78,10 +73,7 @@ impl Shared {
         let _granting = self.granting.lock().await;
         let s = self.grant(class).await?;
         s.attached.fetch_add(1, Ordering::AcqRel);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
+        self.pool.locked().push(s.clone());
         Ok(s)
     }
 
@@ -121,17 +113,8 @@ impl Shared {
     /// went with it.
     pub(super) fn session_died(&self, s: &Arc<Session>) {
         s.dead.store(true, Ordering::Release);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| !Arc::ptr_eq(p, s));
-        let tokens: Vec<Token> = s
-            .users
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .copied()
-            .collect();
+        self.pool.locked().retain(|p| !Arc::ptr_eq(p, s));
+        let tokens: Vec<Token> = s.users.locked().values().copied().collect();
         tracing::debug!(lease = %format!("{:x}", s.id), keys = tokens.len(), "etcd session lease gone");
         for t in tokens {
             if let Some(slot) = self.slot(t) {
@@ -143,7 +126,7 @@ impl Shared {
 
 impl SessionPool for Shared {
     fn retire_if_idle(&self, session: &Arc<Session>) -> bool {
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.pool.locked();
         if !session.is_idle_for(SESSION_IDLE) {
             return false;
         }

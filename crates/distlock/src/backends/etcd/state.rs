@@ -14,7 +14,7 @@ use super::client::Client;
 use super::options::{EtcdOptions, ORPHAN_GRACE, WAITER_IDLE};
 use super::session::{KaCmd, Session};
 use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
-use crate::backends::contenders::Table;
+use crate::backends::contenders::{Locked, Table};
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -38,7 +38,7 @@ pub(super) struct Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         // Revoke the sessions: every key of this instance goes at once instead of with the TTL.
-        for s in self.pool.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for s in self.pool.locked().iter() {
             let _ = s.cmds.send(KaCmd::Close);
         }
     }
@@ -69,21 +69,16 @@ impl Slot {
     }
 
     pub(super) fn subscribed(&self) -> bool {
-        self.sub
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .strong_count()
-            > 0
+        self.sub.locked().strong_count() > 0
     }
 
     pub(super) fn take_watch(&self) -> Option<WatchHandle> {
-        self.watch.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.watch.locked().take()
     }
 
     pub(super) fn watches(&self, target: &WatchTarget) -> bool {
         self.watch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .as_ref()
             .is_some_and(|w| w.target == *target && !w.broken.load(Ordering::Acquire))
     }

@@ -142,14 +142,11 @@ impl Inner {
     }
 
     pub(super) fn parent_known(&self, parent: &str) -> bool {
-        self.parents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(parent)
+        self.parents.locked().contains(parent)
     }
 
     pub(super) fn set_parent_known(&self, parent: &str, known: bool) {
-        let mut p = self.parents.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.parents.locked();
         if known {
             if p.len() >= MAX_KNOWN_PARENTS {
                 p.clear();

@@ -157,7 +157,7 @@ mod view;
 mod waiters;
 mod watch;
 
-use crate::backends::contenders::Table;
+use crate::backends::contenders::{Locked, Table};
 use address::parse_url;
 pub use address::{decode_key, encode_key};
 use contender::{Created, Node, Phase};

@@ -70,7 +70,7 @@ impl Inner {
         let conn = self.conn_for(self.waiter_slot()).await?;
         let path = format!("{root}/{MARKS}/{:x}", conn.session);
         let known = |m: &HashSet<String>| m.contains(&path);
-        if known(&self.marks.lock().unwrap_or_else(|e| e.into_inner())) {
+        if known(&self.marks.locked()) {
             return Ok(path);
         }
         let opts = CreateMode::Ephemeral.with_acls(self.acls());
@@ -80,7 +80,7 @@ impl Inner {
                 .await?
             {
                 Ok(_) | Err(zookeeper_client::Error::NodeExists) => {
-                    let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut marks = self.marks.locked();
                     if marks.len() >= MAX_KNOWN_PARENTS {
                         marks.clear();
                     }
@@ -108,7 +108,7 @@ impl Inner {
     /// its waiter lives: its mark may be gone with the session still alive (deleted by hand),
     /// and the next waiter creates it again instead of marking nodes with a missing mark.
     pub(super) fn forget_marks(&self) {
-        self.marks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.marks.locked().clear();
     }
 
     /// Marks `token`'s node at `path` (a waiter's, under the key's node `parent`) with the
