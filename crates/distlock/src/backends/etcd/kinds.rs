@@ -1,27 +1,8 @@
-//! The lock kinds in one lock directory `<prefix>/<key>/`: the key and value each kind writes,
-//! what any key there stands for, when a contender holds, and who holds a directory.
-//!
-//! | kind | key in `<prefix>/<key>/` | value |
-//! |---|---|---|
-//! | mutex | `<lease id hex>` (etcd's `concurrency.Mutex`, `etcdctl lock`) | `<owner token>;owner=<description>` |
-//! | writer | `write-<lease id hex>` | `<owner token>;owner=<description>` |
-//! | reader | `read-<lease id hex>` | `<owner token>;owner=<description>` |
-//! | semaphore permit | `sem-<lease id hex>` | `<owner token>;owner=<description>;permits=<n>` |
-//!
-//! The owner token is 32 hex digits; the description is the holder's [`Owner`], with `%` and
-//! `;` written `%25` and `%3B`, so that the first `;permits=` of a value is the number's (older
-//! distlock versions, which wrote no description, look for that and read the number after it,
-//! so they still read ours). A value without our token in front is a foreign client's
-//! (`etcdctl lock` writes nothing): it is shown as it is, or as unknown when empty.
-//!
-//! Every key of the directory is one contender, ordered by create revision. A mutex or writer
-//! holds when it is the oldest (the `concurrency.Mutex` rule, which `etcdctl lock` applies to
-//! all of them); a reader when no key but readers' is older; a permit when no key but
-//! permits' is older and fewer than `n` permits are. So any key that is not ours for a shared
-//! kind (`etcdctl lock`, Go's `concurrency.Mutex` or `Election`, an unknown client) counts as
-//! exclusive, and a waiting writer keeps later readers and permits out. The number of permits
-//! lives in the permit keys' values, not in a key of its own, which `etcdctl lock` would take
-//! for a holder that never leaves.
+//! The lock kinds in one lock directory `<prefix>/<key>/`, in the layout the backend's module
+//! documentation gives: the key and value each kind writes, what any key there stands for,
+//! and when a reader or permit holds. The owner description is written with `%` and `;`
+//! escaped so that the first `;permits=` of a value is the number's: older distlock versions,
+//! which wrote no description, look for that and read the number after it.
 
 use crate::backend::{LockKind, Owner, Token, UNKNOWN_OWNER};
 use crate::backends::contenders;

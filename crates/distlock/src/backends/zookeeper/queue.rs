@@ -1,13 +1,7 @@
 //! The queue of a key's contenders: Curator's node names, the one order they share and each
 //! contender's place in it. Creating the nodes is in `contender.rs`, an attempt in `attempt.rs`,
 //! watching in `watch.rs`, deleting them in `reap.rs`.
-//!
-//! Mutexes, readers and writers of a key are children of the key's node, in Curator's names
-//! (`_c_<uuid>-lock-<seq>`, `…-__READ__<seq>`, `…-__WRIT__<seq>`); they share the parent's
-//! sequence counter, so one order covers them all. An exclusive contender (mutex or writer)
-//! holds when it is first in that order; a reader holds when no exclusive contender is before
-//! it. Either also waits for the semaphore permits of the key that are older than it (see
-//! `semaphore.rs`).
+//! The names and the order are the module documentation's (lock kinds on one key).
 
 use super::*;
 use crate::backends::contenders;
