@@ -379,7 +379,6 @@ impl Backend for EtcdBackend {
             Some(Box::new(SubKeep {
                 alive: Some(alive),
                 slot: Arc::downgrade(&slot),
-                hub: self.shared.watches.tx.clone(),
                 shared: Arc::downgrade(&self.shared),
                 token,
             })),

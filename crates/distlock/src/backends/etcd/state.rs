@@ -7,13 +7,12 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::client::Client;
 use super::options::{EtcdOptions, ORPHAN_GRACE, WAITER_IDLE};
 use super::session::{KaCmd, Session};
-use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
+use super::watch::{WatchHandle, WatchHub, WatchTarget};
 use crate::backends::contenders::{Locked, Table};
 
 pub(super) struct Shared {
@@ -226,7 +225,6 @@ pub(super) struct SubKeep {
     /// Taken first on drop, so that the reaper finds the slot unsubscribed.
     pub(super) alive: Option<Arc<()>>,
     pub(super) slot: Weak<Slot>,
-    pub(super) hub: mpsc::UnboundedSender<WatchCmd>,
     pub(super) shared: Weak<Shared>,
     pub(super) token: Token,
 }
@@ -234,16 +232,13 @@ pub(super) struct SubKeep {
 impl Drop for SubKeep {
     fn drop(&mut self) {
         self.alive.take();
-        if let Some(shared) = self.shared.upgrade() {
-            shared.reap_at(self.token, Instant::now());
-        }
-        if let Some(slot) = self.slot.upgrade() {
-            if let Some(w) = slot.take_watch() {
-                let _ = self.hub.send(WatchCmd::Cancel {
-                    generation: w.generation,
-                    id: w.id,
-                });
-            }
+        // Without the backend, its watch stream is gone too.
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        shared.reap_at(self.token, Instant::now());
+        if let Some(w) = self.slot.upgrade().and_then(|s| s.take_watch()) {
+            shared.watches.cancel(w);
         }
     }
 }
