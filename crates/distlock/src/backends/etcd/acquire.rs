@@ -618,13 +618,8 @@ impl Shared {
         if let Some((_, w)) = e.alt.take() {
             w.remove_user(&e.dir, token);
         }
-        let (named, attached) = (e.session.take(), e.attached.take());
-        if let Some(a) = &attached {
-            if named.as_ref().is_none_or(|n| !Arc::ptr_eq(a, n)) {
-                a.attached.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        if let Some(s) = named {
+        detach(e);
+        if let Some(s) = e.session.take() {
             s.remove_user(&e.dir, token);
         }
         e.maybe_created = false;

@@ -139,6 +139,12 @@ pub(super) async fn run_keeper(
         }
     };
 
+    // The server no longer knows the lease: the pool forgets it and wakes its users.
+    let died = || match shared.upgrade() {
+        Some(shared) => shared.session_died(&session),
+        None => session.dead.store(true, Ordering::Release),
+    };
+
     loop {
         if session.is_dead() || close {
             break;
@@ -197,11 +203,7 @@ pub(super) async fn run_keeper(
                     answer(waiters, &Ok(true));
                 } else {
                     answer(waiters, &Ok(false));
-                    if let Some(shared) = shared.upgrade() {
-                        shared.session_died(&session);
-                    } else {
-                        session.dead.store(true, Ordering::Release);
-                    }
+                    died();
                 }
             }
             Ev::Resp(_) | Ev::Stalled => {
@@ -237,11 +239,7 @@ pub(super) async fn run_keeper(
                 }
                 Err(e) if is_lease_not_found(&e) => {
                     answer(std::mem::take(&mut waiting), &Ok(false));
-                    if let Some(shared) = shared.upgrade() {
-                        shared.session_died(&session);
-                    } else {
-                        session.dead.store(true, Ordering::Release);
-                    }
+                    died();
                 }
                 Err(e) => {
                     answer(std::mem::take(&mut waiting), &Err(map_err(e)));
