@@ -115,16 +115,22 @@ pub(super) struct Target {
     pub(super) lists: Vec<String>,
 }
 
+/// The children a listing found; none when the folder does not exist.
+fn children(
+    listed: std::result::Result<Vec<String>, zookeeper_client::Error>,
+) -> Result<Vec<String>> {
+    match listed {
+        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        other => other.map_err(zk_err),
+    }
+}
+
 impl Inner {
     pub(super) async fn list(&self, conn: &Conn, parent: &str) -> Result<Vec<String>> {
-        match self
-            .timed("get children", conn.client.list_children(parent))
-            .await?
-        {
-            Ok(c) => Ok(c),
-            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(zk_err(e)),
-        }
+        children(
+            self.timed("get children", conn.client.list_children(parent))
+                .await?,
+        )
     }
 
     /// Lists children after a `sync`, so that the answer is as new as the leader's.
@@ -134,11 +140,7 @@ impl Inner {
         let (synced, listed) = self
             .timed("sync and get children", async { tokio::join!(sync, list) })
             .await?;
-        match synced.and(listed) {
-            Ok(c) => Ok(c),
-            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(zk_err(e)),
-        }
+        children(synced.and(listed))
     }
 
     pub(super) fn parent_known(&self, parent: &str) -> bool {

@@ -633,46 +633,34 @@ impl Backend for ZooKeeperBackend {
                     synced.and(read)
                 })
                 .await;
-            match results {
-                Ok(Ok(v)) if v.len() == added.len() => {
-                    for (i, res) in added.into_iter().zip(v) {
-                        let r = &batch[i];
-                        let owner = match res {
-                            zookeeper_client::MultiReadResult::Data { stat, .. } => {
-                                Ok(Some(stat.ephemeral_owner))
-                            }
-                            zookeeper_client::MultiReadResult::Error {
-                                err: zookeeper_client::Error::NoNode,
-                            } => Ok(None),
-                            zookeeper_client::MultiReadResult::Error { err } => Err(err),
-                            _ => Ok(None),
-                        };
-                        out[i] =
-                            Some(inner.settle_renewal(&conn, r.token, r.lease, started, owner));
-                    }
-                }
-                Ok(Ok(_)) => {
+            use zookeeper_client::MultiReadResult as Read;
+            let owners: Vec<_> = match results {
+                Ok(Ok(v)) if v.len() == added.len() => v
+                    .into_iter()
+                    .map(|res| match res {
+                        Read::Data { stat, .. } => Ok(Some(stat.ephemeral_owner)),
+                        Read::Error {
+                            err: zookeeper_client::Error::NoNode,
+                        } => Ok(None),
+                        Read::Error { err } => Err(err),
+                        _ => Ok(None),
+                    })
+                    .collect(),
+                Ok(Err(e)) => vec![Err(e); added.len()],
+                answer => {
+                    let timed_out = answer.err().map(|e| e.to_string());
                     for i in added {
-                        out[i] = Some(Err(Error::backend(KIND, "short multi-read reply")));
+                        out[i] = Some(Err(match &timed_out {
+                            Some(e) => Error::unavailable(KIND, e.clone()),
+                            None => Error::backend(KIND, "short multi-read reply"),
+                        }));
                     }
+                    continue;
                 }
-                Ok(Err(e)) => {
-                    for i in added {
-                        let r = &batch[i];
-                        out[i] = Some(inner.settle_renewal(
-                            &conn,
-                            r.token,
-                            r.lease,
-                            started,
-                            Err(e.clone()),
-                        ));
-                    }
-                }
-                Err(e) => {
-                    for i in added {
-                        out[i] = Some(Err(Error::unavailable(KIND, e.to_string())));
-                    }
-                }
+            };
+            for (i, owner) in added.into_iter().zip(owners) {
+                let r = &batch[i];
+                out[i] = Some(inner.settle_renewal(&conn, r.token, r.lease, started, owner));
             }
         }
         out.into_iter()
@@ -705,10 +693,10 @@ impl Backend for ZooKeeperBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let conn = self.inner.conn().await?;
         let parent = self.lock_path(name);
-        let holders = self
-            .inner
-            .holders_of(&conn, &parent, name.is_election())
-            .await?;
+        let holders = match name.is_election() {
+            true => self.inner.leader(&conn, &parent).await?,
+            false => self.inner.holders(&conn, &parent).await?,
+        };
         Ok(holders.map(|h| h.info()))
     }
 

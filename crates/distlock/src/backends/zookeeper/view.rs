@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::backends::contenders;
-use queue::{sort_contenders, sort_latches, sort_leases};
+use queue::{sort_contenders, sort_for, sort_leases, Role};
 use semaphore::{lease_owner, permits_of};
 use waiters::node_owner;
 
@@ -39,7 +39,6 @@ impl Inner {
             let children = self.list(conn, parent).await?;
             let sorted = sort_contenders(&children);
             let n = contenders::holders(sorted.iter().map(|c| c.role.kind())).map_or(0, |h| h.1);
-            let own: Vec<&str> = sorted[..n].iter().map(|c| c.name).collect();
             let has = |d: &str| children.iter().any(|c| c == d);
             let (leases, gates) = if has(LEASE_DIR) || has(GATE_DIR) {
                 let (l, g) = tokio::join!(self.list(conn, &lease_dir), self.list(conn, &gate_dir));
@@ -47,7 +46,10 @@ impl Inner {
             } else {
                 (Vec::new(), Vec::new())
             };
-            let own_paths: Vec<String> = own.iter().map(|n| format!("{parent}/{n}")).collect();
+            let own_paths: Vec<String> = sorted[..n]
+                .iter()
+                .map(|c| format!("{parent}/{}", c.name))
+                .collect();
             let lease_paths: Vec<String> = sort_leases(&leases)
                 .into_iter()
                 .take(LEASES_READ)
@@ -95,11 +97,7 @@ impl Inner {
                 contenders::holders(live_leases.iter().map(|_| semaphore)).map_or(0, |h| h.1);
             let oldest_own = own_holders.iter().map(|(_, z, _)| *z).min();
             let oldest_lease = live_leases.first().map(|(_, z, _, _)| *z);
-            let leases_hold = match (oldest_own, oldest_lease) {
-                (Some(o), Some(l)) => l < o,
-                (None, Some(_)) => true,
-                _ => false,
-            };
+            let leases_hold = oldest_lease.is_some_and(|l| oldest_own.is_none_or(|o| l < o));
             let (kind, holders, waiting_leases) = if leases_hold {
                 let holders: Vec<(String, i64, String)> = live_leases
                     .iter()
@@ -134,7 +132,7 @@ impl Inner {
     pub(super) async fn leader(&self, conn: &Conn, parent: &str) -> Result<Option<Holders>> {
         for _ in 0..MAX_SETTLE {
             let children = self.list(conn, parent).await?;
-            let sorted = sort_latches(&children);
+            let sorted = sort_for(Role::Latch, &children);
             let Some(first) = sorted.first() else {
                 return Ok(None);
             };
@@ -158,19 +156,6 @@ impl Inner {
         ))
     }
 
-    /// The holders of the key at `parent`, or its election's leader when `election`.
-    pub(super) async fn holders_of(
-        &self,
-        conn: &Conn,
-        parent: &str,
-        election: bool,
-    ) -> Result<Option<Holders>> {
-        match election {
-            true => self.leader(conn, parent).await,
-            false => self.holders(conn, parent).await,
-        }
-    }
-
     /// Deletes every holder node of the key at `parent` (its election's leader when
     /// `election`); whether one was deleted.
     pub(super) async fn force_release(
@@ -179,7 +164,11 @@ impl Inner {
         parent: &str,
         election: bool,
     ) -> Result<bool> {
-        let Some(holders) = self.holders_of(conn, parent, election).await? else {
+        let found = match election {
+            true => self.leader(conn, parent).await?,
+            false => self.holders(conn, parent).await?,
+        };
+        let Some(holders) = found else {
             return Ok(false);
         };
         let results = self
