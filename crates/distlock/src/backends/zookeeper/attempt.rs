@@ -283,8 +283,6 @@ impl Drop for Unowned<'_> {
         let mut n = nodes.remove(&self.token).expect("present");
         drop(nodes);
         n.stop_tasks();
-        for path in n.created_paths() {
-            self.inner.delete_in_background(n.slot, n.session, path);
-        }
+        self.inner.delete_all_in_background(&n);
     }
 }

@@ -38,6 +38,13 @@ impl Inner {
         });
     }
 
+    /// Deletes every node of `n` that exists, in the background.
+    pub(super) fn delete_all_in_background(self: &Arc<Self>, n: &Node) {
+        for path in n.created_paths() {
+            self.delete_in_background(n.slot, n.session, path);
+        }
+    }
+
     /// Forgets `token`'s node (stopping its tasks) and returns it.
     pub(super) fn forget(&self, token: Token) -> Option<Node> {
         let mut n = self.nodes.forget(token)?;
@@ -81,9 +88,7 @@ impl Inner {
         let conn = match self.conn_for(node.slot).await {
             Ok(c) => c,
             Err(e) => {
-                for p in paths {
-                    self.delete_in_background(node.slot, node.session, p);
-                }
+                self.delete_all_in_background(&node);
                 return Err(e);
             }
         };
@@ -97,9 +102,7 @@ impl Inner {
         {
             Ok(r) => r,
             Err(e) => {
-                for p in paths {
-                    self.delete_in_background(node.slot, node.session, p);
-                }
+                self.delete_all_in_background(&node);
                 return Err(e);
             }
         };
@@ -146,10 +149,8 @@ impl Reap for Inner {
         let mut n = nodes.remove(&token).expect("present");
         drop(nodes);
         n.stop_tasks();
-        for path in n.created_paths() {
-            tracing::debug!(%path, "lease ended without renewal; giving the lock up");
-            self.delete_in_background(n.slot, n.session, path);
-        }
+        tracing::debug!(paths = ?n.created_paths(), "lease ended without renewal; giving the lock up");
+        self.delete_all_in_background(&n);
         None
     }
 }
