@@ -78,18 +78,13 @@ impl Shared {
             sessions.iter().map(|s| s.id).zip(kas.iter()).collect();
         for (chunk, check) in live.chunks(CHECK_CHUNK).zip(checks) {
             for (j, (i, slot, key, rev, s)) in chunk.iter().enumerate() {
-                let exists = match &check {
-                    Ok(resp) => Ok(pb::range_at(resp, j).is_some_and(|g| {
-                        g.kvs.first().is_some_and(|kv| {
-                            kv.key == key.as_bytes() && kv.create_revision == *rev
-                        })
-                    })),
-                    Err(err) => Err(err.to_string()),
-                };
-                let alive = ka_of.get(&s.id).map_or(Ok(false), |r| match r {
-                    Ok(b) => Ok(*b),
-                    Err(e) => Err(e.to_string()),
+                let exists = check.as_ref().map_err(Error::to_string).map(|resp| {
+                    let kv = pb::range_at(resp, j).and_then(|g| g.kvs.first());
+                    kv.is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == *rev)
                 });
+                let alive = ka_of
+                    .get(&s.id)
+                    .map_or(Ok(false), |r| r.as_ref().copied().map_err(Error::to_string));
                 let result = match (exists, alive) {
                     (Ok(false), _) | (_, Ok(false)) => {
                         self.key_lost(slot, batch[*i].token, *rev).await;
