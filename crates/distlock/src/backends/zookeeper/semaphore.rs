@@ -1,20 +1,7 @@
-//! Semaphore permits in Curator's `InterProcessSemaphoreV2` layout, and how they exclude the
-//! key's other kinds.
-//!
-//! A permit taker does exactly what Curator does, so Curator's permits and ours share the
-//! count without deadlock: it takes the mutex `<key>/locks` (Curator's `InterProcessMutex`
-//! layout, one taker at a time), creates its lease `<key>/leases/_c_<uuid>-lease-<seq>`, waits
-//! (still holding that mutex) until the `leases` folder has at most `permits` children, and
-//! gives the mutex back. Curator stores no number of permits; ours is in our lease nodes' data
-//! (`permits=<n>`), so a distlock taker that asks for another number is refused.
-//!
-//! Permits and the key's other kinds (its children `lock-`, `__READ__`, `__WRIT__`) live in
-//! different folders with different sequence counters, so they are ordered by `czxid`, which
-//! the whole ensemble shares: a permit waits for the mutexes, readers and writers of the key
-//! created before its lease, and they wait for the leases created before their node. Each
-//! side creates its node before it reads the other side, so of two that race, the younger one
-//! sees the older one. (Curator's own semaphore ignores the key's other kinds, as Curator's
-//! mutex and read-write lock ignore each other.)
+//! Semaphore permits in Curator's `InterProcessSemaphoreV2` layout, taken one step per attempt
+//! exactly as Curator takes them, so that Curator's permits and ours share the count without
+//! deadlock, and ordered against the key's other kinds by `czxid` (both as the module
+//! documentation describes: the layout table, and lock kinds on one key).
 
 use super::*;
 use crate::backend::{Owner, UNKNOWN_OWNER};
