@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::backends::contenders;
+use futures_util::future::join_all;
 use queue::{sort_contenders, sort_for, sort_leases, Role};
 use semaphore::{lease_owner, permits_of};
 use waiters::node_owner;
@@ -55,16 +56,10 @@ impl Inner {
                 .take(LEASES_READ)
                 .map(|l| format!("{lease_dir}/{l}"))
                 .collect();
+            let read = |paths: &[String]| join_all(paths.iter().map(|p| conn.client.get_data(p)));
             let (own_stats, lease_data) = self
                 .timed("get data", async {
-                    tokio::join!(
-                        futures_util::future::join_all(
-                            own_paths.iter().map(|p| conn.client.get_data(p))
-                        ),
-                        futures_util::future::join_all(
-                            lease_paths.iter().map(|p| conn.client.get_data(p))
-                        )
-                    )
+                    tokio::join!(read(&own_paths), read(&lease_paths))
                 })
                 .await?;
             let mut own_holders = Vec::new();
@@ -79,32 +74,29 @@ impl Inner {
             if changed {
                 continue; // a holder left meanwhile: look again
             }
-            let mut live_leases = Vec::new();
+            let (mut live_leases, mut permits) = (Vec::new(), None);
             for (path, data) in lease_paths.into_iter().zip(lease_data) {
                 match data {
                     Ok((data, s)) => {
-                        live_leases.push((path, s.czxid, permits_of(&data), lease_owner(&data)))
+                        permits = permits.or(permits_of(&data));
+                        live_leases.push((path, s.czxid, lease_owner(&data)));
                     }
                     Err(zookeeper_client::Error::NoNode) => {}
                     Err(e) => return Err(zk_err(e)),
                 }
             }
-            let permits = live_leases.iter().find_map(|(_, _, p, _)| *p);
             let semaphore = LockKind::Semaphore {
                 permits: permits.unwrap_or(0),
             };
             let lease_holders =
                 contenders::holders(live_leases.iter().map(|_| semaphore)).map_or(0, |h| h.1);
             let oldest_own = own_holders.iter().map(|(_, z, _)| *z).min();
-            let oldest_lease = live_leases.first().map(|(_, z, _, _)| *z);
+            let oldest_lease = live_leases.first().map(|(_, z, _)| *z);
             let leases_hold = oldest_lease.is_some_and(|l| oldest_own.is_none_or(|o| l < o));
             let (kind, holders, waiting_leases) = if leases_hold {
-                let holders: Vec<(String, i64, String)> = live_leases
-                    .iter()
-                    .take(lease_holders)
-                    .map(|(p, z, _, o)| (p.clone(), *z, o.clone()))
-                    .collect();
-                (semaphore, holders, live_leases.len() - lease_holders)
+                let waiting = live_leases.len() - lease_holders;
+                live_leases.truncate(lease_holders);
+                (semaphore, live_leases, waiting)
             } else if let Some(first) = sorted.first() {
                 (first.role.kind(), own_holders, live_leases.len())
             } else {
@@ -174,7 +166,7 @@ impl Inner {
         let results = self
             .timed(
                 "delete",
-                futures_util::future::join_all(
+                join_all(
                     holders
                         .held
                         .iter()
@@ -204,7 +196,7 @@ impl Inner {
             .collect();
         let mut out = Vec::new();
         for batch in keys.chunks(LIST_BATCH) {
-            let found = futures_util::future::join_all(batch.iter().map(|(_, path)| async move {
+            let found = join_all(batch.iter().map(|(_, path)| async move {
                 match self.holders(conn, path).await? {
                     Some(h) => Ok(Some(h)),
                     None => self.leader(conn, path).await,
