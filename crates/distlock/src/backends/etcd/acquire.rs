@@ -307,7 +307,7 @@ impl Shared {
                 let Some(all) = pb::range_at(&resp, 0) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
-                let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
+                let before = kinds::queued(e.dir.as_bytes(), &all.kvs, false);
                 (judge(kind, &e.dir, &before), count(before.len()), at)
             };
             // Every branch above leaves the key's create revision in the entry.

@@ -135,8 +135,18 @@ pub(super) fn children<'a, T>(
         .collect()
 }
 
-impl Queued {
-    fn of(kv: &pb::KeyValue, kind: LockKind, owner: String) -> Queued {
+/// The direct children of `dir` among `kvs`, in the order given; as the candidates of the
+/// election `dir` (`concurrency.Election`) when `election`: each one a contender for the one
+/// leadership, its value the candidate's description as it is.
+pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue], election: bool) -> Vec<Queued> {
+    children(dir, kvs, |kv| {
+        let (kind, owner) = match election {
+            true => (LockKind::Mutex, Owner::shown(&kv.value)),
+            false => (
+                kind_of(&kv.key[dir.len()..], &kv.value),
+                owner_of(&kv.value),
+            ),
+        };
         Queued {
             key: kv.key.clone(),
             rev: kv.create_revision,
@@ -144,26 +154,6 @@ impl Queued {
             kind,
             owner,
         }
-    }
-}
-
-/// The direct children of `dir` among `kvs`, in the order given.
-pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
-    children(dir, kvs, |kv| {
-        Queued::of(
-            kv,
-            kind_of(&kv.key[dir.len()..], &kv.value),
-            owner_of(&kv.value),
-        )
-    })
-}
-
-/// The direct children of `dir` among `kvs` as the candidates of the election `dir`
-/// (`concurrency.Election`): each one a contender for the one leadership, its value the
-/// candidate's description as it is.
-pub(super) fn candidates(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
-    children(dir, kvs, |kv| {
-        Queued::of(kv, LockKind::Mutex, Owner::shown(&kv.value))
     })
 }
 

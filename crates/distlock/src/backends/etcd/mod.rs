@@ -453,7 +453,7 @@ impl Backend for EtcdBackend {
         }
         let mut out = Vec::new();
         for (dir, kvs) in dirs {
-            let all = queued(&dir, &kvs);
+            let all = queued(&dir, &kvs, false);
             let Some(info) = s.info_of(&all).await else {
                 continue;
             };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 
-use super::kinds::{candidates, children, judge_exclusive, queued, Queued, Verdict};
+use super::kinds::{children, judge_exclusive, queued, Queued, Verdict};
 use super::options::PEEK;
 use super::pb::{self, range_request::SortOrder};
 use super::rpc_error::map_err;
@@ -93,7 +93,7 @@ impl Shared {
             Some(r) => r.kvs.clone(),
             None => self.range(every_before(dir, rev)).await?.kvs,
         };
-        let mut all = queued(dir.as_bytes(), &kvs);
+        let mut all = queued(dir.as_bytes(), &kvs, false);
         all.retain(|q| q.rev < rev);
         Ok(all)
     }
@@ -104,10 +104,7 @@ impl Shared {
         let dir = lock_dir(name);
         let all = with_values(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend));
         let kvs = self.range(all).await?.kvs;
-        Ok(match name.is_election() {
-            true => candidates(dir.as_bytes(), &kvs),
-            false => queued(dir.as_bytes(), &kvs),
-        })
+        Ok(queued(dir.as_bytes(), &kvs, name.is_election()))
     }
 
     pub(super) async fn txn(&self, txn: pb::TxnRequest) -> Result<pb::TxnResponse> {
