@@ -223,15 +223,25 @@ impl Inner {
                 return Ok(Attempt::Acquired { fence });
             };
             if !queued {
-                // try_lock: leave at once (a failed deletion goes on in the background).
-                self.remove(token).await?;
+                // try_lock: leave at once.
+                match self
+                    .timed("delete", conn.client.delete(&own_path, None))
+                    .await?
+                {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) if session_gone(&e) => {}
+                    Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
+                }
+                self.forget(token);
                 return Ok(Attempt::BUSY);
             }
             if !latch {
                 self.mark_node(&conn, token, parent, &own_path).await;
             }
-            // What we wait for changed meanwhile, or the entry went: look again.
-            if !self.watch(&conn, token, blocker).await? || !self.mark_waiting(token) {
+            if !self.watch(&conn, token, blocker).await? {
+                continue; // what we wait for changed meanwhile: look again
+            }
+            if !self.mark_waiting(token) {
                 continue;
             }
             return Ok(Attempt::Busy {
