@@ -5,11 +5,26 @@
 //! where a contender stands ([`verdict`]). Each backend reads its own layout into ordered
 //! `(kind, entry)` lists and acts on the answer. Both also run their reaper on [`reaper`]: one
 //! task per backend that deletes entries whose time ran out, and background deletion retries;
-//! and show a key's holders the same way ([`describe`]).
+//! keep what they know of their own entries in one [`Table`] per backend, by owner token; and
+//! show a key's holders the same way ([`describe`]).
 
 pub(crate) mod reaper;
+mod table;
 mod verdict;
 mod view;
 
+pub(crate) use table::Table;
 pub(crate) use verdict::{holders, verdict, Verdict};
 pub(crate) use view::describe;
+
+/// A std mutex's guard, the lock taken over when a panic poisoned it: every change the
+/// family makes under one of its mutexes leaves the data whole.
+pub(crate) trait Locked<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T>;
+}
+
+impl<T> Locked<T> for std::sync::Mutex<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -13,10 +13,11 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use super::Locked;
+
 /// A backend whose [`Reaper`] this module runs.
 pub(crate) trait Reap: Send + Sync + Sized + 'static {
-    /// What is planned: an owner token, or `()` for a backend that looks at all its entries
-    /// in one pass.
+    /// What is planned: an owner token.
     type Key: Copy + Eq + Hash + Send + Sync + 'static;
 
     /// The backend's plan.
@@ -84,25 +85,21 @@ impl<K: Copy + Eq + Hash> Reaper<K> {
 
     /// How many keys are planned.
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.core.lock().by_key.len()
     }
 }
 
 impl<K> Drop for Reaper<K> {
     fn drop(&mut self) {
-        self.core
-            .plan
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closed = true;
+        self.core.plan.locked().closed = true;
         self.core.wake.notify_one();
     }
 }
 
 impl<K: Copy + Eq + Hash> Core<K> {
     fn lock(&self) -> MutexGuard<'_, Plan<K>> {
-        self.plan.lock().unwrap_or_else(|e| e.into_inner())
+        self.plan.locked()
     }
 
     fn plan(&self, key: K, at: Instant, keep_earlier: bool) {
@@ -154,11 +151,7 @@ pub(crate) fn run<E: Reap>(engine: &Arc<E>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let mut task = engine
-        .reaper()
-        .task
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut task = engine.reaper().task.locked();
     if task.as_ref().is_some_and(|t| !t.is_finished()) {
         return;
     }

@@ -2,19 +2,21 @@
 //! watching the predecessor, and cleaning up after failures (zombies).
 
 use super::kinds::{self, judge, key_of, value_of, Verdict};
-use super::options::{DELETE_RETRY, KIND};
+use super::options::KIND;
 use super::pool::waiter_class;
 use super::queue::{ascending, before, class_of, every_before, lock_dir, newest, with_values};
 use super::session::Session;
-use super::state::{Contender, Entry, Phase, Shared, Slot, View};
+use super::state::{Entry, Phase, Shared, Slot};
 use super::watch::WatchTarget;
 use crate::backend::{Attempt, LockKind, LockName, Token};
+use crate::backends::contenders::reaper::retry_until_gone;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 use super::pb;
@@ -51,16 +53,7 @@ enum Look {
     /// A lease vanished under the transaction: look again.
     Again,
     /// The verdict, the contenders ahead, and the revision of the read.
-    Seen(Step, Option<u32>, i64),
-}
-
-/// What one look at the queue found.
-enum Step {
-    /// Our own key is not in it (it just went).
-    Gone,
-    Judged(Verdict),
-    /// Somebody older holds, but the ranges raced with a change: look again.
-    Unclear,
+    Seen(Verdict, Option<u32>, i64),
 }
 
 /// Records that the key of `e` is attached to `to`, keeping each session's count of keys
@@ -125,7 +118,7 @@ impl Shared {
                 // notification or poll. Busy is always safe.
                 return Ok(Attempt::BUSY);
             }
-            let (mine, verdict, ahead, at) = if e.phase == Phase::New {
+            let (verdict, ahead, at) = if e.phase == Phase::New {
                 // A queued key that finds older keys waits on a short waiter lease (named after
                 // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
                 // queue within the waiter ttl; a key that holds at once goes on a session of its
@@ -143,7 +136,7 @@ impl Shared {
                 let named = match e.session.clone() {
                     Some(s) => s,
                     None => {
-                        let s = self.session_for(&e.dir, token, lease).await?;
+                        let s = self.session_of_class(&e.dir, token, class).await?;
                         e.session = Some(s.clone());
                         s
                     }
@@ -265,55 +258,36 @@ impl Shared {
                     }
                 }
                 let asc_at = if resp.succeeded { 1 } else { n_read };
-                let Some(attached) = e.attached.clone() else {
-                    return Err(Error::backend(KIND, "internal: no session for the key"));
-                };
                 e.maybe_created = false;
                 e.create_rev = rev;
                 e.phase = Phase::Queued;
-                let mine = Contender {
-                    key: e.key.clone().into_bytes(),
-                    rev,
-                    lease: attached.id,
-                };
                 let Some(asc) = pb::range_at(&resp, asc_at) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
                 let at = resp.header.as_ref().map_or(0, |h| h.revision);
                 let (verdict, ahead) = if shares {
                     let before = self.before(&e.dir, rev, Some(asc)).await?;
-                    (
-                        Step::Judged(judge(kind, &e.dir, &before)),
-                        count(before.len()),
-                    )
+                    (judge(kind, &e.dir, &before), count(before.len()))
                 } else if resp.succeeded {
-                    let (view, ahead) = self.view_behind(&e.dir, &mine, asc).await?;
-                    (self.verdict_of(view, &mine), ahead)
+                    self.view_behind(&e.dir, rev, asc).await?
                 } else {
-                    let view = self.view(&e.dir, &mine, asc).await?;
-                    (self.verdict_of(view, &mine), ahead_of(asc, rev))
+                    (self.view(&e.dir, rev, asc).await?, ahead_of(asc, rev))
                 };
-                (mine, verdict, ahead, at)
+                (verdict, ahead, at)
             } else if !shares {
-                let mine = Contender {
-                    key: e.key.clone().into_bytes(),
-                    rev: e.create_rev,
-                    lease: e.attached.as_ref().map_or(0, |s| s.id),
-                };
                 // Only a waiter that may be at the head (woken since its last look, or next in
                 // line then) checks for it in the look, at the cost of a second read of the
                 // directory when it is not: a far waiter's poll reads it once.
                 let (was_ahead, gen) = e.seen;
                 let head = gen != slot.signal.generation() || was_ahead.is_none_or(|a| a <= 1);
-                match self.look_behind(e, &mine, lease, head).await? {
+                match self.look_behind(e, lease, head).await? {
                     Look::Gone => {
                         tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
-                        e.phase = Phase::New;
-                        e.create_rev = 0;
+                        e.requeue();
                         continue;
                     }
                     Look::Again => continue,
-                    Look::Seen(verdict, ahead, at) => (mine, verdict, ahead, at),
+                    Look::Seen(verdict, ahead, at) => (verdict, ahead, at),
                 }
             } else {
                 // Queued (or held): one linearizable read confirms the own key and ranges the
@@ -327,51 +301,38 @@ impl Shared {
                 let at = resp.header.as_ref().map_or(0, |h| h.revision);
                 if !resp.succeeded {
                     tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
-                    e.phase = Phase::New;
-                    e.create_rev = 0;
+                    e.requeue();
                     continue;
                 }
-                let mine = Contender {
-                    key: e.key.clone().into_bytes(),
-                    rev: e.create_rev,
-                    lease: e.attached.as_ref().map_or(0, |s| s.id),
-                };
                 let Some(all) = pb::range_at(&resp, 0) else {
                     return Err(Error::backend(KIND, "short transaction reply"));
                 };
-                let before = kinds::queued(e.dir.as_bytes(), &all.kvs);
-                let verdict = Step::Judged(judge(kind, &e.dir, &before));
-                (mine, verdict, count(before.len()), at)
+                let before = kinds::queued(e.dir.as_bytes(), &all.kvs, false);
+                (judge(kind, &e.dir, &before), count(before.len()), at)
             };
-
+            // Every branch above leaves the key's create revision in the entry.
+            let rev = e.create_rev;
             let pred = match verdict {
-                Step::Gone => {
+                Verdict::Gone => {
                     // Our own key is always in the queue; an empty view means it just went.
-                    e.phase = Phase::New;
-                    e.create_rev = 0;
+                    e.requeue();
                     continue;
                 }
-                Step::Judged(Verdict::Disagrees(other)) => {
+                Verdict::Disagrees(other) => {
                     let permits = kind.max_holders();
-                    match self.delete_own(e, token).await {
-                        Ok(_) => {
-                            e.phase = Phase::Done;
-                            self.forget_key(e, token);
-                        }
-                        Err(err) => self.zombify(e, err),
-                    }
+                    self.delete_and_forget(slot, e, token, false).await;
                     return Err(Error::config(format!(
                         "semaphore {} has holders with {other} permits; this one asks for \
                          {permits}",
                         crate::ShortKey(e.dir.trim_end_matches('/'))
                     )));
                 }
-                Step::Judged(Verdict::Holds) => None,
-                Step::Judged(Verdict::Waits(target)) => Some(Some(target)),
-                Step::Unclear => Some(None),
+                Verdict::Holds => None,
+                Verdict::Waits(target) => Some(Some(target)),
+                Verdict::Unclear => Some(None),
             };
             let Some(pred) = pred else {
-                if !self.on_holder_session(e, mine.rev, lease).await? {
+                if !self.on_holder_session(e, rev, lease).await? {
                     continue;
                 }
                 // The server keeps the key at least until the last confirmed keep-alive plus
@@ -384,8 +345,7 @@ impl Shared {
                         true => {}
                         false => {
                             self.session_died(&attached);
-                            e.phase = Phase::New;
-                            e.create_rev = 0;
+                            e.requeue();
                             continue;
                         }
                     }
@@ -396,24 +356,14 @@ impl Shared {
                 if let Some(w) = slot.take_watch() {
                     self.watches.cancel(w);
                 }
-                self.reap_at(deadline);
+                self.reap_at(token, deadline);
                 return Ok(Attempt::Acquired {
-                    fence: u64::try_from(mine.rev).unwrap_or(0),
+                    fence: u64::try_from(rev).unwrap_or(0),
                 });
             };
             if !queued {
-                match self.delete_own(e, token).await {
-                    Ok(_) => {
-                        e.phase = Phase::Done;
-                        self.forget_key(e, token);
-                        if !slot.subscribed() {
-                            self.drop_slot(token, slot);
-                        }
-                    }
-                    Err(err) => {
-                        self.zombify(e, err);
-                    }
-                }
+                let unused = !slot.subscribed();
+                self.delete_and_forget(slot, e, token, unused).await;
                 return Ok(Attempt::BUSY);
             }
             e.phase = Phase::Queued;
@@ -449,22 +399,17 @@ impl Shared {
         }
     }
 
-    /// One look at the queue by the queued key of `e` (`mine`, a mutex's or writer's), in one
+    /// One look at the queue by the queued key of `e` (a mutex's or writer's), in one
     /// transaction: when no key of the directory is older (the head, as a waiter woken by its
     /// predecessor's deletion mostly is), it holds, and its key moves to a session at least as
     /// long as `lease` at once (see [`on_holder_session`](Self::on_holder_session)); else the
     /// keys before it, youngest first, show its predecessor. Without `head`, only the keys
     /// before it are read (the holder then moves in `on_holder_session`).
-    async fn look_behind(
-        &self,
-        e: &mut Entry,
-        mine: &Contender,
-        lease: Duration,
-        head: bool,
-    ) -> Result<Look> {
-        let own = pb::create_revision_is(e.key.as_bytes(), mine.rev);
+    async fn look_behind(&self, e: &mut Entry, lease: Duration, head: bool) -> Result<Look> {
+        let rev = e.create_rev;
+        let own = pb::create_revision_is(e.key.as_bytes(), rev);
         if !head {
-            let older = vec![pb::op_range(before(&e.dir, mine.rev))];
+            let older = vec![pb::op_range(before(&e.dir, rev))];
             let resp = self.txn(pb::txn(vec![own], older, vec![])).await?;
             if !resp.succeeded {
                 return Ok(Look::Gone);
@@ -473,28 +418,12 @@ impl Shared {
                 return Err(Error::backend(KIND, "short transaction reply"));
             };
             let at = resp.header.as_ref().map_or(0, |h| h.revision);
-            let (view, ahead) = self.view_behind(&e.dir, mine, desc).await?;
-            return Ok(Look::Seen(self.verdict_of(view, mine), ahead, at));
+            let (verdict, ahead) = self.view_behind(&e.dir, rev, desc).await?;
+            return Ok(Look::Seen(verdict, ahead, at));
         }
-        let class = class_of(lease, self.opts.min_session_ttl);
-        let to = match e
-            .attached
-            .as_ref()
-            .is_some_and(|a| a.class >= class && !a.is_dead())
-        {
-            true => None,
-            false => {
-                let s = self.session_at_least(class).await?;
-                // `attach` counts it.
-                s.attached.fetch_sub(1, Ordering::AcqRel);
-                Some(s)
-            }
-        };
+        let to = self.holder_session(e, lease).await?;
         let (key, dir) = (e.key.as_bytes(), e.dir.as_bytes());
-        let first = vec![
-            own,
-            pb::none_created_before(dir, pb::prefix_end(dir), mine.rev),
-        ];
+        let first = vec![own, pb::none_created_before(dir, pb::prefix_end(dir), rev)];
         let moved = to.iter().map(|s| pb::op_put(key, &e.value, s.id));
         let own = pb::RangeRequest {
             keys_only: true,
@@ -503,7 +432,7 @@ impl Shared {
         let txn = pb::txn(
             first,
             moved.collect(),
-            vec![pb::op_range(own), pb::op_range(before(&e.dir, mine.rev))],
+            vec![pb::op_range(own), pb::op_range(before(&e.dir, rev))],
         );
         let resp = match self.client.txn(txn).await {
             Ok(r) => r,
@@ -520,19 +449,34 @@ impl Shared {
             if let Some(to) = to {
                 attach(e, to);
             }
-            return Ok(Look::Seen(Step::Judged(Verdict::Holds), Some(0), at));
+            return Ok(Look::Seen(Verdict::Holds, Some(0), at));
         }
         let kept = pb::range_at(&resp, 0)
             .and_then(|r| r.kvs.first())
-            .is_some_and(|kv| kv.create_revision == mine.rev);
+            .is_some_and(|kv| kv.create_revision == rev);
         if !kept {
             return Ok(Look::Gone);
         }
         let Some(desc) = pb::range_at(&resp, 1) else {
             return Err(Error::backend(KIND, "short transaction reply"));
         };
-        let (view, ahead) = self.view_behind(&e.dir, mine, desc).await?;
-        Ok(Look::Seen(self.verdict_of(view, mine), ahead, at))
+        let (verdict, ahead) = self.view_behind(&e.dir, rev, desc).await?;
+        Ok(Look::Seen(verdict, ahead, at))
+    }
+
+    /// The session the key of `e`, about to hold, moves to: `None` when the one it is attached
+    /// to lasts at least `lease` already. Not counted as attached yet (see [`attach`]).
+    async fn holder_session(&self, e: &Entry, lease: Duration) -> Result<Option<Arc<Session>>> {
+        let class = class_of(lease, self.opts.min_session_ttl);
+        if e.attached
+            .as_ref()
+            .is_some_and(|a| a.class >= class && !a.is_dead())
+        {
+            return Ok(None);
+        }
+        let to = self.session_at_least(class).await?;
+        to.attached.fetch_sub(1, Ordering::AcqRel);
+        Ok(Some(to))
     }
 
     /// Makes sure the key of `e` (created at `rev`), about to hold, is attached to a session
@@ -541,16 +485,9 @@ impl Shared {
     /// so its place). `false` when the key is gone (its waiter lease ran out) or a lease
     /// vanished: the caller looks again.
     async fn on_holder_session(&self, e: &mut Entry, rev: i64, lease: Duration) -> Result<bool> {
-        let class = class_of(lease, self.opts.min_session_ttl);
-        if e.attached
-            .as_ref()
-            .is_some_and(|a| a.class >= class && !a.is_dead())
-        {
+        let Some(to) = self.holder_session(e, lease).await? else {
             return Ok(true);
-        }
-        let to = self.session_at_least(class).await?;
-        // `attach` counts it.
-        to.attached.fetch_sub(1, Ordering::AcqRel);
+        };
         let key = e.key.as_bytes();
         let txn = pb::txn(
             vec![pb::create_revision_is(key, rev)],
@@ -564,8 +501,7 @@ impl Shared {
             }
             Ok(_) => {
                 tracing::debug!(key = %e.key, "own key gone at the head of the queue (waiter lease expired); queueing again");
-                e.phase = Phase::New;
-                e.create_rev = 0;
+                e.requeue();
                 Ok(false)
             }
             Err(err) if is_lease_not_found(&err) => {
@@ -573,18 +509,6 @@ impl Shared {
                 Ok(false)
             }
             Err(err) => Err(map_err(err)),
-        }
-    }
-
-    /// A mutex's or writer's place, from the view of its queue.
-    fn verdict_of(&self, view: View, mine: &Contender) -> Step {
-        match view.holder {
-            None => Step::Gone,
-            Some(h) if h.rev == mine.rev => Step::Judged(Verdict::Holds),
-            Some(_) => match view.pred {
-                Some(p) => Step::Judged(Verdict::Waits(WatchTarget::key(p.key, p.rev))),
-                None => Step::Unclear,
-            },
         }
     }
 
@@ -608,7 +532,7 @@ impl Shared {
                 self.opts.request_timeout,
             )
             .await?;
-        *slot.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        *slot.watch.locked() = Some(handle);
         if !slot.subscribed() {
             if let Some(w) = slot.take_watch() {
                 self.watches.cancel(w);
@@ -660,7 +584,7 @@ impl Shared {
             .name
             .as_ref()
             .is_some_and(|n| !n.is_election() && n.kind().is_exclusive());
-        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.handed.locked();
         match handed && exclusive {
             true => {
                 let now = Instant::now();
@@ -684,7 +608,7 @@ impl Shared {
         if name.is_election() || !name.kind().is_exclusive() {
             return false;
         }
-        let mut map = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.handed.locked();
         map.remove(&lock_dir(name))
             .is_some_and(|t| t.elapsed() < HANDED_FOR)
     }
@@ -694,13 +618,8 @@ impl Shared {
         if let Some((_, w)) = e.alt.take() {
             w.remove_user(&e.dir, token);
         }
-        let (named, attached) = (e.session.take(), e.attached.take());
-        if let Some(a) = &attached {
-            if named.as_ref().is_none_or(|n| !Arc::ptr_eq(a, n)) {
-                a.attached.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        if let Some(s) = named {
+        detach(e);
+        if let Some(s) = e.session.take() {
             s.remove_user(&e.dir, token);
         }
         e.maybe_created = false;
@@ -708,12 +627,62 @@ impl Shared {
         e.deadline = None;
     }
 
-    pub(super) fn zombify(&self, e: &mut Entry, err: Error) {
+    /// Deletes the key of `e` and forgets it (and the slot, when `forget_slot`); a failed deletion is
+    /// retried in the background.
+    pub(super) async fn delete_and_forget(
+        &self,
+        slot: &Arc<Slot>,
+        e: &mut Entry,
+        token: Token,
+        forget_slot: bool,
+    ) {
+        match self.delete_own(e, token).await {
+            Ok(_) => self.done(slot, e, token, forget_slot),
+            Err(err) => self.zombify(slot, e, token, err),
+        }
+    }
+
+    /// Nothing of `e` is left on the server: forget its key (and the slot, when `forget_slot`).
+    fn done(&self, slot: &Arc<Slot>, e: &mut Entry, token: Token, forget_slot: bool) {
+        e.phase = Phase::Done;
+        self.forget_key(e, token);
+        if forget_slot {
+            self.drop_slot(token, slot);
+        }
+    }
+
+    /// Deleting the key of `e` failed: it is retried in the background until it is gone
+    /// (or an attempt of the token deletes it first, which it does before queueing again).
+    pub(super) fn zombify(&self, slot: &Arc<Slot>, e: &mut Entry, token: Token, err: Error) {
         tracing::debug!(key = %e.key, error = %err, "deleting the lock key failed; retrying in the background");
         e.phase = Phase::Zombie;
-        let at = Instant::now() + DELETE_RETRY;
-        e.retry_at = Some(at);
-        self.reap_at(at);
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let slot = slot.clone();
+        retry_until_gone(&me, move |shared: Arc<Shared>| {
+            let slot = slot.clone();
+            async move { shared.delete_zombie(&slot, token).await }
+        });
+    }
+
+    /// One try of a zombie's deletion; `true` when no zombie is left to delete. The name is
+    /// freed only once the key is gone: another token of this instance would find it taken.
+    async fn delete_zombie(&self, slot: &Arc<Slot>, token: Token) -> bool {
+        let mut e = slot.entry.lock().await;
+        if e.phase != Phase::Zombie {
+            return true;
+        }
+        match self.delete_own(&e, token).await {
+            Ok(_) => {
+                self.done(slot, &mut e, token, !slot.subscribed());
+                true
+            }
+            Err(err) => {
+                tracing::debug!(key = %e.key, error = %err, "deleting the lock key failed; retrying");
+                false
+            }
+        }
     }
 
     pub(super) async fn finish_locked(
@@ -729,9 +698,7 @@ impl Shared {
         let on_server =
             matches!(e.phase, Phase::Queued | Phase::Held | Phase::Zombie) || e.maybe_created;
         if !on_server {
-            e.phase = Phase::Done;
-            self.forget_key(e, token);
-            self.drop_slot(token, slot);
+            self.done(slot, e, token, true);
             return Ok((held, false));
         }
         let deleted = match held {
@@ -740,14 +707,12 @@ impl Shared {
         };
         match deleted {
             Ok(deleted) => {
-                e.phase = Phase::Done;
-                self.forget_key(e, token);
-                self.drop_slot(token, slot);
+                self.done(slot, e, token, true);
                 Ok((held, deleted))
             }
             Err(err) => {
                 let msg = err.to_string();
-                self.zombify(e, err);
+                self.zombify(slot, e, token, err);
                 Err(Error::unavailable(
                     KIND,
                     format!("{msg} (the key will be deleted in the background)"),

@@ -1,27 +1,8 @@
-//! The lock kinds in one lock directory `<prefix>/<key>/`: the key and value each kind writes,
-//! what any key there stands for, when a contender holds, and who holds a directory.
-//!
-//! | kind | key in `<prefix>/<key>/` | value |
-//! |---|---|---|
-//! | mutex | `<lease id hex>` (etcd's `concurrency.Mutex`, `etcdctl lock`) | `<owner token>;owner=<description>` |
-//! | writer | `write-<lease id hex>` | `<owner token>;owner=<description>` |
-//! | reader | `read-<lease id hex>` | `<owner token>;owner=<description>` |
-//! | semaphore permit | `sem-<lease id hex>` | `<owner token>;owner=<description>;permits=<n>` |
-//!
-//! The owner token is 32 hex digits; the description is the holder's [`Owner`], with `%` and
-//! `;` written `%25` and `%3B`, so that the first `;permits=` of a value is the number's (older
-//! distlock versions, which wrote no description, look for that and read the number after it,
-//! so they still read ours). A value without our token in front is a foreign client's
-//! (`etcdctl lock` writes nothing): it is shown as it is, or as unknown when empty.
-//!
-//! Every key of the directory is one contender, ordered by create revision. A mutex or writer
-//! holds when it is the oldest (the `concurrency.Mutex` rule, which `etcdctl lock` applies to
-//! all of them); a reader when no key but readers' is older; a permit when no key but
-//! permits' is older and fewer than `n` permits are. So any key that is not ours for a shared
-//! kind (`etcdctl lock`, Go's `concurrency.Mutex` or `Election`, an unknown client) counts as
-//! exclusive, and a waiting writer keeps later readers and permits out. The number of permits
-//! lives in the permit keys' values, not in a key of its own, which `etcdctl lock` would take
-//! for a holder that never leaves.
+//! The lock kinds in one lock directory `<prefix>/<key>/`, in the layout the backend's module
+//! documentation gives: the key and value each kind writes, what any key there stands for,
+//! and when a reader or permit holds. The owner description is written with `%` and `;`
+//! escaped so that the first `;permits=` of a value is the number's: older distlock versions,
+//! which wrote no description, look for that and read the number after it.
 
 use crate::backend::{LockKind, Owner, Token, UNKNOWN_OWNER};
 use crate::backends::contenders;
@@ -40,7 +21,7 @@ const TOKEN_LEN: usize = 32;
 /// The key of a hold of `kind` in `dir` on session lease `lease_id`: the mutex's as
 /// `concurrency.Mutex` names it (`<dir><lease id>`), the other kinds' behind a tag. A name per
 /// session and directory, not per hold: a session holds one key of a directory at a time (see
-/// `Pool::session_for`), and the next hold reuses the name. Naming each hold after its token
+/// `Shared::session_of_class`), and the next hold reuses the name. Naming each hold after its token
 /// made every hold a new key, and etcd keeps a deleted key in its index until a compaction:
 /// read cycles slowed as they piled up (1,043 down to 665 cycles/s over 10,000 cycles, the
 /// mutex steady at 1,300).
@@ -154,8 +135,18 @@ pub(super) fn children<'a, T>(
         .collect()
 }
 
-impl Queued {
-    fn of(kv: &pb::KeyValue, kind: LockKind, owner: String) -> Queued {
+/// The direct children of `dir` among `kvs`, in the order given; as the candidates of the
+/// election `dir` (`concurrency.Election`) when `election`: each one a contender for the one
+/// leadership, its value the candidate's description as it is.
+pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue], election: bool) -> Vec<Queued> {
+    children(dir, kvs, |kv| {
+        let (kind, owner) = match election {
+            true => (LockKind::Mutex, Owner::shown(&kv.value)),
+            false => (
+                kind_of(&kv.key[dir.len()..], &kv.value),
+                owner_of(&kv.value),
+            ),
+        };
         Queued {
             key: kv.key.clone(),
             rev: kv.create_revision,
@@ -163,26 +154,6 @@ impl Queued {
             kind,
             owner,
         }
-    }
-}
-
-/// The direct children of `dir` among `kvs`, in the order given.
-pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
-    children(dir, kvs, |kv| {
-        Queued::of(
-            kv,
-            kind_of(&kv.key[dir.len()..], &kv.value),
-            owner_of(&kv.value),
-        )
-    })
-}
-
-/// The direct children of `dir` among `kvs` as the candidates of the election `dir`
-/// (`concurrency.Election`): each one a contender for the one leadership, its value the
-/// candidate's description as it is.
-pub(super) fn candidates(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Queued> {
-    children(dir, kvs, |kv| {
-        Queued::of(kv, LockKind::Mutex, Owner::shown(&kv.value))
     })
 }
 
@@ -197,7 +168,7 @@ pub(super) fn permits_range(dir: &str) -> WatchTarget {
     }
 }
 
-/// What a reader's or permit's place says.
+/// What one look at the queue says of a contender's key.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
     Holds,
@@ -206,6 +177,10 @@ pub(super) enum Verdict {
     Waits(WatchTarget),
     /// A permit of the same semaphore was taken with this other number of permits.
     Disagrees(u32),
+    /// Its own key is not in the queue (it just went).
+    Gone,
+    /// Somebody older holds, but the ranges raced with a change: look again.
+    Unclear,
 }
 
 /// The verdict for a reader or permit (`kind`) of `dir` whose older keys are `before` (oldest
@@ -216,6 +191,20 @@ pub(super) fn judge(kind: LockKind, dir: &str, before: &[Queued]) -> Verdict {
         contenders::Verdict::Behind(q) => Verdict::Waits(WatchTarget::key(q.key.clone(), q.rev)),
         contenders::Verdict::Full { .. } => Verdict::Waits(permits_range(dir)),
         contenders::Verdict::Disagrees(p) => Verdict::Disagrees(p),
+    }
+}
+
+/// The verdict for a mutex or writer whose key was created at `rev`, from every key of its
+/// directory (`all`, oldest first): it holds when its key is the oldest, else it waits for
+/// the key created just before its own.
+pub(super) fn judge_exclusive(all: Vec<WatchTarget>, rev: i64) -> Verdict {
+    match all.first() {
+        None => Verdict::Gone,
+        Some(h) if h.rev == rev => Verdict::Holds,
+        Some(_) => match all.into_iter().take_while(|c| c.rev < rev).last() {
+            Some(pred) => Verdict::Waits(pred),
+            None => Verdict::Unclear,
+        },
     }
 }
 

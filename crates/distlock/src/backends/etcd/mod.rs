@@ -93,6 +93,7 @@ use crate::backend::{
     detach_on_drop, detached, AcquireRequest, Attempt, Backend, Capabilities, ListedLock, LockInfo,
     LockName, ReleaseSubscription, Released, Renewal, Token,
 };
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 mod acquire;
@@ -116,13 +117,14 @@ use self::address::{tls_settings, ParsedUrl};
 use self::client::{Client, Settings};
 use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
-use self::options::{KIND, ORPHAN_GRACE};
+use self::options::{KIND, ORPHAN_GRACE, WAITER_IDLE};
 use self::rpc_error::{is_connect_error, map_err, RpcError};
 use self::state::SubKeep;
 use self::state::{Phase, Shared};
 use self::watch::{run_watch_hub, WatchHub};
 use crate::backends::contenders;
-use crate::backends::contenders::reaper::{self, Reaper};
+use crate::backends::contenders::reaper;
+use crate::backends::contenders::Table;
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -215,13 +217,11 @@ impl EtcdBackend {
             opts: options,
             pool: Mutex::new(Vec::new()),
             granting: tokio::sync::Mutex::new(()),
-            slots: Mutex::new(HashMap::new()),
-            reaper: Reaper::default(),
+            slots: Table::default(),
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
         reaper::run(&shared);
-        shared.reap_at(Instant::now());
         Ok(EtcdBackend { shared })
     }
 
@@ -277,9 +277,15 @@ impl EtcdBackend {
                 .attempt_locked(&slot, &mut e, name, token, lease, queued, &owner)
                 .await;
             e.failed_at = res.is_err().then(Instant::now);
-            if res.is_err() {
-                shared.reap_at(Instant::now() + ORPHAN_GRACE);
-            }
+            // Every slot is planned: a key nobody comes back for is deleted, an idle slot
+            // forgotten (`Shared::look_at` says when, per phase).
+            let wait = if res.is_err() {
+                ORPHAN_GRACE
+            } else {
+                WAITER_IDLE
+            };
+            shared.reap_at(token, Instant::now() + wait);
+            reaper::run(&shared);
             res
         })
         .await
@@ -367,13 +373,14 @@ impl Backend for EtcdBackend {
         let token = waiter;
         let slot = self.shared.slot_for(token);
         let alive = Arc::new(());
-        *slot.sub.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&alive);
+        *slot.sub.locked() = Arc::downgrade(&alive);
         let sub = ReleaseSubscription::new(
             slot.signal.clone(),
             Some(Box::new(SubKeep {
-                _alive: alive,
+                alive: Some(alive),
                 slot: Arc::downgrade(&slot),
-                hub: self.shared.watches.tx.clone(),
+                shared: Arc::downgrade(&self.shared),
+                token,
             })),
         );
         // Watch the known predecessor now; the registry looks again right after.
@@ -446,7 +453,7 @@ impl Backend for EtcdBackend {
         }
         let mut out = Vec::new();
         for (dir, kvs) in dirs {
-            let all = queued(&dir, &kvs);
+            let all = queued(&dir, &kvs, false);
             let Some(info) = s.info_of(&all).await else {
                 continue;
             };

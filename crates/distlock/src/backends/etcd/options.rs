@@ -19,8 +19,6 @@ pub(super) const WAITER_IDLE: Duration = Duration::from_secs(30);
 pub(super) const ORPHAN_GRACE: Duration = Duration::from_secs(3);
 /// A session lease without keys for this long is revoked.
 pub(super) const SESSION_IDLE: Duration = Duration::from_secs(60);
-/// How long a failed deletion waits before it is tried again.
-pub(super) const DELETE_RETRY: Duration = Duration::from_secs(1);
 
 /// Connection and session settings of [`EtcdBackend`](super::EtcdBackend).
 #[derive(Clone)]

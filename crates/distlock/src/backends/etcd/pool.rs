@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 use super::options::{KIND, SESSION_IDLE};
-use super::queue::class_of;
 use super::rpc_error::map_err;
 use super::session::{run_keeper, Session, SessionPool};
 use super::state::Shared;
@@ -24,19 +24,8 @@ pub(super) fn waiter_class(ttl: Duration) -> i64 {
 }
 
 impl Shared {
-    /// Picks (or grants) a session of the class of `lease` whose id no other token of this
-    /// instance uses for `dir`, and registers `token` as its user for `dir`.
-    pub(super) async fn session_for(
-        &self,
-        dir: &str,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Arc<Session>> {
-        let class = class_of(lease, self.opts.min_session_ttl);
-        self.session_of_class(dir, token, class).await
-    }
-
-    /// [`session_for`](Self::session_for) by TTL class (whole seconds).
+    /// Picks (or grants) a session of TTL class `class` (whole seconds) whose id no other
+    /// token of this instance uses for `dir`, and registers `token` as its user for `dir`.
     pub(super) async fn session_of_class(
         &self,
         dir: &str,
@@ -51,24 +40,18 @@ impl Shared {
             return Ok(s);
         }
         let s = self.grant(class).await?;
-        s.users
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(dir.to_owned(), token);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
+        s.users.locked().insert(dir.to_owned(), token);
+        self.pool.locked().push(s.clone());
         Ok(s)
     }
 
     pub(super) fn pick_session(&self, dir: &str, token: Token, class: i64) -> Option<Arc<Session>> {
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = self.pool.locked();
         for s in pool.iter() {
             if s.class != class || s.is_dead() {
                 continue;
             }
-            let mut users = s.users.lock().unwrap_or_else(|e| e.into_inner());
+            let mut users = s.users.locked();
             if users.contains_key(dir) {
                 continue;
             }
@@ -81,7 +64,7 @@ impl Shared {
     /// A session of at least `class` seconds for keys that outgrew theirs (no user entry).
     pub(super) async fn session_at_least(&self, class: i64) -> Result<Arc<Session>> {
         {
-            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let pool = self.pool.locked();
             if let Some(s) = pool.iter().find(|s| s.class >= class && !s.is_dead()) {
                 s.attached.fetch_add(1, Ordering::AcqRel);
                 return Ok(s.clone());
@@ -90,10 +73,7 @@ impl Shared {
         let _granting = self.granting.lock().await;
         let s = self.grant(class).await?;
         s.attached.fetch_add(1, Ordering::AcqRel);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
+        self.pool.locked().push(s.clone());
         Ok(s)
     }
 
@@ -133,17 +113,8 @@ impl Shared {
     /// went with it.
     pub(super) fn session_died(&self, s: &Arc<Session>) {
         s.dead.store(true, Ordering::Release);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| !Arc::ptr_eq(p, s));
-        let tokens: Vec<Token> = s
-            .users
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .copied()
-            .collect();
+        self.pool.locked().retain(|p| !Arc::ptr_eq(p, s));
+        let tokens: Vec<Token> = s.users.locked().values().copied().collect();
         tracing::debug!(lease = %format!("{:x}", s.id), keys = tokens.len(), "etcd session lease gone");
         for t in tokens {
             if let Some(slot) = self.slot(t) {
@@ -155,7 +126,7 @@ impl Shared {
 
 impl SessionPool for Shared {
     fn retire_if_idle(&self, session: &Arc<Session>) -> bool {
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.pool.locked();
         if !session.is_idle_for(SESSION_IDLE) {
             return false;
         }

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use crate::error::Result;
 
-use super::kinds::{children, queued, Queued};
+use super::kinds::{children, judge_exclusive, queued, Queued, Verdict};
 use super::options::PEEK;
 use super::pb::{self, range_request::SortOrder};
 use super::rpc_error::map_err;
-use super::state::{Contender, Shared, View};
+use super::state::Shared;
+use super::watch::WatchTarget;
 
 /// The session TTL class of a lock lease: 1.5 × the lease in whole seconds, at least `min`.
 pub(super) fn class_of(lease: Duration, min: Duration) -> i64 {
@@ -29,11 +30,9 @@ pub(super) fn lock_dir(name: &LockName) -> String {
 }
 
 /// The keys directly below `dir` (not those of a lock whose key extends this one's with `/`).
-pub(super) fn direct_children(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<Contender> {
-    children(dir, kvs, |kv| Contender {
-        key: kv.key.clone(),
-        rev: kv.create_revision,
-        lease: kv.lease,
+pub(super) fn direct_children(dir: &[u8], kvs: &[pb::KeyValue]) -> Vec<WatchTarget> {
+    children(dir, kvs, |kv| {
+        WatchTarget::key(kv.key.clone(), kv.create_revision)
     })
 }
 
@@ -94,36 +93,18 @@ impl Shared {
             Some(r) => r.kvs.clone(),
             None => self.range(every_before(dir, rev)).await?.kvs,
         };
-        let mut all = queued(dir.as_bytes(), &kvs);
+        let mut all = queued(dir.as_bytes(), &kvs, false);
         all.retain(|q| q.rev < rev);
         Ok(all)
-    }
-
-    /// Every key of `dir`, oldest first.
-    pub(super) async fn all_queued(&self, dir: &str) -> Result<Vec<Queued>> {
-        let resp = self
-            .range(with_values(pb::range_by_create(
-                dir.as_bytes(),
-                SortOrder::Ascend,
-            )))
-            .await?;
-        Ok(queued(dir.as_bytes(), &resp.kvs))
     }
 
     /// Every key of `name`'s directory, oldest first, read as an election's candidates when
     /// `name` is an election's.
     pub(super) async fn all_of(&self, name: &LockName) -> Result<Vec<Queued>> {
-        if !name.is_election() {
-            return self.all_queued(&lock_dir(name)).await;
-        }
         let dir = lock_dir(name);
-        let resp = self
-            .range(with_values(pb::range_by_create(
-                dir.as_bytes(),
-                SortOrder::Ascend,
-            )))
-            .await?;
-        Ok(super::kinds::candidates(dir.as_bytes(), &resp.kvs))
+        let all = with_values(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend));
+        let kvs = self.range(all).await?.kvs;
+        Ok(queued(dir.as_bytes(), &kvs, name.is_election()))
     }
 
     pub(super) async fn txn(&self, txn: pb::TxnRequest) -> Result<pb::TxnResponse> {
@@ -135,16 +116,16 @@ impl Shared {
     }
 
     /// Every contender of `dir`, oldest first (for queues whose head the short ranges missed).
-    pub(super) async fn all_contenders(&self, dir: &str) -> Result<Vec<Contender>> {
+    async fn all_contenders(&self, dir: &str) -> Result<Vec<WatchTarget>> {
         let resp = self
             .range(pb::range_by_create(dir.as_bytes(), SortOrder::Ascend))
             .await?;
         Ok(direct_children(dir.as_bytes(), &resp.kvs))
     }
 
-    /// The queue as seen by `mine` (a mutex or writer) from one range of the keys before it,
-    /// youngest first (`newest` right after its key was put, or `before` its revision; keys
-    /// younger than `mine` are skipped), and how many keys are ahead of it (exact when the
+    /// The verdict for the mutex's or writer's key created at `rev`, from one range of the
+    /// keys before it, youngest first (`newest` right after its key was put, or `before` its
+    /// revision; younger keys are skipped), and how many keys are ahead of it (exact when the
     /// range reached the oldest key, else the directory's count less one, an upper bound).
     /// Only a range that shows no older key of the directory itself but has more falls back
     /// to the whole queue. Holding needs no older key, so the oldest key (the holder) need not
@@ -153,61 +134,41 @@ impl Shared {
     pub(super) async fn view_behind(
         &self,
         dir: &str,
-        mine: &Contender,
+        rev: i64,
         desc: &pb::RangeResponse,
-    ) -> Result<(View, Option<u32>)> {
-        let d = dir.as_bytes();
-        let older: Vec<Contender> = direct_children(d, &desc.kvs)
-            .into_iter()
-            .filter(|c| c.rev < mine.rev)
-            .collect();
-        let ahead = |exact: usize| match desc.more {
-            false => u32::try_from(exact).ok(),
-            true => u32::try_from(desc.count.saturating_sub(1)).ok(),
-        };
+    ) -> Result<(Verdict, Option<u32>)> {
+        let mut older = direct_children(dir.as_bytes(), &desc.kvs);
+        older.retain(|c| c.rev < rev);
         if let Some(pred) = older.first() {
-            // The oldest key listed stands for the holder: it is not `mine`, which is all the
-            // verdict asks of it.
-            let view = View {
-                holder: older.last().cloned(),
-                pred: Some(pred.clone()),
+            let ahead = match desc.more {
+                false => u32::try_from(older.len()).ok(),
+                true => u32::try_from(desc.count.saturating_sub(1)).ok(),
             };
-            return Ok((view, ahead(older.len())));
+            return Ok((Verdict::Waits(pred.clone()), ahead));
         }
         if !desc.more {
-            let view = View {
-                holder: Some(mine.clone()),
-                pred: None,
-            };
-            return Ok((view, Some(0)));
+            return Ok((Verdict::Holds, Some(0)));
         }
         let all = self.all_contenders(dir).await?;
-        let pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
-        let at = all.iter().take_while(|c| c.rev < mine.rev).count();
-        let view = View {
-            holder: all.first().cloned(),
-            pred,
-        };
-        Ok((view, u32::try_from(at).ok()))
+        let at = all.iter().take_while(|c| c.rev < rev).count();
+        Ok((judge_exclusive(all, rev), u32::try_from(at).ok()))
     }
 
-    /// The queue as seen by `mine` from an ascending range of the oldest keys, falling back to
-    /// the whole queue when it does not reach `mine` (a key that was there before the attempt).
+    /// The verdict for the key created at `rev` from an ascending range of the oldest keys,
+    /// falling back to the whole queue when it does not reach that key (a key that was there
+    /// before the attempt).
     pub(super) async fn view(
         &self,
         dir: &str,
-        mine: &Contender,
+        rev: i64,
         asc: &pb::RangeResponse,
-    ) -> Result<View> {
+    ) -> Result<Verdict> {
         let listed = direct_children(dir.as_bytes(), &asc.kvs);
-        let complete =
-            !listed.is_empty() && (listed.iter().any(|c| c.rev >= mine.rev) || !asc.more);
+        let complete = !listed.is_empty() && (listed.iter().any(|c| c.rev >= rev) || !asc.more);
         let all = match complete {
             true => listed,
             false => self.all_contenders(dir).await?,
         };
-        let holder = all.first().cloned();
-        let pred = all.iter().take_while(|c| c.rev < mine.rev).last().cloned();
-        Ok(View { holder, pred })
+        Ok(judge_exclusive(all, rev))
     }
 }

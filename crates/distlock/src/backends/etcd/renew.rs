@@ -1,9 +1,10 @@
 //! Renewals and the reaper: keep-alives of the sessions in use, checks that the own keys still
-//! exist, and the background task that deletes keys whose lease ran out or whose waiter left.
+//! exist, and the reaper's look at one token's slot (on the family's one task per backend),
+//! which deletes a key whose lease ran out or whose waiter left.
 
-use super::options::{CHECK_CHUNK, DELETE_RETRY, KIND, ORPHAN_GRACE, WAITER_IDLE};
+use super::options::{CHECK_CHUNK, KIND};
 use super::queue::class_of;
-use super::state::{Phase, Shared, Slot};
+use super::state::{Entry, Fate, Phase, Shared, Slot};
 use crate::backend::{Renewal, Token};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -17,6 +18,9 @@ use crate::error::{Error, Result};
 
 use super::pb;
 use super::session::Session;
+
+/// When the reaper looks again at a slot it found in use.
+const BUSY_AGAIN: Duration = Duration::from_millis(200);
 
 impl Shared {
     /// Renews the holds of `batch` (all of this instance): one keep-alive per session and one
@@ -74,27 +78,22 @@ impl Shared {
             sessions.iter().map(|s| s.id).zip(kas.iter()).collect();
         for (chunk, check) in live.chunks(CHECK_CHUNK).zip(checks) {
             for (j, (i, slot, key, rev, s)) in chunk.iter().enumerate() {
-                let exists = match &check {
-                    Ok(resp) => Ok(pb::range_at(resp, j).is_some_and(|g| {
-                        g.kvs.first().is_some_and(|kv| {
-                            kv.key == key.as_bytes() && kv.create_revision == *rev
-                        })
-                    })),
-                    Err(err) => Err(err.to_string()),
-                };
-                let alive = ka_of.get(&s.id).map_or(Ok(false), |r| match r {
-                    Ok(b) => Ok(*b),
-                    Err(e) => Err(e.to_string()),
+                let exists = check.as_ref().map_err(Error::to_string).map(|resp| {
+                    let kv = pb::range_at(resp, j).and_then(|g| g.kvs.first());
+                    kv.is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == *rev)
                 });
+                let alive = ka_of
+                    .get(&s.id)
+                    .map_or(Ok(false), |r| r.as_ref().copied().map_err(Error::to_string));
                 let result = match (exists, alive) {
                     (Ok(false), _) | (_, Ok(false)) => {
-                        self.key_lost(slot, *rev).await;
+                        self.key_lost(slot, batch[*i].token, *rev).await;
                         Ok(false)
                     }
                     (Ok(true), Ok(true)) => {
                         let mut e = slot.entry.lock().await;
                         if e.phase == Phase::Held && e.create_rev == *rev {
-                            e.deadline = Some(sent + batch[*i].lease);
+                            self.renewed(&mut e, batch[*i].token, sent + batch[*i].lease);
                         }
                         Ok(true)
                     }
@@ -113,15 +112,20 @@ impl Shared {
             .collect()
     }
 
+    /// A renewal confirmed the hold until `deadline`. The reaper looks then at the latest: a
+    /// renewal with a shorter lease may end it before the instant planned.
+    fn renewed(&self, e: &mut Entry, token: Token, deadline: Instant) {
+        e.deadline = Some(deadline);
+        self.reap_at(token, deadline);
+    }
+
     /// A renewal found the key gone: nothing is left on the server for this token.
-    pub(super) async fn key_lost(&self, slot: &Arc<Slot>, rev: i64) {
+    pub(super) async fn key_lost(&self, slot: &Arc<Slot>, token: Token, rev: i64) {
         let mut e = slot.entry.lock().await;
         if e.phase == Phase::Held && e.create_rev == rev {
-            tracing::debug!(key = %e.key, "lock key gone or its lease expired");
             // The key may still exist if only the session was found dead: delete to be sure.
-            e.phase = Phase::Zombie;
-            e.retry_at = Some(Instant::now());
-            self.reap_at(Instant::now());
+            let err = Error::unavailable(KIND, "lock key gone or its lease expired");
+            self.zombify(slot, &mut e, token, err);
         }
     }
 
@@ -164,7 +168,7 @@ impl Shared {
             if !ok || e.phase != Phase::Held || e.create_rev != rev {
                 longer.attached.fetch_sub(1, Ordering::AcqRel);
                 drop(e);
-                self.key_lost(&slot, rev).await;
+                self.key_lost(&slot, token, rev).await;
                 return Ok(false);
             }
             if let Some(old) = e.attached.replace(longer.clone()) {
@@ -189,121 +193,56 @@ impl Shared {
             self.session_died(&attached);
         }
         if !alive || !exists {
-            self.key_lost(&slot, rev).await;
+            self.key_lost(&slot, token, rev).await;
             return Ok(false);
         }
         let mut e = slot.entry.lock().await;
         if e.phase == Phase::Held && e.create_rev == rev {
-            e.deadline = Some(sent + lease);
+            self.renewed(&mut e, token, sent + lease);
             Ok(true)
         } else {
             Ok(false)
         }
     }
 
-    /// One pass of the reaper: deletes keys whose holder stopped renewing, keys whose waiter
-    /// vanished and keys an earlier deletion failed to remove. Returns when to look again.
-    pub(super) async fn reap(&self) -> Instant {
+    /// The reaper's look at `token`'s slot: deletes its key when its holder stopped renewing,
+    /// its waiter vanished or its last attempt failed and nobody came back, and forgets an idle
+    /// slot. Returns when to look again; nothing while its waiter is subscribed (dropping the
+    /// subscription plans a look) or a failed deletion is retried (`zombify`).
+    async fn look_at(&self, token: Token) -> Option<Instant> {
+        let slot = self.slot(token)?;
         let now = Instant::now();
-        let mut next = now + Duration::from_secs(5);
-        let slots: Vec<(Token, Arc<Slot>)> = self
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(t, s)| (*t, s.clone()))
-            .collect();
-        for (token, slot) in slots {
-            let Ok(mut e) = slot.entry.try_lock() else {
-                next = next.min(now + Duration::from_millis(200));
-                continue;
-            };
-            let idle_since = e.touched.map(|t| t + WAITER_IDLE);
-            // The last attempt failed and nothing happened since: the registry may have given
-            // up on a key it does not know about.
-            let orphan_at = e
-                .failed_at
-                .filter(|f| e.touched.is_none_or(|t| t <= *f))
-                .map(|f| f + ORPHAN_GRACE);
-            let on_server = matches!(e.phase, Phase::Queued) || e.maybe_created;
-            if on_server && !slot.subscribed() {
-                if let Some(t) = orphan_at.filter(|t| *t > now) {
-                    next = next.min(t);
-                }
+        let Ok(mut e) = slot.entry.try_lock() else {
+            // An attempt or release is under way; it plans the slot again when it ends.
+            return Some(now + BUSY_AGAIN);
+        };
+        match e.fate(slot.subscribed(), now) {
+            Fate::Keep(next) => return next,
+            Fate::Forget => {
+                self.drop_slot(token, &slot);
+                return None;
             }
-            let orphaned = on_server
-                && e.phase != Phase::Held
-                && !slot.subscribed()
-                && orphan_at.is_some_and(|t| t <= now);
-            let delete = orphaned
-                || match e.phase {
-                    Phase::Held => match e.deadline {
-                        Some(d) if d <= now => {
-                            tracing::debug!(key = %e.key, "lease ended without renewal; deleting the lock key");
-                            true
-                        }
-                        Some(d) => {
-                            next = next.min(d);
-                            false
-                        }
-                        None => false,
-                    },
-                    Phase::Queued if !slot.subscribed() => match idle_since {
-                        Some(t) if t <= now => true,
-                        Some(t) => {
-                            next = next.min(t);
-                            false
-                        }
-                        None => true,
-                    },
-                    Phase::Zombie => match e.retry_at {
-                        Some(t) if t > now => {
-                            next = next.min(t);
-                            false
-                        }
-                        _ => true,
-                    },
-                    Phase::New if e.maybe_created && idle_since.is_none_or(|t| t <= now) => true,
-                    Phase::New | Phase::Done if !slot.subscribed() => {
-                        if idle_since.is_none_or(|t| t <= now) {
-                            self.drop_slot(token, &slot);
-                        } else if let Some(t) = idle_since {
-                            next = next.min(t);
-                        }
-                        false
-                    }
-                    _ => false,
-                };
-            if delete {
-                if let Some(w) = slot.take_watch() {
-                    self.watches.cancel(w);
-                }
-                match self.delete_own(&e, token).await {
-                    Ok(_) => {
-                        e.phase = Phase::Done;
-                        self.forget_key(&mut e, token);
-                        self.drop_slot(token, &slot);
-                    }
-                    Err(err) => {
-                        self.zombify(&mut e, err);
-                        next = next.min(now + DELETE_RETRY);
-                    }
-                }
-            }
+            Fate::Delete => {}
         }
-        next
+        if e.phase == Phase::Held {
+            tracing::debug!(key = %e.key, "lease ended without renewal; deleting the lock key");
+        }
+        if let Some(w) = slot.take_watch() {
+            self.watches.cancel(w);
+        }
+        self.delete_and_forget(&slot, &mut e, token, true).await;
+        None
     }
 }
 
 impl Reap for Shared {
-    type Key = ();
+    type Key = Token;
 
-    fn reaper(&self) -> &Reaper<()> {
-        &self.reaper
+    fn reaper(&self) -> &Reaper<Token> {
+        self.slots.reaper()
     }
 
-    /// A pass over every slot; the next one is due when the pass says.
-    async fn due(self: &Arc<Self>, _: ()) -> Option<Instant> {
-        Some(self.reap().await)
+    async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
+        self.look_at(token).await
     }
 }

@@ -15,6 +15,7 @@ use super::options::{KIND, SESSION_IDLE};
 use super::pb::LeaseKeepAliveResponse;
 use super::rpc_error::{is_lease_not_found, map_err};
 use crate::backend::Token;
+use crate::backends::contenders::Locked;
 use crate::error::{Error, Result};
 
 /// What a session's keeper tells the pool it belongs to.
@@ -63,11 +64,11 @@ impl Session {
     }
 
     pub(super) fn confirmed(&self) -> Instant {
-        *self.confirmed.lock().unwrap_or_else(|e| e.into_inner())
+        *self.confirmed.locked()
     }
 
     pub(super) fn confirm(&self, sent: Instant) {
-        let mut c = self.confirmed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = self.confirmed.locked();
         if sent > *c {
             *c = sent;
         }
@@ -90,26 +91,19 @@ impl Session {
     }
 
     pub(super) fn remove_user(&self, dir: &str, token: Token) {
-        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let mut users = self.users.locked();
         if users.get(dir) == Some(&token) {
             users.remove(dir);
         }
         if users.is_empty() {
-            *self.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            *self.idle_since.locked() = Some(Instant::now());
         }
     }
 
     pub(super) fn is_idle_for(&self, d: Duration) -> bool {
-        self.users
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.users.locked().is_empty()
             && self.attached.load(Ordering::Acquire) == 0
-            && self
-                .idle_since
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some_and(|t| t.elapsed() >= d)
+            && self.idle_since.locked().is_some_and(|t| t.elapsed() >= d)
     }
 }
 
@@ -143,6 +137,12 @@ pub(super) async fn run_keeper(
                 Err(e) => Err(Error::unavailable(KIND, e.to_string())),
             });
         }
+    };
+
+    // The server no longer knows the lease: the pool forgets it and wakes its users.
+    let died = || match shared.upgrade() {
+        Some(shared) => shared.session_died(&session),
+        None => session.dead.store(true, Ordering::Release),
     };
 
     loop {
@@ -203,11 +203,7 @@ pub(super) async fn run_keeper(
                     answer(waiters, &Ok(true));
                 } else {
                     answer(waiters, &Ok(false));
-                    if let Some(shared) = shared.upgrade() {
-                        shared.session_died(&session);
-                    } else {
-                        session.dead.store(true, Ordering::Release);
-                    }
+                    died();
                 }
             }
             Ev::Resp(_) | Ev::Stalled => {
@@ -243,11 +239,7 @@ pub(super) async fn run_keeper(
                 }
                 Err(e) if is_lease_not_found(&e) => {
                     answer(std::mem::take(&mut waiting), &Ok(false));
-                    if let Some(shared) = shared.upgrade() {
-                        shared.session_died(&session);
-                    } else {
-                        session.dead.store(true, Ordering::Release);
-                    }
+                    died();
                 }
                 Err(e) => {
                     answer(std::mem::take(&mut waiting), &Err(map_err(e)));

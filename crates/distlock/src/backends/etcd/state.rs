@@ -7,14 +7,13 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::options::EtcdOptions;
+use super::options::{EtcdOptions, ORPHAN_GRACE, WAITER_IDLE};
 use super::session::{KaCmd, Session};
-use super::watch::{WatchCmd, WatchHandle, WatchHub, WatchTarget};
-use crate::backends::contenders::reaper::Reaper;
+use super::watch::{WatchHandle, WatchHub, WatchTarget};
+use crate::backends::contenders::{Locked, Table};
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -26,10 +25,9 @@ pub(super) struct Shared {
     pub(super) pool: Mutex<Vec<Arc<Session>>>,
     /// Serializes lease grants, so that concurrent first acquisitions share one session.
     pub(super) granting: tokio::sync::Mutex<()>,
-    pub(super) slots: Mutex<HashMap<Token, Arc<Slot>>>,
+    /// The slots, and when the reaper looks at which token's (see `renew.rs`).
+    pub(super) slots: Table<Arc<Slot>>,
     pub(super) watches: WatchHub,
-    /// When the reaper's next pass over the slots is due (see `renew.rs`).
-    pub(super) reaper: Reaper<()>,
     /// Lock directories this instance released with other keys left in them (a waiter's, who
     /// holds now), and when: the next waiting try of the same lock expects it busy (see
     /// `AcquireRequest::waits`).
@@ -39,7 +37,7 @@ pub(super) struct Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         // Revoke the sessions: every key of this instance goes at once instead of with the TTL.
-        for s in self.pool.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for s in self.pool.locked().iter() {
             let _ = s.cmds.send(KaCmd::Close);
         }
     }
@@ -70,21 +68,16 @@ impl Slot {
     }
 
     pub(super) fn subscribed(&self) -> bool {
-        self.sub
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .strong_count()
-            > 0
+        self.sub.locked().strong_count() > 0
     }
 
     pub(super) fn take_watch(&self) -> Option<WatchHandle> {
-        self.watch.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.watch.locked().take()
     }
 
     pub(super) fn watches(&self, target: &WatchTarget) -> bool {
         self.watch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .as_ref()
             .is_some_and(|w| w.target == *target && !w.broken.load(Ordering::Acquire))
     }
@@ -131,8 +124,6 @@ pub(super) struct Entry {
     pub(super) deadline: Option<Instant>,
     /// Last call by the registry.
     pub(super) touched: Option<Instant>,
-    /// While a zombie: when to try deleting again.
-    pub(super) retry_at: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
     /// After the last look at the queue: the contenders ahead, and the slot's signal's
@@ -142,52 +133,77 @@ pub(super) struct Entry {
     pub(super) failed_at: Option<Instant>,
 }
 
-/// One key in a lock's queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Contender {
-    pub(super) key: Vec<u8>,
-    pub(super) rev: i64,
-    pub(super) lease: i64,
-}
-
-/// What a ranging of the queue found.
-pub(super) struct View {
-    pub(super) holder: Option<Contender>,
-    pub(super) pred: Option<Contender>,
+/// What the reaper does with a slot (see [`Entry::fate`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Delete its key, then forget it.
+    Delete,
+    /// Forget it: nothing of it is on the server and nobody used it for a while.
+    Forget,
+    /// Look at it again then; never when `None` (a subscribed waiter's slot, planned again
+    /// when the subscription is dropped; a zombie, whose deletion is retried on its own).
+    Keep(Option<Instant>),
 }
 
 impl Shared {
     pub(super) fn slot(&self, token: Token) -> Option<Arc<Slot>> {
-        self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&token)
-            .cloned()
+        self.slots.get(token)
     }
 
     pub(super) fn slot_for(&self, token: Token) -> Arc<Slot> {
         self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(token)
-            .or_insert_with(|| Arc::new(Slot::new()))
-            .clone()
+            .get_or_insert_with(token, || Arc::new(Slot::new()))
     }
 
     pub(super) fn drop_slot(&self, token: Token, slot: &Arc<Slot>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if slots.get(&token).is_some_and(|s| Arc::ptr_eq(s, slot)) {
-            slots.remove(&token);
-        }
+        self.slots.forget_if(token, |s| Arc::ptr_eq(s, slot));
     }
 
-    /// Makes sure the reaper looks at `at` at the latest.
-    pub(super) fn reap_at(&self, at: Instant) {
-        self.reaper.schedule_by((), at);
+    /// Makes sure the reaper looks at `token`'s slot at `at` at the latest.
+    pub(super) fn reap_at(&self, token: Token, at: Instant) {
+        self.slots.reap_by(token, at);
     }
 }
 
 impl Entry {
+    /// The key is gone while queued or about to hold: the next round queues it again.
+    pub(super) fn requeue(&mut self) {
+        self.phase = Phase::New;
+        self.create_rev = 0;
+    }
+
+    /// What the reaper does with this entry's slot at `now`: delete the key of a hold whose
+    /// lease ended unrenewed, of an unsubscribed waiter idle for [`WAITER_IDLE`], of a failed
+    /// attempt nobody came back to within [`ORPHAN_GRACE`] (the registry may have given up
+    /// without knowing the key was queued), of a create whose answer was lost; forget an idle
+    /// slot with nothing on the server.
+    pub(super) fn fate(&self, subscribed: bool, now: Instant) -> Fate {
+        let idle_at = self.touched.map(|t| t + WAITER_IDLE);
+        let idle = idle_at.is_none_or(|t| t <= now);
+        let orphan_at = self
+            .failed_at
+            .filter(|f| self.touched.is_none_or(|t| t <= *f))
+            .map(|f| f + ORPHAN_GRACE);
+        let unclaimed = (self.phase == Phase::Queued || self.maybe_created) && !subscribed;
+        let orphan_next = match orphan_at.filter(|_| unclaimed && self.phase != Phase::Held) {
+            Some(t) if t <= now => return Fate::Delete,
+            _ => orphan_at.filter(|t| unclaimed && *t > now),
+        };
+        let next = match self.phase {
+            Phase::Held => match self.deadline {
+                Some(d) if d <= now => return Fate::Delete,
+                d => d,
+            },
+            Phase::Queued if !subscribed && idle => return Fate::Delete,
+            Phase::Queued if !subscribed => idle_at,
+            Phase::New if self.maybe_created && idle => return Fate::Delete,
+            Phase::New | Phase::Done if !subscribed && idle => return Fate::Forget,
+            Phase::New | Phase::Done if !subscribed => idle_at,
+            _ => None,
+        };
+        Fate::Keep([orphan_next, next].into_iter().flatten().min())
+    }
+
     /// The conditions under which the key `key` is still this entry's: its value and, for an
     /// election candidate once its create revision is known, that revision too. An election's
     /// value is the bare description, which other candidates may share; the name (the own
@@ -203,22 +219,26 @@ impl Entry {
 }
 
 /// Keeps the registry's subscription and the predecessor watch together: dropping the
-/// subscription cancels the watch.
+/// subscription cancels the watch, and has the reaper look at the slot (a subscribed waiter's
+/// key is never reaped, so nothing was planned for it).
 pub(super) struct SubKeep {
-    pub(super) _alive: Arc<()>,
+    /// Taken first on drop, so that the reaper finds the slot unsubscribed.
+    pub(super) alive: Option<Arc<()>>,
     pub(super) slot: Weak<Slot>,
-    pub(super) hub: mpsc::UnboundedSender<WatchCmd>,
+    pub(super) shared: Weak<Shared>,
+    pub(super) token: Token,
 }
 
 impl Drop for SubKeep {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.upgrade() {
-            if let Some(w) = slot.take_watch() {
-                let _ = self.hub.send(WatchCmd::Cancel {
-                    generation: w.generation,
-                    id: w.id,
-                });
-            }
+        self.alive.take();
+        // Without the backend, its watch stream is gone too.
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        shared.reap_at(self.token, Instant::now());
+        if let Some(w) = self.slot.upgrade().and_then(|s| s.take_watch()) {
+            shared.watches.cancel(w);
         }
     }
 }

@@ -26,6 +26,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::{Code, Status};
 
 use super::rpc_error::RpcError;
+use crate::backends::contenders::Locked;
 
 /// A call that takes this long before it is dropped (its deadline) leaves the connection
 /// suspect: the next call makes a new one.
@@ -81,15 +82,12 @@ impl Unary {
     }
 
     fn cached(&self) -> Option<Conn> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.locked().clone()
     }
 
     /// Forgets connection `generation` (if still the current one).
     fn drop_conn(&self, generation: usize) {
-        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cur = self.current.locked();
         if cur.as_ref().is_some_and(|c| c.generation == generation) {
             *cur = None;
         }
@@ -146,7 +144,7 @@ impl Unary {
             uris: [uri(Method::Range)?, uri(Method::Put)?, uri(Method::Txn)?],
             generation,
         };
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        *self.current.locked() = Some(c.clone());
         Ok(c)
     }
 

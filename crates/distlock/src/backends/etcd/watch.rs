@@ -118,11 +118,9 @@ pub(super) struct Watched {
     pub(super) broken: Arc<AtomicBool>,
 }
 
+/// A watch the server has not confirmed yet, and who waits for the confirmation.
 pub(super) struct PendingWatch {
-    pub(super) rev: i64,
-    pub(super) range: bool,
-    pub(super) signal: Arc<ReleaseSignal>,
-    pub(super) broken: Arc<AtomicBool>,
+    pub(super) watched: Watched,
     pub(super) done: oneshot::Sender<Result<(u64, i64)>>,
 }
 
@@ -173,13 +171,13 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
                 };
                 match res {
                     Ok(()) => {
-                        pending.push_back(PendingWatch {
+                        let watched = Watched {
                             rev,
                             range,
                             signal,
                             broken,
-                            done,
-                        });
+                        };
+                        pending.push_back(PendingWatch { watched, done });
                         false
                     }
                     Err(e) => {
@@ -206,15 +204,7 @@ pub(super) async fn run_watch_hub(client: Client, mut rx: mpsc::UnboundedReceive
                                 format!("watch refused: {}", resp.cancel_reason),
                             )));
                         } else {
-                            active.insert(
-                                id,
-                                Watched {
-                                    rev: p.rev,
-                                    range: p.range,
-                                    signal: p.signal,
-                                    broken: p.broken,
-                                },
-                            );
+                            active.insert(id, p.watched);
                             if p.done.send(Ok((generation, id))).is_err() {
                                 active.remove(&id);
                                 if let Some(s) = sender.as_mut() {

@@ -1,7 +1,7 @@
 //! `zk://` URLs, and the mapping of keys to ZooKeeper path components.
 
 use super::*;
-use crate::url::{parse_bool, parse_hosts, unknown_parameter, Decode, UserInfo};
+use crate::url::{parse_bool, parse_hosts, Decode, Params, RawUrl, UserInfo};
 
 /// Characters ZooKeeper refuses in a path (`PathUtils.validatePath`, on Java's UTF-16 units:
 /// surrogates cover every character beyond the Basic Multilingual Plane).
@@ -77,28 +77,14 @@ pub(super) struct ParsedUrl {
 pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<ParsedUrl> {
     let shown = crate::redact(url);
     let err = |what: String| Error::config(format!("zk URL {shown:?}: {what}"));
-    let (tls, rest) = match url.split_once("://") {
-        Some((scheme, rest))
-            if scheme.eq_ignore_ascii_case("zk") || scheme.eq_ignore_ascii_case("zookeeper") =>
-        {
-            (false, rest)
-        }
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("zks") => (true, rest),
+    let raw = RawUrl::split(url);
+    let scheme = raw.map(|r| r.scheme.to_ascii_lowercase());
+    let (tls, raw) = match (scheme.as_deref(), raw) {
+        (Some("zk" | "zookeeper"), Some(raw)) => (false, raw),
+        (Some("zks"), Some(raw)) => (true, raw),
         _ => return Err(err("expected the scheme zk:// or zks:// (TLS)".into())),
     };
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let (userinfo, hostlist) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-    let auth = match userinfo {
+    let auth = match raw.userinfo {
         None => None,
         Some(ui) => {
             let ui = UserInfo::parse(ui, Decode::Strict).map_err(err)?;
@@ -108,8 +94,9 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
             Some((ui.user, pass))
         }
     };
-    let hosts = parse_hosts(hostlist, DEFAULT_PORT).map_err(err)?;
-    let root = percent_decode(path).ok_or_else(|| err("the root path is badly encoded".into()))?;
+    let hosts = parse_hosts(raw.hosts, DEFAULT_PORT).map_err(err)?;
+    let root =
+        percent_decode(raw.path).ok_or_else(|| err("the root path is badly encoded".into()))?;
     let root = root.trim_end_matches('/');
     if !root.is_empty() {
         for comp in root[1..].split('/') {
@@ -127,46 +114,43 @@ pub(super) fn parse_url(url: &str, mut options: ZooKeeperOptions) -> Result<Pars
         }
         options.root = Some(root.to_owned());
     }
-    let mut insecure_auth = false;
-    let mut spring = false;
-    let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let file = || {
-            percent_decode(v)
-                .filter(|f| !f.is_empty())
-                .ok_or_else(|| err(format!("{k}: expected a file name")))
-        };
-        match k {
-            "ca_file" => ca_file = Some(file()?),
-            "cert_file" => cert_file = Some(file()?),
-            "key_file" => key_file = Some(file()?),
-            "session_timeout" => options.session_timeout = parse_duration(k, v)?,
-            "connect_timeout" => options.connect_timeout = parse_duration(k, v)?,
-            "request_timeout" => options.request_timeout = parse_duration(k, v)?,
-            "waiter_ttl" => options.waiter_ttl = parse_duration(k, v)?,
-            // A bare `allow_insecure_auth` is a yes.
-            "allow_insecure_auth" => insecure_auth = v.is_empty() || parse_bool("zk", k, v)?,
-            "spring" => spring = v.is_empty() || parse_bool("zk", k, v)?,
-            other => {
-                return Err(unknown_parameter(
-                    "zk",
-                    other,
-                    &[
-                        "session_timeout",
-                        "connect_timeout",
-                        "request_timeout",
-                        "waiter_ttl",
-                        "allow_insecure_auth",
-                        "spring",
-                        "ca_file",
-                        "cert_file",
-                        "key_file",
-                    ],
-                ))
-            }
+    let mut params = Params::raw("zk", raw.query);
+    let mut file = |name: &str| {
+        let decoded = params
+            .string(name)
+            .map(|v| percent_decode(&v).filter(|f| !f.is_empty()));
+        decoded
+            .map(|f| f.ok_or_else(|| err(format!("{name}: expected a file name"))))
+            .transpose()
+    };
+    let (ca_file, cert_file, key_file) = (file("ca_file")?, file("cert_file")?, file("key_file")?);
+    for (name, field) in [
+        ("session_timeout", &mut options.session_timeout),
+        ("connect_timeout", &mut options.connect_timeout),
+        ("request_timeout", &mut options.request_timeout),
+        ("waiter_ttl", &mut options.waiter_ttl),
+    ] {
+        if let Some(v) = params.string(name) {
+            *field = parse_duration(name, &v)?;
         }
     }
+    // A bare `allow_insecure_auth` (or `spring`) is a yes.
+    let mut flag = |name: &str| match params.string(name) {
+        Some(v) => Ok::<_, Error>(v.is_empty() || parse_bool("zk", name, &v)?),
+        None => Ok(false),
+    };
+    let (insecure_auth, spring) = (flag("allow_insecure_auth")?, flag("spring")?);
+    params.finish(&[
+        "session_timeout",
+        "connect_timeout",
+        "request_timeout",
+        "waiter_ttl",
+        "allow_insecure_auth",
+        "spring",
+        "ca_file",
+        "cert_file",
+        "key_file",
+    ])?;
     // Spring's registry keeps its locks under its own root unless told otherwise: a user who
     // turns on Spring compatibility and sets nothing else meets an unchanged Spring service.
     if spring && options.root.is_none() {

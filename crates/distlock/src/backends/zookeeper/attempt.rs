@@ -4,7 +4,6 @@
 
 use super::contender::{Target, Which};
 use super::queue::{place, sort_for, Place, Role};
-use super::semaphore::Seen;
 use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
@@ -93,7 +92,7 @@ impl Inner {
         lease: Duration,
     ) -> Result<Option<String>> {
         let gate = {
-            let mut nodes = self.lock_nodes();
+            let mut nodes = self.nodes.lock();
             let n = nodes
                 .get_mut(&token)
                 .ok_or_else(|| Error::unavailable(KIND, "the node was released meanwhile"))?;
@@ -115,7 +114,7 @@ impl Inner {
     /// Marks `token`'s entry handed to the registry while it waits; `false` when the entry
     /// went meanwhile.
     pub(super) fn mark_waiting(&self, token: Token) -> bool {
-        match self.lock_nodes().get_mut(&token) {
+        match self.nodes.lock().get_mut(&token) {
             Some(n) => {
                 n.owned = true;
                 true
@@ -148,7 +147,7 @@ impl Inner {
                 Known(String, i64),
             }
             let have = {
-                let mut nodes = self.lock_nodes();
+                let mut nodes = self.nodes.lock();
                 Self::drop_if_other_session(&mut nodes, token, &conn);
                 match nodes.get_mut(&token) {
                     Some(n) => match &n.phase {
@@ -182,10 +181,7 @@ impl Inner {
             };
             let (own, czxid, children) = match have {
                 Have::Creating(task) => {
-                    let mut created = self
-                        .timed("create", task)
-                        .await?
-                        .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
+                    let mut created = self.created(task).await?;
                     let children = created.listings.pop().unwrap_or_default();
                     (created.name, created.czxid, children)
                 }
@@ -212,10 +208,7 @@ impl Inner {
                 Place::Behind(pred) if latch => Some(Watch::Plain(format!("{parent}/{pred}"))),
                 Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
                 Place::First if latch => None,
-                Place::First => {
-                    self.older_leases(&Seen::new(&conn, parent, &children, czxid))
-                        .await?
-                }
+                Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
             };
             let own_path = format!("{parent}/{own}");
             let Some(blocker) = blocker else {
@@ -276,7 +269,7 @@ impl Drop for Unowned<'_> {
         if !self.armed {
             return;
         }
-        let mut nodes = self.inner.lock_nodes();
+        let mut nodes = self.inner.nodes.lock();
         let Some(n) = nodes.get_mut(&self.token) else {
             return;
         };
@@ -290,8 +283,6 @@ impl Drop for Unowned<'_> {
         let mut n = nodes.remove(&self.token).expect("present");
         drop(nodes);
         n.stop_tasks();
-        for path in n.created_paths() {
-            self.inner.delete_in_background(n.slot, n.session, path);
-        }
+        self.inner.delete_all_in_background(&n);
     }
 }

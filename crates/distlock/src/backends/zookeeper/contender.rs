@@ -115,16 +115,22 @@ pub(super) struct Target {
     pub(super) lists: Vec<String>,
 }
 
+/// The children a listing found; none when the folder does not exist.
+fn children(
+    listed: std::result::Result<Vec<String>, zookeeper_client::Error>,
+) -> Result<Vec<String>> {
+    match listed {
+        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        other => other.map_err(zk_err),
+    }
+}
+
 impl Inner {
     pub(super) async fn list(&self, conn: &Conn, parent: &str) -> Result<Vec<String>> {
-        match self
-            .timed("get children", conn.client.list_children(parent))
-            .await?
-        {
-            Ok(c) => Ok(c),
-            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(zk_err(e)),
-        }
+        children(
+            self.timed("get children", conn.client.list_children(parent))
+                .await?,
+        )
     }
 
     /// Lists children after a `sync`, so that the answer is as new as the leader's.
@@ -134,22 +140,15 @@ impl Inner {
         let (synced, listed) = self
             .timed("sync and get children", async { tokio::join!(sync, list) })
             .await?;
-        match synced.and(listed) {
-            Ok(c) => Ok(c),
-            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(zk_err(e)),
-        }
+        children(synced.and(listed))
     }
 
     pub(super) fn parent_known(&self, parent: &str) -> bool {
-        self.parents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(parent)
+        self.parents.locked().contains(parent)
     }
 
     pub(super) fn set_parent_known(&self, parent: &str, known: bool) {
-        let mut p = self.parents.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.parents.locked();
         if known {
             if p.len() >= MAX_KNOWN_PARENTS {
                 p.clear();
@@ -279,7 +278,7 @@ impl Inner {
         let inner = self.clone();
         tokio::spawn(async move {
             let res = inner.create_node(&conn, token, &target).await;
-            let mut nodes = inner.lock_nodes();
+            let mut nodes = inner.nodes.lock();
             let mut orphans = Vec::new();
             let taken = match nodes.get_mut(&token) {
                 Some(n) if n.id != id => false,
@@ -324,6 +323,15 @@ impl Inner {
             }
             Err(Error::unavailable(KIND, "the acquisition was abandoned"))
         })
+    }
+
+    /// What a create started by [`spawn_create`](Self::spawn_create) made.
+    pub(super) async fn created(
+        &self,
+        task: tokio::task::JoinHandle<Result<Created>>,
+    ) -> Result<Created> {
+        let joined = self.timed("create", task).await?;
+        joined.map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))?
     }
 
     /// A new entry for `token` of session `conn`, its first node being created: the gate of a

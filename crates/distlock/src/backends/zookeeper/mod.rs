@@ -157,6 +157,7 @@ mod view;
 mod waiters;
 mod watch;
 
+use crate::backends::contenders::{Locked, Table};
 use address::parse_url;
 pub use address::{decode_key, encode_key};
 use contender::{Created, Node, Phase};
@@ -258,16 +259,15 @@ struct Inner {
     /// One session per session timeout: the session of reads that hold nothing
     /// (`options.session_timeout`) and one per distinct lease, sized to it.
     sessions: Mutex<HashMap<Duration, Arc<Slot>>>,
-    /// This process's contender nodes by owner token.
-    nodes: Mutex<HashMap<Token, Node>>,
+    /// This process's contender nodes by owner token, and when held ones' leases end (see
+    /// `reap.rs`).
+    nodes: Table<Node>,
     /// Lock parents this backend has seen exist (saves their creation on later acquisitions).
     parents: Mutex<HashSet<String>>,
     /// The waiter session's liveness marks that exist (see `waiters.rs`).
     marks: Mutex<HashSet<String>>,
     /// Wake-ups of waiters, by token: the watch on a waiter's predecessor fires its token.
     signals: Arc<ReleaseSignals>,
-    /// When held nodes' leases end, by token (see `reap.rs`).
-    reaper: crate::backends::contenders::reaper::Reaper<Token>,
 }
 
 /// The session of one session timeout, re-established when it ends.
@@ -373,11 +373,10 @@ impl ZooKeeperBackend {
                 tls,
                 options: parsed.options,
                 sessions: Mutex::new(HashMap::new()),
-                nodes: Mutex::new(HashMap::new()),
+                nodes: Table::default(),
                 parents: Mutex::new(HashSet::new()),
                 marks: Mutex::new(HashSet::new()),
                 signals: Arc::new(ReleaseSignals::default()),
-                reaper: Default::default(),
             }),
         };
         backend.inner.conn().await?;
@@ -461,10 +460,6 @@ impl Inner {
         format!("{}/{}", self.root(name.prefix()), encode_key(name.key()))
     }
 
-    fn lock_nodes(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Node>> {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// What a renewal of `token` must check: the session and the node's path. `Err(answer)`
     /// when the answer is known without asking the server (not held, or the session ended).
     fn renewal_target(
@@ -473,7 +468,7 @@ impl Inner {
         lease: Duration,
     ) -> Result<std::result::Result<(Arc<Conn>, String), bool>> {
         let (path, slot, session) = {
-            let nodes = self.lock_nodes();
+            let nodes = self.nodes.lock();
             match nodes.get(&token) {
                 Some(n) if n.held => match n.path() {
                     Some(p) => (p, n.slot, n.session),
@@ -514,12 +509,12 @@ impl Inner {
             Ok(Some(owner)) if owner == conn.session => {
                 // The reaper may have given the lock up while the check was in flight (the
                 // lease ran out meanwhile): then it is not ours any more.
-                match self.lock_nodes().get_mut(&token) {
+                match self.nodes.lock().get_mut(&token) {
                     Some(n) if n.held => {
                         // Counted from before the request: the server heard from the session
                         // after this, so its view of the session ends later than ours.
                         n.deadline = started + lease;
-                        self.reaper.schedule(token, n.deadline);
+                        self.nodes.reap_at(token, n.deadline);
                         Ok(true)
                     }
                     _ => Ok(false),
@@ -640,46 +635,34 @@ impl Backend for ZooKeeperBackend {
                     synced.and(read)
                 })
                 .await;
-            match results {
-                Ok(Ok(v)) if v.len() == added.len() => {
-                    for (i, res) in added.into_iter().zip(v) {
-                        let r = &batch[i];
-                        let owner = match res {
-                            zookeeper_client::MultiReadResult::Data { stat, .. } => {
-                                Ok(Some(stat.ephemeral_owner))
-                            }
-                            zookeeper_client::MultiReadResult::Error {
-                                err: zookeeper_client::Error::NoNode,
-                            } => Ok(None),
-                            zookeeper_client::MultiReadResult::Error { err } => Err(err),
-                            _ => Ok(None),
-                        };
-                        out[i] =
-                            Some(inner.settle_renewal(&conn, r.token, r.lease, started, owner));
-                    }
-                }
-                Ok(Ok(_)) => {
+            use zookeeper_client::MultiReadResult as Read;
+            let owners: Vec<_> = match results {
+                Ok(Ok(v)) if v.len() == added.len() => v
+                    .into_iter()
+                    .map(|res| match res {
+                        Read::Data { stat, .. } => Ok(Some(stat.ephemeral_owner)),
+                        Read::Error {
+                            err: zookeeper_client::Error::NoNode,
+                        } => Ok(None),
+                        Read::Error { err } => Err(err),
+                        _ => Ok(None),
+                    })
+                    .collect(),
+                Ok(Err(e)) => vec![Err(e); added.len()],
+                answer => {
+                    let timed_out = answer.err().map(|e| e.to_string());
                     for i in added {
-                        out[i] = Some(Err(Error::backend(KIND, "short multi-read reply")));
+                        out[i] = Some(Err(match &timed_out {
+                            Some(e) => Error::unavailable(KIND, e.clone()),
+                            None => Error::backend(KIND, "short multi-read reply"),
+                        }));
                     }
+                    continue;
                 }
-                Ok(Err(e)) => {
-                    for i in added {
-                        let r = &batch[i];
-                        out[i] = Some(inner.settle_renewal(
-                            &conn,
-                            r.token,
-                            r.lease,
-                            started,
-                            Err(e.clone()),
-                        ));
-                    }
-                }
-                Err(e) => {
-                    for i in added {
-                        out[i] = Some(Err(Error::unavailable(KIND, e.to_string())));
-                    }
-                }
+            };
+            for (i, owner) in added.into_iter().zip(owners) {
+                let r = &batch[i];
+                out[i] = Some(inner.settle_renewal(&conn, r.token, r.lease, started, owner));
             }
         }
         out.into_iter()
@@ -712,10 +695,10 @@ impl Backend for ZooKeeperBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let conn = self.inner.conn().await?;
         let parent = self.lock_path(name);
-        let holders = self
-            .inner
-            .holders_of(&conn, &parent, name.is_election())
-            .await?;
+        let holders = match name.is_election() {
+            true => self.inner.leader(&conn, &parent).await?,
+            false => self.inner.holders(&conn, &parent).await?,
+        };
         Ok(holders.map(|h| h.info()))
     }
 

@@ -1,13 +1,7 @@
 //! The queue of a key's contenders: Curator's node names, the one order they share and each
 //! contender's place in it. Creating the nodes is in `contender.rs`, an attempt in `attempt.rs`,
 //! watching in `watch.rs`, deleting them in `reap.rs`.
-//!
-//! Mutexes, readers and writers of a key are children of the key's node, in Curator's names
-//! (`_c_<uuid>-lock-<seq>`, `…-__READ__<seq>`, `…-__WRIT__<seq>`); they share the parent's
-//! sequence counter, so one order covers them all. An exclusive contender (mutex or writer)
-//! holds when it is first in that order; a reader holds when no exclusive contender is before
-//! it. Either also waits for the semaphore permits of the key that are older than it (see
-//! `semaphore.rs`).
+//! The names and the order are the module documentation's (lock kinds on one key).
 
 use super::*;
 use crate::backends::contenders;
@@ -102,8 +96,8 @@ pub(super) fn sequence_after(child: &str, marker: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-fn contender(child: &str) -> Option<Contender<'_>> {
-    let role = Role::of_name(child)?;
+fn contender(child: &str, role: Option<Role>) -> Option<Contender<'_>> {
+    let role = role.or_else(|| Role::of_name(child))?;
     Some(Contender {
         seq: sequence_after(child, role.marker())?,
         role,
@@ -111,37 +105,20 @@ fn contender(child: &str) -> Option<Contender<'_>> {
     })
 }
 
-/// A key's contenders in queue order (lowest sequence first, ties by name); other children
-/// (a semaphore's folders, foreign nodes) are ignored.
-pub(super) fn sort_contenders(children: &[String]) -> Vec<Contender<'_>> {
-    let mut v: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
-    v.sort_unstable_by(|a, b| (a.seq, a.name).cmp(&(b.seq, b.name)));
-    v
-}
-
-/// A key's `LeaderLatch` candidates in queue order (lowest sequence first, ties by name); the
-/// other children are ignored, as `LeaderLatch` sorts them after its own. The first leads.
-pub(super) fn sort_latches(children: &[String]) -> Vec<Contender<'_>> {
-    let mut v: Vec<Contender<'_>> = children
-        .iter()
-        .filter_map(|c| {
-            Some(Contender {
-                seq: sequence_after(c, LATCH_NAME)?,
-                role: Role::Latch,
-                name: c,
-            })
-        })
-        .collect();
-    v.sort_unstable_by(|a, b| (a.seq, a.name).cmp(&(b.seq, b.name)));
-    v
-}
-
-/// The contenders of `role`'s recipe among a key's children, in queue order.
+/// The contenders of `role`'s recipe among a key's children, in queue order (lowest sequence
+/// first, ties by name). A `LeaderLatch` candidate counts only the other `latch-` nodes, as
+/// `LeaderLatch` sorts the others after its own; the other roles count mutexes, readers and
+/// writers, and ignore the rest (a semaphore's folders, foreign nodes).
 pub(super) fn sort_for(role: Role, children: &[String]) -> Vec<Contender<'_>> {
-    match role {
-        Role::Latch => sort_latches(children),
-        _ => sort_contenders(children),
-    }
+    let only = (role == Role::Latch).then_some(Role::Latch);
+    let mut v: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c, only)).collect();
+    v.sort_unstable_by(|a, b| (a.seq, a.name).cmp(&(b.seq, b.name)));
+    v
+}
+
+/// A key's mutexes, readers and writers in queue order (see [`sort_for`]).
+pub(super) fn sort_contenders(children: &[String]) -> Vec<Contender<'_>> {
+    sort_for(Role::Mutex, children)
 }
 
 /// Lease nodes in creation order (every child of a `leases` folder counts, as in Curator).

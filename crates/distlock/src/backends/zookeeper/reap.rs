@@ -38,11 +38,17 @@ impl Inner {
         });
     }
 
+    /// Deletes every node of `n` that exists, in the background.
+    pub(super) fn delete_all_in_background(self: &Arc<Self>, n: &Node) {
+        for path in n.created_paths() {
+            self.delete_in_background(n.slot, n.session, path);
+        }
+    }
+
     /// Forgets `token`'s node (stopping its tasks) and returns it.
     pub(super) fn forget(&self, token: Token) -> Option<Node> {
-        let mut n = self.lock_nodes().remove(&token)?;
+        let mut n = self.nodes.forget(token)?;
         n.stop_tasks();
-        self.reaper.cancel(token);
         Some(n)
     }
 
@@ -61,8 +67,8 @@ impl Inner {
 
     /// Plans the reaper's look at a node just marked held, at its lease's end.
     pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
-        if let Some(n) = self.lock_nodes().get(&token).filter(|n| n.held) {
-            self.reaper.schedule(token, n.deadline);
+        if let Some(n) = self.nodes.lock().get(&token).filter(|n| n.held) {
+            self.nodes.reap_at(token, n.deadline);
         }
         reaper::run(self);
     }
@@ -70,7 +76,7 @@ impl Inner {
     /// Deletes `token`'s nodes; `Ok(Some(held))` when there were any of ours to delete.
     pub(super) async fn remove(self: &Arc<Self>, token: Token) -> Result<Option<bool>> {
         let node = {
-            let mut nodes = self.lock_nodes();
+            let mut nodes = self.nodes.lock();
             match nodes.get_mut(&token) {
                 None => return Ok(None),
                 Some(n) if n.creating() => {
@@ -82,7 +88,7 @@ impl Inner {
                 Some(_) => {
                     let mut n = nodes.remove(&token).expect("present");
                     n.stop_tasks();
-                    self.reaper.cancel(token);
+                    self.nodes.reaper().cancel(token);
                     n
                 }
             }
@@ -95,9 +101,7 @@ impl Inner {
         let conn = match self.conn_for(node.slot).await {
             Ok(c) => c,
             Err(e) => {
-                for p in paths {
-                    self.delete_in_background(node.slot, node.session, p);
-                }
+                self.delete_all_in_background(&node);
                 return Err(e);
             }
         };
@@ -111,9 +115,7 @@ impl Inner {
         {
             Ok(r) => r,
             Err(e) => {
-                for p in paths {
-                    self.delete_in_background(node.slot, node.session, p);
-                }
+                self.delete_all_in_background(&node);
                 return Err(e);
             }
         };
@@ -145,13 +147,13 @@ impl Reap for Inner {
     type Key = Token;
 
     fn reaper(&self) -> &Reaper<Token> {
-        &self.reaper
+        self.nodes.reaper()
     }
 
     /// Deletes the nodes of a hold whose lease ran out unrenewed; a renewed one is looked at
     /// again at its new deadline.
     async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
-        let mut nodes = self.lock_nodes();
+        let mut nodes = self.nodes.lock();
         match nodes.get(&token) {
             Some(n) if n.held && n.deadline > Instant::now() => return Some(n.deadline),
             Some(n) if n.held => {}
@@ -160,10 +162,8 @@ impl Reap for Inner {
         let mut n = nodes.remove(&token).expect("present");
         drop(nodes);
         n.stop_tasks();
-        for path in n.created_paths() {
-            tracing::debug!(%path, "lease ended without renewal; giving the lock up");
-            self.delete_in_background(n.slot, n.session, path);
-        }
+        tracing::debug!(paths = ?n.created_paths(), "lease ended without renewal; giving the lock up");
+        self.delete_all_in_background(&n);
         None
     }
 }

@@ -1,20 +1,7 @@
-//! Semaphore permits in Curator's `InterProcessSemaphoreV2` layout, and how they exclude the
-//! key's other kinds.
-//!
-//! A permit taker does exactly what Curator does, so Curator's permits and ours share the
-//! count without deadlock: it takes the mutex `<key>/locks` (Curator's `InterProcessMutex`
-//! layout, one taker at a time), creates its lease `<key>/leases/_c_<uuid>-lease-<seq>`, waits
-//! (still holding that mutex) until the `leases` folder has at most `permits` children, and
-//! gives the mutex back. Curator stores no number of permits; ours is in our lease nodes' data
-//! (`permits=<n>`), so a distlock taker that asks for another number is refused.
-//!
-//! Permits and the key's other kinds (its children `lock-`, `__READ__`, `__WRIT__`) live in
-//! different folders with different sequence counters, so they are ordered by `czxid`, which
-//! the whole ensemble shares: a permit waits for the mutexes, readers and writers of the key
-//! created before its lease, and they wait for the leases created before their node. Each
-//! side creates its node before it reads the other side, so of two that race, the younger one
-//! sees the older one. (Curator's own semaphore ignores the key's other kinds, as Curator's
-//! mutex and read-write lock ignore each other.)
+//! Semaphore permits in Curator's `InterProcessSemaphoreV2` layout, taken one step per attempt
+//! exactly as Curator takes them, so that Curator's permits and ours share the count without
+//! deadlock, and ordered against the key's other kinds by `czxid` (both as the module
+//! documentation describes: the layout table, and lock kinds on one key).
 
 use super::*;
 use crate::backend::{Owner, UNKNOWN_OWNER};
@@ -55,27 +42,6 @@ pub(super) fn lease_owner(data: &[u8]) -> String {
 /// Other holders whose numbers of permits are checked against a new taker's.
 const PERMIT_CHECKS: usize = 64;
 
-/// What a contender saw of its key after creating its node: the connection it listed on, the
-/// key's node, the key's children listed after the create, and its own node's `czxid`.
-#[derive(Clone, Copy)]
-pub(super) struct Seen<'a> {
-    pub(super) conn: &'a Conn,
-    pub(super) parent: &'a str,
-    pub(super) children: &'a [String],
-    pub(super) czxid: i64,
-}
-
-impl<'a> Seen<'a> {
-    pub(super) fn new(conn: &'a Conn, parent: &'a str, children: &'a [String], czxid: i64) -> Self {
-        Seen {
-            conn,
-            parent,
-            children,
-            czxid,
-        }
-    }
-}
-
 impl Inner {
     /// The first of `paths` (in creation order) that exists and was created before `czxid`,
     /// read four at a time: a node created after it ends the search, as every later one is
@@ -110,16 +76,17 @@ impl Inner {
     }
 
     /// For a mutex, reader or writer first in its key's order (node `czxid`): the leases of
-    /// the key created before it, which it must wait for, as a watch on the `leases` folder.
-    /// Costs nothing unless the key has a `leases` folder among `children` (listed after our
-    /// create, so a lease older than our node would show its folder).
-    pub(super) async fn older_leases(&self, seen: &Seen<'_>) -> Result<Option<Watch>> {
-        let Seen {
-            conn,
-            parent,
-            children,
-            czxid,
-        } = *seen;
+    /// the key (node `parent`) created before it, which it must wait for, as a watch on the
+    /// `leases` folder. Costs nothing unless the key has a `leases` folder among `children`
+    /// (listed on `conn` after our create, so a lease older than our node would show its
+    /// folder).
+    pub(super) async fn older_leases(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        children: &[String],
+        czxid: i64,
+    ) -> Result<Option<Watch>> {
         if !children.iter().any(|c| c == LEASE_DIR) {
             return Ok(None);
         }
@@ -135,15 +102,21 @@ impl Inner {
             .map(|_| Watch::Children { dir, seen: leases }))
     }
 
-    /// For a lease (`czxid`): the key's mutex, reader or writer node created before it, which
-    /// it must wait for.
-    async fn older_exclusive(&self, seen: &Seen<'_>) -> Result<Option<Watch>> {
-        let paths: Vec<String> = sort_contenders(seen.children)
+    /// For a lease (`czxid`): the mutex, reader or writer node among the key's `children`
+    /// created before it, which it must wait for.
+    async fn older_exclusive(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        children: &[String],
+        czxid: i64,
+    ) -> Result<Option<Watch>> {
+        let paths: Vec<String> = sort_contenders(children)
             .iter()
-            .map(|c| format!("{}/{}", seen.parent, c.name))
+            .map(|c| format!("{parent}/{}", c.name))
             .collect();
         Ok(self
-            .created_before(seen.conn, &paths, seen.czxid)
+            .created_before(conn, &paths, czxid)
             .await?
             .map(Watch::Node))
     }
@@ -211,7 +184,7 @@ impl Inner {
                 Lease(String, i64),
             }
             let step = {
-                let mut nodes = self.lock_nodes();
+                let mut nodes = self.nodes.lock();
                 Self::drop_if_other_session(&mut nodes, token, &conn);
                 match nodes.get_mut(&token) {
                     Some(n) if n.creating() => {
@@ -255,10 +228,7 @@ impl Inner {
                 gate_step => {
                     let (gate, locks) = match gate_step {
                         Step::Gate(task) => {
-                            let mut created =
-                                self.timed("create", task).await?.map_err(|e| {
-                                    Error::backend(KIND, format!("create task failed: {e}"))
-                                })??;
+                            let mut created = self.created(task).await?;
                             (created.name, created.listings.pop().unwrap_or_default())
                         }
                         Step::GateKnown(name) => {
@@ -288,7 +258,7 @@ impl Inner {
                     }
                     // Our turn: create the lease while holding the mutex.
                     let id = {
-                        let mut nodes = self.lock_nodes();
+                        let mut nodes = self.nodes.lock();
                         let n = nodes.get_mut(&token).ok_or_else(|| {
                             Error::unavailable(KIND, "the acquisition was released meanwhile")
                         })?;
@@ -302,10 +272,7 @@ impl Inner {
                         lists: vec![lease_dir.clone(), parent.to_owned()],
                     };
                     let task = self.spawn_create(conn.clone(), token, id, Which::Contender, target);
-                    let created = self
-                        .timed("create", task)
-                        .await?
-                        .map_err(|e| Error::backend(KIND, format!("create task failed: {e}")))??;
+                    let created = self.created(task).await?;
                     let mut listings = created.listings.into_iter();
                     let leases = listings.next().unwrap_or_default();
                     let children = listings.next().unwrap_or_default();
@@ -341,7 +308,7 @@ impl Inner {
                     seen: leases,
                 }),
                 _ => {
-                    self.older_exclusive(&Seen::new(&conn, parent, &children, czxid))
+                    self.older_exclusive(&conn, parent, &children, czxid)
                         .await?
                 }
             };

@@ -30,7 +30,7 @@ impl Inner {
     /// do not keep a session (and a connection) each.
     pub(super) fn slot(&self, timeout: Duration) -> Arc<Slot> {
         let full = {
-            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let sessions = self.sessions.locked();
             if let Some(s) = sessions.get(&timeout) {
                 return s.clone();
             }
@@ -38,11 +38,11 @@ impl Inner {
         };
         // Never both locks at once: the nodes' lock is taken first elsewhere.
         let used: HashSet<Duration> = if full {
-            self.lock_nodes().values().map(|n| n.slot).collect()
+            self.nodes.lock().values().map(|n| n.slot).collect()
         } else {
             HashSet::new()
         };
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sessions = self.sessions.locked();
         if full {
             let keep = [self.options.session_timeout, self.waiter_slot(), timeout];
             sessions.retain(|k, _| keep.contains(k) || used.contains(k));
@@ -51,11 +51,7 @@ impl Inner {
     }
 
     pub(super) fn current(&self, timeout: Duration) -> Option<Arc<Conn>> {
-        self.slot(timeout)
-            .conn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.slot(timeout).conn.locked().clone()
     }
 
     /// Runs one request with the request timeout.
@@ -167,7 +163,7 @@ impl Inner {
     /// when the ensemble still knows it, so that its nodes stay valid.
     pub(super) async fn conn_for(self: &Arc<Self>, timeout: Duration) -> Result<Arc<Conn>> {
         let slot = self.slot(timeout);
-        let current = || slot.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let current = || slot.conn.locked().clone();
         if let Some(c) = current() {
             if !c.client.state().is_terminated() {
                 return Ok(c);
@@ -180,10 +176,7 @@ impl Inner {
                 return Ok(c.clone());
             }
         }
-        let recent_failure = *slot
-            .last_connect_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let recent_failure = *slot.last_connect_failure.locked();
         if recent_failure.is_some_and(|t| t.elapsed() < Duration::from_millis(250)) {
             return Err(Error::unavailable(
                 KIND,
@@ -192,12 +185,9 @@ impl Inner {
         }
         let res = self.reconnect(timeout, old).await;
         if let Ok(conn) = &res {
-            *slot.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+            *slot.conn.locked() = Some(conn.clone());
         }
-        *slot
-            .last_connect_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = res.is_err().then(Instant::now);
+        *slot.last_connect_failure.locked() = res.is_err().then(Instant::now);
         res
     }
 

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::backends::contenders;
-use queue::{sort_contenders, sort_latches, sort_leases};
+use futures_util::future::join_all;
+use queue::{sort_contenders, sort_for, sort_leases, Role};
 use semaphore::{lease_owner, permits_of};
 use waiters::node_owner;
 
@@ -39,7 +40,6 @@ impl Inner {
             let children = self.list(conn, parent).await?;
             let sorted = sort_contenders(&children);
             let n = contenders::holders(sorted.iter().map(|c| c.role.kind())).map_or(0, |h| h.1);
-            let own: Vec<&str> = sorted[..n].iter().map(|c| c.name).collect();
             let has = |d: &str| children.iter().any(|c| c == d);
             let (leases, gates) = if has(LEASE_DIR) || has(GATE_DIR) {
                 let (l, g) = tokio::join!(self.list(conn, &lease_dir), self.list(conn, &gate_dir));
@@ -47,22 +47,19 @@ impl Inner {
             } else {
                 (Vec::new(), Vec::new())
             };
-            let own_paths: Vec<String> = own.iter().map(|n| format!("{parent}/{n}")).collect();
+            let own_paths: Vec<String> = sorted[..n]
+                .iter()
+                .map(|c| format!("{parent}/{}", c.name))
+                .collect();
             let lease_paths: Vec<String> = sort_leases(&leases)
                 .into_iter()
                 .take(LEASES_READ)
                 .map(|l| format!("{lease_dir}/{l}"))
                 .collect();
+            let read = |paths: &[String]| join_all(paths.iter().map(|p| conn.client.get_data(p)));
             let (own_stats, lease_data) = self
                 .timed("get data", async {
-                    tokio::join!(
-                        futures_util::future::join_all(
-                            own_paths.iter().map(|p| conn.client.get_data(p))
-                        ),
-                        futures_util::future::join_all(
-                            lease_paths.iter().map(|p| conn.client.get_data(p))
-                        )
-                    )
+                    tokio::join!(read(&own_paths), read(&lease_paths))
                 })
                 .await?;
             let mut own_holders = Vec::new();
@@ -77,36 +74,29 @@ impl Inner {
             if changed {
                 continue; // a holder left meanwhile: look again
             }
-            let mut live_leases = Vec::new();
+            let (mut live_leases, mut permits) = (Vec::new(), None);
             for (path, data) in lease_paths.into_iter().zip(lease_data) {
                 match data {
                     Ok((data, s)) => {
-                        live_leases.push((path, s.czxid, permits_of(&data), lease_owner(&data)))
+                        permits = permits.or(permits_of(&data));
+                        live_leases.push((path, s.czxid, lease_owner(&data)));
                     }
                     Err(zookeeper_client::Error::NoNode) => {}
                     Err(e) => return Err(zk_err(e)),
                 }
             }
-            let permits = live_leases.iter().find_map(|(_, _, p, _)| *p);
             let semaphore = LockKind::Semaphore {
                 permits: permits.unwrap_or(0),
             };
             let lease_holders =
                 contenders::holders(live_leases.iter().map(|_| semaphore)).map_or(0, |h| h.1);
             let oldest_own = own_holders.iter().map(|(_, z, _)| *z).min();
-            let oldest_lease = live_leases.first().map(|(_, z, _, _)| *z);
-            let leases_hold = match (oldest_own, oldest_lease) {
-                (Some(o), Some(l)) => l < o,
-                (None, Some(_)) => true,
-                _ => false,
-            };
+            let oldest_lease = live_leases.first().map(|(_, z, _)| *z);
+            let leases_hold = oldest_lease.is_some_and(|l| oldest_own.is_none_or(|o| l < o));
             let (kind, holders, waiting_leases) = if leases_hold {
-                let holders: Vec<(String, i64, String)> = live_leases
-                    .iter()
-                    .take(lease_holders)
-                    .map(|(p, z, _, o)| (p.clone(), *z, o.clone()))
-                    .collect();
-                (semaphore, holders, live_leases.len() - lease_holders)
+                let waiting = live_leases.len() - lease_holders;
+                live_leases.truncate(lease_holders);
+                (semaphore, live_leases, waiting)
             } else if let Some(first) = sorted.first() {
                 (first.role.kind(), own_holders, live_leases.len())
             } else {
@@ -134,7 +124,7 @@ impl Inner {
     pub(super) async fn leader(&self, conn: &Conn, parent: &str) -> Result<Option<Holders>> {
         for _ in 0..MAX_SETTLE {
             let children = self.list(conn, parent).await?;
-            let sorted = sort_latches(&children);
+            let sorted = sort_for(Role::Latch, &children);
             let Some(first) = sorted.first() else {
                 return Ok(None);
             };
@@ -158,19 +148,6 @@ impl Inner {
         ))
     }
 
-    /// The holders of the key at `parent`, or its election's leader when `election`.
-    pub(super) async fn holders_of(
-        &self,
-        conn: &Conn,
-        parent: &str,
-        election: bool,
-    ) -> Result<Option<Holders>> {
-        match election {
-            true => self.leader(conn, parent).await,
-            false => self.holders(conn, parent).await,
-        }
-    }
-
     /// Deletes every holder node of the key at `parent` (its election's leader when
     /// `election`); whether one was deleted.
     pub(super) async fn force_release(
@@ -179,13 +156,17 @@ impl Inner {
         parent: &str,
         election: bool,
     ) -> Result<bool> {
-        let Some(holders) = self.holders_of(conn, parent, election).await? else {
+        let found = match election {
+            true => self.leader(conn, parent).await?,
+            false => self.holders(conn, parent).await?,
+        };
+        let Some(holders) = found else {
             return Ok(false);
         };
         let results = self
             .timed(
                 "delete",
-                futures_util::future::join_all(
+                join_all(
                     holders
                         .held
                         .iter()
@@ -215,7 +196,7 @@ impl Inner {
             .collect();
         let mut out = Vec::new();
         for batch in keys.chunks(LIST_BATCH) {
-            let found = futures_util::future::join_all(batch.iter().map(|(_, path)| async move {
+            let found = join_all(batch.iter().map(|(_, path)| async move {
                 match self.holders(conn, path).await? {
                     Some(h) => Ok(Some(h)),
                     None => self.leader(conn, path).await,

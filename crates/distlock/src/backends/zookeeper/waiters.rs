@@ -70,7 +70,7 @@ impl Inner {
         let conn = self.conn_for(self.waiter_slot()).await?;
         let path = format!("{root}/{MARKS}/{:x}", conn.session);
         let known = |m: &HashSet<String>| m.contains(&path);
-        if known(&self.marks.lock().unwrap_or_else(|e| e.into_inner())) {
+        if known(&self.marks.locked()) {
             return Ok(path);
         }
         let opts = CreateMode::Ephemeral.with_acls(self.acls());
@@ -80,7 +80,7 @@ impl Inner {
                 .await?
             {
                 Ok(_) | Err(zookeeper_client::Error::NodeExists) => {
-                    let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut marks = self.marks.locked();
                     if marks.len() >= MAX_KNOWN_PARENTS {
                         marks.clear();
                     }
@@ -108,7 +108,7 @@ impl Inner {
     /// its waiter lives: its mark may be gone with the session still alive (deleted by hand),
     /// and the next waiter creates it again instead of marking nodes with a missing mark.
     pub(super) fn forget_marks(&self) {
-        self.marks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.marks.locked().clear();
     }
 
     /// Marks `token`'s node at `path` (a waiter's, under the key's node `parent`) with the
@@ -121,7 +121,8 @@ impl Inner {
         path: &str,
     ) {
         let unmarked = self
-            .lock_nodes()
+            .nodes
+            .lock()
             .get(&token)
             .is_some_and(|n| n.marked.is_none());
         if !unmarked {
@@ -138,7 +139,7 @@ impl Inner {
         .await;
         match res {
             Ok(Ok(_)) => {
-                if let Some(n) = self.lock_nodes().get_mut(&token) {
+                if let Some(n) = self.nodes.lock().get_mut(&token) {
                     n.marked = Some(MARKED);
                 }
             }
@@ -153,7 +154,8 @@ impl Inner {
     /// node is gone: a waiter behind it deleted it after its mark went (or its session ended).
     pub(super) async fn claim(&self, conn: &Conn, token: Token, path: &str) -> Result<bool> {
         let marked = self
-            .lock_nodes()
+            .nodes
+            .lock()
             .get(&token)
             .and_then(|n| Some((n.marked?, n.data.clone())));
         let Some((version, data)) = marked else {
@@ -166,7 +168,7 @@ impl Inner {
             // A version changed by someone else also keeps the deleters off (they delete
             // conditionally on the marked version).
             Ok(_) | Err(zookeeper_client::Error::BadVersion) => {
-                if let Some(n) = self.lock_nodes().get_mut(&token) {
+                if let Some(n) = self.nodes.lock().get_mut(&token) {
                     n.marked = None;
                 }
                 Ok(true)

@@ -38,7 +38,7 @@ impl Inner {
     ) -> Result<bool> {
         let key = what.key();
         {
-            let nodes = self.lock_nodes();
+            let nodes = self.nodes.lock();
             if nodes.get(&token).and_then(|n| n.watching.as_deref()) == Some(key.as_str()) {
                 return Ok(true);
             }
@@ -95,7 +95,7 @@ impl Inner {
                 }
             }
             if let Some(inner) = weak.upgrade() {
-                if let Some(n) = inner.lock_nodes().get_mut(&token) {
+                if let Some(n) = inner.nodes.lock().get_mut(&token) {
                     if n.watching.as_deref() == Some(watched.as_str()) {
                         n.watching = None;
                         n.watch_task = None;
@@ -106,7 +106,7 @@ impl Inner {
                 signals.fire(&token.to_string());
             }
         });
-        let mut nodes = self.lock_nodes();
+        let mut nodes = self.nodes.lock();
         match nodes.get_mut(&token) {
             Some(n) => {
                 if let Some(old) = n.watch_task.replace(task.abort_handle()) {
