@@ -59,9 +59,7 @@ impl Inner {
     /// a new session and stops.)
     pub(super) fn forget_and_delete(self: &Arc<Self>, token: Token) {
         if let Some(n) = self.forget(token) {
-            for path in n.created_paths() {
-                self.delete_in_background(n.slot, n.session, path);
-            }
+            self.delete_all_in_background(&n);
         }
     }
 
