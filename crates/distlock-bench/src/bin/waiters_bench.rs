@@ -435,28 +435,15 @@ fn loadavg() -> String {
 
 /// A connection to the throwaway Redis, opened before the workers: a server that has reached
 /// `maxclients` refuses every later one, this one included.
-struct RedisAdmin(std::net::TcpStream);
+#[cfg(feature = "redis")]
+struct RedisAdmin(redis::Connection);
 
+#[cfg(feature = "redis")]
 impl RedisAdmin {
     fn connect(url: &str) -> Option<RedisAdmin> {
-        let port = url_port(url)?;
-        let s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        Some(RedisAdmin(s))
-    }
-
-    /// Sends one inline command; its reply, a bulk string read whole.
-    fn command(&mut self, cmd: &str) -> Option<String> {
-        self.0.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
-        let mut r = BufReader::new(&self.0);
-        let mut head = String::new();
-        r.read_line(&mut head).ok()?;
-        let Some(len) = head.strip_prefix('$') else {
-            return Some(head);
-        };
-        let mut body = vec![0u8; len.trim().parse::<usize>().ok()? + 2];
-        std::io::Read::read_exact(&mut r, &mut body).ok()?;
-        String::from_utf8(body).ok()
+        let con = redis::Client::open(url).ok()?.get_connection().ok()?;
+        con.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        Some(RedisAdmin(con))
     }
 
     /// Lets the server take a client per waiter and one for its notifications, as far as the
@@ -473,20 +460,36 @@ impl RedisAdmin {
                 line.split_whitespace().nth(3)?.parse::<u64>().ok()
             })
             .unwrap_or(19_032);
-        let _ = self.command(&format!(
-            "CONFIG SET maxclients {}",
-            limit.saturating_sub(32)
-        ));
+        let _: redis::RedisResult<()> = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxclients")
+            .arg(limit.saturating_sub(32))
+            .query(&mut self.0);
     }
 
     /// Connections the server refused so far (`maxclients` reached).
     fn refused(&mut self) -> Option<u64> {
-        let info = self.command("INFO stats")?;
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut self.0).ok()?;
         info.lines()
             .find_map(|l| l.strip_prefix("rejected_connections:"))?
             .trim()
             .parse()
             .ok()
+    }
+}
+
+/// Without the `redis` feature there is no throwaway Redis to administer.
+#[cfg(not(feature = "redis"))]
+struct RedisAdmin;
+
+#[cfg(not(feature = "redis"))]
+impl RedisAdmin {
+    fn connect(_: &str) -> Option<RedisAdmin> {
+        None
+    }
+    fn raise_maxclients(&mut self) {}
+    fn refused(&mut self) -> Option<u64> {
+        None
     }
 }
 
