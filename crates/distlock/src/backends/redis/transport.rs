@@ -48,6 +48,7 @@ pub(super) fn server_err(text: String) -> Error {
         "MASTERDOWN",
         "READONLY",
         "CLUSTERDOWN",
+        super::resp::MAX_CLIENTS,
     ]
     .iter()
     .any(|p| text.starts_with(p))

@@ -159,14 +159,18 @@ pub(super) async fn open(
     if db != 0 {
         hello.push(vec![b"SELECT", db_text.as_bytes()]);
     }
-    if !hello.is_empty() {
-        let replies = tokio::time::timeout(timeout, conn.exchange(&hello))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
-        for r in replies {
-            if let Reply::Error(e) = r {
-                return Err(RespError::Server(e));
-            }
+    if hello.is_empty() {
+        // A server at its client limit accepts the connection, writes its refusal and
+        // closes it. Read that here, where nothing of a request has been sent, so that the
+        // pool can wait for a connection it already has (`RespError::refused`).
+        hello.push(vec![b"PING"]);
+    }
+    let replies = tokio::time::timeout(timeout, conn.exchange(&hello))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
+    for r in replies {
+        if let Reply::Error(e) = r {
+            return Err(RespError::Server(e));
         }
     }
     Ok(conn)

@@ -82,6 +82,9 @@ pub(crate) enum RespError {
     Server(String),
 }
 
+/// How Redis words the refusal of a connection beyond `maxclients`.
+pub(crate) const MAX_CLIENTS: &str = "ERR max number of clients reached";
+
 impl From<io::Error> for RespError {
     fn from(e: io::Error) -> Self {
         RespError::Io(e)
@@ -89,6 +92,12 @@ impl From<io::Error> for RespError {
 }
 
 impl RespError {
+    /// The server refused a new connection: it is at its client limit (`maxclients`).
+    /// Nothing was sent on it, and a connection already open still works.
+    pub(crate) fn refused(&self) -> bool {
+        matches!(self, RespError::Server(text) if text.starts_with(MAX_CLIENTS))
+    }
+
     /// The same error for another request of a batch (`io::Error` is not `Clone`).
     fn copy(&self) -> RespError {
         let io = |e: &io::Error| io::Error::new(e.kind(), e.to_string());

@@ -119,11 +119,7 @@ impl Pool {
                     Ok(Turn::Answered(replies)) => return replies,
                     Ok(Turn::Lead(conn, request)) => (conn, request),
                     // Never dropped unanswered but by a batch dropped mid-exchange.
-                    Err(_) => {
-                        return Err(RespError::Io(io::Error::other(
-                            "the batch carrying this request was abandoned",
-                        )))
-                    }
+                    Err(_) => return Err(abandoned()),
                 }
             }
         };
@@ -199,8 +195,9 @@ impl Pool {
 /// then those it took from the line, whose tasks wait for their replies.
 struct Batch<'p> {
     pool: &'p Pool,
-    /// Set once the connection is passed on; a batch dropped before (its caller gave up
-    /// mid-exchange) frees its slot, and its connection, out of step, is closed.
+    /// Set once the connection is passed on or the slot given back; a batch dropped before
+    /// (its caller gave up mid-exchange) frees its slot, and its connection, out of step, is
+    /// closed.
     done: bool,
     conn: Option<Conn>,
     own: usize,
@@ -230,7 +227,31 @@ impl Batch<'_> {
     /// Sends the batch, answers the others, passes the connection on and returns the own
     /// replies.
     async fn send(mut self) -> Result<Vec<Reply>, RespError> {
-        let result = self.exchange().await.map(|mut replies| {
+        let pool = self.pool;
+        let result = loop {
+            let e = match self.exchange().await {
+                Err(e) if e.refused() => e,
+                r => break r,
+            };
+            // The server is at its client limit. A connection this pool already has will
+            // carry the batch when it comes free: a release must not fail for want of a
+            // second connection while the first one works.
+            let Some(from) = self.give_slot_back() else {
+                break Err(e);
+            };
+            tracing::debug!("server at its client limit; waiting for a connection in use");
+            let mut turn = TurnGuard { pool, from };
+            match (&mut turn.from).await {
+                Ok(Turn::Answered(replies)) => break replies,
+                Ok(Turn::Lead(conn, request)) => {
+                    self.done = false;
+                    self.conn = conn;
+                    self.out = request.out;
+                }
+                Err(_) => break Err(abandoned()),
+            }
+        };
+        let result = result.map(|mut replies| {
             let mut rest = replies.split_off(self.own);
             for (count, to) in self.others.drain(..).rev() {
                 let theirs = rest.split_off(rest.len() - count);
@@ -243,9 +264,29 @@ impl Batch<'_> {
                 let _ = to.send(Turn::Answered(Err(e.copy())));
             }
         }
-        self.done = true;
-        self.pool.pass_on(self.conn.take());
+        if !self.done {
+            self.done = true;
+            self.pool.pass_on(self.conn.take());
+        }
         result
+    }
+
+    /// Puts the whole batch at the head of the line and frees its slot, unless no other
+    /// connection of the pool is in use (then none may come free, and the refusal stands).
+    fn give_slot_back(&mut self) -> Option<oneshot::Receiver<Turn>> {
+        let mut line = self.pool.line.lock().unwrap_or_else(|e| e.into_inner());
+        if line.busy < 2 {
+            return None;
+        }
+        line.busy -= 1;
+        self.done = true;
+        let (to, from) = oneshot::channel();
+        let request = Request {
+            out: std::mem::take(&mut self.out),
+            count: self.count,
+        };
+        line.waiting.push_front(Waiting { request, to });
+        Some(from)
     }
 
     async fn exchange(&mut self) -> Result<Vec<Reply>, RespError> {
@@ -298,6 +339,12 @@ impl Drop for TurnGuard<'_> {
             self.pool.pass_on(conn);
         }
     }
+}
+
+fn abandoned() -> RespError {
+    RespError::Io(io::Error::other(
+        "the batch carrying this request was abandoned",
+    ))
 }
 
 /// A connection that could not be opened sent nothing: I/O errors of connecting are

@@ -226,3 +226,67 @@ async fn a_batch_given_up_mid_exchange_answers_its_riders_and_frees_its_slot() {
         vec![Reply::Simple("PONG".into())]
     );
 }
+
+/// A server at its client limit refuses the pool's second connection. A request that
+/// needed it waits for the connection in use and goes out on it (a release must not fail
+/// while the registry has a working connection); a pool with no connection in use reports
+/// the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_client_limit_a_request_waits_for_the_connection_in_use() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    // The test's own connection, opened first: the server's first client.
+    let admin = pool(&server);
+    let ping: [&[u8]; 1] = [b"PING"];
+    admin.pipeline(&[ping]).await.unwrap();
+    let pool = pool(&server);
+    let limit: [&[u8]; 4] = [b"CONFIG", b"SET", b"maxclients", b"2"];
+    assert_eq!(
+        pool.pipeline(&[limit]).await.unwrap(),
+        vec![Reply::Simple("OK".into())]
+    );
+    // The pool's only connection blocks until the test pushes to `go`.
+    let holder = {
+        let p = pool.clone();
+        tokio::spawn(async move {
+            let cmd: [&[u8]; 3] = [b"BLPOP", b"go", b"30"];
+            p.pipeline(&[cmd]).await.unwrap();
+        })
+    };
+    while busy(&pool).0 < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiting = {
+        let p = pool.clone();
+        tokio::spawn(async move {
+            let incr: [&[u8]; 2] = [b"INCR", b"counted"];
+            p.pipeline(&[incr]).await
+        })
+    };
+    // Refused, it gave its slot back and stands in line.
+    while busy(&pool) != (1, 1) {
+        assert!(!waiting.is_finished(), "{:?}", waiting.await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Another pool, with no connection of its own in use, gets the refusal.
+    let other = self::pool(&server);
+    let refused = other.pipeline(&[ping]).await.unwrap_err();
+    assert!(refused.refused(), "{refused:?}");
+    assert_eq!(busy(&other), (0, 0));
+    // The blocked connection comes free and carries the waiting request.
+    let push: [&[u8]; 3] = [b"RPUSH", b"go", b"x"];
+    admin.pipeline(&[push]).await.unwrap();
+    holder.await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap(), vec![Reply::Int(1)]);
+    assert_eq!(busy(&pool), (0, 0));
+    let stats: [&[u8]; 2] = [b"INFO", b"stats"];
+    let info = match &admin.pipeline(&[stats]).await.unwrap()[0] {
+        Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        r => panic!("INFO: {r:?}"),
+    };
+    let rejected: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("rejected_connections:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("rejected_connections in INFO");
+    assert!(rejected >= 2, "{rejected} connections refused");
+}
