@@ -3,16 +3,20 @@
 //! `bench/http/run.sh` builds and runs it; `bench/http/README.md` has the results.
 //!
 //! ```text
-//! http_bench --distlock PATH --backend URL [--seconds N] [--concurrency C] [--waiters W]
-//!            [--compare PATH] [--ceiling] [--ceiling-threads N] [--client reqwest|raw]
+//! http_bench --distlock PATH --backend URL [--service-backend URL] [--direct-backend2 URL]
+//!            [--seconds N]
+//!            [--concurrency C] [--waiters W] [--compare PATH] [--ceiling]
+//!            [--ceiling-threads N] [--client reqwest|raw]
 //! ```
 //!
 //! The targets alternate in one-second slices, so that a change of load on the machine falls
 //! on all alike:
-//! - `direct`: the library in this process;
-//! - `http`: a `distlock serve` of `--distlock`;
-//! - `compare` (with `--compare PATH`): a `distlock serve` of another build, for a before and
-//!   after in one run;
+//! - `direct`: the library in this process; `direct2` (with `--direct-backend2 URL`): the same
+//!   on another URL (the same server with other parameters, such as `max_connections`);
+//! - `http`: a `distlock serve` of `--distlock`, on `--service-backend` if given (the same
+//!   server with other URL parameters, such as `max_connections`), else on `--backend`;
+//! - `compare` (with `--compare PATH`): a `distlock serve` of another build (or of the same
+//!   build on `--backend` when `--service-backend` differs), for a before and after in one run;
 //! - `ceiling` (with `--ceiling`): a hyper HTTP/1.1 server that does nothing (POST answers a
 //!   fixed grant, DELETE 204), this program started again with `--null-server`: what the
 //!   client, hyper and loopback TCP cost by themselves on this machine;
@@ -42,6 +46,10 @@ use serde_json::{json, Map, Value};
 struct Args {
     distlock: String,
     backend: String,
+    /// The services' backend URL, when it differs from the library's.
+    service_backend: Option<String>,
+    /// A second direct target on this URL (the same server with other parameters).
+    direct_backend2: Option<String>,
     seconds: u64,
     concurrency: usize,
     waiters: usize,
@@ -63,6 +71,8 @@ fn args() -> Args {
     let mut a = Args {
         distlock: "target/release/distlock".into(),
         backend: "memory://".into(),
+        service_backend: None,
+        direct_backend2: None,
         seconds: 5,
         concurrency: 16,
         waiters: 1000,
@@ -88,6 +98,8 @@ fn args() -> Args {
         match flag.as_str() {
             "--distlock" => a.distlock = value,
             "--backend" => a.backend = value,
+            "--service-backend" => a.service_backend = Some(value),
+            "--direct-backend2" => a.direct_backend2 = Some(value),
             "--seconds" => a.seconds = value.parse().expect("--seconds N"),
             "--concurrency" => a.concurrency = value.parse().expect("--concurrency C"),
             "--waiters" => a.waiters = value.parse().expect("--waiters W"),
@@ -200,6 +212,66 @@ fn start_service(distlock: &str, backend: &str, prefix: &str) -> (Child, String)
         "127.0.0.1:0",
     ]);
     start(command)
+}
+
+/// The library used directly: 16 tasks, each taking and releasing its own key.
+struct Direct {
+    name: &'static str,
+    registry: LockRegistry,
+    cycles: u64,
+    elapsed: Duration,
+    cpu: Duration,
+    latencies: Vec<u32>,
+}
+
+impl Direct {
+    fn new(name: &'static str, registry: LockRegistry) -> Self {
+        let (cycles, elapsed, cpu, latencies) = (0, Duration::ZERO, Duration::ZERO, Vec::new());
+        Direct {
+            name,
+            registry,
+            cycles,
+            elapsed,
+            cpu,
+            latencies,
+        }
+    }
+
+    async fn slice(&mut self, tasks: usize) {
+        let (registry, name) = (self.registry.clone(), self.name);
+        let cpu = cpu_time("self");
+        let (cycles, elapsed, latencies) = measure(tasks, Duration::from_secs(1), move |i| {
+            let registry = registry.clone();
+            async move {
+                let key = format!("{name}-{i}");
+                let guard = registry.obtain(&key).expect("key");
+                let guard = guard.try_lock().await.expect("free key");
+                guard.release().await.expect("release");
+            }
+        })
+        .await;
+        self.cycles += cycles;
+        self.elapsed += elapsed;
+        self.latencies.extend(latencies);
+        self.cpu += cpu_time("self").saturating_sub(cpu);
+    }
+
+    /// CPU microseconds of this process per cycle.
+    fn cpu_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64
+    }
+
+    fn report(&mut self, out: &mut Map<String, Value>) {
+        let rate = self.cycles as f64 / self.elapsed.as_secs_f64();
+        let n = self.name;
+        out.insert(format!("{n}_cycles_per_s"), json!(rate.round()));
+        let cpu = (self.cpu_us() * 10.0).round() / 10.0;
+        out.insert(format!("{n}_cpu_us_per_cycle"), json!(cpu));
+        let p50 = quantile(&mut self.latencies, 0.5);
+        out.insert(format!("{n}_p50_us"), json!(p50));
+        let p99 = quantile(&mut self.latencies, 0.99);
+        out.insert(format!("{n}_p99_us"), json!(p99));
+    }
 }
 
 /// A server measured over HTTP.
@@ -445,57 +517,6 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// `--null-server [THREADS]`: the ceiling, a hyper server that does nothing, on a runtime like
-/// the service's (two worker threads; 0: the current-thread runtime).
-fn null_server(threads: usize) {
-    use axum::body::Body;
-    use hyper::{Method, Response, StatusCode};
-
-    let runtime = if threads == 0 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()
-    }
-    .expect("runtime");
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        println!(
-            "null server: listening on http://{}",
-            listener.local_addr().unwrap()
-        );
-        const GRANT: &[u8] =
-            br#"{"key":"k","token":"00000000000000000000000000000000","fence":1024,"lease_ms":30000}"#;
-        loop {
-            let (tcp, _) = listener.accept().await.expect("accept");
-            let _ = tcp.set_nodelay(true);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                    let response = if req.method() == Method::POST {
-                        Response::builder()
-                            .header("content-type", "application/json")
-                            .body(Body::from(GRANT))
-                    } else {
-                        Response::builder()
-                            .status(StatusCode::NO_CONTENT)
-                            .body(Body::empty())
-                    };
-                    response
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-}
-
 /// The service's resident memory (KiB) before and with `waiters` requests waiting for one
 /// held key.
 async fn waiting_memory(http: &reqwest::Client, service: &Target, waiters: usize) -> (u64, u64) {
@@ -545,39 +566,9 @@ async fn waiting_memory(http: &reqwest::Client, service: &Target, waiters: usize
     (before, with_waiters)
 }
 
-/// `--null-axum`: an axum router whose handlers do nothing (POST answers a fixed grant, DELETE
-/// 204), on a runtime like the service's: what the service's HTTP layer costs by itself.
-fn null_axum() {
-    use axum::http::StatusCode;
-    use axum::routing::{delete, post};
-
-    const GRANT: &str =
-        r#"{"key":"k","token":"00000000000000000000000000000000","fence":1024,"lease_ms":30000}"#;
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            println!(
-                "null axum: listening on http://{}",
-                listener.local_addr().unwrap()
-            );
-            let router = axum::Router::new()
-                .route(
-                    "/v1/locks/{key}",
-                    post(|| async { ([("content-type", "application/json")], GRANT) }),
-                )
-                .route(
-                    "/v1/locks/{key}/{token}",
-                    delete(|| async { StatusCode::NO_CONTENT }),
-                );
-            axum::serve(listener, router).await.expect("serve");
-        });
-}
+#[path = "http_bench/servers.rs"]
+mod servers;
+use servers::{null_axum, null_server};
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--null-axum") {
@@ -605,12 +596,13 @@ async fn bench(a: Args) {
         .with_prefix(prefix.clone())
         .with_renew(false)
         .with_max_local_handoffs(0);
-    let registry = LockRegistry::connect(&a.backend, options)
+    let registry = LockRegistry::connect(&a.backend, options.clone())
         .await
         .expect("backend");
+    let service_backend = a.service_backend.as_deref().unwrap_or(&a.backend);
     let mut targets = vec![Target::new(
         "http",
-        start_service(&a.distlock, &a.backend, &prefix),
+        start_service(&a.distlock, service_backend, &prefix),
     )];
     if let Some(other) = &a.compare {
         let other_prefix = format!("{prefix}c");
@@ -654,35 +646,27 @@ async fn bench(a: Args) {
 
     // The targets alternate in one-second slices, so that a change of load on the machine
     // falls on all alike.
-    let (mut direct_cycles, mut direct_elapsed, mut direct_cpu) =
-        (0, Duration::ZERO, Duration::ZERO);
-    let mut direct_latencies = Vec::new();
+    let mut direct = Direct::new("direct", registry);
+    let mut direct2 = match &a.direct_backend2 {
+        Some(url) => Some(Direct::new(
+            "direct2",
+            LockRegistry::connect(url, options.clone())
+                .await
+                .expect("second backend"),
+        )),
+        None => None,
+    };
     for _ in 0..a.seconds {
-        let registry = registry.clone();
-        let cpu = cpu_time("self");
-        let (cycles, elapsed, latencies) =
-            measure(a.concurrency, Duration::from_secs(1), move |i| {
-                let registry = registry.clone();
-                async move {
-                    let guard = registry
-                        .obtain(&format!("direct-{i}"))
-                        .expect("key")
-                        .try_lock()
-                        .await
-                        .expect("free key");
-                    guard.release().await.expect("release");
-                }
-            })
-            .await;
-        direct_cycles += cycles;
-        direct_elapsed += elapsed;
-        direct_latencies.extend(latencies);
-        direct_cpu += cpu_time("self").saturating_sub(cpu);
+        direct.slice(a.concurrency).await;
+        if let Some(d) = &mut direct2 {
+            d.slice(a.concurrency).await;
+        }
         for target in &mut targets {
             target.slice(&client, a.concurrency).await;
         }
     }
-    let direct = direct_cycles as f64 / direct_elapsed.as_secs_f64();
+    let direct_us = direct.cpu_us();
+    let direct_rate = direct.cycles as f64 / direct.elapsed.as_secs_f64();
 
     let memory = if a.waiters > 0 {
         Some(waiting_memory(&http, &targets[0], a.waiters).await)
@@ -695,23 +679,17 @@ async fn bench(a: Args) {
 
     let mut out = Map::new();
     out.insert("backend".into(), json!(distlock::redact(&a.backend)));
+    if let Some(url) = &a.service_backend {
+        out.insert("service_backend".into(), json!(distlock::redact(url)));
+    }
     out.insert("concurrency".into(), json!(a.concurrency));
     out.insert("client".into(), json!(a.client));
     out.insert("seconds".into(), json!(a.seconds));
-    out.insert("direct_cycles_per_s".into(), json!(direct.round()));
-    let direct_us = direct_cpu.as_secs_f64() * 1e6 / direct_cycles.max(1) as f64;
-    out.insert(
-        "direct_cpu_us_per_cycle".into(),
-        json!((direct_us * 10.0).round() / 10.0),
-    );
-    out.insert(
-        "direct_p50_us".into(),
-        json!(quantile(&mut direct_latencies, 0.5)),
-    );
-    out.insert(
-        "direct_p99_us".into(),
-        json!(quantile(&mut direct_latencies, 0.99)),
-    );
+    direct.report(&mut out);
+    if let Some(url) = &a.direct_backend2 {
+        out.insert("direct2_backend".into(), json!(distlock::redact(url)));
+        direct2.as_mut().unwrap().report(&mut out);
+    }
     for t in &mut targets {
         out.insert(
             format!("{}_p50_us", t.name),
@@ -725,7 +703,10 @@ async fn bench(a: Args) {
     for t in &targets {
         let rate = t.rate();
         out.insert(format!("{}_cycles_per_s", t.name), json!(rate.round()));
-        out.insert(format!("{}_ratio", t.name), json!(round2(rate / direct)));
+        out.insert(
+            format!("{}_ratio", t.name),
+            json!(round2(rate / direct_rate)),
+        );
         out.insert(
             format!("{}_server_cpu_us_per_cycle", t.name),
             json!(t.per_cycle(t.server_cpu)),

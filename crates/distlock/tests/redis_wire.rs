@@ -609,3 +609,41 @@ async fn a_queued_busy_attempt_reports_its_place_and_the_time_to_keep_it() {
         other => panic!("a held lock is busy: {other:?}"),
     }
 }
+
+/// `max_connections=2`: however many lock calls run at once, the server is never asked for
+/// more than two connections of the lock path (they wait in line and share writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_bounds_the_connections_a_backend_opens() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    // Counts from here: the server's start-up checks are not the backend's.
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    let reg = registry(&format!("{}?max_connections=2", server.url())).await;
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let reg = reg.clone();
+            tokio::spawn(async move {
+                for round in 0..3 {
+                    let g = reg
+                        .obtain(&format!("bounded:{i}:{round}"))
+                        .unwrap()
+                        .try_lock()
+                        .await
+                        .unwrap();
+                    g.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let info = server.cli(&["INFO", "stats"]).unwrap();
+    let opened: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received");
+    // The backend's two, and the one `INFO` came on.
+    assert!(opened <= 3, "{opened} connections for 1,800 lock calls");
+    assert!(opened >= 2, "{opened}: the backend opened none");
+}

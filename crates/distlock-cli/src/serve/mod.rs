@@ -163,7 +163,7 @@ pub async fn serve(global: &Global, req: ServeRequest) -> Result<i32, Failure> {
     let sites = sites::Sites::new(&req.allow_hosts, tls.is_some()).map_err(Failure::usage)?;
     let metrics = metrics::install()?;
     let options = global.options()?;
-    let url = global.backend_url()?;
+    let url = service_url(&global.backend_url()?);
     let backend = distlock::connect(&url).await.map_err(|e| Failure {
         code: EXIT_BACKEND,
         message: format!("{e} (backend {})", distlock::redact(&url)),
@@ -307,4 +307,67 @@ fn read_token(path: &PathBuf) -> Result<String, Failure> {
         )));
     }
     Ok(token.to_owned())
+}
+
+/// The connections to a `redis://` server that the service opens at most, unless its URL says
+/// `max_connections`: the service carries the lock calls of all its clients, and with few
+/// connections the calls that arrive together wait in line and go out in one write, so that
+/// the service and the server read and write once for several calls (measured in
+/// `bench/http/README.md`, "A small Redis pool for the service").
+const SERVICE_REDIS_CONNECTIONS: usize = 4;
+
+/// `url`, with `max_connections=`[`SERVICE_REDIS_CONNECTIONS`] added to a `redis://` URL that
+/// does not set it.
+fn service_url(url: &str) -> String {
+    let plain_redis = url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("redis://"));
+    let query = url.split_once('?').map(|(_, q)| q);
+    let set = query.is_some_and(|q| {
+        q.split('&')
+            .any(|p| p.split('=').next() == Some("max_connections"))
+    });
+    if !plain_redis || set {
+        return url.to_owned();
+    }
+    let join = match query {
+        None => "?",
+        Some("") => "",
+        Some(q) if q.ends_with('&') => "",
+        Some(_) => "&",
+    };
+    format!("{url}{join}max_connections={SERVICE_REDIS_CONNECTIONS}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service_url;
+
+    #[test]
+    fn a_redis_url_gets_a_small_pool_unless_it_sets_one() {
+        let cases = [
+            ("redis://h:6379", "redis://h:6379?max_connections=4"),
+            ("REDIS://h/2", "REDIS://h/2?max_connections=4"),
+            ("redis://h?", "redis://h?max_connections=4"),
+            (
+                "redis://h?hold_slice=5ms",
+                "redis://h?hold_slice=5ms&max_connections=4",
+            ),
+            (
+                "redis://h?max_connections=32",
+                "redis://h?max_connections=32",
+            ),
+            (
+                "redis://h?hold_slice=5ms&max_connections=1",
+                "redis://h?hold_slice=5ms&max_connections=1",
+            ),
+            ("rediss://h:6380", "rediss://h:6380"),
+            ("redis+sentinel://h/m", "redis+sentinel://h/m"),
+            ("memory://", "memory://"),
+            ("etcd://h:2379", "etcd://h:2379"),
+        ];
+        for (given, used) in cases {
+            assert_eq!(service_url(given), used, "{given}");
+        }
+    }
 }

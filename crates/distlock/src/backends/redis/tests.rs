@@ -168,3 +168,45 @@ fn taking_its_own_reservation_leaves_the_queue() {
         server.cli(&["DEL", lock]).unwrap();
     }
 }
+
+#[test]
+fn max_connections_is_a_number_from_1_to_the_bound_on_redis_urls_only() {
+    use super::transport::parse_max_connections;
+    use super::MAX_CONNECTIONS;
+    use crate::Error;
+    use futures_util::FutureExt;
+
+    let base = "redis://127.0.0.1:6379";
+    assert_eq!(parse_max_connections(base, "1").unwrap(), 1);
+    assert_eq!(parse_max_connections(base, "4").unwrap(), 4);
+    assert_eq!(
+        parse_max_connections("REDIS://h", &MAX_CONNECTIONS.to_string()).unwrap(),
+        MAX_CONNECTIONS
+    );
+    let refused = |url: &str| match crate::connect(url).now_or_never() {
+        Some(Err(Error::InvalidConfig(m))) => m,
+        Some(Err(e)) => panic!("{url}: {e:?}"),
+        Some(Ok(_)) => panic!("{url}: connected"),
+        None => panic!("{url}: did not answer at once"),
+    };
+    for bad in ["0", "-1", "1025", "x", "", "99999999999999999999999"] {
+        let m = refused(&format!("{base}?max_connections={bad}"));
+        assert!(
+            m.contains("max_connections") && m.contains("1024"),
+            "{bad}: {m}"
+        );
+    }
+    let m = refused("rediss://127.0.0.1:6379?max_connections=4");
+    assert!(m.contains("only redis://"), "{m}");
+    // Set in code, the same bounds.
+    for n in [0, MAX_CONNECTIONS + 1] {
+        let options = super::RedisOptions {
+            max_connections: n,
+            ..Default::default()
+        };
+        match super::RedisBackend::build(base, options) {
+            Err(Error::InvalidConfig(m)) => assert!(m.contains("max_connections"), "{m}"),
+            other => panic!("{n}: {:?}", other.err()),
+        }
+    }
+}

@@ -9,7 +9,7 @@ use redis::{ErrorKind, RedisError, Value};
 
 use super::resp::{Reply, RespError};
 use super::scripts::Lua;
-use super::{RedisBackend, RedisOptions, KIND};
+use super::{RedisBackend, RedisOptions, KIND, MAX_CONNECTIONS};
 use crate::error::{Error, Result};
 use crate::url::{Params, RawUrl, UserInfo};
 
@@ -553,5 +553,26 @@ impl<'k> TopologyUrl<'k> {
             allow_insecure_auth || options.allow_insecure_auth,
         )?;
         NodeAccess::new(what, raw.userinfo, tls, ca_file)
+    }
+}
+
+/// The `max_connections` parameter of the URL `base`: a number from 1 to
+/// [`MAX_CONNECTIONS`], on `redis://` only (`rediss://` has no pool to bound).
+pub(super) fn parse_max_connections(base: &str, value: &str) -> Result<usize> {
+    if !base
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("redis://"))
+    {
+        return Err(Error::config(
+            "redis max_connections: only redis:// has a pool of connections to bound (rediss:// \
+             shares one multiplexed connection)",
+        ));
+    }
+    match value.parse::<usize>() {
+        Ok(n @ 1..=MAX_CONNECTIONS) => Ok(n),
+        _ => Err(Error::config(format!(
+            "redis max_connections {}: expected a number from 1 to {MAX_CONNECTIONS}",
+            crate::ShortKey(value)
+        ))),
     }
 }

@@ -12,7 +12,8 @@ use super::codec::encode;
 use super::conn::Conn;
 use super::{ConnInfo, Reply, RespError};
 
-/// Connections to one server: at most [`MAX_OPEN`] in use at once, all kept once opened.
+/// Connections to one server: at most `max_open` ([`MAX_OPEN`] unless set) in use at once, all
+/// kept once opened.
 ///
 /// A request that finds every connection in use waits in [`Line`], and goes out with the
 /// others waiting there in one write, on the next connection that comes free: under load the
@@ -30,16 +31,18 @@ pub(crate) struct Pool {
     pub(super) master: Mutex<Option<String>>,
     /// Counts [`Pool::clear`]s: a connection opened before the last one is not kept.
     generation: AtomicU64,
+    /// The most connections open at once, in use or idle.
+    max_open: usize,
 }
 
-const MAX_IDLE: usize = MAX_OPEN;
-const MAX_OPEN: usize = 32;
+/// The default of `max_open`.
+pub(crate) const MAX_OPEN: usize = 32;
 /// The most requests one batch carries, so that its reply, and so each caller's, stays prompt.
 const MAX_BATCH: usize = 256;
 
 #[derive(Default)]
 struct Line {
-    /// Connections in use (or being opened), at most [`MAX_OPEN`].
+    /// Connections in use (or being opened), at most the pool's `max_open`.
     busy: usize,
     /// Requests waiting for a connection, first come first sent.
     waiting: VecDeque<Waiting>,
@@ -74,7 +77,14 @@ impl Pool {
             line: Mutex::new(Line::default()),
             master: Mutex::new(None),
             generation: AtomicU64::new(0),
+            max_open: MAX_OPEN,
         }
+    }
+
+    /// At most `max_open` connections (at least 1) instead of [`MAX_OPEN`].
+    pub(crate) fn with_max_open(mut self, max_open: usize) -> Self {
+        self.max_open = max_open.max(1);
+        self
     }
 
     /// Sends each command of `cmds` in one write and returns their replies in order. Error
@@ -99,7 +109,7 @@ impl Pool {
         // Decided under the lock, waited for after it (a `MutexGuard` is not `Send`).
         let queued = {
             let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
-            if line.busy < MAX_OPEN {
+            if line.busy < self.max_open {
                 line.busy += 1;
                 Err(request)
             } else {
@@ -151,7 +161,7 @@ impl Pool {
                 // Only a connection whose replies were all read comes here: it is in step.
                 if let Some(c) = conn {
                     let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                    if idle.len() < MAX_IDLE
+                    if idle.len() < self.max_open
                         && c.generation == self.generation.load(Ordering::Acquire)
                     {
                         idle.push(c);

@@ -87,6 +87,61 @@ async fn concurrent_requests_get_their_own_replies_over_few_connections() {
     assert_eq!(busy(&pool), (0, 0));
 }
 
+/// With `max_open` set, hundreds of concurrent requests never have more than that many
+/// connections in use, and the server never sees more opened: the rest wait in line and go
+/// out batched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_bounded_below_the_default_opens_no_more_connections_than_its_bound() {
+    let server = RedisServer::start().expect("redis-server must be installed");
+    let pool = Arc::new(
+        Arc::into_inner(pool(&server))
+            .expect("one owner")
+            .with_max_open(3),
+    );
+    // Counts from here: the connections of the server's start-up checks are not the pool's.
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    // The most connections in use at once, seen by a task that looks while they run.
+    let watch = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            for _ in 0..2000 {
+                most = most.max(busy(&pool).0);
+                tokio::task::yield_now().await;
+            }
+            most
+        })
+    };
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let key = format!("k{i}");
+                let incr: [&[u8]; 2] = [b"INCR", key.as_bytes()];
+                assert_eq!(pool.pipeline(&[incr]).await.unwrap(), vec![Reply::Int(1)]);
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let most = watch.await.unwrap();
+    assert!(most <= 3, "{most} connections in use at once");
+    let info = server.cli(&["INFO"]).unwrap();
+    let stat = |name: &str| -> usize {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in INFO"))
+    };
+    // Every connection the server accepted since the reset: the pool's and `INFO`'s.
+    let opened = stat("total_connections_received");
+    assert!(opened <= 3 + 1, "{opened} connections opened");
+    assert!(opened > 1, "the pool opened none");
+    assert_eq!(busy(&pool), (0, 0));
+    assert_eq!(pool.idle.lock().unwrap().len(), opened - 1);
+}
+
 /// A request whose caller gives up while it waits in line is never sent, and its
 /// place is gone; the connections come back once their requests are answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
