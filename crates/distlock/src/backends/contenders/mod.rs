@@ -8,6 +8,7 @@
 //! keep what they know of their own entries in one [`Table`] per backend, by owner token; and
 //! show a key's holders the same way ([`describe`]).
 
+pub(crate) mod attempt;
 pub(crate) mod reaper;
 mod table;
 mod verdict;

@@ -9,6 +9,7 @@ use super::session::Session;
 use super::state::{Entry, Phase, Shared, Slot};
 use super::watch::WatchTarget;
 use crate::backend::{Attempt, LockKind, LockName, Token};
+use crate::backends::contenders::attempt::{attempt, Look as Next, Round};
 use crate::backends::contenders::reaper::retry_until_gone;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -107,296 +108,20 @@ impl Shared {
             e.name = Some(name);
         }
         let kind = e.name.as_ref().map_or(LockKind::Mutex, LockName::kind);
-        // Readers and permits look at every key before theirs; a mutex or writer only at the
-        // oldest and at its predecessor.
-        let shares = !kind.is_exclusive();
-        let mut rounds = 0;
-        loop {
-            rounds += 1;
-            if rounds > 8 {
-                // The queue keeps changing under us; the registry comes back after the next
-                // notification or poll. Busy is always safe.
-                return Ok(Attempt::BUSY);
-            }
-            let (verdict, ahead, at) = if e.phase == Phase::New {
-                // A queued key that finds older keys waits on a short waiter lease (named after
-                // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
-                // queue within the waiter ttl; a key that holds at once goes on a session of its
-                // lease. Both names are reserved until the transaction says which one it is.
-                let class = class_of(lease, self.opts.min_session_ttl);
-                if e.session
-                    .as_ref()
-                    .is_some_and(|s| s.is_dead() || s.class != class)
-                {
-                    detach(e);
-                    if let Some(old) = e.session.take() {
-                        old.remove_user(&e.dir, token);
-                    }
-                }
-                let named = match e.session.clone() {
-                    Some(s) => s,
-                    None => {
-                        let s = self.session_of_class(&e.dir, token, class).await?;
-                        e.session = Some(s.clone());
-                        s
-                    }
-                };
-                let wclass = waiter_class(self.opts.waiter_ttl);
-                // The waiter name a create whose answer was lost may have used is still ours.
-                let earlier = e.alt.as_ref().map(|(_, w)| w.clone());
-                let waiter = match (queued && class > wclass, earlier) {
-                    (false, _) => None,
-                    (true, Some(w)) if !w.is_dead() => Some(w),
-                    (true, _) => Some(self.session_of_class(&e.dir, token, wclass).await?),
-                };
-                let key_s = key_of(kind, &e.dir, named.id);
-                let key_w = waiter.as_ref().map(|w| key_of(kind, &e.dir, w.id));
-                // A permit reads the others' numbers of permits in their values.
-                let queue = || match kind {
-                    LockKind::Semaphore { .. } => with_values(ascending(&e.dir)),
-                    _ => ascending(&e.dir),
-                };
-                let mut absent = vec![pb::create_revision_is(key_s.as_bytes(), 0)];
-                let mut read = vec![pb::op_range(pb::range_key(key_s.as_bytes()))];
-                let put = match (&waiter, &key_w) {
-                    (Some(w), Some(kw)) => {
-                        absent.push(pb::create_revision_is(kw.as_bytes(), 0));
-                        read.push(pb::op_range(pb::range_key(kw.as_bytes())));
-                        pb::op_txn(pb::txn(
-                            vec![pb::range_is_empty(
-                                e.dir.as_bytes(),
-                                pb::prefix_end(e.dir.as_bytes()),
-                            )],
-                            vec![pb::op_put(key_s.as_bytes(), &e.value, named.id)],
-                            vec![pb::op_put(kw.as_bytes(), &e.value, w.id)],
-                        ))
-                    }
-                    _ => pb::op_put(key_s.as_bytes(), &e.value, named.id),
-                };
-                let n_read = read.len();
-                read.push(pb::op_range(queue()));
-                // A mutex or writer whose key is new sees its predecessor among the newest keys.
-                let after_put = match shares {
-                    true => queue(),
-                    false => newest(&e.dir),
-                };
-                let txn = pb::txn(absent, vec![put, pb::op_range(after_put)], read);
-                e.maybe_created = true;
-                let resp = match self.client.txn(txn).await {
-                    Ok(r) => r,
-                    Err(err) if is_lease_not_found(&err) => {
-                        e.maybe_created = false;
-                        // One of the two leases is gone: a keep-alive finds out which (and
-                        // retires it), and the next round picks a live one.
-                        let t = self.opts.request_timeout;
-                        let _ = named.keep_alive_now(t).await;
-                        if let Some(w) = &waiter {
-                            let _ = w.keep_alive_now(t).await;
-                            w.remove_user(&e.dir, token);
-                        }
-                        continue;
-                    }
-                    Err(err) => {
-                        // Either name may exist now: keep both for the clean-up.
-                        e.key = key_s;
-                        e.alt = waiter.zip(key_w).map(|(w, k)| (k, w));
-                        return Err(map_err(err));
-                    }
-                };
-                if let Some((_, w)) = e.alt.take() {
-                    if waiter.as_ref().is_none_or(|x| !Arc::ptr_eq(x, &w)) {
-                        w.remove_user(&e.dir, token);
-                    }
-                }
-                // Which of the two keys is ours: (its session, whether it is the waiter's).
-                let (rev, on_waiter) = if resp.succeeded {
-                    let waits = waiter.is_some()
-                        && pb::txn_at(&resp, 0).is_some_and(|inner| !inner.succeeded);
-                    (resp.header.as_ref().map_or(0, |h| h.revision), waits)
-                } else {
-                    let found = (0..n_read).find_map(|i| {
-                        let kv = pb::range_at(&resp, i).and_then(|g| g.kvs.first())?;
-                        Some((i == 1, kv.clone()))
-                    });
-                    match found {
-                        Some((w, kv)) if kv.value == e.value => (kv.create_revision, w),
-                        Some(_) => {
-                            e.maybe_created = false;
-                            if let Some(w) = &waiter {
-                                w.remove_user(&e.dir, token);
-                            }
-                            return Err(Error::backend(
-                                KIND,
-                                format!(
-                                    "key {key_s} belongs to another owner (lease id collision)"
-                                ),
-                            ));
-                        }
-                        // Deleted in between: try again.
-                        None => {
-                            if let Some(w) = &waiter {
-                                w.remove_user(&e.dir, token);
-                            }
-                            continue;
-                        }
-                    }
-                };
-                match (on_waiter, waiter, key_w) {
-                    (true, Some(w), Some(kw)) => {
-                        detach(e);
-                        named.remove_user(&e.dir, token);
-                        e.key = kw;
-                        e.session = Some(w.clone());
-                        attach(e, w);
-                    }
-                    (_, w, _) => {
-                        if let Some(w) = w {
-                            w.remove_user(&e.dir, token);
-                        }
-                        e.key = key_s;
-                        attach(e, named);
-                    }
-                }
-                let asc_at = if resp.succeeded { 1 } else { n_read };
-                e.maybe_created = false;
-                e.create_rev = rev;
-                e.phase = Phase::Queued;
-                let Some(asc) = pb::range_at(&resp, asc_at) else {
-                    return Err(Error::backend(KIND, "short transaction reply"));
-                };
-                let at = resp.header.as_ref().map_or(0, |h| h.revision);
-                let (verdict, ahead) = if shares {
-                    let before = self.before(&e.dir, rev, Some(asc)).await?;
-                    (judge(kind, &e.dir, &before), count(before.len()))
-                } else if resp.succeeded {
-                    self.view_behind(&e.dir, rev, asc).await?
-                } else {
-                    (self.view(&e.dir, rev, asc).await?, ahead_of(asc, rev))
-                };
-                (verdict, ahead, at)
-            } else if !shares {
-                // Only a waiter that may be at the head (woken since its last look, or next in
-                // line then) checks for it in the look, at the cost of a second read of the
-                // directory when it is not: a far waiter's poll reads it once.
-                let (was_ahead, gen) = e.seen;
-                let head = gen != slot.signal.generation() || was_ahead.is_none_or(|a| a <= 1);
-                match self.look_behind(e, lease, head).await? {
-                    Look::Gone => {
-                        tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
-                        e.requeue();
-                        continue;
-                    }
-                    Look::Again => continue,
-                    Look::Seen(verdict, ahead, at) => (verdict, ahead, at),
-                }
-            } else {
-                // Queued (or held): one linearizable read confirms the own key and ranges the
-                // queue around it (for a reader or permit: every key before it).
-                let txn = pb::txn(
-                    vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
-                    vec![pb::op_range(every_before(&e.dir, e.create_rev))],
-                    vec![],
-                );
-                let resp = self.txn(txn).await?;
-                let at = resp.header.as_ref().map_or(0, |h| h.revision);
-                if !resp.succeeded {
-                    tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
-                    e.requeue();
-                    continue;
-                }
-                let Some(all) = pb::range_at(&resp, 0) else {
-                    return Err(Error::backend(KIND, "short transaction reply"));
-                };
-                let before = kinds::queued(e.dir.as_bytes(), &all.kvs, false);
-                (judge(kind, &e.dir, &before), count(before.len()), at)
-            };
-            // Every branch above leaves the key's create revision in the entry.
-            let rev = e.create_rev;
-            let pred = match verdict {
-                Verdict::Gone => {
-                    // Our own key is always in the queue; an empty view means it just went.
-                    e.requeue();
-                    continue;
-                }
-                Verdict::Disagrees(other) => {
-                    let permits = kind.max_holders();
-                    self.delete_and_forget(slot, e, token, false).await;
-                    return Err(Error::config(format!(
-                        "semaphore {} has holders with {other} permits; this one asks for \
-                         {permits}",
-                        crate::ShortKey(e.dir.trim_end_matches('/'))
-                    )));
-                }
-                Verdict::Holds => None,
-                Verdict::Waits(target) => Some(Some(target)),
-                Verdict::Unclear => Some(None),
-            };
-            let Some(pred) = pred else {
-                if !self.on_holder_session(e, rev, lease).await? {
-                    continue;
-                }
-                // The server keeps the key at least until the last confirmed keep-alive plus
-                // the TTL; make sure that covers the lease the registry counts from `sent`.
-                let Some(attached) = e.attached.clone() else {
-                    return Err(Error::backend(KIND, "internal: no session for the key"));
-                };
-                if attached.confirmed() + attached.ttl < sent + lease {
-                    match attached.keep_alive_now(self.opts.request_timeout).await? {
-                        true => {}
-                        false => {
-                            self.session_died(&attached);
-                            e.requeue();
-                            continue;
-                        }
-                    }
-                }
-                e.phase = Phase::Held;
-                let deadline = sent + lease;
-                e.deadline = Some(deadline);
-                if let Some(w) = slot.take_watch() {
-                    self.watches.cancel(w);
-                }
-                self.reap_at(token, deadline);
-                return Ok(Attempt::Acquired {
-                    fence: u64::try_from(rev).unwrap_or(0),
-                });
-            };
-            if !queued {
-                let unused = !slot.subscribed();
-                self.delete_and_forget(slot, e, token, unused).await;
-                return Ok(Attempt::BUSY);
-            }
-            e.phase = Phase::Queued;
-            e.pred = pred.clone();
-            e.seen = (ahead, slot.signal.generation());
-            let Some(pred) = pred else {
-                // The holder is older than us, so somebody precedes us; the ranges raced with
-                // a change of the queue. Look again.
-                continue;
-            };
-            if !slot.subscribed() || slot.watches(&pred) {
-                // The watch on the predecessor wakes this waiter in turn.
-                return Ok(Attempt::Busy {
-                    retry_after: None,
-                    ahead,
-                });
-            }
-            if ahead.is_some_and(|a| a >= FAR_BACK) {
-                // Far back, the predecessor goes only after many hand-overs: watch it from just
-                // after the read that found it, so that a change since then fires too, and
-                // spare the second read (each ranges the whole directory on the server). A
-                // watch from an older revision than the server's is caught up only every
-                // 100 ms (etcd's unsynced watchers), too late for a predecessor that goes soon.
-                self.watch_pred(slot, pred, at).await?;
-                return Ok(Attempt::Busy {
-                    retry_after: None,
-                    ahead,
-                });
-            }
-            // Watch the predecessor from now on, then look again: if it went before the watch
-            // started, the next read shows it.
-            self.watch_pred(slot, pred, 0).await?;
-        }
+        let mut round = EtcdRound {
+            shared: self,
+            slot,
+            e,
+            token,
+            lease,
+            queued,
+            kind,
+            sent,
+            at: 0,
+        };
+        // Past eight looks that found the queue changing, the registry comes back after the
+        // next notification or poll: busy is always safe.
+        attempt(&mut round, queued, 8).await
     }
 
     /// One look at the queue by the queued key of `e` (a mutex's or writer's), in one
@@ -719,5 +444,315 @@ impl Shared {
                 ))
             }
         }
+    }
+}
+
+/// One attempt of the key of an entry, on the family's attempt loop.
+struct EtcdRound<'a> {
+    shared: &'a Shared,
+    slot: &'a Arc<Slot>,
+    e: &'a mut Entry,
+    token: Token,
+    lease: Duration,
+    queued: bool,
+    kind: LockKind,
+    /// When the attempt started: the registry counts the lease from then.
+    sent: Instant,
+    /// The revision of the last look's read.
+    at: i64,
+}
+
+impl Round for EtcdRound<'_> {
+    /// The key (or, for a permit behind as many permits as it has, the range of permits) to
+    /// watch; none when the ranges raced with a change of the queue (the holder is older, so
+    /// somebody precedes it): look again.
+    type Wait = Option<WatchTarget>;
+
+    async fn look(&mut self) -> Result<Next<Option<WatchTarget>>> {
+        let (s, slot, e) = (self.shared, self.slot, &mut *self.e);
+        let (token, lease, queued, kind) = (self.token, self.lease, self.queued, self.kind);
+        // Readers and permits look at every key before theirs; a mutex or writer only at the
+        // oldest and at its predecessor.
+        let shares = !kind.is_exclusive();
+
+        let (verdict, ahead, at) = if e.phase == Phase::New {
+            // A queued key that finds older keys waits on a short waiter lease (named after
+            // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
+            // queue within the waiter ttl; a key that holds at once goes on a session of its
+            // lease. Both names are reserved until the transaction says which one it is.
+            let class = class_of(lease, s.opts.min_session_ttl);
+            if e.session
+                .as_ref()
+                .is_some_and(|s| s.is_dead() || s.class != class)
+            {
+                detach(e);
+                if let Some(old) = e.session.take() {
+                    old.remove_user(&e.dir, token);
+                }
+            }
+            let named = match e.session.clone() {
+                Some(s) => s,
+                None => {
+                    let s = s.session_of_class(&e.dir, token, class).await?;
+                    e.session = Some(s.clone());
+                    s
+                }
+            };
+            let wclass = waiter_class(s.opts.waiter_ttl);
+            // The waiter name a create whose answer was lost may have used is still ours.
+            let earlier = e.alt.as_ref().map(|(_, w)| w.clone());
+            let waiter = match (queued && class > wclass, earlier) {
+                (false, _) => None,
+                (true, Some(w)) if !w.is_dead() => Some(w),
+                (true, _) => Some(s.session_of_class(&e.dir, token, wclass).await?),
+            };
+            let key_s = key_of(kind, &e.dir, named.id);
+            let key_w = waiter.as_ref().map(|w| key_of(kind, &e.dir, w.id));
+            // A permit reads the others' numbers of permits in their values.
+            let queue = || match kind {
+                LockKind::Semaphore { .. } => with_values(ascending(&e.dir)),
+                _ => ascending(&e.dir),
+            };
+            let mut absent = vec![pb::create_revision_is(key_s.as_bytes(), 0)];
+            let mut read = vec![pb::op_range(pb::range_key(key_s.as_bytes()))];
+            let put = match (&waiter, &key_w) {
+                (Some(w), Some(kw)) => {
+                    absent.push(pb::create_revision_is(kw.as_bytes(), 0));
+                    read.push(pb::op_range(pb::range_key(kw.as_bytes())));
+                    pb::op_txn(pb::txn(
+                        vec![pb::range_is_empty(
+                            e.dir.as_bytes(),
+                            pb::prefix_end(e.dir.as_bytes()),
+                        )],
+                        vec![pb::op_put(key_s.as_bytes(), &e.value, named.id)],
+                        vec![pb::op_put(kw.as_bytes(), &e.value, w.id)],
+                    ))
+                }
+                _ => pb::op_put(key_s.as_bytes(), &e.value, named.id),
+            };
+            let n_read = read.len();
+            read.push(pb::op_range(queue()));
+            // A mutex or writer whose key is new sees its predecessor among the newest keys.
+            let after_put = match shares {
+                true => queue(),
+                false => newest(&e.dir),
+            };
+            let txn = pb::txn(absent, vec![put, pb::op_range(after_put)], read);
+            e.maybe_created = true;
+            let resp = match s.client.txn(txn).await {
+                Ok(r) => r,
+                Err(err) if is_lease_not_found(&err) => {
+                    e.maybe_created = false;
+                    // One of the two leases is gone: a keep-alive finds out which (and
+                    // retires it), and the next round picks a live one.
+                    let t = s.opts.request_timeout;
+                    let _ = named.keep_alive_now(t).await;
+                    if let Some(w) = &waiter {
+                        let _ = w.keep_alive_now(t).await;
+                        w.remove_user(&e.dir, token);
+                    }
+                    return Ok(Next::Again);
+                }
+                Err(err) => {
+                    // Either name may exist now: keep both for the clean-up.
+                    e.key = key_s;
+                    e.alt = waiter.zip(key_w).map(|(w, k)| (k, w));
+                    return Err(map_err(err));
+                }
+            };
+            if let Some((_, w)) = e.alt.take() {
+                if waiter.as_ref().is_none_or(|x| !Arc::ptr_eq(x, &w)) {
+                    w.remove_user(&e.dir, token);
+                }
+            }
+            // Which of the two keys is ours: (its session, whether it is the waiter's).
+            let (rev, on_waiter) = if resp.succeeded {
+                let waits =
+                    waiter.is_some() && pb::txn_at(&resp, 0).is_some_and(|inner| !inner.succeeded);
+                (resp.header.as_ref().map_or(0, |h| h.revision), waits)
+            } else {
+                let found = (0..n_read).find_map(|i| {
+                    let kv = pb::range_at(&resp, i).and_then(|g| g.kvs.first())?;
+                    Some((i == 1, kv.clone()))
+                });
+                match found {
+                    Some((w, kv)) if kv.value == e.value => (kv.create_revision, w),
+                    Some(_) => {
+                        e.maybe_created = false;
+                        if let Some(w) = &waiter {
+                            w.remove_user(&e.dir, token);
+                        }
+                        return Err(Error::backend(
+                            KIND,
+                            format!("key {key_s} belongs to another owner (lease id collision)"),
+                        ));
+                    }
+                    // Deleted in between: try again.
+                    None => {
+                        if let Some(w) = &waiter {
+                            w.remove_user(&e.dir, token);
+                        }
+                        return Ok(Next::Again);
+                    }
+                }
+            };
+            match (on_waiter, waiter, key_w) {
+                (true, Some(w), Some(kw)) => {
+                    detach(e);
+                    named.remove_user(&e.dir, token);
+                    e.key = kw;
+                    e.session = Some(w.clone());
+                    attach(e, w);
+                }
+                (_, w, _) => {
+                    if let Some(w) = w {
+                        w.remove_user(&e.dir, token);
+                    }
+                    e.key = key_s;
+                    attach(e, named);
+                }
+            }
+            let asc_at = if resp.succeeded { 1 } else { n_read };
+            e.maybe_created = false;
+            e.create_rev = rev;
+            e.phase = Phase::Queued;
+            let Some(asc) = pb::range_at(&resp, asc_at) else {
+                return Err(Error::backend(KIND, "short transaction reply"));
+            };
+            let at = resp.header.as_ref().map_or(0, |h| h.revision);
+            let (verdict, ahead) = if shares {
+                let before = s.before(&e.dir, rev, Some(asc)).await?;
+                (judge(kind, &e.dir, &before), count(before.len()))
+            } else if resp.succeeded {
+                s.view_behind(&e.dir, rev, asc).await?
+            } else {
+                (s.view(&e.dir, rev, asc).await?, ahead_of(asc, rev))
+            };
+            (verdict, ahead, at)
+        } else if !shares {
+            // Only a waiter that may be at the head (woken since its last look, or next in
+            // line then) checks for it in the look, at the cost of a second read of the
+            // directory when it is not: a far waiter's poll reads it once.
+            let (was_ahead, gen) = e.seen;
+            let head = gen != slot.signal.generation() || was_ahead.is_none_or(|a| a <= 1);
+            match s.look_behind(e, lease, head).await? {
+                Look::Gone => {
+                    tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
+                    e.requeue();
+                    return Ok(Next::Again);
+                }
+                Look::Again => return Ok(Next::Again),
+                Look::Seen(verdict, ahead, at) => (verdict, ahead, at),
+            }
+        } else {
+            // Queued (or held): one linearizable read confirms the own key and ranges the
+            // queue around it (for a reader or permit: every key before it).
+            let txn = pb::txn(
+                vec![pb::create_revision_is(e.key.as_bytes(), e.create_rev)],
+                vec![pb::op_range(every_before(&e.dir, e.create_rev))],
+                vec![],
+            );
+            let resp = s.txn(txn).await?;
+            let at = resp.header.as_ref().map_or(0, |h| h.revision);
+            if !resp.succeeded {
+                tracing::debug!(key = %e.key, "own key gone while waiting (lease expired or key deleted); queueing again");
+                e.requeue();
+                return Ok(Next::Again);
+            }
+            let Some(all) = pb::range_at(&resp, 0) else {
+                return Err(Error::backend(KIND, "short transaction reply"));
+            };
+            let before = kinds::queued(e.dir.as_bytes(), &all.kvs, false);
+            (judge(kind, &e.dir, &before), count(before.len()), at)
+        };
+        self.at = at;
+        // Every look leaves the key's create revision in the entry.
+        Ok(match verdict {
+            Verdict::Gone => {
+                // Our own key is always in the queue; an empty view means it just went.
+                e.requeue();
+                Next::Again
+            }
+            Verdict::Disagrees(other) => Next::Disagrees(other),
+            Verdict::Holds => Next::Holds(u64::try_from(e.create_rev).unwrap_or(0)),
+            Verdict::Waits(target) => Next::Waits(Some(target), ahead),
+            Verdict::Unclear => Next::Waits(None, ahead),
+        })
+    }
+
+    async fn hold(&mut self) -> Result<bool> {
+        let (s, e, lease) = (self.shared, &mut *self.e, self.lease);
+        let rev = e.create_rev;
+        if !s.on_holder_session(e, rev, lease).await? {
+            return Ok(false);
+        }
+        // The server keeps the key at least until the last confirmed keep-alive plus the TTL;
+        // make sure that covers the lease the registry counts from `sent`.
+        let Some(attached) = e.attached.clone() else {
+            return Err(Error::backend(KIND, "internal: no session for the key"));
+        };
+        if attached.confirmed() + attached.ttl < self.sent + lease
+            && !attached.keep_alive_now(s.opts.request_timeout).await?
+        {
+            s.session_died(&attached);
+            e.requeue();
+            return Ok(false);
+        }
+        e.phase = Phase::Held;
+        let deadline = self.sent + lease;
+        e.deadline = Some(deadline);
+        if let Some(w) = self.slot.take_watch() {
+            s.watches.cancel(w);
+        }
+        s.reap_at(self.token, deadline);
+        Ok(true)
+    }
+
+    async fn leave(&mut self) -> Result<()> {
+        let unused = !self.slot.subscribed();
+        let (s, e) = (self.shared, &mut *self.e);
+        s.delete_and_forget(self.slot, e, self.token, unused).await;
+        Ok(())
+    }
+
+    async fn refuse(&mut self, other: u32) -> Error {
+        let permits = self.kind.max_holders();
+        let (s, e) = (self.shared, &mut *self.e);
+        s.delete_and_forget(self.slot, e, self.token, false).await;
+        Error::config(format!(
+            "semaphore {} has holders with {other} permits; this one asks for {permits}",
+            crate::ShortKey(e.dir.trim_end_matches('/'))
+        ))
+    }
+
+    async fn wait(&mut self, pred: Option<WatchTarget>, ahead: Option<u32>) -> Result<bool> {
+        let (s, slot, e) = (self.shared, self.slot, &mut *self.e);
+        e.phase = Phase::Queued;
+        e.pred = pred.clone();
+        e.seen = (ahead, slot.signal.generation());
+        let Some(pred) = pred else {
+            return Ok(false);
+        };
+        if !slot.subscribed() || slot.watches(&pred) {
+            // The watch on the predecessor wakes this waiter in turn.
+            return Ok(true);
+        }
+        if ahead.is_some_and(|a| a >= FAR_BACK) {
+            // Far back, the predecessor goes only after many hand-overs: watch it from just
+            // after the read that found it, so that a change since then fires too, and spare
+            // the second read (each ranges the whole directory on the server). A watch from an
+            // older revision than the server's is caught up only every 100 ms (etcd's unsynced
+            // watchers), too late for a predecessor that goes soon.
+            s.watch_pred(slot, pred, self.at).await?;
+            return Ok(true);
+        }
+        // Watch the predecessor from now on, then look again: if it went before the watch
+        // started, the next read shows it.
+        s.watch_pred(slot, pred, 0).await?;
+        Ok(false)
+    }
+
+    fn unsettled(&self) -> Result<Attempt> {
+        Ok(Attempt::BUSY)
     }
 }

@@ -4,9 +4,11 @@
 
 use super::contender::{Target, Which};
 use super::queue::{place, sort_for, Place, Role};
+use super::semaphore::lease_data;
 use super::waiters::holder_data;
 use super::watch::Watch;
 use super::*;
+use crate::backends::contenders::attempt::{attempt, Look, Round};
 
 impl Inner {
     /// One acquisition attempt; `queued` callers stay in the queue when the lock is busy.
@@ -54,21 +56,29 @@ impl Inner {
         queued: bool,
         owner: &str,
     ) -> Result<Attempt> {
-        if name.is_election() {
-            return self
-                .attempt_inner(parent, Role::Latch, token, lease, queued, owner)
-                .await;
-        }
-        match name.kind() {
-            LockKind::Semaphore { permits } => {
-                self.attempt_permit(parent, permits, token, lease, queued, owner)
-                    .await
-            }
-            other => {
-                self.attempt_inner(parent, Role::of(other), token, lease, queued, owner)
-                    .await
-            }
-        }
+        let permits = match name.kind() {
+            LockKind::Semaphore { permits } if !name.is_election() => Some(permits),
+            _ => None,
+        };
+        let (role, data) = match (name.is_election(), permits) {
+            // A candidate's node carries its bare description for life (`LeaderLatch`'s id): it
+            // is never marked as a waiter's, and it waits for its predecessor alone.
+            (true, _) => (Role::Latch, owner.as_bytes().to_vec()),
+            (false, Some(p)) => (Role::Mutex, lease_data(p, owner)),
+            (false, None) => (Role::of(name.kind()), holder_data(owner)),
+        };
+        let mut round = ZkRound {
+            inner: self,
+            parent,
+            token,
+            lease,
+            role,
+            permits,
+            data,
+            conn: None,
+            own_path: String::new(),
+        };
+        attempt(&mut round, queued, MAX_SETTLE).await
     }
 
     /// Forgets `token`'s entry if its session is not `conn`'s (its nodes ended with it).
@@ -122,138 +132,184 @@ impl Inner {
             None => false,
         }
     }
+}
 
-    /// A mutex, reader, writer or election candidate attempt (`role`) on the key's node
-    /// `parent`. A candidate's node carries its bare description for life (`LeaderLatch`'s
-    /// id): it is never marked as a waiter's, and it waits for its predecessor alone.
-    pub(super) async fn attempt_inner(
-        self: &Arc<Self>,
-        parent: &str,
-        role: Role,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-        owner: &str,
-    ) -> Result<Attempt> {
-        let latch = role == Role::Latch;
-        let data = match latch {
-            true => owner.as_bytes().to_vec(),
-            false => holder_data(owner),
-        };
-        for _ in 0..MAX_SETTLE {
-            let conn = self.lease_conn(lease).await?;
-            enum Have {
-                Creating(tokio::task::JoinHandle<Result<Created>>),
-                Known(String, i64),
-            }
-            let have = {
-                let mut nodes = self.nodes.lock();
-                Self::drop_if_other_session(&mut nodes, token, &conn);
-                match nodes.get_mut(&token) {
-                    Some(n) => match &n.phase {
-                        Phase::Created { name, czxid } => Have::Known(name.clone(), *czxid),
-                        _ => {
-                            return Err(Error::unavailable(
-                                KIND,
-                                "an earlier attempt of this acquisition is still in flight",
-                            ))
-                        }
-                    },
-                    None => {
-                        let node = self.new_node(&conn, parent, parent.to_owned(), false, &data);
-                        let id = node.id;
-                        nodes.insert(token, node);
-                        let target = Target {
-                            dir: parent.to_owned(),
-                            marker: role.marker(),
-                            data: data.clone(),
-                            lists: vec![parent.to_owned()],
-                        };
-                        Have::Creating(self.spawn_create(
-                            conn.clone(),
-                            token,
-                            id,
-                            Which::Contender,
-                            target,
+/// One attempt of a contender: a mutex's, reader's, writer's or election candidate's (`role`)
+/// node under the key's node, or a semaphore permit (`permits`, see `semaphore.rs`).
+pub(super) struct ZkRound<'a> {
+    pub(super) inner: &'a Arc<Inner>,
+    pub(super) parent: &'a str,
+    pub(super) token: Token,
+    pub(super) lease: Duration,
+    pub(super) role: Role,
+    pub(super) permits: Option<u32>,
+    /// The data of its node (a permit's: of its lease node).
+    pub(super) data: Vec<u8>,
+    /// The session of the last look, where its nodes live.
+    pub(super) conn: Option<Arc<Conn>>,
+    /// The own node of a mutex, reader, writer or candidate, found by the last look.
+    pub(super) own_path: String,
+}
+
+impl ZkRound<'_> {
+    /// The session of the last look.
+    fn conn(&self) -> Result<Arc<Conn>> {
+        self.conn
+            .clone()
+            .ok_or_else(|| Error::backend(KIND, "internal: no look before this step"))
+    }
+
+    /// The look of a mutex, reader, writer or candidate.
+    async fn look_node(&mut self) -> Result<Look<Watch>> {
+        let (inner, parent, token) = (self.inner, self.parent, self.token);
+        let (role, latch) = (self.role, self.role == Role::Latch);
+        let conn = inner.lease_conn(self.lease).await?;
+        enum Have {
+            Creating(tokio::task::JoinHandle<Result<Created>>),
+            Known(String, i64),
+        }
+        let have = {
+            let mut nodes = inner.nodes.lock();
+            Inner::drop_if_other_session(&mut nodes, token, &conn);
+            match nodes.get_mut(&token) {
+                Some(n) => match &n.phase {
+                    Phase::Created { name, czxid } => Have::Known(name.clone(), *czxid),
+                    _ => {
+                        return Err(Error::unavailable(
+                            KIND,
+                            "an earlier attempt of this acquisition is still in flight",
                         ))
                     }
+                },
+                None => {
+                    let node = inner.new_node(&conn, parent, parent.to_owned(), false, &self.data);
+                    let id = node.id;
+                    nodes.insert(token, node);
+                    let target = Target {
+                        dir: parent.to_owned(),
+                        marker: role.marker(),
+                        data: self.data.clone(),
+                        lists: vec![parent.to_owned()],
+                    };
+                    let create =
+                        inner.spawn_create(conn.clone(), token, id, Which::Contender, target);
+                    Have::Creating(create)
                 }
-            };
-            let (own, czxid, children) = match have {
-                Have::Creating(task) => {
-                    let mut created = self.created(task).await?;
-                    let children = created.listings.pop().unwrap_or_default();
-                    (created.name, created.czxid, children)
-                }
-                Have::Known(name, czxid) => {
-                    // `sync` first: a server cut off from the leader cannot confirm our place.
-                    let children = self.synced_list(&conn, parent).await?;
-                    (name, czxid, children)
-                }
-            };
-            let sorted = sort_for(role, &children);
-            // The watch on the blocker wakes this waiter in turn (see `Attempt::Busy::ahead`).
-            let ahead = sorted
-                .iter()
-                .position(|c| c.name == own)
-                .and_then(|i| u32::try_from(i).ok());
-            let blocker = match place(&sorted, &own) {
-                Place::Gone => {
-                    // Our node is gone (deleted underneath): join the queue again.
-                    if self.forget(token).is_some_and(|n| n.marked.is_some()) {
-                        self.forget_marks();
-                    }
-                    continue;
-                }
-                Place::Behind(pred) if latch => Some(Watch::Plain(format!("{parent}/{pred}"))),
-                Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
-                Place::First if latch => None,
-                Place::First => self.older_leases(&conn, parent, &children, czxid).await?,
-            };
-            let own_path = format!("{parent}/{own}");
-            let Some(blocker) = blocker else {
-                if !self.claim(&conn, token, &own_path).await? {
-                    self.forget(token); // deleted as a dead waiter's: join again
-                    continue;
-                }
-                let fence = u64::try_from(czxid).map_err(|_| {
-                    Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
-                })?;
-                self.mark_held(token, lease)?;
-                return Ok(Attempt::Acquired { fence });
-            };
-            if !queued {
-                // try_lock: leave at once.
-                match self
-                    .timed("delete", conn.client.delete(&own_path, None))
-                    .await?
-                {
-                    Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-                    Err(e) if session_gone(&e) => {}
-                    Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
-                }
-                self.forget(token);
-                return Ok(Attempt::BUSY);
             }
-            if !latch {
-                self.mark_node(&conn, token, parent, &own_path).await;
+        };
+        let (own, czxid, children) = match have {
+            Have::Creating(task) => {
+                let mut created = inner.created(task).await?;
+                let children = created.listings.pop().unwrap_or_default();
+                (created.name, created.czxid, children)
             }
-            if !self.watch(&conn, token, blocker).await? {
-                continue; // what we wait for changed meanwhile: look again
+            Have::Known(name, czxid) => {
+                // `sync` first: a server cut off from the leader cannot confirm our place.
+                let children = inner.synced_list(&conn, parent).await?;
+                (name, czxid, children)
             }
-            if !self.mark_waiting(token) {
-                continue;
+        };
+        let sorted = sort_for(role, &children);
+        // The watch on the blocker wakes this waiter in turn (see `Attempt::Busy::ahead`).
+        let ahead = sorted
+            .iter()
+            .position(|c| c.name == own)
+            .and_then(|i| u32::try_from(i).ok());
+        let blocker = match place(&sorted, &own) {
+            Place::Gone => {
+                // Our node is gone (deleted underneath): join the queue again.
+                if inner.forget(token).is_some_and(|n| n.marked.is_some()) {
+                    inner.forget_marks();
+                }
+                return Ok(Look::Again);
             }
-            return Ok(Attempt::Busy {
-                retry_after: None,
-                ahead,
-            });
+            Place::Behind(pred) if latch => Some(Watch::Plain(format!("{parent}/{pred}"))),
+            Place::Behind(pred) => Some(Watch::Node(format!("{parent}/{pred}"))),
+            Place::First if latch => None,
+            Place::First => inner.older_leases(&conn, parent, &children, czxid).await?,
+        };
+        self.own_path = format!("{parent}/{own}");
+        self.conn = Some(conn);
+        match blocker {
+            Some(blocker) => Ok(Look::Waits(blocker, ahead)),
+            None => fence_of(czxid, &own).map(Look::Holds),
         }
-        Err(Error::unavailable(
-            KIND,
-            "the lock's nodes kept changing under this attempt",
+    }
+}
+
+impl Round for ZkRound<'_> {
+    type Wait = Watch;
+
+    async fn look(&mut self) -> Result<Look<Watch>> {
+        match self.permits {
+            Some(permits) => self.look_permit(permits).await,
+            None => self.look_node().await,
+        }
+    }
+
+    async fn hold(&mut self) -> Result<bool> {
+        let (inner, token, conn) = (self.inner, self.token, self.conn()?);
+        if self.permits.is_none() && !inner.claim(&conn, token, &self.own_path).await? {
+            inner.forget(token); // deleted as a dead waiter's: join again
+            return Ok(false);
+        }
+        // A permit holder gives Curator's `locks` mutex back.
+        if let Some(gate) = inner.mark_held(token, self.lease)? {
+            inner.delete_now(&conn, gate).await;
+        }
+        Ok(true)
+    }
+
+    async fn leave(&mut self) -> Result<()> {
+        if self.permits.is_some() {
+            return self.inner.remove(self.token).await.map(|_| ());
+        }
+        let conn = self.conn()?;
+        let delete = conn.client.delete(&self.own_path, None);
+        match self.inner.timed("delete", delete).await? {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) if session_gone(&e) => {}
+            Err(e) => return Err(zk_err(e)), // the guard deletes it in the background
+        }
+        self.inner.forget(self.token);
+        Ok(())
+    }
+
+    async fn refuse(&mut self, other: u32) -> Error {
+        if let Err(e) = self.inner.remove(self.token).await {
+            return e;
+        }
+        Error::config(format!(
+            "semaphore at {} has holders with {other} permits; this one asks for {}",
+            crate::ShortKey(self.parent),
+            self.permits.unwrap_or(0)
         ))
     }
+
+    async fn wait(&mut self, what: Watch, _ahead: Option<u32>) -> Result<bool> {
+        let (inner, token, conn) = (self.inner, self.token, self.conn()?);
+        if self.permits.is_none() && self.role != Role::Latch {
+            inner
+                .mark_node(&conn, token, self.parent, &self.own_path)
+                .await;
+        }
+        Ok(inner.watch(&conn, token, what).await? && inner.mark_waiting(token))
+    }
+
+    fn unsettled(&self) -> Result<Attempt> {
+        let what = match self.permits {
+            Some(_) => "the semaphore's nodes",
+            None => "the lock's nodes",
+        };
+        let msg = format!("{what} kept changing under this attempt");
+        Err(Error::unavailable(KIND, msg))
+    }
+}
+
+/// The fence of a holder node: its `czxid`.
+pub(super) fn fence_of(czxid: i64, own: &str) -> Result<u64> {
+    u64::try_from(czxid)
+        .map_err(|_| Error::backend(KIND, format!("negative czxid {czxid} of {own}")))
 }
 
 /// Armed while an acquisition call runs: if it ends without handing the node to the registry

@@ -574,26 +574,18 @@ impl Backend for ZooKeeperBackend {
         })
     }
 
-    /// The lease is the session: `true` while the session lives and the node exists.
-    async fn extend(&self, _name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let inner = &self.inner;
-        let (conn, path) = match inner.renewal_target(token, lease)? {
-            Ok(t) => t,
-            Err(answer) => return Ok(answer),
-        };
-        let started = Instant::now();
-        // `sync` first (pipelined): a server cut off from the leader cannot answer it, so it
-        // cannot confirm a session the leader may already have expired.
-        let sync = conn.client.sync(&path);
-        let check = conn.client.check_stat(&path);
-        let (synced, checked) = inner
-            .timed("sync and exists", async { tokio::join!(sync, check) })
-            .await?;
-        let owner = synced.and(checked).map(|s| s.map(|s| s.ephemeral_owner));
-        inner.settle_renewal(&conn, token, lease, started, owner)
+    /// The lease is the session: `true` while the session lives and the node exists. A batch of
+    /// one for [`extend_many`](Backend::extend_many).
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let name = name.clone();
+        let one = self.extend_many(&[Renewal { name, token, lease }]).await;
+        let answer = one.into_iter().next();
+        answer.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered")))
     }
 
-    /// One multi-read per 256 locks (`getData` of each holder node), instead of a request each.
+    /// One multi-read per 256 locks (`getData` of each holder node), instead of a request each;
+    /// `sync` first (pipelined): a server cut off from the leader cannot answer it, so it cannot
+    /// confirm a session the leader may already have expired.
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
         let inner = &self.inner;
         let mut out: Vec<Option<Result<bool>>> = Vec::with_capacity(batch.len());
@@ -626,7 +618,7 @@ impl Backend for ZooKeeperBackend {
                     out[*i] = Some(Ok(false));
                 }
             }
-            // `sync` first, pipelined, as in `extend`.
+            // `sync` first, pipelined (see above).
             let sync = conn.client.sync(&chunk[0].2);
             let read = reader.commit();
             let results = inner

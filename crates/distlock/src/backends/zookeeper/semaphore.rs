@@ -6,6 +6,8 @@
 use super::*;
 use crate::backend::{Owner, UNKNOWN_OWNER};
 use crate::backends::contenders;
+use crate::backends::contenders::attempt::Look;
+use attempt::{fence_of, ZkRound};
 use contender::{Target, Which};
 use queue::{place, sort_contenders, sort_leases, Place};
 use watch::Watch;
@@ -13,7 +15,7 @@ use watch::Watch;
 /// The data of a distlock lease node: the semaphore's number of permits, then on a line of
 /// its own the holder's owner description. (Older distlock versions wrote the first line
 /// alone and read it whole, so they take these nodes for Curator's, of an unknown number.)
-fn lease_data(permits: u32, owner: &str) -> Vec<u8> {
+pub(super) fn lease_data(permits: u32, owner: &str) -> Vec<u8> {
     format!("{PERMITS}{permits}\n{owner}").into_bytes()
 }
 
@@ -158,190 +160,154 @@ impl Inner {
         Ok(announced)
     }
 
-    /// One attempt to take a permit of the semaphore at `parent` (Curator's acquire, one step
-    /// per call): take the `locks` mutex, create the lease, wait until the count allows it (and
-    /// no older mutex, reader or writer of the key holds), give the mutex back.
-    pub(super) async fn attempt_permit(
-        self: &Arc<Self>,
-        parent: &str,
-        permits: u32,
-        token: Token,
-        lease: Duration,
-        queued: bool,
-        owner: &str,
-    ) -> Result<Attempt> {
-        let gate_dir = format!("{parent}/{GATE_DIR}");
-        let lease_dir = format!("{parent}/{LEASE_DIR}");
-        let busy = Ok(Attempt::BUSY);
-        for _ in 0..MAX_SETTLE {
-            let conn = self.lease_conn(lease).await?;
-            enum Step {
-                /// Our node in `locks` is being created.
-                Gate(tokio::task::JoinHandle<Result<Created>>),
-                /// Our node in `locks` exists (we wait for our turn, or hold it).
-                GateKnown(String),
-                /// Our lease exists.
-                Lease(String, i64),
-            }
-            let step = {
-                let mut nodes = self.nodes.lock();
-                Self::drop_if_other_session(&mut nodes, token, &conn);
-                match nodes.get_mut(&token) {
-                    Some(n) if n.creating() => {
-                        return Err(Error::unavailable(
-                            KIND,
-                            "an earlier attempt of this acquisition is still in flight",
-                        ))
-                    }
-                    Some(n) => match (&n.phase, &n.gate) {
-                        (Phase::Created { name, czxid }, _) => Step::Lease(name.clone(), *czxid),
-                        (_, Phase::Created { name, .. }) => Step::GateKnown(name.clone()),
-                        _ => {
-                            // Nothing of it is left: start again.
-                            nodes.remove(&token);
-                            continue;
-                        }
-                    },
-                    None => {
-                        let node = self.new_node(&conn, parent, lease_dir.clone(), true, &[]);
-                        let id = node.id;
-                        nodes.insert(token, node);
-                        let target = Target {
-                            dir: gate_dir.clone(),
-                            marker: LOCK_NAME,
-                            data: Vec::new(),
-                            lists: vec![gate_dir.clone()],
-                        };
-                        Step::Gate(self.spawn_create(conn.clone(), token, id, Which::Gate, target))
-                    }
-                }
-            };
-            let (own, czxid, leases, children) = match step {
-                Step::Lease(name, czxid) => {
-                    // `sync` first: a server cut off from the leader cannot confirm the count.
-                    let (leases, children) = tokio::join!(
-                        self.synced_list(&conn, &lease_dir),
-                        self.list(&conn, parent)
-                    );
-                    (name, czxid, leases?, children?)
-                }
-                gate_step => {
-                    let (gate, locks) = match gate_step {
-                        Step::Gate(task) => {
-                            let mut created = self.created(task).await?;
-                            (created.name, created.listings.pop().unwrap_or_default())
-                        }
-                        Step::GateKnown(name) => {
-                            let locks = self.synced_list(&conn, &gate_dir).await?;
-                            (name, locks)
-                        }
-                        Step::Lease(..) => unreachable!("handled above"),
-                    };
-                    match place(&sort_contenders(&locks), &gate) {
-                        Place::Gone => {
-                            // Our turn at the mutex went (deleted underneath): start again.
-                            self.forget(token);
-                            continue;
-                        }
-                        Place::Behind(pred) => {
-                            if !queued {
-                                self.remove(token).await?;
-                                return busy;
-                            }
-                            let pred = Watch::Node(format!("{gate_dir}/{pred}"));
-                            if !self.watch(&conn, token, pred).await? || !self.mark_waiting(token) {
-                                continue;
-                            }
-                            return busy;
-                        }
-                        Place::First => {}
-                    }
-                    // Our turn: create the lease while holding the mutex.
-                    let id = {
-                        let mut nodes = self.nodes.lock();
-                        let n = nodes.get_mut(&token).ok_or_else(|| {
-                            Error::unavailable(KIND, "the acquisition was released meanwhile")
-                        })?;
-                        n.phase = Phase::Creating;
-                        n.id
-                    };
-                    let target = Target {
-                        dir: lease_dir.clone(),
-                        marker: LEASE_NAME,
-                        data: lease_data(permits, owner),
-                        lists: vec![lease_dir.clone(), parent.to_owned()],
-                    };
-                    let task = self.spawn_create(conn.clone(), token, id, Which::Contender, target);
-                    let created = self.created(task).await?;
-                    let mut listings = created.listings.into_iter();
-                    let leases = listings.next().unwrap_or_default();
-                    let children = listings.next().unwrap_or_default();
-                    (created.name, created.czxid, leases, children)
-                }
-            };
-            if !leases.contains(&own) {
-                // Our lease went (its session ended, or it was deleted): give the mutex back
-                // and start again, as Curator does.
-                self.remove(token).await?;
-                continue;
-            }
-            // On every attempt, not only the one that created the lease: an attempt whose
-            // create outlived it leaves the lease to the next one.
-            let others = self
-                .announced_permits(&conn, &lease_dir, &leases, &own)
-                .await?;
-            let kind = LockKind::Semaphore { permits };
-            let before = others
-                .into_iter()
-                .map(|p| (LockKind::Semaphore { permits: p }, ()));
-            let blocker = match contenders::verdict(kind, before) {
-                contenders::Verdict::Disagrees(other) => {
-                    self.remove(token).await?;
-                    return Err(Error::config(format!(
-                        "semaphore at {} has holders with {other} permits; this one asks for \
-                         {permits}",
-                        crate::ShortKey(parent)
-                    )));
-                }
-                contenders::Verdict::Full { .. } => Some(Watch::Children {
-                    dir: lease_dir.clone(),
-                    seen: leases,
-                }),
-                _ => {
-                    self.older_exclusive(&conn, parent, &children, czxid)
-                        .await?
-                }
-            };
-            let Some(blocker) = blocker else {
-                let fence = u64::try_from(czxid).map_err(|_| {
-                    Error::backend(KIND, format!("negative czxid {czxid} of {own}"))
-                })?;
-                if let Some(gate) = self.mark_held(token, lease)? {
-                    self.delete_now(&conn, gate).await;
-                }
-                return Ok(Attempt::Acquired { fence });
-            };
-            if !queued {
-                self.remove(token).await?;
-                return busy;
-            }
-            if !self.watch(&conn, token, blocker).await? || !self.mark_waiting(token) {
-                continue;
-            }
-            return busy;
-        }
-        Err(Error::unavailable(
-            KIND,
-            "the semaphore's nodes kept changing under this attempt",
-        ))
-    }
-
     /// Deletes `path` of `conn`'s session now, else in the background.
-    async fn delete_now(self: &Arc<Self>, conn: &Conn, path: String) {
+    pub(super) async fn delete_now(self: &Arc<Self>, conn: &Conn, path: String) {
         match self.timed("delete", conn.client.delete(&path, None)).await {
             Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NoNode)) => {}
             Ok(Err(e)) if session_gone(&e) => {}
             _ => self.delete_in_background(conn.slot, conn.session, path),
+        }
+    }
+}
+
+impl ZkRound<'_> {
+    /// The look of a semaphore permit of the key at `parent` (Curator's acquire, one step per
+    /// look): take the `locks` mutex, create the lease, wait until the count allows it (and no
+    /// older mutex, reader or writer of the key holds), give the mutex back.
+    pub(super) async fn look_permit(&mut self, permits: u32) -> Result<Look<Watch>> {
+        let (inner, parent, token) = (self.inner, self.parent, self.token);
+        let (gate_dir, lease_dir) = (
+            &format!("{parent}/{GATE_DIR}"),
+            &format!("{parent}/{LEASE_DIR}"),
+        );
+        let conn = inner.lease_conn(self.lease).await?;
+        self.conn = Some(conn.clone());
+        enum Step {
+            /// Our node in `locks` is being created.
+            Gate(tokio::task::JoinHandle<Result<Created>>),
+            /// Our node in `locks` exists (we wait for our turn, or hold it).
+            GateKnown(String),
+            /// Our lease exists.
+            Lease(String, i64),
+        }
+        let step = {
+            let mut nodes = inner.nodes.lock();
+            Inner::drop_if_other_session(&mut nodes, token, &conn);
+            match nodes.get_mut(&token) {
+                Some(n) if n.creating() => {
+                    return Err(Error::unavailable(
+                        KIND,
+                        "an earlier attempt of this acquisition is still in flight",
+                    ))
+                }
+                Some(n) => match (&n.phase, &n.gate) {
+                    (Phase::Created { name, czxid }, _) => Step::Lease(name.clone(), *czxid),
+                    (_, Phase::Created { name, .. }) => Step::GateKnown(name.clone()),
+                    _ => {
+                        // Nothing of it is left: start again.
+                        nodes.remove(&token);
+                        return Ok(Look::Again);
+                    }
+                },
+                None => {
+                    let node = inner.new_node(&conn, parent, lease_dir.clone(), true, &[]);
+                    let id = node.id;
+                    nodes.insert(token, node);
+                    let target = Target {
+                        dir: gate_dir.clone(),
+                        marker: LOCK_NAME,
+                        data: Vec::new(),
+                        lists: vec![gate_dir.clone()],
+                    };
+                    Step::Gate(inner.spawn_create(conn.clone(), token, id, Which::Gate, target))
+                }
+            }
+        };
+        let (own, czxid, leases, children) = match step {
+            Step::Lease(name, czxid) => {
+                // `sync` first: a server cut off from the leader cannot confirm the count.
+                let (leases, children) = tokio::join!(
+                    inner.synced_list(&conn, lease_dir),
+                    inner.list(&conn, parent)
+                );
+                (name, czxid, leases?, children?)
+            }
+            gate_step => {
+                let (gate, locks) = match gate_step {
+                    Step::Gate(task) => {
+                        let mut created = inner.created(task).await?;
+                        (created.name, created.listings.pop().unwrap_or_default())
+                    }
+                    Step::GateKnown(name) => {
+                        let locks = inner.synced_list(&conn, gate_dir).await?;
+                        (name, locks)
+                    }
+                    Step::Lease(..) => unreachable!("handled above"),
+                };
+                match place(&sort_contenders(&locks), &gate) {
+                    Place::Gone => {
+                        // Our turn at the mutex went (deleted underneath): start again.
+                        inner.forget(token);
+                        return Ok(Look::Again);
+                    }
+                    Place::Behind(pred) => {
+                        return Ok(Look::Waits(Watch::Node(format!("{gate_dir}/{pred}")), None))
+                    }
+                    Place::First => {}
+                }
+                // Our turn: create the lease while holding the mutex.
+                let id = {
+                    let mut nodes = inner.nodes.lock();
+                    let n = nodes.get_mut(&token).ok_or_else(|| {
+                        Error::unavailable(KIND, "the acquisition was released meanwhile")
+                    })?;
+                    n.phase = Phase::Creating;
+                    n.id
+                };
+                let target = Target {
+                    dir: lease_dir.clone(),
+                    marker: LEASE_NAME,
+                    data: self.data.clone(),
+                    lists: vec![lease_dir.clone(), parent.to_owned()],
+                };
+                let task = inner.spawn_create(conn.clone(), token, id, Which::Contender, target);
+                let created = inner.created(task).await?;
+                let mut listings = created.listings.into_iter();
+                let leases = listings.next().unwrap_or_default();
+                let children = listings.next().unwrap_or_default();
+                (created.name, created.czxid, leases, children)
+            }
+        };
+        if !leases.contains(&own) {
+            // Our lease went (its session ended, or it was deleted): give the mutex back and
+            // start again, as Curator does.
+            inner.remove(token).await?;
+            return Ok(Look::Again);
+        }
+        // On every attempt, not only the one that created the lease: an attempt whose create
+        // outlived it leaves the lease to the next one.
+        let others = inner
+            .announced_permits(&conn, lease_dir, &leases, &own)
+            .await?;
+        let kind = LockKind::Semaphore { permits };
+        let before = others
+            .into_iter()
+            .map(|p| (LockKind::Semaphore { permits: p }, ()));
+        let blocker = match contenders::verdict(kind, before) {
+            contenders::Verdict::Disagrees(other) => return Ok(Look::Disagrees(other)),
+            contenders::Verdict::Full { .. } => Some(Watch::Children {
+                dir: lease_dir.clone(),
+                seen: leases,
+            }),
+            _ => {
+                inner
+                    .older_exclusive(&conn, parent, &children, czxid)
+                    .await?
+            }
+        };
+        match blocker {
+            Some(blocker) => Ok(Look::Waits(blocker, None)),
+            None => fence_of(czxid, &own).map(Look::Holds),
         }
     }
 }
