@@ -130,7 +130,7 @@ impl Default for RedisOptions {
             spring_legacy_channel: false,
             allow_insecure_auth: false,
             hold_slice: Duration::ZERO,
-            max_connections: 32,
+            max_connections: resp::MAX_OPEN,
         }
     }
 }

@@ -556,8 +556,8 @@ impl<'k> TopologyUrl<'k> {
     }
 }
 
-/// The `max_connections` parameter of the URL `base`: a number from 1 to
-/// [`MAX_CONNECTIONS`], on `redis://` only (`rediss://` has no pool to bound).
+/// The `max_connections` parameter of the URL `base`: a number (from 1 to [`MAX_CONNECTIONS`],
+/// checked with the other options), on `redis://` only (`rediss://` has no pool to bound).
 pub(super) fn parse_max_connections(base: &str, value: &str) -> Result<usize> {
     if !base
         .get(..8)
@@ -568,11 +568,11 @@ pub(super) fn parse_max_connections(base: &str, value: &str) -> Result<usize> {
              shares one multiplexed connection)",
         ));
     }
-    match value.parse::<usize>() {
-        Ok(n @ 1..=MAX_CONNECTIONS) => Ok(n),
-        _ => Err(Error::config(format!(
+    // The range is checked with the other options, for a value set in code too.
+    value.parse::<usize>().map_err(|_| {
+        Error::config(format!(
             "redis max_connections {}: expected a number from 1 to {MAX_CONNECTIONS}",
             crate::ShortKey(value)
-        ))),
-    }
+        ))
+    })
 }

@@ -12,7 +12,7 @@ mod master;
 mod pool;
 
 pub(crate) use conn::{Subscriber, Tls};
-pub(crate) use pool::Pool;
+pub(crate) use pool::{Pool, MAX_OPEN};
 
 /// One RESP2 reply.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,6 +26,14 @@ fn busy(pool: &Pool) -> (usize, usize) {
     (line.busy, line.waiting.len())
 }
 
+/// The number `name` of an `INFO` reply.
+fn info_stat(info: &str, name: &str) -> usize {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in INFO"))
+}
+
 /// Holds every connection of `pool` for about `secs` (a `BLPOP` on a list nobody
 /// fills), and returns once they are all in use.
 async fn occupy(pool: &Arc<Pool>, secs: &str) -> Vec<tokio::task::JoinHandle<()>> {
@@ -73,12 +81,7 @@ async fn concurrent_requests_get_their_own_replies_over_few_connections() {
         t.await.unwrap();
     }
     let info = server.cli(&["INFO"]).unwrap();
-    let stat = |name: &str| -> usize {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in INFO"))
-    };
+    let stat = |name: &str| info_stat(&info, name);
     // The pool's connections and `redis-cli`'s own.
     let connected = stat("connected_clients");
     assert!(connected <= MAX_OPEN + 1, "{connected} connections");
@@ -128,12 +131,7 @@ async fn a_pool_bounded_below_the_default_opens_no_more_connections_than_its_bou
     let most = watch.await.unwrap();
     assert!(most <= 3, "{most} connections in use at once");
     let info = server.cli(&["INFO"]).unwrap();
-    let stat = |name: &str| -> usize {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in INFO"))
-    };
+    let stat = |name: &str| info_stat(&info, name);
     // Every connection the server accepted since the reset: the pool's and `INFO`'s.
     let opened = stat("total_connections_received");
     assert!(opened <= 3 + 1, "{opened} connections opened");
@@ -338,10 +336,6 @@ async fn at_the_client_limit_a_request_waits_for_the_connection_in_use() {
         Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
         r => panic!("INFO: {r:?}"),
     };
-    let rejected: usize = info
-        .lines()
-        .find_map(|l| l.strip_prefix("rejected_connections:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("rejected_connections in INFO");
+    let rejected = info_stat(&info, "rejected_connections");
     assert!(rejected >= 2, "{rejected} connections refused");
 }
