@@ -31,9 +31,12 @@ for arg in "$@"; do
     esac
 done
 
+# Each step says when it began (UTC, seconds since the start), so that a CI log shows where the
+# time goes.
+started=$SECONDS
 step() {
     echo
-    echo "==> $*"
+    echo "==> $* [$(date -u +%H:%M:%S), +$((SECONDS - started)) s]"
 }
 
 run() {
@@ -186,6 +189,7 @@ fi
 step "tests"
 if cargo nextest --version >/dev/null 2>&1; then
     run cargo nextest run --workspace --all-features --no-fail-fast
+    python3 scripts/slowest-tests.py target/nextest/default/junit.xml 12 || true
     step "doc tests"
     run cargo test --workspace --all-features --doc
 else
