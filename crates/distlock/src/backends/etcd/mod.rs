@@ -367,14 +367,14 @@ impl Backend for EtcdBackend {
         })
     }
 
-    async fn extend(&self, _name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        self.shared.extend_one(token, lease).await
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let name = name.clone();
+        let one = self.extend_many(&[Renewal { name, token, lease }]).await;
+        let answer = one.into_iter().next();
+        answer.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered")))
     }
 
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        if batch.len() == 1 {
-            return vec![self.shared.extend_one(batch[0].token, batch[0].lease).await];
-        }
         self.shared.extend_batch(batch).await
     }
 
