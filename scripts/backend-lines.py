@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Non-test lines of the Rust files under each folder given (default: the contender-queue
 family and its members). Left out: files whose name contains `tests`, and a trailing
-`#[cfg(test)]` (+ `#[path]`) + `mod tests` block at the top level of a file (from the attribute to the end).
+`#[cfg(test)]` (+ `#[path]`) + `mod tests` block at the top level of a file (from the attribute to the end),
+and the lines of a `#[cfg(test)]` (+ `#[path]`) `mod tests;` declaration wherever it stands.
 
     scripts/backend-lines.py [DIR...]
 """
@@ -17,11 +18,17 @@ def count(path):
     lines = open(path, encoding="utf-8").read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    declared = 0
     for i, line in enumerate(lines[:-1]):
         rest = [l for l in lines[i + 1 : i + 3] if not l.startswith("#[path")]
         if line == "#[cfg(test)]" and rest and re.match(r"mod tests\b", rest[0]):
-            return i
-    return len(lines)
+            if rest[0].rstrip().endswith(";"):
+                # `mod tests;` (the tests are a file of their own) may stand among the other
+                # modules: only its own lines are left out.
+                declared += 2 + lines[i + 1].startswith("#[path")
+                continue
+            return i - declared
+    return len(lines) - declared
 
 
 def main():

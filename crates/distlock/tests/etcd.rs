@@ -602,6 +602,54 @@ mod etcd {
         assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     }
 
+    /// A renewal with a lease that outlives the key's session moves the key to a longer session
+    /// (same name, same create revision), alone or in a batch with other holds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_longer_lease_moves_the_key_to_a_longer_session() {
+        let (server, p) = shared_server();
+        let b = backend(&server.url()).await;
+        let short = Duration::from_secs(1);
+        let long = Duration::from_secs(40);
+        let names: Vec<LockName> = ["one", "two", "three"]
+            .iter()
+            .map(|k| LockName::new(p.as_str(), k).unwrap())
+            .collect();
+        let tokens: Vec<Token> = names.iter().map(|_| Token::random()).collect();
+        for (n, t) in names.iter().zip(&tokens) {
+            let got = b.acquire(&AcquireRequest::new(n.clone(), *t, short)).await;
+            assert!(matches!(got, Ok(Attempt::Acquired { .. })), "{got:?}");
+        }
+        let key_of = |k: &str| server_keys(&server, &format!("{p}/{k}/"));
+        let before = key_of("one");
+        assert!(b.extend(&names[0], tokens[0], long).await.unwrap());
+        let batch = [(1, long), (2, short)].map(|(i, lease)| distlock::Renewal {
+            name: names[i].clone(),
+            token: tokens[i],
+            lease,
+        });
+        let answers: Vec<bool> = b
+            .extend_many(&batch)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(answers, [true, true]);
+        let remaining = |i: usize| {
+            let b = b.clone();
+            let name = names[i].clone();
+            async move { b.inspect(&name).await.unwrap().unwrap().remaining.unwrap() }
+        };
+        assert!(remaining(0).await > Duration::from_secs(30));
+        assert!(remaining(1).await > Duration::from_secs(30));
+        assert!(remaining(2).await <= Duration::from_secs(3));
+        let after = key_of("one");
+        assert_eq!(
+            (&after[0].key, after[0].create_revision),
+            (&before[0].key, before[0].create_revision)
+        );
+        assert_ne!(after[0].lease, before[0].lease);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bad_urls_and_unreachable_servers() {
         for (url, part) in [

@@ -6,7 +6,8 @@
 //! `(kind, entry)` lists and acts on the answer. Both also run their reaper on [`reaper`]: one
 //! task per backend that deletes entries whose time ran out, and background deletion retries;
 //! keep what they know of their own entries in one [`Table`] per backend, by owner token; and
-//! show a key's holders the same way ([`describe`]).
+//! show and force-release a key's holders the same way ([`View`]: the member reads the holders
+//! and deletes one entry).
 
 pub(crate) mod attempt;
 pub(crate) mod reaper;
@@ -16,7 +17,7 @@ mod view;
 
 pub(crate) use table::Table;
 pub(crate) use verdict::{holders, verdict, Verdict};
-pub(crate) use view::describe;
+pub(crate) use view::{force_release, inspect, Holders, Queued, View};
 
 /// A std mutex's guard, the lock taken over when a panic poisoned it: every change the
 /// family makes under one of its mutexes leaves the data whole.

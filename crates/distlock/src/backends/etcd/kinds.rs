@@ -112,15 +112,14 @@ pub(super) fn is_direct_child(dir: &[u8], key: &[u8]) -> bool {
     key.len() > dir.len() && key.starts_with(dir) && !key[dir.len()..].contains(&b'/')
 }
 
-/// One key of a lock directory.
+/// One key of a lock directory: its fence is its create revision.
+pub(super) type Queued = contenders::Queued<Key>;
+
+/// A key of a lock directory, and the lease it is attached to (0: none).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Queued {
+pub(crate) struct Key {
     pub(super) key: Vec<u8>,
-    pub(super) rev: i64,
     pub(super) lease: i64,
-    pub(super) kind: LockKind,
-    /// Who holds it, as its value says.
-    pub(super) owner: String,
 }
 
 /// `f` of each direct child of `dir` among `kvs`, in the order given.
@@ -148,11 +147,13 @@ pub(super) fn queued(dir: &[u8], kvs: &[pb::KeyValue], election: bool) -> Vec<Qu
             ),
         };
         Queued {
-            key: kv.key.clone(),
-            rev: kv.create_revision,
-            lease: kv.lease,
             kind,
+            fence: kv.create_revision,
             owner,
+            entry: Key {
+                key: kv.key.clone(),
+                lease: kv.lease,
+            },
         }
     })
 }
@@ -188,7 +189,9 @@ pub(super) enum Verdict {
 pub(super) fn judge(kind: LockKind, dir: &str, before: &[Queued]) -> Verdict {
     match contenders::verdict(kind, before.iter().map(|q| (q.kind, q))) {
         contenders::Verdict::Holds => Verdict::Holds,
-        contenders::Verdict::Behind(q) => Verdict::Waits(WatchTarget::key(q.key.clone(), q.rev)),
+        contenders::Verdict::Behind(q) => {
+            Verdict::Waits(WatchTarget::key(q.entry.key.clone(), q.fence))
+        }
         contenders::Verdict::Full { .. } => Verdict::Waits(permits_range(dir)),
         contenders::Verdict::Disagrees(p) => Verdict::Disagrees(p),
     }
@@ -214,11 +217,13 @@ mod tests {
 
     fn q(name: &str, rev: i64, kind: LockKind) -> Queued {
         Queued {
-            key: format!("p/k/{name}").into_bytes(),
-            rev,
-            lease: 0,
             kind,
+            fence: rev,
             owner: UNKNOWN_OWNER.to_owned(),
+            entry: Key {
+                key: format!("p/k/{name}").into_bytes(),
+                lease: 0,
+            },
         }
     }
 

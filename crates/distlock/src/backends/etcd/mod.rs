@@ -305,25 +305,35 @@ impl EtcdBackend {
     }
 }
 
-impl Shared {
-    /// What `inspect` says of a lock directory whose keys are `all` (oldest first).
-    async fn info_of(&self, all: &[Queued]) -> Option<LockInfo> {
-        let (kind, n) = contenders::holders(all.iter().map(|q| q.kind))?;
-        let held = &all[..n];
-        let mut leases: Vec<i64> = held.iter().map(|q| q.lease).filter(|l| *l != 0).collect();
+impl contenders::View for EtcdBackend {
+    type Entry = kinds::Key;
+
+    async fn holders(&self, name: &LockName) -> Result<Option<contenders::Holders<kinds::Key>>> {
+        Ok(contenders::Holders::of(self.shared.all_of(name).await?))
+    }
+
+    /// The longest TTL of the holders' session leases (whole seconds).
+    async fn remaining(&self, h: &contenders::Holders<kinds::Key>) -> Option<Duration> {
+        let mut leases: Vec<i64> = h.held.iter().map(|q| q.entry.lease).collect();
+        leases.retain(|l| *l != 0);
         leases.sort_unstable();
         leases.dedup();
-        let ttls = futures_util::future::join_all(
-            leases.iter().map(|l| self.client.lease_time_to_live(*l)),
-        )
-        .await;
-        let remaining = ttls
+        let ttls = leases
+            .iter()
+            .map(|l| self.shared.client.lease_time_to_live(*l));
+        let ttls = futures_util::future::join_all(ttls).await;
+        let ttls = ttls
             .into_iter()
-            .filter_map(|r| r.ok().and_then(|r| u64::try_from(r.ttl).ok()))
-            .max()
-            .map(Duration::from_secs);
-        let shown = held.iter().map(|q| (q.rev, q.owner.as_str()));
-        Some(contenders::describe(kind, shown, all.len() - n, remaining))
+            .filter_map(|r| u64::try_from(r.ok()?.ttl).ok());
+        ttls.max().map(Duration::from_secs)
+    }
+
+    /// Deletes the key if it is still the one created at its fence.
+    async fn delete(&self, q: &Queued) -> Result<bool> {
+        let key = &q.entry.key;
+        let cond = vec![pb::create_revision_is(key, q.fence)];
+        let txn = pb::txn(cond, vec![pb::op_delete(key)], vec![]);
+        Ok(self.shared.txn(txn).await?.succeeded)
     }
 }
 
@@ -357,14 +367,14 @@ impl Backend for EtcdBackend {
         })
     }
 
-    async fn extend(&self, _name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        self.shared.extend_one(token, lease).await
+    async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
+        let name = name.clone();
+        let one = self.extend_many(&[Renewal { name, token, lease }]).await;
+        let answer = one.into_iter().next();
+        answer.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered")))
     }
 
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        if batch.len() == 1 {
-            return vec![self.shared.extend_one(batch[0].token, batch[0].lease).await];
-        }
         self.shared.extend_batch(batch).await
     }
 
@@ -406,23 +416,7 @@ impl Backend for EtcdBackend {
     /// Deletes the holders' keys of `name` (of every kind), whoever holds them, as an
     /// operator (or a fault) would. Returns whether there was one.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let s = &self.shared;
-        let all = s.all_of(name).await?;
-        let Some((_, n)) = contenders::holders(all.iter().map(|q| q.kind)) else {
-            return Ok(false);
-        };
-        let deletes = all[..n].iter().map(|q| {
-            s.txn(pb::txn(
-                vec![pb::create_revision_is(&q.key, q.rev)],
-                vec![pb::op_delete(&q.key)],
-                vec![],
-            ))
-        });
-        let mut deleted = false;
-        for r in futures_util::future::join_all(deletes).await {
-            deleted |= r?.succeeded;
-        }
-        Ok(deleted)
+        contenders::force_release(self, name).await
     }
 
     /// The locks under `<prefix>/`: one range of the whole prefix, grouped by lock directory.
@@ -453,10 +447,10 @@ impl Backend for EtcdBackend {
         }
         let mut out = Vec::new();
         for (dir, kvs) in dirs {
-            let all = queued(&dir, &kvs, false);
-            let Some(info) = s.info_of(&all).await else {
+            let Some(h) = contenders::Holders::of(queued(&dir, &kvs, false)) else {
                 continue;
             };
+            let info = h.info(contenders::View::remaining(self, &h).await);
             let key = &dir[root.len()..dir.len() - 1];
             out.push(ListedLock {
                 key: String::from_utf8_lossy(key).into_owned(),
@@ -469,8 +463,6 @@ impl Backend for EtcdBackend {
     /// The holders' kind and number, the waiters, the highest holder's create revision and
     /// the longest TTL of the holders' session leases (whole seconds).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let s = &self.shared;
-        let all = s.all_of(name).await?;
-        Ok(s.info_of(&all).await)
+        contenders::inspect(self, name).await
     }
 }

@@ -94,7 +94,7 @@ impl Shared {
             None => self.range(every_before(dir, rev)).await?.kvs,
         };
         let mut all = queued(dir.as_bytes(), &kvs, false);
-        all.retain(|q| q.rev < rev);
+        all.retain(|q| q.fence < rev);
         Ok(all)
     }
 

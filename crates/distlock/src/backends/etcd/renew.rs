@@ -4,7 +4,7 @@
 
 use super::options::{CHECK_CHUNK, KIND};
 use super::queue::class_of;
-use super::state::{Entry, Fate, Phase, Shared, Slot};
+use super::state::{Fate, Phase, Shared, Slot};
 use crate::backend::{Renewal, Token};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -19,37 +19,30 @@ use crate::error::{Error, Result};
 use super::pb;
 use super::session::Session;
 
+/// A held key for a renewal: its slot, key, create revision and the session it is attached to.
+type Held = (Arc<Slot>, String, i64, Arc<Session>);
+
 /// When the reaper looks again at a slot it found in use.
 const BUSY_AGAIN: Duration = Duration::from_millis(200);
 
 impl Shared {
-    /// Renews the holds of `batch` (all of this instance): one keep-alive per session and one
-    /// read-only transaction per chunk of keys, all at once.
+    /// Renews the holds of `batch` (all of this instance): a key whose new lease outlives its
+    /// session moves to a longer one first (see [`held`](Self::held)); then one
+    /// keep-alive per session and one read-only transaction per chunk of keys, all at once. A
+    /// batch of one checks its key's create revision in a compare, and answers an error of
+    /// either request before what the other found.
     pub(super) async fn extend_batch(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
         let sent = Instant::now();
+        let one = batch.len() == 1;
         let mut out: Vec<Option<Result<bool>>> = (0..batch.len()).map(|_| None).collect();
         // (index, slot, key, create revision, session)
         let mut live = Vec::new();
-        let mut longer = Vec::new();
         for (i, r) in batch.iter().enumerate() {
-            let Some(slot) = self.slot(r.token) else {
-                out[i] = Some(Ok(false));
-                continue;
-            };
-            let e = slot.entry.lock().await;
-            match (e.phase, e.attached.clone()) {
-                (Phase::Held, Some(a)) => {
-                    if class_of(r.lease, self.opts.min_session_ttl) > a.class {
-                        longer.push(i);
-                    } else {
-                        live.push((i, slot.clone(), e.key.clone(), e.create_rev, a));
-                    }
-                }
-                _ => out[i] = Some(Ok(false)),
+            match self.held(r.token, r.lease).await {
+                Ok(Some((slot, key, rev, a))) => live.push((i, slot, key, rev, a)),
+                Ok(None) => out[i] = Some(Ok(false)),
+                Err(e) => out[i] = Some(Err(e)),
             }
-        }
-        for i in longer {
-            out[i] = Some(self.extend_one(batch[i].token, batch[i].lease).await);
         }
         let mut sessions: Vec<Arc<Session>> = Vec::new();
         let mut seen = HashSet::new();
@@ -62,6 +55,11 @@ impl Shared {
         let kas =
             futures_util::future::join_all(sessions.iter().map(|s| s.keep_alive_now(timeout)));
         let checks = futures_util::future::join_all(live.chunks(CHECK_CHUNK).map(|chunk| {
+            if one {
+                let (_, _, key, rev, _) = &chunk[0];
+                let same = pb::create_revision_is(key.as_bytes(), *rev);
+                return self.txn(pb::txn(vec![same], vec![], vec![]));
+            }
             let ops: Vec<pb::RequestOp> = chunk
                 .iter()
                 .map(|(_, _, key, _, _)| {
@@ -73,33 +71,47 @@ impl Shared {
                 .collect();
             self.txn(pb::txn(vec![], ops, vec![]))
         }));
-        let (kas, checks) = futures_util::future::join(kas, checks).await;
-        let ka_of: HashMap<i64, &Result<bool>> =
-            sessions.iter().map(|s| s.id).zip(kas.iter()).collect();
+        let (mut kas, checks) = futures_util::future::join(kas, checks).await;
+        let shared = |r: &Result<bool>| r.as_ref().copied().map_err(Error::to_string);
+        let ka_of: HashMap<i64, std::result::Result<bool, String>> = sessions
+            .iter()
+            .map(|s| s.id)
+            .zip(kas.iter().map(shared))
+            .collect();
         for (chunk, check) in live.chunks(CHECK_CHUNK).zip(checks) {
+            if one {
+                let (i, slot, _, rev, _) = &chunk[0];
+                out[*i] = Some(match (kas.remove(0), check) {
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                    (Ok(alive), Ok(check)) => Ok(self
+                        .confirmed(
+                            slot,
+                            batch[*i].token,
+                            *rev,
+                            sent + batch[*i].lease,
+                            alive && check.succeeded,
+                        )
+                        .await),
+                });
+                continue;
+            }
             for (j, (i, slot, key, rev, s)) in chunk.iter().enumerate() {
                 let exists = check.as_ref().map_err(Error::to_string).map(|resp| {
                     let kv = pb::range_at(resp, j).and_then(|g| g.kvs.first());
                     kv.is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == *rev)
                 });
-                let alive = ka_of
-                    .get(&s.id)
-                    .map_or(Ok(false), |r| r.as_ref().copied().map_err(Error::to_string));
-                let result = match (exists, alive) {
+                let alive = ka_of.get(&s.id).cloned().unwrap_or(Ok(false));
+                let (token, deadline) = (batch[*i].token, sent + batch[*i].lease);
+                out[*i] = Some(match (exists, alive) {
                     (Ok(false), _) | (_, Ok(false)) => {
-                        self.key_lost(slot, batch[*i].token, *rev).await;
-                        Ok(false)
+                        Ok(self.confirmed(slot, token, *rev, deadline, false).await)
                     }
                     (Ok(true), Ok(true)) => {
-                        let mut e = slot.entry.lock().await;
-                        if e.phase == Phase::Held && e.create_rev == *rev {
-                            self.renewed(&mut e, batch[*i].token, sent + batch[*i].lease);
-                        }
+                        self.confirmed(slot, token, *rev, deadline, true).await;
                         Ok(true)
                     }
                     (Err(m), _) | (_, Err(m)) => Err(Error::unavailable(KIND, m)),
-                };
-                out[*i] = Some(result);
+                });
             }
         }
         for s in &sessions {
@@ -111,98 +123,78 @@ impl Shared {
             .map(|r| r.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered"))))
             .collect()
     }
-
-    /// A renewal confirmed the hold until `deadline`. The reaper looks then at the latest: a
-    /// renewal with a shorter lease may end it before the instant planned.
-    fn renewed(&self, e: &mut Entry, token: Token, deadline: Instant) {
-        e.deadline = Some(deadline);
-        self.reap_at(token, deadline);
+    /// The held key of `token` for a renewal with `lease`, and the session it is attached to:
+    /// a longer one when `lease` outlives its own (the key is put again with it, which keeps its
+    /// name, create revision and place). `None` when it is not held, or was lost on the way.
+    async fn held(&self, token: Token, lease: Duration) -> Result<Option<Held>> {
+        let Some(slot) = self.slot(token) else {
+            return Ok(None);
+        };
+        let (key, value, rev, attached, owned) = {
+            let e = slot.entry.lock().await;
+            match (e.phase, e.attached.clone()) {
+                (Phase::Held, Some(a)) => {
+                    let owned = e.owned(e.key.as_bytes());
+                    (e.key.clone(), e.value.clone(), e.create_rev, a, owned)
+                }
+                _ => return Ok(None),
+            }
+        };
+        let class = class_of(lease, self.opts.min_session_ttl);
+        if class <= attached.class {
+            return Ok(Some((slot, key, rev, attached)));
+        }
+        let longer = self.session_at_least(class).await?;
+        let put = vec![pb::op_put(key.as_bytes(), &value, longer.id)];
+        let ok = match self.txn(pb::txn(owned, put, vec![])).await {
+            Ok(r) => r.succeeded,
+            Err(err) => {
+                longer.attached.fetch_sub(1, Ordering::AcqRel);
+                return Err(err);
+            }
+        };
+        let mut e = slot.entry.lock().await;
+        if !ok || e.phase != Phase::Held || e.create_rev != rev {
+            longer.attached.fetch_sub(1, Ordering::AcqRel);
+            drop(e);
+            self.confirmed(&slot, token, rev, Instant::now(), false)
+                .await;
+            return Ok(None);
+        }
+        if let Some(old) = e.attached.replace(longer.clone()) {
+            if e.session.as_ref().is_some_and(|n| !Arc::ptr_eq(n, &old)) {
+                old.attached.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        drop(e);
+        Ok(Some((slot, key, rev, longer)))
     }
 
-    /// A renewal found the key gone: nothing is left on the server for this token.
-    pub(super) async fn key_lost(&self, slot: &Arc<Slot>, token: Token, rev: i64) {
+    /// What a renewal found of `token`'s hold created at `rev`: its session and key there
+    /// (`ok`), and then the hold lasts until `deadline` (the reaper looks then at the latest: a
+    /// renewal with a shorter lease may end it before the instant planned), or not. Whether
+    /// the hold is still this one.
+    async fn confirmed(
+        &self,
+        slot: &Arc<Slot>,
+        token: Token,
+        rev: i64,
+        deadline: Instant,
+        ok: bool,
+    ) -> bool {
         let mut e = slot.entry.lock().await;
-        if e.phase == Phase::Held && e.create_rev == rev {
+        if e.phase != Phase::Held || e.create_rev != rev {
+            return false;
+        }
+        if ok {
+            e.deadline = Some(deadline);
+            self.reap_at(token, deadline);
+        } else {
             // The key may still exist if only the session was found dead: delete to be sure.
             let err = Error::unavailable(KIND, "lock key gone or its lease expired");
             self.zombify(slot, &mut e, token, err);
         }
-    }
-
-    pub(super) async fn extend_one(&self, token: Token, lease: Duration) -> Result<bool> {
-        let Some(slot) = self.slot(token) else {
-            return Ok(false);
-        };
-        let sent = Instant::now();
-        let (key, value, rev, mut attached, owned) = {
-            let e = slot.entry.lock().await;
-            match (e.phase, e.attached.clone()) {
-                (Phase::Held, Some(a)) => (
-                    e.key.clone(),
-                    e.value.clone(),
-                    e.create_rev,
-                    a,
-                    e.owned(e.key.as_bytes()),
-                ),
-                _ => return Ok(false),
-            }
-        };
-        let class = class_of(lease, self.opts.min_session_ttl);
-        if class > attached.class {
-            // The new lease outlives the session: attach the key to a longer one (its name,
-            // create revision and place stay the same).
-            let longer = self.session_at_least(class).await?;
-            let txn = pb::txn(
-                owned,
-                vec![pb::op_put(key.as_bytes(), &value, longer.id)],
-                vec![],
-            );
-            let ok = match self.txn(txn).await {
-                Ok(r) => r.succeeded,
-                Err(err) => {
-                    longer.attached.fetch_sub(1, Ordering::AcqRel);
-                    return Err(err);
-                }
-            };
-            let mut e = slot.entry.lock().await;
-            if !ok || e.phase != Phase::Held || e.create_rev != rev {
-                longer.attached.fetch_sub(1, Ordering::AcqRel);
-                drop(e);
-                self.key_lost(&slot, token, rev).await;
-                return Ok(false);
-            }
-            if let Some(old) = e.attached.replace(longer.clone()) {
-                if e.session.as_ref().is_some_and(|n| !Arc::ptr_eq(n, &old)) {
-                    old.attached.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
-            attached = longer;
-        }
-        let check = pb::txn(
-            vec![pb::create_revision_is(key.as_bytes(), rev)],
-            vec![],
-            vec![],
-        );
-        let (alive, exists) = futures_util::future::join(
-            attached.keep_alive_now(self.opts.request_timeout),
-            self.txn(check),
-        )
-        .await;
-        let (alive, exists) = (alive?, exists?.succeeded);
-        if !alive {
-            self.session_died(&attached);
-        }
-        if !alive || !exists {
-            self.key_lost(&slot, token, rev).await;
-            return Ok(false);
-        }
-        let mut e = slot.entry.lock().await;
-        if e.phase == Phase::Held && e.create_rev == rev {
-            self.renewed(&mut e, token, sent + lease);
-            Ok(true)
-        } else {
-            Ok(false)
-        }
+        ok
     }
 
     /// The reaper's look at `token`'s slot: deletes its key when its holder stopped renewing,

@@ -157,7 +157,7 @@ mod view;
 mod waiters;
 mod watch;
 
-use crate::backends::contenders::{Locked, Table};
+use crate::backends::contenders::{self, Locked, Table};
 use address::parse_url;
 pub use address::{decode_key, encode_key};
 use contender::{Created, Node, Phase};
@@ -675,23 +675,13 @@ impl Backend for ZooKeeperBackend {
     /// fault) would. Returns whether a holder was found. Waiters go next; the old holders learn
     /// that they lost the lock at their next renewal.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let conn = self.inner.conn().await?;
-        let parent = self.lock_path(name);
-        self.inner
-            .force_release(&conn, &parent, name.is_election())
-            .await
+        contenders::force_release(self, name).await
     }
 
     /// The holders' kind and number, the waiters, and the highest holder `czxid`; ZooKeeper
     /// has no lease to report.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let conn = self.inner.conn().await?;
-        let parent = self.lock_path(name);
-        let holders = match name.is_election() {
-            true => self.inner.leader(&conn, &parent).await?,
-            false => self.inner.holders(&conn, &parent).await?,
-        };
-        Ok(holders.map(|h| h.info()))
+        contenders::inspect(self, name).await
     }
 
     /// The keys under the prefix's root (`/<prefix>`, or the URL's root, which every prefix

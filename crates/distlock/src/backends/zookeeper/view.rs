@@ -1,25 +1,23 @@
 //! A key as its nodes show it, whatever its kind: who holds it, how many wait, the fence.
-//! `inspect`, `force_release` and `list` read it.
+//! `inspect`, `force_release` and `list` read it (see `contenders::View`).
 
 use super::*;
-use crate::backends::contenders;
+use crate::backends::contenders::{self, Queued, View};
 use futures_util::future::join_all;
 use queue::{sort_contenders, sort_for, sort_leases, Role};
 use semaphore::{lease_owner, permits_of};
 use waiters::node_owner;
 
-/// The holders of one key.
-pub(super) struct Holders {
-    pub(super) kind: LockKind,
-    /// The holders' nodes: path, `czxid`, and who holds it as the node's data says.
-    pub(super) held: Vec<(String, i64, String)>,
-    pub(super) waiters: usize,
-}
+/// The holders of one key, each entry a node's path.
+pub(super) type Holders = contenders::Holders<String>;
 
-impl Holders {
-    pub(super) fn info(&self) -> LockInfo {
-        let held = self.held.iter().map(|(_, z, o)| (*z, o.as_str()));
-        contenders::describe(self.kind, held, self.waiters, None)
+/// A holder's node `path` of `kind`, created at `czxid`, held by `owner`.
+fn node(kind: LockKind, path: String, czxid: i64, owner: String) -> Queued<String> {
+    Queued {
+        kind,
+        fence: czxid,
+        owner,
+        entry: path,
     }
 }
 
@@ -106,9 +104,10 @@ impl Inner {
             let waiting_contenders = sorted.len() - if leases_hold { 0 } else { holders.len() };
             let waiters =
                 waiting_contenders + waiting_leases + gates.len() - gates.len().min(waiting_leases);
+            let held = holders.into_iter().map(|(p, z, o)| node(kind, p, z, o));
             return Ok(Some(Holders {
                 kind,
-                held: holders,
+                held: held.collect(),
                 waiters,
             }));
         }
@@ -134,7 +133,7 @@ impl Inner {
                     let owner = crate::backend::Owner::shown(&data);
                     return Ok(Some(Holders {
                         kind: LockKind::Mutex,
-                        held: vec![(path, stat.czxid, owner)],
+                        held: vec![node(LockKind::Mutex, path, stat.czxid, owner)],
                         waiters: sorted.len() - 1,
                     }));
                 }
@@ -146,43 +145,6 @@ impl Inner {
             KIND,
             "the election's nodes kept changing while inspecting it",
         ))
-    }
-
-    /// Deletes every holder node of the key at `parent` (its election's leader when
-    /// `election`); whether one was deleted.
-    pub(super) async fn force_release(
-        &self,
-        conn: &Conn,
-        parent: &str,
-        election: bool,
-    ) -> Result<bool> {
-        let found = match election {
-            true => self.leader(conn, parent).await?,
-            false => self.holders(conn, parent).await?,
-        };
-        let Some(holders) = found else {
-            return Ok(false);
-        };
-        let results = self
-            .timed(
-                "delete",
-                join_all(
-                    holders
-                        .held
-                        .iter()
-                        .map(|(p, _, _)| conn.client.delete(p, None)),
-                ),
-            )
-            .await?;
-        let mut deleted = false;
-        for r in results {
-            match r {
-                Ok(()) => deleted = true,
-                Err(zookeeper_client::Error::NoNode) => {}
-                Err(e) => return Err(zk_err(e)),
-            }
-        }
-        Ok(deleted)
     }
 
     /// The held keys under `root`, each as `inspect` describes it; a key whose mutex, readers,
@@ -207,11 +169,36 @@ impl Inner {
                 if let Some(h) = holders? {
                     out.push(ListedLock {
                         key: key.clone(),
-                        info: h.info(),
+                        info: h.info(None),
                     });
                 }
             }
         }
         Ok(out)
+    }
+}
+
+impl View for ZooKeeperBackend {
+    type Entry = String;
+
+    async fn holders(&self, name: &LockName) -> Result<Option<Holders>> {
+        let conn = self.inner.conn().await?;
+        let parent = self.lock_path(name);
+        match name.is_election() {
+            true => self.inner.leader(&conn, &parent).await,
+            false => self.inner.holders(&conn, &parent).await,
+        }
+    }
+
+    async fn delete(&self, q: &Queued<String>) -> Result<bool> {
+        let conn = self.inner.conn().await?;
+        let deleted = self
+            .inner
+            .timed("delete", conn.client.delete(&q.entry, None));
+        match deleted.await? {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            Err(e) => Err(zk_err(e)),
+        }
     }
 }
