@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use futures_util::stream::{self, StreamExt};
+
 use super::{short_lease, within, Harness};
 use distlock::Error;
-use distlock::{AcquireMode, AcquireRequest, Attempt, LockName, Token};
+use distlock::{AcquireMode, AcquireRequest, Attempt, LockName, Renewal, Token};
 use distlock::{LockRegistry, RegistryOptions};
 
 /// Many tasks over four registries increment a non-atomic counter under the lock: no two are
@@ -493,51 +495,34 @@ pub async fn unused_handles_expire(h: &Harness) {
 
 /// Thousands of keys held at once by one registry, renewed in batches, all released.
 pub async fn thousands_of_keys_at_once(h: &Harness) {
-    let n = 2000;
-    // The lease must outlast one renewal round of all n keys, which costs at most about as
-    // much as acquiring them (renewals are batched): measure acquisitions on this machine now,
-    // and give renewal, which starts at a third of the lease, twice that. Capped so that a very
-    // loaded machine makes the scenario slower, not endless.
-    let calibrate = h.registry().await;
-    let sample = 100;
-    let started = Instant::now();
-    let mut held = Vec::with_capacity(sample);
-    for i in 0..sample {
-        held.push(
-            calibrate
-                .obtain(&format!("pace{i}"))
-                .unwrap()
-                .try_lock()
-                .await
-                .unwrap(),
-        );
-    }
-    let per_key = started.elapsed() / sample as u32;
-    for g in held {
-        g.release().await.unwrap();
-    }
-    let lease = (per_key * n * 3).clamp(Duration::from_millis(1500), Duration::from_secs(30));
+    let (n, in_flight) = (2000, 4);
+    let lease = many_keys_lease(h, n, in_flight).await;
     let reg = h
         .registry_with(RegistryOptions::default().with_lease(lease))
         .await;
-    let mut guards = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let lock = reg.obtain(&format!("many{i}")).unwrap();
-        // A stall of a loaded machine can make one try miss its deadline (Redlock gives each
-        // node a tenth of the lease): a retryable error, retried as a caller would. A try
-        // that finds the free key busy is not retried.
-        let mut tries = 0;
-        let guard = loop {
-            match lock.try_lock().await {
-                Err(e @ Error::Unavailable { .. }) if tries < 3 => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "try of a free key retried");
+    let guards: Vec<_> = stream::iter(0..n)
+        .map(|i| {
+            let reg = reg.clone();
+            async move {
+                let lock = reg.obtain(&format!("many{i}")).unwrap();
+                // A stall of a loaded machine can make one try miss its deadline (Redlock gives
+                // each node a tenth of the lease): a retryable error, retried as a caller
+                // would. A try that finds the free key busy is not retried.
+                let mut tries = 0;
+                loop {
+                    match lock.try_lock().await {
+                        Err(e @ Error::Unavailable { .. }) if tries < 3 => {
+                            tries += 1;
+                            tracing::debug!(error = %e, "try of a free key retried");
+                        }
+                        other => break other.unwrap(),
+                    }
                 }
-                other => break other.unwrap(),
             }
-        };
-        guards.push(guard);
-    }
+        })
+        .buffered(in_flight)
+        .collect()
+        .await;
     // Past the lease: only renewal can have kept them.
     tokio::time::sleep(lease + lease / 5).await;
     assert!(
@@ -545,11 +530,80 @@ pub async fn thousands_of_keys_at_once(h: &Harness) {
         "some of {n} locks were not renewed (lease {lease:?})"
     );
     let other = h.registry().await;
-    assert!(other.obtain("many1999").unwrap().try_lock().await.is_err());
-    for g in guards {
-        g.release().await.unwrap();
-    }
+    assert!(other
+        .obtain(&format!("many{}", n - 1))
+        .unwrap()
+        .try_lock()
+        .await
+        .is_err());
+    stream::iter(guards)
+        .for_each_concurrent(in_flight, |g| async move { g.release().await.unwrap() })
+        .await;
     crate::holds::free(&other, "many0", "free").await;
+}
+
+/// The lease of [`thousands_of_keys_at_once`], measured on the backend with a tenth of the
+/// keys: long enough that one renewal round of all `n` keys (the largest batch the registry
+/// can send), estimated as ten times that of the tenth, plus the slowest acquisition it may
+/// queue behind (acquisitions go on while the first keys renew), takes at most a third of it.
+/// The round is measured with the lease itself, since a backend may bound a request by a
+/// share of it (Redlock gives each node a tenth), and the lease doubled until it passes.
+/// Capped so that a very loaded machine makes the scenario slower, not endless.
+async fn many_keys_lease(h: &Harness, n: usize, in_flight: usize) -> Duration {
+    const MIN: Duration = Duration::from_millis(1500);
+    const MAX: Duration = Duration::from_secs(30);
+    let sample = n / 10;
+    let backend = h.backend().await;
+    let names: Vec<LockName> = (0..sample)
+        .map(|i| LockName::new(h.prefix(), &format!("pace{i}")).unwrap())
+        .collect();
+    let held: Vec<(Token, Duration)> = stream::iter(&names)
+        .map(|name| {
+            let backend = &backend;
+            async move {
+                let token = Token::random();
+                let request = AcquireRequest::new(name.clone(), token, Duration::from_secs(120));
+                let started = Instant::now();
+                match backend.acquire(&request).await.unwrap() {
+                    Attempt::Acquired { .. } => (token, started.elapsed()),
+                    other => panic!("a free key was not acquired: {other:?}"),
+                }
+            }
+        })
+        .buffered(in_flight)
+        .collect()
+        .await;
+    let slowest = held.iter().map(|&(_, took)| took).max().unwrap_or_default();
+    let mut lease = MIN;
+    // A round that fails may leave keys with the short lease, to run out before the next: the
+    // lease then doubles up to the cap, erring on the slow side.
+    loop {
+        let batch: Vec<Renewal> = names
+            .iter()
+            .zip(&held)
+            .map(|(name, &(token, _))| Renewal {
+                name: name.clone(),
+                token,
+                lease,
+            })
+            .collect();
+        let started = Instant::now();
+        let renewed = backend.extend_many(&batch).await;
+        let round = started.elapsed() * (n / sample) as u32 + slowest;
+        if lease >= MAX || (round * 3 <= lease && renewed.iter().all(|r| matches!(r, Ok(true)))) {
+            break;
+        }
+        lease = (lease * 2).max(round * 3).min(MAX);
+    }
+    stream::iter(names.iter().zip(held))
+        .for_each_concurrent(in_flight, |(name, (token, _))| {
+            let backend = &backend;
+            async move {
+                let _ = backend.release(name, token).await;
+            }
+        })
+        .await;
+    lease
 }
 
 /// A queued busy attempt that reports its place (`Attempt::Busy::ahead`) counts the contenders
