@@ -15,9 +15,29 @@ mod table;
 mod verdict;
 mod view;
 
+use std::time::Duration;
+
+use crate::backend::{Backend, LockName, Renewal, Token};
+use crate::error::{Error, Result};
+
 pub(crate) use table::Table;
 pub(crate) use verdict::{holders, verdict, Verdict};
 pub(crate) use view::{force_release, inspect, Holders, Queued, View};
+
+/// `extend` as a batch of one for the member's `extend_many`: both members renew in that one
+/// path, so that a manual renewal is checked exactly as the renewal task's.
+pub(crate) async fn extend_one<B: Backend + ?Sized>(
+    b: &B,
+    kind: &'static str,
+    name: &LockName,
+    token: Token,
+    lease: Duration,
+) -> Result<bool> {
+    let name = name.clone();
+    let one = b.extend_many(&[Renewal { name, token, lease }]).await;
+    let answer = one.into_iter().next();
+    answer.unwrap_or_else(|| Err(Error::backend(kind, "renewal not answered")))
+}
 
 /// A std mutex's guard, the lock taken over when a panic poisoned it: every change the
 /// family makes under one of its mutexes leaves the data whole.

@@ -368,10 +368,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let name = name.clone();
-        let one = self.extend_many(&[Renewal { name, token, lease }]).await;
-        let answer = one.into_iter().next();
-        answer.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered")))
+        crate::backends::contenders::extend_one(self, KIND, name, token, lease).await
     }
 
     async fn extend_many(&self, batch: &[Renewal]) -> Vec<Result<bool>> {

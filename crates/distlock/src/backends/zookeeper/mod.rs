@@ -577,10 +577,7 @@ impl Backend for ZooKeeperBackend {
     /// The lease is the session: `true` while the session lives and the node exists. A batch of
     /// one for [`extend_many`](Backend::extend_many).
     async fn extend(&self, name: &LockName, token: Token, lease: Duration) -> Result<bool> {
-        let name = name.clone();
-        let one = self.extend_many(&[Renewal { name, token, lease }]).await;
-        let answer = one.into_iter().next();
-        answer.unwrap_or_else(|| Err(Error::backend(KIND, "renewal not answered")))
+        crate::backends::contenders::extend_one(self, KIND, name, token, lease).await
     }
 
     /// One multi-read per 256 locks (`getData` of each holder node), instead of a request each;
