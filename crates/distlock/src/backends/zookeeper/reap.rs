@@ -3,6 +3,14 @@
 
 use super::*;
 use crate::backends::contenders::reaper::{self, retry_until_gone, Reap, Reaper};
+use crate::backends::contenders::{Fate, Rules};
+
+/// The reaper's rules (see `Contender::fate`): it only ends holds whose lease ran out. A
+/// waiter's node ends with its session, or its liveness mark (see `waiters.rs`).
+const RULES: Rules = Rules {
+    idle: None,
+    orphan_grace: None,
+};
 
 impl Inner {
     /// Deletes a node of session `session` (of timeout `slot`), retrying until it is gone (or
@@ -65,8 +73,14 @@ impl Inner {
 
     /// Plans the reaper's look at a node just marked held, at its lease's end.
     pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
-        if let Some(n) = self.nodes.lock().get(&token).filter(|n| n.held) {
-            self.nodes.reap_at(token, n.deadline);
+        let held = self
+            .nodes
+            .lock()
+            .get(&token)
+            .filter(|n| n.held())
+            .map(|n| n.deadline);
+        if let Some(Some(deadline)) = held {
+            self.nodes.reap_at(token, deadline);
         }
         reaper::run(self);
     }
@@ -121,7 +135,7 @@ impl Inner {
         for (path, res) in paths.into_iter().zip(results) {
             let is_main = main.as_ref() == Some(&path);
             match res {
-                Ok(()) if is_main => out = Ok(Some(node.held)),
+                Ok(()) if is_main => out = Ok(Some(node.held())),
                 Ok(()) => {
                     if matches!(out, Ok(None)) {
                         out = Ok(Some(false));
@@ -152,10 +166,8 @@ impl Reap for Inner {
     /// again at its new deadline.
     async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
         let mut nodes = self.nodes.lock();
-        match nodes.get(&token) {
-            Some(n) if n.held && n.deadline > Instant::now() => return Some(n.deadline),
-            Some(n) if n.held => {}
-            _ => return None,
+        if let Fate::Keep(next) = nodes.get(&token)?.fate(&RULES, false, Instant::now()) {
+            return next;
         }
         let mut n = nodes.remove(&token).expect("present");
         drop(nodes);
