@@ -23,8 +23,9 @@ pub(crate) enum Stage {
     Done,
 }
 
-/// A member's timing rules for the reaper; `None`: a rule it does not apply.
-#[derive(Debug, Clone, Copy)]
+/// A member's timing rules for the reaper; `None`: a rule it does not apply (the default applies
+/// none: only holds end).
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Rules {
     /// How long after the registry's last call an unsubscribed waiter counts as gone.
     pub(crate) idle: Option<Duration>,
@@ -145,11 +146,6 @@ mod tests {
         idle: Some(Duration::from_secs(10)),
         orphan_grace: Some(Duration::from_secs(3)),
     };
-    /// ZooKeeper's: only a hold's deadline.
-    const HOLDS_ONLY: Rules = Rules {
-        idle: None,
-        orphan_grace: None,
-    };
 
     /// One case: the contender (stage, deadline, touched, failed at, maybe created, in seconds
     /// from t0), the rules, subscribed, now, and the fate expected (`Keep` in seconds).
@@ -169,13 +165,15 @@ mod tests {
     fn the_fate_of_every_stage() {
         use Stage::*;
         let (keep, delete, forget) = (Ok, Err(Fate::Delete), Err(Fate::Forget));
+        // ZooKeeper's rules: only a hold's deadline.
+        let holds = Rules::default();
         #[rustfmt::skip]
         let cases: [Case; 22] = [
             // A hold goes when its lease ends unrenewed, subscribed or not, under both rules.
             (Held, Some(2), Some(0), None, false, TIMED, false, 0, keep(Some(2))),
             (Held, Some(2), Some(0), None, false, TIMED, true, 2, delete),
-            (Held, Some(2), None, None, false, HOLDS_ONLY, false, 1, keep(Some(2))),
-            (Held, Some(2), None, None, false, HOLDS_ONLY, false, 2, delete),
+            (Held, Some(2), None, None, false, holds, false, 1, keep(Some(2))),
+            (Held, Some(2), None, None, false, holds, false, 2, delete),
             // A hold is never an orphan, whatever an earlier attempt left unsure.
             (Held, Some(9), Some(0), Some(0), true, TIMED, false, 5, keep(Some(9))),
             // A waiter goes once unsubscribed and idle.
@@ -184,8 +182,8 @@ mod tests {
             (Queued, None, Some(0), None, false, TIMED, false, 10, delete),
             (Queued, None, None, None, false, TIMED, false, 0, delete),
             // Without an idle rule a waiter is left to its member.
-            (Queued, None, Some(0), None, false, HOLDS_ONLY, false, 99, keep(None)),
-            (New, None, None, None, false, HOLDS_ONLY, false, 99, keep(None)),
+            (Queued, None, Some(0), None, false, holds, false, 99, keep(None)),
+            (New, None, None, None, false, holds, false, 99, keep(None)),
             // A failed attempt nobody came back to goes after the grace.
             (Queued, None, Some(0), Some(0), false, TIMED, false, 0, keep(Some(3))),
             (Queued, None, Some(0), Some(0), false, TIMED, false, 3, delete),

@@ -5,13 +5,6 @@ use super::*;
 use crate::backends::contenders::reaper::{self, retry_until_gone, Reap, Reaper};
 use crate::backends::contenders::{Fate, Rules};
 
-/// The reaper's rules (see `Contender::fate`): it only ends holds whose lease ran out. A
-/// waiter's node ends with its session, or its liveness mark (see `waiters.rs`).
-const RULES: Rules = Rules {
-    idle: None,
-    orphan_grace: None,
-};
-
 impl Inner {
     /// Deletes a node of session `session` (of timeout `slot`), retrying until it is gone (or
     /// its session is).
@@ -166,7 +159,11 @@ impl Reap for Inner {
     /// again at its new deadline.
     async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
         let mut nodes = self.nodes.lock();
-        if let Fate::Keep(next) = nodes.get(&token)?.fate(&RULES, false, Instant::now()) {
+        // No rule but the hold's end: a waiter's node ends with its session or its mark.
+        let fate = nodes
+            .get(&token)?
+            .fate(&Rules::default(), false, Instant::now());
+        if let Fate::Keep(next) = fate {
             return next;
         }
         let mut n = nodes.remove(&token).expect("present");
