@@ -74,6 +74,7 @@ impl<H> Contender<H> {
         }
     }
 
+    /// Whether it holds (until [`deadline`](Self::deadline) unless renewed).
     pub(crate) fn held(&self) -> bool {
         self.stage == Stage::Held
     }

@@ -121,7 +121,7 @@ use self::options::{KIND, ORPHAN_GRACE, WAITER_IDLE};
 use self::rpc_error::{is_connect_error, map_err, RpcError};
 use self::state::{Shared, SubKeep};
 use self::watch::{run_watch_hub, WatchHub};
-use crate::backends::contenders::{self, reaper, Stage, Table};
+use crate::backends::contenders::{self, Stage, Table};
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -218,7 +218,7 @@ impl EtcdBackend {
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
-        reaper::run(&shared);
+        shared.slots.reaper().run(&shared);
         Ok(EtcdBackend { shared })
     }
 
@@ -282,7 +282,7 @@ impl EtcdBackend {
                 WAITER_IDLE
             };
             shared.slots.reap_by(token, Instant::now() + wait);
-            reaper::run(&shared);
+            shared.slots.reaper().run(&shared);
             res
         })
         .await

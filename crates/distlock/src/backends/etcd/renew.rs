@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backends::contenders::reaper::{Reap, Reaper};
+use crate::backends::contenders::reaper::Reap;
 use crate::backends::contenders::{Fate, Stage};
 use tokio::time::Instant;
 
@@ -201,10 +201,6 @@ impl Shared {
 
 impl Reap for Shared {
     type Key = Token;
-
-    fn reaper(&self) -> &Reaper<Token> {
-        self.slots.reaper()
-    }
 
     /// The reaper's look at `token`'s slot: deletes its key when its holder stopped renewing,
     /// its waiter vanished or its last attempt failed and nobody came back, and forgets an idle

@@ -2,7 +2,7 @@
 //! held lease ran out unrenewed (the reaper, on the family's one task per backend).
 
 use super::*;
-use crate::backends::contenders::reaper::{self, retry_until_gone, Reap, Reaper};
+use crate::backends::contenders::reaper::{retry_until_gone, Reap};
 use crate::backends::contenders::{Fate, Rules};
 
 impl Inner {
@@ -75,7 +75,7 @@ impl Inner {
         if let Some(Some(deadline)) = held {
             self.nodes.reap_at(token, deadline);
         }
-        reaper::run(self);
+        self.nodes.reaper().run(self);
     }
 
     /// Deletes `token`'s nodes; `Ok(Some(held))` when there were any of ours to delete.
@@ -150,10 +150,6 @@ impl Inner {
 
 impl Reap for Inner {
     type Key = Token;
-
-    fn reaper(&self) -> &Reaper<Token> {
-        self.nodes.reaper()
-    }
 
     /// Deletes the nodes of a hold whose lease ran out unrenewed; a renewed one is looked at
     /// again at its new deadline.
