@@ -7,9 +7,12 @@
 //! task per backend that deletes entries whose time ran out, and background deletion retries;
 //! keep what they know of their own entries in one [`Table`] per backend, by owner token; and
 //! show and force-release a key's holders the same way ([`View`]: the member reads the holders
-//! and deletes one entry).
+//! and deletes one entry). What a member knows of one token's entry is a [`Contender`]: its life
+//! (queued, held until a deadline, to be deleted) and the reaper's decision on it
+//! ([`Contender::fate`]), around the member's own handle on what it has on the server.
 
 pub(crate) mod attempt;
+mod entry;
 pub(crate) mod reaper;
 mod table;
 mod verdict;
@@ -20,6 +23,7 @@ use std::time::Duration;
 use crate::backend::{Backend, LockName, Renewal, Token};
 use crate::error::{Error, Result};
 
+pub(crate) use entry::{Contender, Fate, Rules, Stage};
 pub(crate) use table::Table;
 pub(crate) use verdict::{holders, verdict, Verdict};
 pub(crate) use view::{force_release, inspect, Holders, Queued, View};

@@ -20,14 +20,11 @@ pub(crate) trait Reap: Send + Sync + Sized + 'static {
     /// What is planned: an owner token.
     type Key: Copy + Eq + Hash + Send + Sync + 'static;
 
-    /// The backend's plan.
-    fn reaper(&self) -> &Reaper<Self::Key>;
-
     /// `key`'s time came: delete what ran out. Returns when to look at `key` again, if ever.
     fn due(self: &Arc<Self>, key: Self::Key) -> impl Future<Output = Option<Instant>> + Send;
 }
 
-/// When to look at which key. Dropping it stops the task of [`run`].
+/// When to look at which key. Dropping it stops the task of [`run`](Reaper::run).
 pub(crate) struct Reaper<K> {
     core: Arc<Core<K>>,
     task: Mutex<Option<AbortHandle>>,
@@ -143,21 +140,22 @@ impl<K: Copy + Eq + Hash> Core<K> {
     }
 }
 
-/// Makes sure `engine`'s reaper task (one per backend) runs, starting it in the current
-/// runtime when it has none: a task ends with the runtime it was spawned in, and a backend may
-/// outlive the runtime it connected in. The task holds the backend weakly and ends when the
-/// backend is dropped. Does nothing outside a runtime.
-pub(crate) fn run<E: Reap>(engine: &Arc<E>) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let mut task = engine.reaper().task.locked();
-    if task.as_ref().is_some_and(|t| !t.is_finished()) {
-        return;
+impl<K: Copy + Eq + Hash + Send + Sync + 'static> Reaper<K> {
+    /// Makes sure `engine`'s reaper task (one per backend, over this plan) runs, starting it in
+    /// the current runtime when it has none: a task ends with the runtime it was spawned in,
+    /// and a backend may outlive the runtime it connected in. The task holds the backend weakly
+    /// and ends when the backend is dropped. Does nothing outside a runtime.
+    pub(crate) fn run<E: Reap<Key = K>>(&self, engine: &Arc<E>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut task = self.task.locked();
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let weak: Weak<E> = Arc::downgrade(engine);
+        *task = Some(rt.spawn(reap(self.core.clone(), weak)).abort_handle());
     }
-    let core = engine.reaper().core.clone();
-    let weak: Weak<E> = Arc::downgrade(engine);
-    *task = Some(rt.spawn(reap(core, weak)).abort_handle());
 }
 
 async fn reap<E: Reap>(core: Arc<Core<E::Key>>, weak: Weak<E>) {
@@ -236,9 +234,6 @@ mod tests {
 
     impl Reap for Rec {
         type Key = u32;
-        fn reaper(&self) -> &Reaper<u32> {
-            &self.plan
-        }
         async fn due(self: &Arc<Self>, key: u32) -> Option<Instant> {
             self.seen.lock().unwrap().push(key);
             (key == 7 && self.again.fetch_add(1, Ordering::SeqCst) == 0)
@@ -249,7 +244,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keys_come_due_in_time_order_and_cancelled_ones_never() {
         let rec = Arc::new(Rec::default());
-        run(&rec);
+        rec.plan.run(&rec);
         let t0 = Instant::now();
         rec.plan.schedule(3, t0 + Duration::from_secs(30));
         rec.plan.schedule(1, t0 + Duration::from_secs(10));
@@ -270,7 +265,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_earlier_plan_wakes_the_sleeping_task_and_due_may_plan_again() {
         let rec = Arc::new(Rec::default());
-        run(&rec);
+        rec.plan.run(&rec);
         let t0 = Instant::now();
         rec.plan.schedule(1, t0 + Duration::from_secs(100));
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -285,8 +280,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_task_ends_with_the_backend() {
         let rec = Arc::new(Rec::default());
-        run(&rec);
-        run(&rec); // the one task runs on
+        rec.plan.run(&rec);
+        rec.plan.run(&rec); // the one task runs on
         let task = rec.plan.task.lock().unwrap().clone().expect("started");
         rec.plan
             .schedule(1, Instant::now() + Duration::from_secs(3600));
@@ -309,12 +304,12 @@ mod tests {
         };
         let rec = Arc::new(Rec::default());
         let first = rt();
-        first.block_on(async { run(&rec) });
+        first.block_on(async { rec.plan.run(&rec) });
         drop(first);
         rt().block_on(async {
             rec.plan
                 .schedule(1, Instant::now() + Duration::from_secs(1));
-            run(&rec);
+            rec.plan.run(&rec);
             tokio::time::sleep(Duration::from_secs(2)).await;
         });
         assert_eq!(*rec.seen.lock().unwrap(), vec![1]);

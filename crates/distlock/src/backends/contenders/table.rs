@@ -33,7 +33,7 @@ impl<V> Table<V> {
         self.entries.locked()
     }
 
-    /// The plan that [`Reap::reaper`](super::reaper::Reap::reaper) hands to the reaper task.
+    /// The reaper's plan of the tokens (its task starts with [`Reaper::run`]).
     pub(crate) fn reaper(&self) -> &Reaper<Token> {
         &self.reaper
     }

@@ -6,7 +6,7 @@ use super::options::KIND;
 use super::pool::waiter_class;
 use super::queue::{ascending, before, class_of, every_before, lock_dir, newest, with_values};
 use super::session::Session;
-use super::state::{Entry, Phase, Shared, Slot};
+use super::state::{Entry, Shared, Slot};
 use super::watch::WatchTarget;
 use crate::backend::{Attempt, LockKind, LockName, Token};
 use crate::backends::contenders::attempt::{attempt, Look as Next, Round};
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backends::contenders::Locked;
+use crate::backends::contenders::{Locked, Stage};
 use crate::error::{Error, Result};
 
 use super::pb;
@@ -90,13 +90,13 @@ impl Shared {
     ) -> Result<Attempt> {
         let sent = Instant::now();
         e.touched = Some(sent);
-        if e.phase == Phase::Zombie {
+        if e.stage == Stage::Zombie {
             self.delete_own(e, token).await?;
             self.forget_key(e, token);
-            e.phase = Phase::New;
+            e.stage = Stage::New;
         }
-        if e.phase == Phase::Done {
-            e.phase = Phase::New;
+        if e.stage == Stage::Done {
+            e.stage = Stage::New;
         }
         if e.name.is_none() {
             e.dir = lock_dir(&name);
@@ -369,10 +369,10 @@ impl Shared {
 
     /// Nothing of `e` is left on the server: forget its key (and the slot, when `forget_slot`).
     fn done(&self, slot: &Arc<Slot>, e: &mut Entry, token: Token, forget_slot: bool) {
-        e.phase = Phase::Done;
+        e.stage = Stage::Done;
         self.forget_key(e, token);
         if forget_slot {
-            self.drop_slot(token, slot);
+            self.slots.forget_if(token, |s| Arc::ptr_eq(s, slot));
         }
     }
 
@@ -380,7 +380,7 @@ impl Shared {
     /// (or an attempt of the token deletes it first, which it does before queueing again).
     pub(super) fn zombify(&self, slot: &Arc<Slot>, e: &mut Entry, token: Token, err: Error) {
         tracing::debug!(key = %e.key, error = %err, "deleting the lock key failed; retrying in the background");
-        e.phase = Phase::Zombie;
+        e.stage = Stage::Zombie;
         let Some(me) = self.me.upgrade() else {
             return;
         };
@@ -395,7 +395,7 @@ impl Shared {
     /// freed only once the key is gone: another token of this instance would find it taken.
     async fn delete_zombie(&self, slot: &Arc<Slot>, token: Token) -> bool {
         let mut e = slot.entry.lock().await;
-        if e.phase != Phase::Zombie {
+        if e.stage != Stage::Zombie {
             return true;
         }
         match self.delete_own(&e, token).await {
@@ -416,12 +416,12 @@ impl Shared {
         e: &mut Entry,
         token: Token,
     ) -> Result<(bool, bool)> {
-        let held = e.phase == Phase::Held;
+        let held = e.stage == Stage::Held;
         if let Some(w) = slot.take_watch() {
             self.watches.cancel(w);
         }
         let on_server =
-            matches!(e.phase, Phase::Queued | Phase::Held | Phase::Zombie) || e.maybe_created;
+            matches!(e.stage, Stage::Queued | Stage::Held | Stage::Zombie) || e.maybe_created;
         if !on_server {
             self.done(slot, e, token, true);
             return Ok((held, false));
@@ -475,7 +475,7 @@ impl Round for EtcdRound<'_> {
         // oldest and at its predecessor.
         let shares = !kind.is_exclusive();
 
-        let (verdict, ahead, at) = if e.phase == Phase::New {
+        let (verdict, ahead, at) = if e.stage == Stage::New {
             // A queued key that finds older keys waits on a short waiter lease (named after
             // it, as `concurrency.Mutex` names keys), so that a waiter that dies leaves the
             // queue within the waiter ttl; a key that holds at once goes on a session of its
@@ -615,7 +615,7 @@ impl Round for EtcdRound<'_> {
             let asc_at = if resp.succeeded { 1 } else { n_read };
             e.maybe_created = false;
             e.create_rev = rev;
-            e.phase = Phase::Queued;
+            e.stage = Stage::Queued;
             let Some(asc) = pb::range_at(&resp, asc_at) else {
                 return Err(Error::backend(KIND, "short transaction reply"));
             };
@@ -698,13 +698,12 @@ impl Round for EtcdRound<'_> {
             e.requeue();
             return Ok(false);
         }
-        e.phase = Phase::Held;
         let deadline = self.sent + lease;
-        e.deadline = Some(deadline);
+        e.hold(deadline);
         if let Some(w) = self.slot.take_watch() {
             s.watches.cancel(w);
         }
-        s.reap_at(self.token, deadline);
+        s.slots.reap_by(self.token, deadline);
         Ok(true)
     }
 
@@ -727,7 +726,7 @@ impl Round for EtcdRound<'_> {
 
     async fn wait(&mut self, pred: Option<WatchTarget>, ahead: Option<u32>) -> Result<bool> {
         let (s, slot, e) = (self.shared, self.slot, &mut *self.e);
-        e.phase = Phase::Queued;
+        e.stage = Stage::Queued;
         e.pred = pred.clone();
         e.seen = (ahead, slot.signal.generation());
         let Some(pred) = pred else {

@@ -119,12 +119,9 @@ use self::kinds::{queued, Queued};
 pub use self::options::EtcdOptions;
 use self::options::{KIND, ORPHAN_GRACE, WAITER_IDLE};
 use self::rpc_error::{is_connect_error, map_err, RpcError};
-use self::state::SubKeep;
-use self::state::{Phase, Shared};
+use self::state::{Shared, SubKeep};
 use self::watch::{run_watch_hub, WatchHub};
-use crate::backends::contenders;
-use crate::backends::contenders::reaper;
-use crate::backends::contenders::Table;
+use crate::backends::contenders::{self, Stage, Table};
 
 /// Locks on an etcd cluster (`etcd://host:port[,host:port]`, `etcds://…` for TLS).
 ///
@@ -221,7 +218,7 @@ impl EtcdBackend {
             handed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(run_watch_hub(client, watch_rx));
-        reaper::run(&shared);
+        shared.slots.reaper().run(&shared);
         Ok(EtcdBackend { shared })
     }
 
@@ -278,14 +275,14 @@ impl EtcdBackend {
                 .await;
             e.failed_at = res.is_err().then(Instant::now);
             // Every slot is planned: a key nobody comes back for is deleted, an idle slot
-            // forgotten (`Shared::look_at` says when, per phase).
+            // forgotten (`Reap::due` says when, per stage).
             let wait = if res.is_err() {
                 ORPHAN_GRACE
             } else {
                 WAITER_IDLE
             };
-            shared.reap_at(token, Instant::now() + wait);
-            reaper::run(&shared);
+            shared.slots.reap_by(token, Instant::now() + wait);
+            shared.slots.reaper().run(&shared);
             res
         })
         .await
@@ -293,7 +290,7 @@ impl EtcdBackend {
 
     /// Deletes the key of `token` (released or given up); returns (was held, key deleted).
     async fn finish(&self, token: Token) -> Result<(bool, bool)> {
-        let Some(slot) = self.shared.slot(token) else {
+        let Some(slot) = self.shared.slots.get(token) else {
             return Ok((false, false));
         };
         let shared = self.shared.clone();
@@ -395,7 +392,7 @@ impl Backend for EtcdBackend {
         detached(KIND, String::new, None, async move {
             let mut e = slot.entry.lock().await;
             e.touched = Some(Instant::now());
-            if e.phase != Phase::Queued {
+            if e.stage != Stage::Queued {
                 return Ok(());
             }
             let Some(pred) = e.pred.clone() else {

@@ -117,7 +117,7 @@ impl Shared {
         let tokens: Vec<Token> = s.users.locked().values().copied().collect();
         tracing::debug!(lease = %format!("{:x}", s.id), keys = tokens.len(), "etcd session lease gone");
         for t in tokens {
-            if let Some(slot) = self.slot(t) {
+            if let Some(slot) = self.slots.get(t) {
                 slot.signal.fire();
             }
         }

@@ -4,14 +4,15 @@
 
 use super::options::{CHECK_CHUNK, KIND};
 use super::queue::class_of;
-use super::state::{Fate, Phase, Shared, Slot};
+use super::state::{Shared, Slot, RULES};
 use crate::backend::{Renewal, Token};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backends::contenders::reaper::{Reap, Reaper};
+use crate::backends::contenders::reaper::Reap;
+use crate::backends::contenders::{Fate, Stage};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -127,13 +128,13 @@ impl Shared {
     /// a longer one when `lease` outlives its own (the key is put again with it, which keeps its
     /// name, create revision and place). `None` when it is not held, or was lost on the way.
     async fn held(&self, token: Token, lease: Duration) -> Result<Option<Held>> {
-        let Some(slot) = self.slot(token) else {
+        let Some(slot) = self.slots.get(token) else {
             return Ok(None);
         };
         let (key, value, rev, attached, owned) = {
             let e = slot.entry.lock().await;
-            match (e.phase, e.attached.clone()) {
-                (Phase::Held, Some(a)) => {
+            match (e.stage, e.attached.clone()) {
+                (Stage::Held, Some(a)) => {
                     let owned = e.owned(e.key.as_bytes());
                     (e.key.clone(), e.value.clone(), e.create_rev, a, owned)
                 }
@@ -154,7 +155,7 @@ impl Shared {
             }
         };
         let mut e = slot.entry.lock().await;
-        if !ok || e.phase != Phase::Held || e.create_rev != rev {
+        if !ok || e.stage != Stage::Held || e.create_rev != rev {
             longer.attached.fetch_sub(1, Ordering::AcqRel);
             drop(e);
             self.confirmed(&slot, token, rev, Instant::now(), false)
@@ -183,12 +184,12 @@ impl Shared {
         ok: bool,
     ) -> bool {
         let mut e = slot.entry.lock().await;
-        if e.phase != Phase::Held || e.create_rev != rev {
+        if e.stage != Stage::Held || e.create_rev != rev {
             return false;
         }
         if ok {
             e.deadline = Some(deadline);
-            self.reap_at(token, deadline);
+            self.slots.reap_by(token, deadline);
         } else {
             // The key may still exist if only the session was found dead: delete to be sure.
             let err = Error::unavailable(KIND, "lock key gone or its lease expired");
@@ -196,27 +197,31 @@ impl Shared {
         }
         ok
     }
+}
+
+impl Reap for Shared {
+    type Key = Token;
 
     /// The reaper's look at `token`'s slot: deletes its key when its holder stopped renewing,
     /// its waiter vanished or its last attempt failed and nobody came back, and forgets an idle
     /// slot. Returns when to look again; nothing while its waiter is subscribed (dropping the
     /// subscription plans a look) or a failed deletion is retried (`zombify`).
-    async fn look_at(&self, token: Token) -> Option<Instant> {
-        let slot = self.slot(token)?;
+    async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
+        let slot = self.slots.get(token)?;
         let now = Instant::now();
         let Ok(mut e) = slot.entry.try_lock() else {
             // An attempt or release is under way; it plans the slot again when it ends.
             return Some(now + BUSY_AGAIN);
         };
-        match e.fate(slot.subscribed(), now) {
+        match e.fate(&RULES, slot.subscribed(), now) {
             Fate::Keep(next) => return next,
             Fate::Forget => {
-                self.drop_slot(token, &slot);
+                self.slots.forget_if(token, |s| Arc::ptr_eq(s, &slot));
                 return None;
             }
             Fate::Delete => {}
         }
-        if e.phase == Phase::Held {
+        if e.stage == Stage::Held {
             tracing::debug!(key = %e.key, "lease ended without renewal; deleting the lock key");
         }
         if let Some(w) = slot.take_watch() {
@@ -224,17 +229,5 @@ impl Shared {
         }
         self.delete_and_forget(&slot, &mut e, token, true).await;
         None
-    }
-}
-
-impl Reap for Shared {
-    type Key = Token;
-
-    fn reaper(&self) -> &Reaper<Token> {
-        self.slots.reaper()
-    }
-
-    async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
-        self.look_at(token).await
     }
 }

@@ -13,7 +13,7 @@ use super::client::Client;
 use super::options::{EtcdOptions, ORPHAN_GRACE, WAITER_IDLE};
 use super::session::{KaCmd, Session};
 use super::watch::{WatchHandle, WatchHub, WatchTarget};
-use crate::backends::contenders::{Locked, Table};
+use crate::backends::contenders::{Contender, Locked, Rules, Stage, Table};
 
 pub(super) struct Shared {
     /// This value's own `Arc`, for the background tasks it starts.
@@ -60,10 +60,7 @@ impl Slot {
             signal: Arc::new(ReleaseSignal::default()),
             sub: Mutex::new(Weak::new()),
             watch: Mutex::new(None),
-            entry: Arc::new(tokio::sync::Mutex::new(Entry {
-                touched: Some(Instant::now()),
-                ..Entry::default()
-            })),
+            entry: Arc::new(tokio::sync::Mutex::new(Entry::new(OwnKey::default()))),
         }
     }
 
@@ -83,24 +80,11 @@ impl Slot {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum Phase {
-    /// No key on the server (or not known yet, see `Entry::maybe_created`).
-    #[default]
-    New,
-    /// The key is queued behind others.
-    Queued,
-    /// The key is the lowest: the lock is ours.
-    Held,
-    /// The key must be deleted; an earlier attempt failed.
-    Zombie,
-    /// Nothing left on the server.
-    Done,
-}
+/// What this instance knows of a token's key on the server, in its [`Contender`].
+pub(super) type Entry = Contender<OwnKey>;
 
 #[derive(Default)]
-pub(super) struct Entry {
-    pub(super) phase: Phase,
+pub(super) struct OwnKey {
     pub(super) name: Option<LockName>,
     /// `<prefix>/<key>/`.
     pub(super) dir: String,
@@ -115,93 +99,36 @@ pub(super) struct Entry {
     /// The session the key is attached to (another one after a longer extension).
     pub(super) attached: Option<Arc<Session>>,
     pub(super) create_rev: i64,
-    /// A create request was sent without an answer: the key may exist.
-    pub(super) maybe_created: bool,
     /// While `maybe_created`: the other name that create may have used (a waiter's, on this
     /// session), deleted with `key` and freed when the key is forgotten.
     pub(super) alt: Option<(String, Arc<Session>)>,
-    /// While held: when the registry's lease ends without renewal.
-    pub(super) deadline: Option<Instant>,
-    /// Last call by the registry.
-    pub(super) touched: Option<Instant>,
     /// What the last attempt found we wait for (the key created just before ours, for a mutex).
     pub(super) pred: Option<WatchTarget>,
     /// After the last look at the queue: the contenders ahead, and the slot's signal's
     /// generation (a later one means the predecessor's watch fired since).
     pub(super) seen: (Option<u32>, u64),
-    /// The last attempt failed: the registry may not know that the key is queued.
-    pub(super) failed_at: Option<Instant>,
 }
 
-/// What the reaper does with a slot (see [`Entry::fate`]).
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Fate {
-    /// Delete its key, then forget it.
-    Delete,
-    /// Forget it: nothing of it is on the server and nobody used it for a while.
-    Forget,
-    /// Look at it again then; never when `None` (a subscribed waiter's slot, planned again
-    /// when the subscription is dropped; a zombie, whose deletion is retried on its own).
-    Keep(Option<Instant>),
-}
+/// The reaper's rules (see [`Contender::fate`]): an unsubscribed waiter idle for
+/// [`WAITER_IDLE`] is gone, and so is a failed attempt nobody came back to within
+/// [`ORPHAN_GRACE`].
+pub(super) const RULES: Rules = Rules {
+    idle: Some(WAITER_IDLE),
+    orphan_grace: Some(ORPHAN_GRACE),
+};
 
 impl Shared {
-    pub(super) fn slot(&self, token: Token) -> Option<Arc<Slot>> {
-        self.slots.get(token)
-    }
-
     pub(super) fn slot_for(&self, token: Token) -> Arc<Slot> {
         self.slots
             .get_or_insert_with(token, || Arc::new(Slot::new()))
-    }
-
-    pub(super) fn drop_slot(&self, token: Token, slot: &Arc<Slot>) {
-        self.slots.forget_if(token, |s| Arc::ptr_eq(s, slot));
-    }
-
-    /// Makes sure the reaper looks at `token`'s slot at `at` at the latest.
-    pub(super) fn reap_at(&self, token: Token, at: Instant) {
-        self.slots.reap_by(token, at);
     }
 }
 
 impl Entry {
     /// The key is gone while queued or about to hold: the next round queues it again.
     pub(super) fn requeue(&mut self) {
-        self.phase = Phase::New;
+        self.stage = Stage::New;
         self.create_rev = 0;
-    }
-
-    /// What the reaper does with this entry's slot at `now`: delete the key of a hold whose
-    /// lease ended unrenewed, of an unsubscribed waiter idle for [`WAITER_IDLE`], of a failed
-    /// attempt nobody came back to within [`ORPHAN_GRACE`] (the registry may have given up
-    /// without knowing the key was queued), of a create whose answer was lost; forget an idle
-    /// slot with nothing on the server.
-    pub(super) fn fate(&self, subscribed: bool, now: Instant) -> Fate {
-        let idle_at = self.touched.map(|t| t + WAITER_IDLE);
-        let idle = idle_at.is_none_or(|t| t <= now);
-        let orphan_at = self
-            .failed_at
-            .filter(|f| self.touched.is_none_or(|t| t <= *f))
-            .map(|f| f + ORPHAN_GRACE);
-        let unclaimed = (self.phase == Phase::Queued || self.maybe_created) && !subscribed;
-        let orphan_next = match orphan_at.filter(|_| unclaimed && self.phase != Phase::Held) {
-            Some(t) if t <= now => return Fate::Delete,
-            _ => orphan_at.filter(|t| unclaimed && *t > now),
-        };
-        let next = match self.phase {
-            Phase::Held => match self.deadline {
-                Some(d) if d <= now => return Fate::Delete,
-                d => d,
-            },
-            Phase::Queued if !subscribed && idle => return Fate::Delete,
-            Phase::Queued if !subscribed => idle_at,
-            Phase::New if self.maybe_created && idle => return Fate::Delete,
-            Phase::New | Phase::Done if !subscribed && idle => return Fate::Forget,
-            Phase::New | Phase::Done if !subscribed => idle_at,
-            _ => None,
-        };
-        Fate::Keep([orphan_next, next].into_iter().flatten().min())
     }
 
     /// The conditions under which the key `key` is still this entry's: its value and, for an
@@ -236,7 +163,7 @@ impl Drop for SubKeep {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        shared.reap_at(self.token, Instant::now());
+        shared.slots.reap_by(self.token, Instant::now());
         if let Some(w) = self.slot.upgrade().and_then(|s| s.take_watch()) {
             shared.watches.cancel(w);
         }

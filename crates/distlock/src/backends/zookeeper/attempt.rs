@@ -107,8 +107,7 @@ impl Inner {
                 .get_mut(&token)
                 .ok_or_else(|| Error::unavailable(KIND, "the node was released meanwhile"))?;
             n.owned = true;
-            n.held = true;
-            n.deadline = Instant::now() + lease;
+            n.hold(Instant::now() + lease);
             if let Some(t) = n.watch_task.take() {
                 t.abort();
             }

@@ -4,13 +4,18 @@
 
 use super::queue::protected_prefix;
 use super::*;
+use crate::backends::contenders::Contender;
 
 /// Entry ids of [`Node`].
 static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A contender of this process (one acquisition, by owner token): its node and, for a
-/// semaphore permit, its node in Curator's `locks` mutex that admits one permit taker at a time.
-pub(super) struct Node {
+/// A contender of this process (one acquisition, by owner token), in the family's
+/// [`Contender`]: held until its deadline or not (ZooKeeper's reaper only ends holds).
+pub(super) type Node = Contender<Nodes>;
+
+/// A contender's node and, for a semaphore permit, its node in Curator's `locks` mutex that
+/// admits one permit taker at a time.
+pub(super) struct Nodes {
     /// Tells this entry from an earlier one of the same token (a create task settles only the
     /// entry it was started for).
     pub(super) id: u64,
@@ -39,9 +44,6 @@ pub(super) struct Node {
     /// An acquisition call returned it to the registry (as holder or waiter), which will
     /// release it or leave the queue. Until then the backend cleans it up itself.
     pub(super) owned: bool,
-    pub(super) held: bool,
-    /// While held: when the lease ends unless renewed (then the node is deleted).
-    pub(super) deadline: Instant,
     /// What is being watched while waiting (see `watch::Watch::key`).
     pub(super) watching: Option<String>,
     pub(super) watch_task: Option<AbortHandle>,
@@ -59,7 +61,7 @@ pub(super) enum Phase {
     },
 }
 
-impl Node {
+impl Nodes {
     pub(super) fn path(&self) -> Option<String> {
         match &self.phase {
             Phase::Created { name, .. } => Some(format!("{}/{name}", self.dir)),
@@ -344,7 +346,7 @@ impl Inner {
         gate: bool,
         data: &[u8],
     ) -> Node {
-        Node {
+        Contender::new(Nodes {
             id: NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed),
             parent: parent.to_owned(),
             dir,
@@ -356,10 +358,8 @@ impl Inner {
             gate: if gate { Phase::Creating } else { Phase::Absent },
             abandoned: false,
             owned: false,
-            held: false,
-            deadline: Instant::now(),
             watching: None,
             watch_task: None,
-        }
+        })
     }
 }

@@ -470,7 +470,7 @@ impl Inner {
         let (path, slot, session) = {
             let nodes = self.nodes.lock();
             match nodes.get(&token) {
-                Some(n) if n.held => match n.path() {
+                Some(n) if n.held() => match n.path() {
                     Some(p) => (p, n.slot, n.session),
                     None => return Ok(Err(false)),
                 },
@@ -510,11 +510,11 @@ impl Inner {
                 // The reaper may have given the lock up while the check was in flight (the
                 // lease ran out meanwhile): then it is not ours any more.
                 match self.nodes.lock().get_mut(&token) {
-                    Some(n) if n.held => {
+                    Some(n) if n.held() => {
                         // Counted from before the request: the server heard from the session
                         // after this, so its view of the session ends later than ours.
-                        n.deadline = started + lease;
-                        self.nodes.reap_at(token, n.deadline);
+                        n.deadline = Some(started + lease);
+                        self.nodes.reap_at(token, started + lease);
                         Ok(true)
                     }
                     _ => Ok(false),

@@ -2,7 +2,8 @@
 //! held lease ran out unrenewed (the reaper, on the family's one task per backend).
 
 use super::*;
-use crate::backends::contenders::reaper::{self, retry_until_gone, Reap, Reaper};
+use crate::backends::contenders::reaper::{retry_until_gone, Reap};
+use crate::backends::contenders::{Fate, Rules};
 
 impl Inner {
     /// Deletes a node of session `session` (of timeout `slot`), retrying until it is gone (or
@@ -65,10 +66,16 @@ impl Inner {
 
     /// Plans the reaper's look at a node just marked held, at its lease's end.
     pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
-        if let Some(n) = self.nodes.lock().get(&token).filter(|n| n.held) {
-            self.nodes.reap_at(token, n.deadline);
+        let held = self
+            .nodes
+            .lock()
+            .get(&token)
+            .filter(|n| n.held())
+            .map(|n| n.deadline);
+        if let Some(Some(deadline)) = held {
+            self.nodes.reap_at(token, deadline);
         }
-        reaper::run(self);
+        self.nodes.reaper().run(self);
     }
 
     /// Deletes `token`'s nodes; `Ok(Some(held))` when there were any of ours to delete.
@@ -121,7 +128,7 @@ impl Inner {
         for (path, res) in paths.into_iter().zip(results) {
             let is_main = main.as_ref() == Some(&path);
             match res {
-                Ok(()) if is_main => out = Ok(Some(node.held)),
+                Ok(()) if is_main => out = Ok(Some(node.held())),
                 Ok(()) => {
                     if matches!(out, Ok(None)) {
                         out = Ok(Some(false));
@@ -144,18 +151,16 @@ impl Inner {
 impl Reap for Inner {
     type Key = Token;
 
-    fn reaper(&self) -> &Reaper<Token> {
-        self.nodes.reaper()
-    }
-
     /// Deletes the nodes of a hold whose lease ran out unrenewed; a renewed one is looked at
     /// again at its new deadline.
     async fn due(self: &Arc<Self>, token: Token) -> Option<Instant> {
         let mut nodes = self.nodes.lock();
-        match nodes.get(&token) {
-            Some(n) if n.held && n.deadline > Instant::now() => return Some(n.deadline),
-            Some(n) if n.held => {}
-            _ => return None,
+        // No rule but the hold's end: a waiter's node ends with its session or its mark.
+        let fate = nodes
+            .get(&token)?
+            .fate(&Rules::default(), false, Instant::now());
+        if let Fate::Keep(next) = fate {
+            return next;
         }
         let mut n = nodes.remove(&token).expect("present");
         drop(nodes);
