@@ -45,6 +45,10 @@ pub(crate) struct Bounds {
     /// A server restart or leader kill: from the end of the fault (the server is back, the
     /// new leader or master is in place) on.
     pub(crate) recovery: Span,
+    /// The server gives every lease a new term when a leader takes over (etcd's lessor
+    /// renews each lease for its TTL; a ZooKeeper election gives each session a new
+    /// timeout): the lease of a worker lost before the election runs again from its end.
+    pub(crate) elections_renew_leases: bool,
 }
 
 /// The allowances per backend, the one place to adjust them as the backends' documented
@@ -66,6 +70,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(750),
             recovery: Span::ms(0),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -74,6 +79,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(2750),
             recovery: Span::ms(1500),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -82,6 +88,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 1500),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -90,6 +97,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 1500),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -98,6 +106,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(101, 750),
             waiter: Span::ms(2750),
             recovery: Span::ms(1500),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -106,6 +115,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 1500),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -114,6 +124,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 1500),
+            elections_renew_leases: false,
         },
     ),
     (
@@ -122,6 +133,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(100, 750),
             waiter: Span::ms(2750),
             recovery: Span::lease_plus(100, 2000),
+            elections_renew_leases: true,
         },
     ),
     (
@@ -130,6 +142,7 @@ pub(crate) const BOUNDS: &[(&str, Bounds)] = &[
             holder: Span::lease_plus(200, 1000),
             waiter: Span::ms(3000),
             recovery: Span::lease_plus(200, 2000),
+            elections_renew_leases: true,
         },
     ),
 ];
@@ -146,6 +159,7 @@ const NO_ALLOWANCE: Bounds = Bounds {
     holder: Span::ms(0),
     waiter: Span::ms(0),
     recovery: Span::ms(0),
+    elections_renew_leases: false,
 };
 
 /// How long an attempt a worker sent just before a fault may take to reach the server: a
@@ -177,6 +191,14 @@ pub(crate) struct Stretch {
 }
 
 type Pieces = Vec<(u64, u64)>;
+
+/// A fault the whole server recovers from: a restart, a leader kill or a failover.
+fn recovers(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::ServerRestart | FaultKind::LeaderKill | FaultKind::Failover
+    )
+}
 
 /// Sorted, disjoint union of `pieces`.
 fn union(mut pieces: Pieces) -> Pieces {
@@ -296,6 +318,21 @@ impl Run<'_> {
             .any(|s| end_of(s).abs_diff(f.start) <= IN_FLIGHT_NS)
     }
 
+    /// Where the server renews leases at elections: how far the window of a lost worker's
+    /// fault at `start`, open `until`, reaches once every election that begins inside it
+    /// (chained: each one may begin inside the window the one before extended) starts the
+    /// lost worker's lease again from its end.
+    fn renewed(&self, start: u64, mut until: u64, span: Span, lease: Duration) -> u64 {
+        let mut elections: Vec<&Fault> = self.faults.iter().filter(|r| recovers(r.kind)).collect();
+        elections.sort_by_key(|r| r.start);
+        for r in elections {
+            if r.start >= start && r.start < until {
+                until = until.max(r.end + span.ns(lease));
+            }
+        }
+        until
+    }
+
     /// How far each fault explains unavailability: `[from, until]`, in order of the faults. A
     /// fault on a waiter that comes while the lock is already unavailable without an
     /// explanation did not cause that outage (and a stuck lock must not be excused by the
@@ -319,18 +356,22 @@ impl Run<'_> {
                 .filter(|_| !out.iter().any(|(a, b, _)| inside(&(*a, *b))))
                 .map(|(_, end)| *end);
             let mut from = f.start;
-            let until = match (f.kind, f.worker) {
+            let (until, span) = match (f.kind, f.worker) {
                 // Listed with the stretches it precedes, but a live worker that stops
                 // waiting must leave nothing behind.
-                (FaultKind::Abandon, _) => f.start,
-                (FaultKind::ServerRestart | FaultKind::LeaderKill | FaultKind::Failover, _) => {
-                    f.end + b.recovery.ns(lease)
+                (FaultKind::Abandon, _) => (f.start, None),
+                (kind, _) if recovers(kind) => (f.end + b.recovery.ns(lease), None),
+                (_, Some(w)) if self.may_have_held(f, w) => {
+                    (f.start + b.holder.ns(lease), Some(b.holder))
                 }
-                (_, Some(w)) if self.may_have_held(f, w) => f.start + b.holder.ns(lease),
                 _ => {
                     from = stuck.unwrap_or(f.start);
-                    f.start + b.waiter.ns(lease)
+                    (f.start + b.waiter.ns(lease), Some(b.waiter))
                 }
+            };
+            let until = match span {
+                Some(span) if b.elections_renew_leases => self.renewed(f.start, until, span, lease),
+                _ => until,
             };
             out.push((from.min(until), until, f));
         }

@@ -12,6 +12,7 @@ const TEST_BOUNDS: Bounds = Bounds {
     holder: Span::lease_plus(100, 500),
     waiter: Span::ms(300),
     recovery: Span::ms(1000),
+    elections_renew_leases: false,
 };
 
 fn id(worker: usize, seq: u64) -> SectionId {
@@ -298,4 +299,63 @@ fn a_worker_s_allowances_count_with_its_own_lease() {
         1900,
         "with the run's 1 s lease: explained to 1800 ms only"
     );
+}
+
+#[test]
+fn an_election_renews_the_lease_of_a_lost_holder_where_the_server_does_so() {
+    // w0 is killed holding at 300 ms (explained to 1800 ms); a leader is killed from 1000 to
+    // 1500 ms, inside that window. Where elections give every lease a new term (etcd,
+    // ZooKeeper), w0's lease runs again from 1500 ms: explained to 3000 ms, so w1's turn at
+    // 2900 ms is explained. Elsewhere the election explains only 1 s after it (to 2500 ms).
+    let sections = [section(0, 1, 100, 300), section(1, 1, 2900, 3000)];
+    let waits = [wait(0, 1, 50, 100), wait(1, 1, 150, 2900)];
+    let faults = [
+        fault(FaultKind::Kill, Some(0), 300, 300),
+        fault(FaultKind::LeaderKill, None, 1000, 1500),
+    ];
+    let run = |elections_renew_leases| {
+        Run {
+            sections: &sections,
+            waits: &waits,
+            faults: &faults,
+            bounds: Bounds {
+                elections_renew_leases,
+                ..TEST_BOUNDS
+            },
+            lease: LEASE,
+            leases: &[],
+            permits: 1,
+            from: 100 * MS,
+            to: 10_000 * MS,
+            t0: 0,
+        }
+        .analyse()
+        .max_unexplained_unavailable_ms
+    };
+    assert_eq!(run(true), 0);
+    assert_eq!(run(false), 400, "explained to 2500 ms only");
+    // An election after the window closed renews nothing: w0's lease was over by then.
+    let late = [
+        fault(FaultKind::Kill, Some(0), 300, 300),
+        fault(FaultKind::LeaderKill, None, 2000, 2100),
+    ];
+    let sections = [section(0, 1, 100, 300), section(1, 1, 4000, 4100)];
+    let r = Run {
+        sections: &sections,
+        waits: &[wait(0, 1, 50, 100), wait(1, 1, 150, 4000)],
+        faults: &late,
+        bounds: Bounds {
+            elections_renew_leases: true,
+            ..TEST_BOUNDS
+        },
+        lease: LEASE,
+        leases: &[],
+        permits: 1,
+        from: 100 * MS,
+        to: 10_000 * MS,
+        t0: 0,
+    }
+    .analyse();
+    // Kill to 1800 ms, election 2000 to 3100 ms: 1800-2000 and 3100-4000 unexplained.
+    assert_eq!(r.max_unexplained_unavailable_ms, 900);
 }
