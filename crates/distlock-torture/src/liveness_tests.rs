@@ -58,7 +58,8 @@ fn fault(kind: FaultKind, worker: Option<usize>, start: u64, end: u64) -> Fault 
     }
 }
 
-fn figure(sections: &[Section], waits: &[Wait], faults: &[Fault]) -> Liveness {
+/// A run of the test bounds and lease, analysed from the first acquisition to 10 s.
+fn run<'a>(sections: &'a [Section], waits: &'a [Wait], faults: &'a [Fault]) -> Run<'a> {
     Run {
         sections,
         waits,
@@ -72,7 +73,10 @@ fn figure(sections: &[Section], waits: &[Wait], faults: &[Fault]) -> Liveness {
         to: 10_000 * MS,
         t0: 0,
     }
-    .analyse()
+}
+
+fn figure(sections: &[Section], waits: &[Wait], faults: &[Fault]) -> Liveness {
+    run(sections, waits, faults).analyse()
 }
 
 #[test]
@@ -246,16 +250,9 @@ fn a_semaphore_with_a_free_permit_and_a_waiter_is_unavailable() {
     w.role = Role::Permit;
     let run = |permits| {
         Run {
-            sections: &sections,
-            waits: std::slice::from_ref(&w),
-            faults: &[],
-            bounds: TEST_BOUNDS,
-            lease: LEASE,
-            leases: &[],
             permits,
             from: 0,
-            to: 10_000 * MS,
-            t0: 0,
+            ..run(&sections, std::slice::from_ref(&w), &[])
         }
         .analyse()
         .max_unexplained_unavailable_ms
@@ -279,16 +276,9 @@ fn a_worker_s_allowances_count_with_its_own_lease() {
     let kill = [fault(FaultKind::Kill, Some(1), 300, 300)];
     let run = |leases: &[Duration]| {
         Run {
-            sections: &sections,
-            waits: &waits,
-            faults: &kill,
-            bounds: TEST_BOUNDS,
-            lease: LEASE,
             leases,
-            permits: 1,
             from: 0,
-            to: 10_000 * MS,
-            t0: 0,
+            ..run(&sections, &waits, &kill)
         }
         .analyse()
         .max_unexplained_unavailable_ms
@@ -313,47 +303,30 @@ fn an_election_renews_the_lease_of_a_lost_holder_where_the_server_does_so() {
         fault(FaultKind::Kill, Some(0), 300, 300),
         fault(FaultKind::LeaderKill, None, 1000, 1500),
     ];
-    let run = |elections_renew_leases| {
+    let renewing = |elections_renew_leases| Bounds {
+        elections_renew_leases,
+        ..TEST_BOUNDS
+    };
+    let unexplained = |renew| {
         Run {
-            sections: &sections,
-            waits: &waits,
-            faults: &faults,
-            bounds: Bounds {
-                elections_renew_leases,
-                ..TEST_BOUNDS
-            },
-            lease: LEASE,
-            leases: &[],
-            permits: 1,
-            from: 100 * MS,
-            to: 10_000 * MS,
-            t0: 0,
+            bounds: renewing(renew),
+            ..run(&sections, &waits, &faults)
         }
         .analyse()
         .max_unexplained_unavailable_ms
     };
-    assert_eq!(run(true), 0);
-    assert_eq!(run(false), 400, "explained to 2500 ms only");
+    assert_eq!(unexplained(true), 0);
+    assert_eq!(unexplained(false), 400, "explained to 2500 ms only");
     // An election after the window closed renews nothing: w0's lease was over by then.
     let late = [
         fault(FaultKind::Kill, Some(0), 300, 300),
         fault(FaultKind::LeaderKill, None, 2000, 2100),
     ];
     let sections = [section(0, 1, 100, 300), section(1, 1, 4000, 4100)];
+    let waits = [wait(0, 1, 50, 100), wait(1, 1, 150, 4000)];
     let r = Run {
-        sections: &sections,
-        waits: &[wait(0, 1, 50, 100), wait(1, 1, 150, 4000)],
-        faults: &late,
-        bounds: Bounds {
-            elections_renew_leases: true,
-            ..TEST_BOUNDS
-        },
-        lease: LEASE,
-        leases: &[],
-        permits: 1,
-        from: 100 * MS,
-        to: 10_000 * MS,
-        t0: 0,
+        bounds: renewing(true),
+        ..run(&sections, &waits, &late)
     }
     .analyse();
     // Kill to 1800 ms, election 2000 to 3100 ms: 1800-2000 and 3100-4000 unexplained.
