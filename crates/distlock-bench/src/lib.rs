@@ -8,6 +8,8 @@
 //! Every protocol line is a `Serialize` struct printed by serde_json; the field names and their
 //! order are the ones the external harnesses parse.
 
+#[cfg(any(feature = "sql", feature = "waiters"))]
+pub mod only;
 #[cfg(feature = "sql")]
 pub mod probe;
 pub mod procstat;

@@ -4,20 +4,19 @@
 //! one `[ns, ev]` line each, to `<dir>/<proc id>.jsonl` at its end. Without the variable no
 //! subscriber is installed and the events cost nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::mono_ns;
+use crate::only::{Hooks, Only};
 
 static EVENTS: Mutex<Vec<(u64, &'static str)>> = Mutex::new(Vec::new());
-static NEXT_SPAN: AtomicU64 = AtomicU64::new(1);
 
 const TARGET: &str = "distlock::probe";
 
 /// Installs the recorder when `DISTLOCK_BENCH_PROBE` is set.
 pub fn install() {
     if std::env::var_os("DISTLOCK_BENCH_PROBE").is_some() {
-        let _ = tracing::subscriber::set_global_default(Probe);
+        let _ = tracing::subscriber::set_global_default(Only(Probe));
     }
 }
 
@@ -76,28 +75,10 @@ fn intern(s: &str) -> &'static str {
     n
 }
 
-impl tracing::Subscriber for Probe {
-    fn register_callsite(
-        &self,
-        m: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        if m.is_event() && m.target() == TARGET {
-            tracing::subscriber::Interest::always()
-        } else {
-            tracing::subscriber::Interest::never()
-        }
-    }
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+impl Hooks for Probe {
+    fn wants(m: &tracing::Metadata<'_>) -> bool {
         m.is_event() && m.target() == TARGET
     }
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(NEXT_SPAN.fetch_add(1, Ordering::Relaxed))
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
     fn event(&self, e: &tracing::Event<'_>) {
         let mut ev = Ev(None);
         e.record(&mut ev);
@@ -105,6 +86,4 @@ impl tracing::Subscriber for Probe {
             push(name);
         }
     }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{LockRegistry, RegistryOptions};
+use distlock_bench::only::{Hooks, Only};
 use distlock_bench::procstat::{listening_pid, process_tree_cpu_s, url_port};
 use distlock_bench::spawn::spawn;
 use distlock_bench::{block_on, cpu_s, mono_ns, print_line, read_counter, ready, wait_for_start};
@@ -141,7 +142,6 @@ impl Args {
 // Wake-up counting
 
 static STOPPED: AtomicBool = AtomicBool::new(false);
-static NEXT_SPAN: AtomicU64 = AtomicU64::new(1);
 static WAITS_ENDED: AtomicU64 = AtomicU64::new(0);
 static WAIT_CLONES: AtomicU64 = AtomicU64::new(0);
 static WAIT_POLLS: AtomicU64 = AtomicU64::new(0);
@@ -150,49 +150,27 @@ static LOCK_POLLS: AtomicU64 = AtomicU64::new(0);
 
 const WAIT_SPAN: &str = "distlock.wait";
 
-/// Sees the library's `distlock.wait` spans and nothing else, so that the rest of its tracing
-/// costs nothing; counts what happens to them until the run stops.
+/// Sees the library's `distlock.wait` spans and nothing else; counts what happens to them
+/// until the run stops.
 struct WaitCounter;
 
-impl tracing::Subscriber for WaitCounter {
-    fn register_callsite(
-        &self,
-        m: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        if m.is_span() && m.name() == WAIT_SPAN {
-            tracing::subscriber::Interest::always()
-        } else {
-            tracing::subscriber::Interest::never()
-        }
-    }
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+impl Hooks for WaitCounter {
+    fn wants(m: &tracing::Metadata<'_>) -> bool {
         m.is_span() && m.name() == WAIT_SPAN
     }
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(NEXT_SPAN.fetch_add(1, Ordering::Relaxed))
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {}
-    fn enter(&self, _: &tracing::span::Id) {
+    fn enter(&self) {
         if !STOPPED.load(Ordering::Relaxed) {
             WAIT_POLLS.fetch_add(1, Ordering::Relaxed);
         }
     }
-    fn exit(&self, _: &tracing::span::Id) {}
-    fn clone_span(&self, id: &tracing::span::Id) -> tracing::span::Id {
+    fn clone_span(&self) {
         WAIT_CLONES.fetch_add(1, Ordering::Relaxed);
-        id.clone()
     }
-    fn try_close(&self, _: tracing::span::Id) -> bool {
+    fn close(&self) {
         // A wait that ends when the run stops is a cancelled wait, not a wake-up.
         if !STOPPED.load(Ordering::Relaxed) {
             WAITS_ENDED.fetch_add(1, Ordering::Relaxed);
         }
-        true
     }
 }
 
@@ -219,7 +197,7 @@ struct WorkerResult {
 }
 
 async fn worker(a: Args) {
-    let _ = tracing::subscriber::set_global_default(WaitCounter);
+    let _ = tracing::subscriber::set_global_default(Only(WaitCounter));
     let mut locks = Vec::with_capacity(a.tasks);
     let mut registries = Vec::with_capacity(a.registries);
     for i in 0..a.registries {
