@@ -321,10 +321,14 @@ impl Run<'_> {
     /// Where the server renews leases at elections: how far the window of a lost worker's
     /// fault at `start`, open `until`, reaches once every election that begins inside it
     /// (chained: each one may begin inside the window the one before extended) starts the
-    /// lost worker's lease again from its end.
-    fn renewed(&self, start: u64, mut until: u64, span: Span, lease: Duration) -> u64 {
-        let mut elections: Vec<&Fault> = self.faults.iter().filter(|r| recovers(r.kind)).collect();
-        elections.sort_by_key(|r| r.start);
+    /// lost worker's lease again from its end. `elections` in order of their start.
+    fn renewed(
+        elections: &[&Fault],
+        start: u64,
+        mut until: u64,
+        span: Span,
+        lease: Duration,
+    ) -> u64 {
         for r in elections {
             if r.start >= start && r.start < until {
                 until = until.max(r.end + span.ns(lease));
@@ -341,6 +345,11 @@ impl Run<'_> {
         let b = self.bounds;
         let mut faults: Vec<&Fault> = self.faults.iter().collect();
         faults.sort_by_key(|f| f.start);
+        let elections: Vec<&Fault> = faults
+            .iter()
+            .copied()
+            .filter(|r| recovers(r.kind))
+            .collect();
         let mut out: Vec<(u64, u64, &Fault)> = Vec::new();
         for f in faults {
             // A worker's allowances count with its own lease (its session, on ZooKeeper).
@@ -370,7 +379,9 @@ impl Run<'_> {
                 }
             };
             let until = match span {
-                Some(span) if b.elections_renew_leases => self.renewed(f.start, until, span, lease),
+                Some(span) if b.elections_renew_leases => {
+                    Self::renewed(&elections, f.start, until, span, lease)
+                }
                 _ => until,
             };
             out.push((from.min(until), until, f));

@@ -66,13 +66,13 @@ impl Inner {
 
     /// Plans the reaper's look at a node just marked held, at its lease's end.
     pub(super) fn install_reaper(self: &Arc<Self>, token: Token) {
-        let held = self
+        let deadline = self
             .nodes
             .lock()
             .get(&token)
             .filter(|n| n.held())
-            .map(|n| n.deadline);
-        if let Some(Some(deadline)) = held {
+            .and_then(|n| n.deadline);
+        if let Some(deadline) = deadline {
             self.nodes.reap_at(token, deadline);
         }
         self.nodes.reaper().run(self);
